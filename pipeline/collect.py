@@ -1,0 +1,138 @@
+"""Record the GEMMs a workload runs, with TunableOp in record-untuned mode.
+
+The workload runs in a subprocess under ``PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=0
+PYTORCH_TUNABLEOP_RECORD_UNTUNED=1`` with ``PYTORCH_TUNABLEOP_UNTUNED_FILENAME=<dir>/untuned.csv``; torch
+splices the device ordinal in, so each GPU writes ``untuned<N>.csv``. Record mode appends, so the run
+happens in a fresh staging directory that replaces the output directory only when it succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import atomic_write_json
+
+EMBEDDED_WORKLOAD = "pipeline.workloads.llama"
+MANIFEST = "manifest.json"
+UNTUNED_NAME = "untuned.csv"
+TAIL_LINES = 20
+
+_NO_TORCH = (
+    "Shape collection runs the workload on a GPU and needs torch with CUDA or ROCm: install the 'cuda' "
+    "extra on NVIDIA (pip install -e '.[cuda]') or the 'rocm' extra with a ROCm torch build on AMD. "
+    "Without a GPU, pass GEMMs recorded elsewhere instead: --untuned 'path/to/untuned*.csv'."
+)
+
+
+class CollectionError(RuntimeError):
+    """Collection could not run, or the workload failed."""
+
+
+@dataclass
+class Collection:
+    """What one collection run left: the recorded files and the workload's own figures."""
+
+    files: list[Path]
+    command: list[str]
+    returncode: int
+    seconds: float
+    tokens_per_s: float | None
+
+
+def embedded_command(python: str = sys.executable) -> list[str]:
+    return [python, "-m", EMBEDDED_WORKLOAD]
+
+
+def recording_env(directory: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes torch record every GEMM it dispatches into ``directory``."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        PYTORCH_TUNABLEOP_ENABLED="1",
+        PYTORCH_TUNABLEOP_TUNING="0",
+        PYTORCH_TUNABLEOP_RECORD_UNTUNED="1",
+        PYTORCH_TUNABLEOP_UNTUNED_FILENAME=str(directory / UNTUNED_NAME),
+    )
+    return env
+
+
+def check_gpu_torch(python: str = sys.executable) -> None:
+    """Fail with an actionable message unless ``python`` has torch and sees a GPU."""
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
+    except OSError as err:
+        raise CollectionError(f"cannot run {python}: {err}") from None
+    if proc.returncode == 3:
+        raise CollectionError("No GPU: torch is installed but torch.cuda.is_available() is False. " + _NO_TORCH)
+    if proc.returncode != 0:
+        raise CollectionError(f"{python} cannot import torch ({_tail(proc.stderr, 1)}). {_NO_TORCH}")
+
+
+def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s: float = 3600.0,
+            env: Mapping[str, str] | None = None) -> Collection:
+    """Run ``command`` (a shell line, an argv list, or the embedded workload) and record its GEMMs.
+
+    Output lands in ``out_dir`` (``untuned<N>.csv``, ``workload.stdout.log``, ``workload.stderr.log``,
+    ``manifest.json``) only after a successful run; a failed run leaves ``out_dir`` untouched.
+    """
+    env = dict(os.environ if env is None else env)
+    if command is None:
+        check_gpu_torch()
+        command = embedded_command()
+        package_root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)  # record mode appends: never reuse old files
+    staging.mkdir(parents=True)
+    stdout_log, stderr_log = staging / "workload.stdout.log", staging / "workload.stderr.log"
+    start = time.monotonic()
+    with stdout_log.open("w") as out, stderr_log.open("w") as err:
+        try:
+            proc = subprocess.run(argv, stdout=out, stderr=err, env=recording_env(staging, env),
+                                  cwd=staging, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise CollectionError(f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in "
+                                  f"{staging}") from None
+        except OSError as error:
+            raise CollectionError(f"cannot start workload {_show(argv)}: {error}") from None
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise CollectionError(
+            f"workload {_show(argv)} exited with code {proc.returncode}; last lines of its stderr "
+            f"({stderr_log}):\n{_tail(stderr_log.read_text(errors='replace'), TAIL_LINES)}")
+    files = sorted(staging.glob("untuned*.csv"))
+    if not files:
+        raise CollectionError(
+            f"workload {_show(argv)} succeeded but recorded no GEMM in {staging}: does it run its matrix "
+            "products through torch on a GPU (TunableOp sees mm/addmm/bmm/linear/_scaled_mm only)?")
+    collection = Collection([out_dir / f.name for f in files], argv, proc.returncode, seconds,
+                            parse_tokens_per_s(stdout_log.read_text(errors="replace")))
+    atomic_write_json(staging / MANIFEST, {
+        "command": argv, "returncode": proc.returncode, "seconds": round(seconds, 3),
+        "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files]})
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+    return collection
+
+
+def parse_tokens_per_s(stdout: str) -> float | None:
+    """The last ``<number> tokens/s`` figure a workload printed, if any."""
+    found = re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*tokens/s", stdout)
+    return float(found[-1]) if found else None
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _show(argv: list[str]) -> str:
+    return repr(argv[2]) if argv[:2] == ["bash", "-c"] else " ".join(argv)

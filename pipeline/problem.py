@@ -1,0 +1,165 @@
+"""`GemmProblem`: the one description of a GEMM that flows through every stage.
+
+The frame is the BLAS (column-major) frame that TunableOp records: ``C[m, n] = op(A)[m, k] @ op(B)[k, n]``
+where ``op(X)`` is ``X`` for ``"N"`` and ``X^T`` for ``"T"``. For a row-major torch ``x[M, K] @ W[N, K].t()``
+this is ``m = N``, ``n = M``, BLAS ``A`` = ``W`` (see ``shared/spec/tunableop.md`` section 1.3).
+
+Dtypes use torch's names without the ``torch.`` prefix (``bfloat16``, ``float8_e4m3fn``...). Every format
+module converts its own spelling at its edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+OpKind = Literal["gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm"]
+OP_KINDS: tuple[OpKind, ...] = ("gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm")
+
+WILDCARD = "*"
+Dim = int | Literal["*"]
+
+DTYPES: dict[str, int] = {
+    # name -> size in bits
+    "float64": 64,
+    "float32": 32,
+    "float16": 16,
+    "bfloat16": 16,
+    "complex64": 64,
+    "complex128": 128,
+    "float8_e4m3fn": 8,
+    "float8_e5m2": 8,
+    "float8_e4m3fnuz": 8,
+    "float8_e5m2fnuz": 8,
+    "float8_e8m0fnu": 8,
+    "float4_e2m1fn_x2": 8,
+}
+COMPUTE_TYPES = ("float32", "tf32", "float64", "complex64", "complex128")
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes one element of ``dtype`` takes in memory."""
+    return DTYPES[dtype] / 8
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """One GEMM in the BLAS frame, as TunableOp keys it.
+
+    ``lda``/``ldb``/``ldc`` are ``None`` where the source did not record them (torch 2.6 keys); any
+    dimension may be ``"*"`` in a wildcard key (torch 2.15 ``dynamic_dims_mask``).
+
+    Scaled-GEMM fields stay ``None`` for other ops: ``rowwise`` is the 2.7-2.14 ``rw_`` flag; the 2.15
+    CUDA key instead carries the scale dtypes and recipes (``scale_a_recipe``: 0 tensorwise, 1 rowwise),
+    ``output_scale`` (``dscale_``) and ``fast_accum``. ``swizzle`` is the ROCm 2.15 MX ``_swz_a_b`` pair.
+    ``compute_suffix`` is the 2.15 ``_compute_<x>`` tag (``"bf16x9_r"`` for BF16x9-emulated fp32).
+    """
+
+    op: OpKind
+    transa: Literal["N", "T"]
+    transb: Literal["N", "T"]
+    m: Dim
+    n: Dim
+    k: Dim
+    lda: Dim | None = None
+    ldb: Dim | None = None
+    ldc: Dim | None = None
+    batch: Dim = 1
+    a_type: str = "bfloat16"
+    b_type: str = "bfloat16"
+    c_type: str = "bfloat16"
+    compute_type: str = "float32"
+    compute_suffix: str | None = None
+    bias_type: str | None = None
+    rowwise: bool | None = None
+    scale_a_type: str | None = None
+    scale_b_type: str | None = None
+    scale_a_recipe: int | None = None
+    scale_b_recipe: int | None = None
+    output_scale: bool | None = None
+    fast_accum: bool | None = None
+    swizzle: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in OP_KINDS:
+            raise ValueError(f"unknown op kind {self.op!r}; known: {', '.join(OP_KINDS)}")
+        for name in ("transa", "transb"):
+            if getattr(self, name) not in ("N", "T"):
+                raise ValueError(f"{name} must be 'N' or 'T', not {getattr(self, name)!r}")
+        for name in ("m", "n", "k", "batch"):
+            _check_dim(name, getattr(self, name))
+        lds = (self.lda, self.ldb, self.ldc)
+        if any(ld is None for ld in lds) and not all(ld is None for ld in lds):
+            raise ValueError("lda, ldb and ldc are recorded together or not at all")
+        for name, ld in zip(("lda", "ldb", "ldc"), lds, strict=True):
+            if ld is not None:
+                _check_dim(name, ld)
+        if self.op != "gemm_strided_batched" and self.batch != 1:
+            raise ValueError(f"batch {self.batch} on a {self.op}: only gemm_strided_batched is batched")
+        for name in ("a_type", "b_type", "c_type", "bias_type", "scale_a_type", "scale_b_type"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPES:
+                raise ValueError(f"unknown {name} {value!r}")
+        if self.compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"unknown compute_type {self.compute_type!r}; known: {', '.join(COMPUTE_TYPES)}")
+        scaled_fields = (self.rowwise, self.scale_a_type, self.output_scale, self.swizzle, self.bias_type)
+        if self.op != "scaled_gemm" and any(f is not None for f in scaled_fields):
+            raise ValueError(f"scale, bias-dtype and swizzle fields belong to scaled_gemm, not {self.op}")
+        self._check_leading_dimensions()
+
+    def _check_leading_dimensions(self) -> None:
+        """BLAS rule: a leading dimension is at least the stored operand's row count."""
+        if self.lda is None:
+            return
+        rows = {
+            "lda": self.m if self.transa == "N" else self.k,
+            "ldb": self.k if self.transb == "N" else self.n,
+            "ldc": self.m,
+        }
+        for name, need in rows.items():
+            ld = getattr(self, name)
+            if WILDCARD not in (ld, need) and ld < need:
+                raise ValueError(f"{name}={ld} is smaller than the {need} rows that operand stores")
+
+    @property
+    def layout(self) -> str:
+        """The op-signature layout, e.g. ``"TN"``."""
+        return self.transa + self.transb
+
+    @property
+    def is_wildcard(self) -> bool:
+        return WILDCARD in (self.m, self.n, self.k, self.batch)
+
+    def flops(self) -> int:
+        """Floating-point operations of one call (2 per multiply-add); 0 for a wildcard problem."""
+        if self.is_wildcard:
+            return 0
+        return 2 * self.m * self.n * self.k * self.batch
+
+    def sort_key(self) -> tuple:
+        """A total order over problems (wildcards sort after numbers)."""
+        return tuple((1, 0) if v == WILDCARD else (0, v) if isinstance(v, int) else (2, str(v)) for v in
+                     (self.op, self.a_type, self.c_type, self.layout, self.m, self.n, self.k, self.batch,
+                      self.lda, self.ldb, self.ldc, self.compute_type, self.compute_suffix, self.bias_type,
+                      self.rowwise, self.scale_a_type, self.scale_a_recipe, self.scale_b_recipe))
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able fields (the swizzle pair as a list)."""
+        data = asdict(self)
+        if self.swizzle is not None:
+            data["swizzle"] = list(self.swizzle)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GemmProblem:
+        data = dict(data)
+        if data.get("swizzle") is not None:
+            data["swizzle"] = tuple(data["swizzle"])
+        return cls(**data)
+
+
+def _check_dim(name: str, value: object) -> None:
+    if value == WILDCARD:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or '*', not {value!r}")

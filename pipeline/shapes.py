@@ -1,0 +1,157 @@
+"""Gather GEMM shapes from TunableOp files: expand paths, dedupe by problem, count, summarise."""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .atomic import atomic_write_json
+from .problem import GemmProblem
+from .tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
+
+
+class ShapeInputError(ValueError):
+    """An input path that names no TunableOp file."""
+
+
+@dataclass
+class ShapeRecord:
+    """One distinct GEMM with how often and where it was seen, and its best recorded time."""
+
+    problem: GemmProblem
+    op_signature: str
+    params_signature: str
+    count: int = 0
+    sources: list[str] = field(default_factory=list)
+    time_ms: float | None = None
+    solution: str | None = None
+
+    def to_json(self) -> dict:
+        p = self.problem
+        return {
+            "op": OP_SIGNATURE_NAMES[p.op],
+            "dtype": dtype_signature(p),
+            "transa": p.transa,
+            "transb": p.transb,
+            "m": p.m,
+            "n": p.n,
+            "k": p.k,
+            "lda": p.lda,
+            "ldb": p.ldb,
+            "ldc": p.ldc,
+            "batch": p.batch,
+            "count": self.count,
+            "op_signature": self.op_signature,
+            "params_signature": self.params_signature,
+            "time_ms": self.time_ms,
+            "solution": self.solution,
+            "sources": self.sources,
+        }
+
+    @classmethod
+    def from_json(cls, row: dict) -> ShapeRecord:
+        problem = parse_key(row["op_signature"], row["params_signature"])
+        return cls(problem, row["op_signature"], row["params_signature"], row["count"],
+                   list(row.get("sources", [])), row.get("time_ms"), row.get("solution"))
+
+
+@dataclass
+class GatherResult:
+    shapes: list[ShapeRecord]
+    files: list[str]
+    lines: int
+    skipped: list[SkippedLine]
+
+
+def expand_inputs(specs: Iterable[str]) -> list[Path]:
+    """Files as given, directories as their ``*.csv`` files (recursively), globs expanded; sorted, unique."""
+    found: list[Path] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            matches = sorted(p for p in path.rglob("*.csv") if p.is_file())
+            if not matches:
+                raise ShapeInputError(f"{spec}: directory holds no .csv file")
+        elif path.is_file():
+            matches = [path]
+        elif glob.has_magic(spec):
+            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+            if not matches:
+                raise ShapeInputError(f"{spec}: pattern matches no file")
+        else:
+            raise ShapeInputError(f"{spec}: no such file or directory")
+        found.extend(matches)
+    return list(dict.fromkeys(found))
+
+
+def gather(specs: Sequence[str], *, lenient: bool = False) -> GatherResult:
+    """Read every file named by ``specs`` and merge their GEMMs by problem."""
+    files = expand_inputs(specs)
+    return merge_files([read_file(path, lenient=lenient) for path in files])
+
+
+def merge_files(parsed: Sequence[TunableOpFile]) -> GatherResult:
+    """Dedupe entries of parsed files by ``GemmProblem``, first-seen key spelling kept."""
+    records: dict[GemmProblem, ShapeRecord] = {}
+    lines = 0
+    for tfile in parsed:
+        for entry in tfile.entries:
+            lines += 1
+            record = records.get(entry.problem)
+            if record is None:
+                record = records[entry.problem] = ShapeRecord(
+                    entry.problem, entry.op_signature, entry.params_signature)
+            record.count += 1
+            if tfile.path not in record.sources:
+                record.sources.append(tfile.path)
+            time_ms = entry.time_ms
+            if time_ms is not None and (record.time_ms is None or time_ms < record.time_ms):
+                record.time_ms, record.solution = time_ms, entry.solution
+    shapes = sorted(records.values(), key=lambda r: r.problem.sort_key())
+    skipped = [s for tfile in parsed for s in tfile.skipped]
+    return GatherResult(shapes, [f.path for f in parsed], lines, skipped)
+
+
+def write_shapes_json(path: str | Path, result: GatherResult) -> None:
+    atomic_write_json(path, [record.to_json() for record in result.shapes])
+
+
+def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
+    """Load ``shapes.json``; a row that does not parse names the file and the row index."""
+    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a JSON list of shape objects")
+    records = []
+    for index, row in enumerate(rows):
+        try:
+            records.append(ShapeRecord.from_json(row))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}: row {index}: {err}") from None
+    return records
+
+
+def summary_table(result: GatherResult) -> str:
+    """A fixed-width table of the gathered shapes, followed by totals and skipped lines."""
+    header = ("op", "dtype", "layout", "m", "n", "k", "batch", "count", "time_ms")
+    rows = [
+        (OP_SIGNATURE_NAMES[r.problem.op].removesuffix("TunableOp"), dtype_signature(r.problem),
+         r.problem.layout, str(r.problem.m), str(r.problem.n), str(r.problem.k), str(r.problem.batch),
+         str(r.count), "" if r.time_ms is None else f"{r.time_ms:.4g}")
+        for r in result.shapes
+    ]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
+    numeric = {3, 4, 5, 6, 7, 8}
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
+    lines.append(f"{len(result.shapes)} distinct GEMMs from {result.lines} lines in {len(result.files)} files")
+    if result.skipped:
+        lines.append(f"{len(result.skipped)} malformed lines skipped (--lenient):")
+        lines += [f"  {s}" for s in result.skipped]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""Luigi tasks: thin wiring of the core modules, one directory per run and per stage.
+
+``workdir/<run>/collect/``  untuned<N>.csv, workload logs, manifest.json   (CollectShapes)
+``workdir/<run>/shapes/``   shapes.json, summary.txt                       (GatherShapes)
+
+Next stages (later issues): GenerateConfigs, Bench, MergeResults/MergeLogic, Validate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import luigi
+from luigi.util import inherits
+
+from .atomic import atomic_write_text
+from .collect import MANIFEST, collect
+from .shapes import gather, summary_table, write_shapes_json
+
+
+class PipelineTask(luigi.Task):
+    """Common parameters: where runs live and which run this is."""
+
+    workdir = luigi.Parameter(default="workdir", description="root of all run directories")
+    run_name = luigi.Parameter(default=datetime.date.today().isoformat(),
+                               description="run directory under --workdir (default: today's date); "
+                                           "a rerun with the same name resumes")
+
+    def stage_dir(self, stage: str) -> Path:
+        return Path(self.workdir) / self.run_name / stage
+
+
+class CollectShapes(PipelineTask):
+    """Run the workload under TunableOp record-untuned mode and keep what it recorded."""
+
+    workload_cmd = luigi.Parameter(default="", description="shell command of the workload "
+                                                           "(default: the embedded Llama decoder)")
+    workload_timeout = luigi.FloatParameter(default=3600.0, description="seconds before the workload is stopped")
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("collect") / MANIFEST)
+
+    def run(self) -> None:
+        self.set_status_message("running the workload with TunableOp recording")
+        result = collect(self.stage_dir("collect"), self.workload_cmd or None, timeout_s=self.workload_timeout)
+        self.set_status_message(f"recorded {len(result.files)} files in {result.seconds:.0f} s")
+
+
+@inherits(CollectShapes)
+class GatherShapes(PipelineTask):
+    """Parse the recorded (or the user's ``--untuned``) TunableOp files into ``shapes.json``."""
+
+    untuned = luigi.Parameter(default="", description="comma-separated files, directories or globs of "
+                                                      "TunableOp CSVs; when given, no collection runs")
+    lenient = luigi.BoolParameter(default=False, description="skip and count malformed lines")
+
+    def requires(self) -> luigi.Task | None:
+        return None if self.untuned else self.clone(CollectShapes)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("shapes") / "shapes.json")
+
+    def input_specs(self) -> list[str]:
+        if self.untuned:
+            return [spec.strip() for spec in self.untuned.split(",") if spec.strip()]
+        manifest = Path(self.input().path)
+        return [str(manifest.parent / name) for name in json.loads(manifest.read_text())["files"]]
+
+    def run(self) -> None:
+        result = gather(self.input_specs(), lenient=self.lenient)
+        summary = summary_table(result)
+        atomic_write_text(self.stage_dir("shapes") / "summary.txt", summary)
+        write_shapes_json(self.output().path, result)
+        print(summary, end="")
+
+
+@inherits(GatherShapes)
+class TuneWorkload(PipelineTask, luigi.WrapperTask):
+    """The nightly job. Stages so far: CollectShapes -> GatherShapes."""
+
+    def requires(self) -> luigi.Task:
+        return self.clone(GatherShapes)

@@ -1,0 +1,1 @@
+"""GPU workloads the pipeline can record GEMMs from (run as ``python -m``; they import torch)."""

@@ -1,0 +1,209 @@
+"""Embedded default workload: a Llama-style decoder in plain torch, random weights, no downloads.
+
+Run ``python -m pipeline.workloads.llama`` on a GPU. It prefills a few (batch, prompt length) pairs, then
+runs a short greedy decode for each, and prints tokens/s. Its GEMMs, in TunableOp's BLAS frame for
+``T`` tokens (batch x sequence): fused qkv ``tn_{(heads + 2 kv_heads) head_dim}_T_{hidden}``, o
+``tn_{hidden}_T_{hidden}``, gate_up ``tn_{2 intermediate}_T_{hidden}``, down ``tn_{hidden}_T_{intermediate}``
+and lm_head ``tn_{vocab}_{batch}_{hidden}`` (logits of the last position only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NO_GPU_EXIT_CODE = 3
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    hidden: int = 4096
+    heads: int = 32
+    kv_heads: int = 8
+    intermediate: int = 14336
+    vocab: int = 128256
+    layers: int = 2
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def qkv_width(self) -> int:
+        return (self.heads + 2 * self.kv_heads) * self.head_dim
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, rotate-half convention; ``cos``/``sin`` are ``[seq, head_dim]``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.hidden, cfg.qkv_width, bias=False)
+        self.o = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: tuple[torch.Tensor, torch.Tensor], start: int) -> torch.Tensor:
+        cfg, (batch, seq, _) = self.cfg, x.shape
+        q, k, v = self.qkv(x).split(
+            [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim], dim=-1)
+        q = rotate(q.view(batch, seq, cfg.heads, cfg.head_dim).transpose(1, 2), cos, sin)
+        k = rotate(k.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        cache_k, cache_v = cache
+        cache_k[:batch, :, start:start + seq] = k
+        cache_v[:batch, :, start:start + seq] = v
+        keys, values = cache_k[:batch, :, :start + seq], cache_v[:batch, :, :start + seq]
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=seq > 1, enable_gqa=True)
+        return self.o(out.transpose(1, 2).reshape(batch, seq, cfg.heads * cfg.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.hidden, 2 * cfg.intermediate, bias=False)
+        self.down = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, cache, start):
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, start)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def new_cache(self, batch: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        cfg, ref = self.cfg, self.lm_head.weight
+        shape = (batch, cfg.kv_heads, length, cfg.head_dim)
+        return [(ref.new_zeros(shape), ref.new_zeros(shape)) for _ in range(cfg.layers)]
+
+    def forward(self, tokens: torch.Tensor, cache: list, start: int) -> torch.Tensor:
+        """Logits of the last position for ``tokens[batch, seq]`` placed at ``start`` in the cache."""
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device).float()
+        angles = torch.outer(positions, self.inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        dtype = self.lm_head.weight.dtype
+        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+        x = self.embed(tokens)
+        for block, layer_cache in zip(self.blocks, cache, strict=True):
+            x = block(x, cos, sin, layer_cache, start)
+        return self.lm_head(self.norm(x[:, -1, :]).contiguous())
+
+
+def generate(model: Llama, batch: int, prompt: int, steps: int, generator: torch.Generator) -> dict:
+    """Greedy generation; returns the prefill and decode times in seconds and the tokens made."""
+    device = model.lm_head.weight.device
+    tokens = torch.randint(0, model.cfg.vocab, (batch, prompt), device=device, generator=generator)
+    cache = model.new_cache(batch, prompt + steps)
+    synchronize(device)
+    t0 = time.perf_counter()
+    next_token = model(tokens, cache, 0).argmax(-1, keepdim=True)
+    synchronize(device)
+    t1 = time.perf_counter()
+    out = [next_token]
+    for step in range(steps - 1):
+        next_token = model(next_token, cache, prompt + step).argmax(-1, keepdim=True)
+        out.append(next_token)
+    synchronize(device)
+    t2 = time.perf_counter()
+    return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "tokens": torch.cat(out, dim=1)}
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    d = LlamaConfig()
+    parser = argparse.ArgumentParser(prog="python -m pipeline.workloads.llama", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name))
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--prompt-lengths", type=int, nargs="+", default=[128, 1024])
+    parser.add_argument("--decode-steps", type=int, default=16)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    parser.add_argument("--device", default="cuda", help="cuda (ROCm GPUs are 'cuda' too) or cpu for a smoke run")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("the embedded workload needs a CUDA or ROCm GPU, and torch.cuda.is_available() is False "
+              f"(torch {torch.__version__})", file=sys.stderr)
+        return NO_GPU_EXIT_CODE
+    cfg = LlamaConfig(args.hidden, args.heads, args.kv_heads, args.intermediate, args.vocab, args.layers)
+    if cfg.hidden % cfg.heads or cfg.heads % cfg.kv_heads:
+        print(f"hidden {cfg.hidden} must split into {cfg.heads} heads, and heads into {cfg.kv_heads} kv heads",
+              file=sys.stderr)
+        return 2
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = Llama(cfg).to(getattr(torch, args.dtype)).eval()
+    generator = torch.Generator(device).manual_seed(args.seed)
+    total_tokens, total_s = 0, 0.0
+    with torch.inference_mode():
+        for batch in args.batch_sizes:
+            for prompt in args.prompt_lengths:
+                r = generate(model, batch, prompt, args.decode_steps, generator)
+                decoded = batch * (args.decode_steps - 1)
+                print(f"batch={batch} prompt={prompt}: prefill {batch * prompt / r['prefill_s']:.1f} tokens/s, "
+                      f"decode {decoded / max(r['decode_s'], 1e-9):.1f} tokens/s")
+                total_tokens += batch * (prompt + args.decode_steps - 1)
+                total_s += r["prefill_s"] + r["decode_s"]
+    print(f"throughput: {total_tokens / total_s:.1f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TUNABLEOP_FIXTURES = sorted((FIXTURES / "tunableop").glob("*.csv"))
+
+
+def _gpu_reason() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (GPU tests run on the device machine with the 'cuda' extra)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA/ROCm GPU visible to torch (GPU tests run on the device machine)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not any("gpu" in item.keywords for item in items):
+        return
+    reason = _gpu_reason()
+    if reason:
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))

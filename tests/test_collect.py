@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
+
+FAKE = str(Path(__file__).parent / "fake_workload.py")
+QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"
+O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
+
+
+def test_recording_env(tmp_path):
+    env = recording_env(tmp_path, {"PATH": "/bin", "PYTORCH_TUNABLEOP_TUNING": "1"})
+    assert env == {"PATH": "/bin", "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
+                   "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
+                   "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv")}
+
+
+def test_collect_per_gpu_files_and_manifest(tmp_path):
+    out = tmp_path / "collect"
+    result = collect(out, [sys.executable, FAKE, "--gpus", "2", QKV, O_PROJ])
+    assert result.files == [out / "untuned0.csv", out / "untuned1.csv"]
+    assert (out / "untuned1.csv").read_text() == f"{QKV}\n{O_PROJ}\n"
+    assert result.tokens_per_s == 1234.5
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"] == ["untuned0.csv", "untuned1.csv"] and manifest["returncode"] == 0
+    assert "throughput" in (out / "workload.stdout.log").read_text()
+    assert not (tmp_path / "collect.partial").exists()
+
+
+def test_stale_files_are_removed_before_recording(tmp_path):
+    out = tmp_path / "collect"
+    stale = tmp_path / "collect.partial"
+    stale.mkdir()
+    (stale / "untuned0.csv").write_text(f"{O_PROJ}\n")  # left by a crashed run; record mode would append
+    collect(out, f"{sys.executable} {FAKE} {QKV}")  # a shell command line
+    assert (out / "untuned0.csv").read_text() == f"{QKV}\n"
+
+
+def test_failing_workload_reports_exit_code_and_stderr_tail(tmp_path):
+    out = tmp_path / "collect"
+    collect(out, [sys.executable, FAKE, QKV])
+    with pytest.raises(CollectionError) as err:
+        collect(out, [sys.executable, FAKE, "--exit", "7", O_PROJ])
+    message = str(err.value)
+    assert "exited with code 7" in message and "CUDA error: out of memory" in message
+    assert (out / "untuned0.csv").read_text() == f"{QKV}\n", "a failed run leaves the last good one alone"
+
+
+def test_workload_that_records_nothing(tmp_path):
+    with pytest.raises(CollectionError, match="recorded no GEMM"):
+        collect(tmp_path / "collect", [sys.executable, FAKE])
+
+
+def test_timeout_and_missing_command(tmp_path):
+    with pytest.raises(CollectionError, match="ran past 0 s"):
+        collect(tmp_path / "collect", "sleep 5", timeout_s=0.2)
+    with pytest.raises(CollectionError, match="cannot start workload"):
+        collect(tmp_path / "collect", [str(tmp_path / "no-such-program")])
+
+
+def _fake_python(tmp_path, body):
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_no_torch_message_says_what_to_install(tmp_path):
+    python = _fake_python(tmp_path, "echo \"ModuleNotFoundError: No module named 'torch'\" >&2; exit 1")
+    with pytest.raises(CollectionError) as err:
+        check_gpu_torch(python)
+    message = str(err.value)
+    assert "No module named 'torch'" in message and "'cuda' extra" in message and "--untuned" in message
+
+
+def test_no_gpu_message(tmp_path):
+    with pytest.raises(CollectionError, match=r"No GPU: .*torch.cuda.is_available\(\) is False.*--untuned"):
+        check_gpu_torch(_fake_python(tmp_path, "exit 3"))
+
+
+def test_parse_tokens_per_s():
+    assert parse_tokens_per_s("a 12.5 tokens/s\nthroughput: 300 tokens/s\n") == 300.0
+    assert parse_tokens_per_s("no figures") is None

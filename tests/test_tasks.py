@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import luigi
+
+from pipeline import GatherShapes, TuneWorkload
+
+from .conftest import FIXTURES
+from .test_collect import FAKE, O_PROJ, QKV
+
+
+def _build(task) -> bool:
+    return luigi.build([task], local_scheduler=True, detailed_summary=False, log_level="WARNING")
+
+
+def test_untuned_files_skip_collection(tmp_path):
+    files = f"{FIXTURES / 'tunableop' / 'torch2.11_cuda_untuned0.csv'}, {FIXTURES / 'tunableop' / 'torch2.6_*.csv'}"
+    task = TuneWorkload(workdir=str(tmp_path), run_name="night", untuned=files)
+    assert _build(task)
+    shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
+    assert sum(row["count"] for row in shapes) == 4 + 2 + 8
+    assert "distinct GEMMs" in (tmp_path / "night" / "shapes" / "summary.txt").read_text()
+    assert not (tmp_path / "night" / "collect").exists()
+
+
+def test_collection_then_gather_and_resume(tmp_path):
+    counter = tmp_path / "runs.txt"
+    cmd = shlex.join([sys.executable, FAKE, "--gpus", "2", "--counter", str(counter), QKV, O_PROJ])
+    task = TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd)
+    assert _build(task)
+    shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
+    assert [(row["m"], row["n"], row["k"], row["count"]) for row in shapes] == [(4096, 128, 4096, 2),
+                                                                               (6144, 128, 4096, 2)]
+    (tmp_path / "night" / "shapes" / "shapes.json").unlink()  # as if the run crashed in GatherShapes
+    assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
+    assert counter.read_text().count("run") == 1, "collection is not repeated on a rerun"
+    assert (tmp_path / "night" / "shapes" / "shapes.json").exists()
+
+
+def test_failing_workload_fails_the_task(tmp_path):
+    cmd = shlex.join([sys.executable, FAKE, "--exit", "9", QKV])
+    assert not _build(GatherShapes(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
+    assert not (tmp_path / "night" / "collect").exists()
+    assert not (tmp_path / "night" / "shapes").exists()
+
+
+def test_luigi_command_line_exit_codes(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    base = [sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+            "--workdir", str(tmp_path)]
+    ok = subprocess.run([*base, "--untuned", str(FIXTURES / "tunableop")], cwd=repo, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text("GemmTunableOp_Half_TN,tn_8_8\n")
+    failed = subprocess.run([*base, "--run-name", "bad", "--untuned", str(bad)], cwd=repo, capture_output=True,
+                            text=True)
+    assert failed.returncode != 0
+    assert f"{bad}:1: params 'tn_8_8'" in failed.stderr

@@ -1,0 +1,98 @@
+"""The embedded Llama workload: CPU smoke tests (need torch) and the GPU collection test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.collect import collect
+from pipeline.shapes import gather
+
+
+def _tiny_args(*extra: str) -> list[str]:
+    return ["--device", "cpu", "--dtype", "float32", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+            "--intermediate", "96", "--vocab", "101", "--layers", "2", "--batch-sizes", "1", "2",
+            "--prompt-lengths", "5", "9", "--decode-steps", "4", *extra]
+
+
+def test_cpu_smoke_run_prints_throughput(capsys):
+    llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
+    assert llama.main(_tiny_args()) == 0
+    out = capsys.readouterr().out
+    assert out.count("batch=") == 4 and out.strip().splitlines()[-1].startswith("throughput: ")
+
+
+def test_bad_head_split_is_refused(capsys):
+    llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
+    assert llama.main(_tiny_args("--heads", "5")) == 2
+    assert "must split into 5 heads" in capsys.readouterr().err
+
+
+def test_cached_decode_matches_full_forward():
+    llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
+    import torch
+
+    torch.manual_seed(0)
+    cfg = llama.LlamaConfig(hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=101, layers=2)
+    model = llama.Llama(cfg).double().eval()
+    tokens = torch.randint(0, cfg.vocab, (2, 7))
+    with torch.inference_mode():
+        cache = model.new_cache(2, 7)
+        model(tokens[:, :5], cache, 0)
+        step5 = model(tokens[:, 5:6], cache, 5)
+        step6 = model(tokens[:, 6:7], cache, 6)
+        full6 = model(tokens[:, :6], model.new_cache(2, 6), 0)
+        full7 = model(tokens, model.new_cache(2, 7), 0)
+    torch.testing.assert_close(step5, full6)
+    torch.testing.assert_close(step6, full7)
+
+
+def expected_linear_keys(hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=128256,
+                         batches=(1, 4), prompts=(128, 1024)) -> set[tuple[str, str]]:
+    """The TunableOp keys the embedded workload's linear layers imply, in the BLAS frame."""
+    head_dim = hidden // heads
+    widths = {  # name: (out features, in features)
+        "qkv": ((heads + 2 * kv_heads) * head_dim, hidden), "o": (hidden, hidden),
+        "gate_up": (2 * intermediate, hidden), "down": (hidden, intermediate),
+    }
+    tokens = {b * p for b in batches for p in prompts} | set(batches)
+    keys = {("GemmTunableOp_BFloat16_TN", f"tn_{out}_{t}_{inp}_ld_{inp}_{inp}_{out}")
+            for out, inp in widths.values() for t in tokens}
+    keys |= {("GemmTunableOp_BFloat16_TN", f"tn_{vocab}_{b}_{hidden}_ld_{hidden}_{hidden}_{vocab}") for b in batches}
+    return keys
+
+
+def test_expected_keys_include_the_spec_example():
+    keys = expected_linear_keys()
+    assert ("GemmTunableOp_BFloat16_TN", "tn_6144_128_4096_ld_4096_4096_6144") in keys
+    assert len(keys) == 4 * 6 + 2
+
+
+@pytest.mark.gpu
+def test_gpu_collection_records_every_linear_problem(tmp_path):
+    result = collect(tmp_path / "collect")
+    gathered = gather([str(f) for f in result.files])
+    recorded = {(r.op_signature, r.params_signature) for r in gathered.shapes}
+    missing = expected_linear_keys() - recorded
+    assert not missing, f"not recorded: {sorted(missing)}"
+    assert result.tokens_per_s and result.tokens_per_s > 0
+    print(f"\nrecorded {len(recorded)} distinct GEMMs ({len(recorded - expected_linear_keys())} beyond the "
+          f"linear layers), {result.tokens_per_s:.0f} tokens/s, {result.seconds:.1f} s")
+
+
+@pytest.mark.gpu
+def test_gpu_luigi_tune_workload_up_to_gather(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload",
+                           "--local-scheduler", "--workdir", str(tmp_path), "--run-name", "gpu"],
+                          cwd=repo, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads((tmp_path / "gpu" / "shapes" / "shapes.json").read_text())
+    recorded = {(r["op_signature"], r["params_signature"]) for r in rows}
+    assert expected_linear_keys() <= recorded
+    manifest = json.loads((tmp_path / "gpu" / "collect" / "manifest.json").read_text())
+    assert manifest["tokens_per_s"] > 0
