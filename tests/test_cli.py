@@ -15,7 +15,7 @@ def test_shapes_prints_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "shapes.json"
     assert main(["shapes", str(FIXTURES / "tunableop" / "torch2.11_cuda_untuned0.csv"), "--json", str(out)]) == 0
     assert "4 distinct GEMMs from 4 lines in 1 files" in capsys.readouterr().out
-    assert [row["params_signature"] for row in json.loads(out.read_text())][0].startswith("tn_4096_64_11008")
+    assert next(row["params_signature"] for row in json.loads(out.read_text())).startswith("tn_4096_64_11008")
 
 
 def test_shapes_strict_error_exit_code(tmp_path, capsys):

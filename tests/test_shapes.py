@@ -49,12 +49,12 @@ def test_expand_inputs_files_dirs_globs_and_errors(tmp_path):
     assert expand_inputs([str(run)]) == [run / "untuned0.csv", run / "untuned1.csv"]
     assert expand_inputs([str(run / "untuned1.csv"), str(run / "*.csv")]) == [run / "untuned1.csv",
                                                                              run / "untuned0.csv"]
-    with pytest.raises(ShapeInputError, match="missing.csv: no such file"):
+    with pytest.raises(ShapeInputError, match=r"missing\.csv: no such file"):
         expand_inputs([str(tmp_path / "missing.csv")])
     with pytest.raises(ShapeInputError, match="pattern matches no file"):
         expand_inputs([str(tmp_path / "none*.csv")])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ShapeInputError, match="directory holds no .csv file"):
+    with pytest.raises(ShapeInputError, match=r"directory holds no \.csv file"):
         expand_inputs([str(tmp_path / "empty")])
 
 

@@ -171,6 +171,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--decode-steps", type=int, default=16)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--device", default="cuda", help="cuda (ROCm GPUs are 'cuda' too) or cpu for a smoke run")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed generations before the timed ones")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -193,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     generator = torch.Generator(device).manual_seed(args.seed)
     total_tokens, total_s = 0, 0.0
     with torch.inference_mode():
+        for _ in range(args.warmup):
+            generate(model, min(args.batch_sizes), min(args.prompt_lengths), args.decode_steps, generator)
         for batch in args.batch_sizes:
             for prompt in args.prompt_lengths:
                 r = generate(model, batch, prompt, args.decode_steps, generator)
