@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import atomic_write_json
+from .atomic import atomic_directory, atomic_write_json
 
 EMBEDDED_WORKLOAD = "pipeline.workloads.llama"
 MANIFEST = "manifest.json"
@@ -90,9 +89,12 @@ def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s:
         package_root = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
-    staging = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)  # record mode appends: never reuse old files
-    staging.mkdir(parents=True)
+    with atomic_directory(out_dir) as staging:  # record mode appends: never reuse old files
+        return _run_and_record(staging, out_dir, argv, env, timeout_s)
+
+
+def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str, str],
+                    timeout_s: float) -> Collection:
     stdout_log, stderr_log = staging / "workload.stdout.log", staging / "workload.stderr.log"
     start = time.monotonic()
     with stdout_log.open("w") as out, stderr_log.open("w") as err:
@@ -119,8 +121,6 @@ def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s:
     atomic_write_json(staging / MANIFEST, {
         "command": argv, "returncode": proc.returncode, "seconds": round(seconds, 3),
         "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files]})
-    shutil.rmtree(out_dir, ignore_errors=True)
-    staging.rename(out_dir)
     return collection
 
 

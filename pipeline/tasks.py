@@ -2,8 +2,9 @@
 
 ``workdir/<run>/collect/``  untuned<N>.csv, workload logs, manifest.json   (CollectShapes)
 ``workdir/<run>/shapes/``   shapes.json, summary.txt                       (GatherShapes)
+``workdir/<run>/configs/``  find_exact/*.yaml, tensile/*.yaml, configs.json (GenerateConfigs)
 
-Next stages (later issues): GenerateConfigs, Bench, MergeResults/MergeLogic, Validate.
+Next stages (later issues): Bench, MergeResults/MergeLogic, Validate.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits
 
+from . import configs
 from .atomic import atomic_write_text
 from .collect import MANIFEST, collect
-from .shapes import gather, summary_table, write_shapes_json
+from .shapes import gather, read_shapes_json, summary_table, write_shapes_json
 
 
 class PipelineTask(luigi.Task):
@@ -77,8 +79,29 @@ class GatherShapes(PipelineTask):
 
 
 @inherits(GatherShapes)
-class TuneWorkload(PipelineTask, luigi.WrapperTask):
-    """The nightly job. Stages so far: CollectShapes -> GatherShapes."""
+class GenerateConfigs(PipelineTask):
+    """Render the find_exact and TensileLite configs of the gathered shapes, with stride padding."""
+
+    arch = luigi.ChoiceParameter(default="gfx942", choices=configs.ARCH_NAMES, description="AMD target arch")
+    padding = luigi.ChoiceParameter(default="auto", choices=["auto", "off"], description="stride padding")
+    tensile_preset = luigi.Parameter(default="mi300x", description="TensileLite parameter preset")
 
     def requires(self) -> luigi.Task:
         return self.clone(GatherShapes)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("configs") / configs.MANIFEST)
+
+    def run(self) -> None:
+        settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset)
+        problems = [record.problem for record in read_shapes_json(self.input().path)]
+        data = configs.write_configs(self.stage_dir("configs"), problems, settings)
+        print(configs.summary(data), end="")
+
+
+@inherits(GenerateConfigs)
+class TuneWorkload(PipelineTask, luigi.WrapperTask):
+    """The nightly job. Stages so far: CollectShapes -> GatherShapes -> GenerateConfigs."""
+
+    def requires(self) -> luigi.Task:
+        return self.clone(GenerateConfigs)

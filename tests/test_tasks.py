@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,10 +37,14 @@ def test_collection_then_gather_and_resume(tmp_path):
     shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
     assert [(row["m"], row["n"], row["k"], row["count"]) for row in shapes] == [(4096, 128, 4096, 2),
                                                                                (6144, 128, 4096, 2)]
-    (tmp_path / "night" / "shapes" / "shapes.json").unlink()  # as if the run crashed in GatherShapes
+    # as if the run had crashed in GatherShapes: its output and everything after it are missing
+    (tmp_path / "night" / "shapes" / "shapes.json").unlink()
+    shutil.rmtree(tmp_path / "night" / "configs")
     assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
     assert counter.read_text().count("run") == 1, "collection is not repeated on a rerun"
     assert (tmp_path / "night" / "shapes" / "shapes.json").exists()
+    configs = json.loads((tmp_path / "night" / "configs" / "configs.json").read_text())
+    assert "tensile/Cijk_Alik_Bljk_BBS_BH.yaml" in configs["files"]
 
 
 def test_failing_workload_fails_the_task(tmp_path):

@@ -1,0 +1,117 @@
+"""hipBLASLt / TensileLite view of a ``GemmProblem``: frame, type letters, ProblemType names, arch table.
+
+torch hands hipBLASLt the BLAS frame it records (``shared/spec/tunableop.md`` 1.3), so the mapping is the
+identity on operands and transposes: hipBLASLt ``A`` = TunableOp ``A``, ``transA = transa``, ``M = m``,
+``N = n``, ``K = k``, ``batch_count = batch``, ``ldd = ldc`` (torch writes C in place). Packed ld's are
+filled in where the key did not record them (torch 2.6). Tensile's exact 8-tuple orders the ld's
+``LDD, LDC, LDA, LDB`` (``shared/spec/hipblaslt-tensilelite.md`` section 2); find_exact takes ``[M, N, B, K]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .problem import GemmProblem
+
+# find_exact.py type letters (spec section 1): H, S, FP8 (S24) and B, FP8N (H25/RL); anything else asserts.
+FIND_EXACT_TYPES = {
+    "float16": "H",
+    "float32": "S",
+    "bfloat16": "B",
+    "float8_e4m3fn": "FP8",
+    "float8_e4m3fnuz": "FP8N",
+}
+# TensileLite ProblemType DataType letters (spec section 4 names h|s|b; d is Tensile's double).
+TENSILE_TYPES = {"float16": "h", "float32": "s", "bfloat16": "b", "float64": "d"}
+# Letters of Tensile's ProblemType names (e.g. Cijk_Alik_Bljk_HHS_BH).
+_NAME_LETTERS = {"float16": "H", "float32": "S", "bfloat16": "B", "float64": "D",
+                 "float8_e4m3fn": "F8", "float8_e4m3fnuz": "F8N"}
+_INDICES = {"N": ("Ailk", "Bljk"), "T": ("Alik", "Bjlk")}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One GPU architecture as TensileLite's LibraryLogic names it."""
+
+    name: str
+    schedule: str
+    device_names: tuple[str, ...]
+    family: str
+
+
+ARCHS: dict[str, Arch] = {
+    a.name: a
+    for a in (
+        Arch("gfx942", "aquavanjaram", ("Device 0049", "Device 0050"), "MI300"),
+        Arch("gfx90a", "aldebaran", ("Device 740c", "Device 740f"), "MI200"),
+        Arch("gfx950", "gfx950", ("Device 75a0", "Device 75a3"), "MI350"),
+    )
+}
+
+
+class UnknownArchError(ValueError):
+    pass
+
+
+def get_arch(name: str) -> Arch:
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise UnknownArchError(f"unknown arch {name!r}; known: {', '.join(ARCHS)}") from None
+
+
+@dataclass(frozen=True)
+class AmdGemm:
+    """A GEMM in hipBLASLt's terms: sizes, packed-or-recorded ld's, transposes."""
+
+    trans_a: bool
+    trans_b: bool
+    m: int
+    n: int
+    batch: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    ldd: int
+
+    @property
+    def find_exact_size(self) -> list[int]:
+        return [self.m, self.n, self.batch, self.k]
+
+    @property
+    def tensile_exact(self) -> list[int]:
+        return [self.m, self.n, self.batch, self.k, self.ldd, self.ldc, self.lda, self.ldb]
+
+
+def packed_lds(problem: GemmProblem) -> tuple[int, int, int]:
+    """Leading dimensions of densely stored operands: rows of A, B and C as stored."""
+    return (problem.m if problem.transa == "N" else problem.k,
+            problem.k if problem.transb == "N" else problem.n,
+            problem.m)
+
+
+def to_amd(problem: GemmProblem) -> AmdGemm:
+    """The hipBLASLt frame of a concrete (non-wildcard) problem."""
+    if problem.is_wildcard:
+        raise ValueError("a wildcard problem has no concrete size")
+    lda, ldb, ldc = (problem.lda, problem.ldb, problem.ldc) if problem.lda is not None else packed_lds(problem)
+    return AmdGemm(problem.transa == "T", problem.transb == "T", problem.m, problem.n, problem.batch,
+                   problem.k, lda, ldb, ldc, ldc)
+
+
+def is_packed(problem: GemmProblem) -> bool:
+    return problem.lda is None or (problem.lda, problem.ldb, problem.ldc) == packed_lds(problem)
+
+
+def problem_type_name(problem: GemmProblem) -> str:
+    """Tensile-style ProblemType name, e.g. ``Cijk_Alik_Bljk_BBS_BH_Bias`` for a bf16 TN GEMM with bias."""
+    a_index, b_index = _INDICES[problem.transa][0], _INDICES[problem.transb][1]
+    a, b, d = (_NAME_LETTERS[t] for t in (problem.a_type, problem.b_type, problem.c_type))
+    compute = "S" if problem.compute_type == "float32" else _NAME_LETTERS[problem.a_type]
+    if a == b == d == compute:
+        types, hpa = a, ""
+    else:
+        types, hpa = (a if a == b else a + b) + d + compute, "H"
+    bias = "_Bias" if problem.op == "gemm_and_bias" or problem.bias_type else ""
+    return f"Cijk_{a_index}_{b_index}_{types}_B{hpa}{bias}"

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.cli import main
+from pipeline.configs import ConfigSettings, find_exact_reason, plan_configs, tensile_reason, write_configs
+from pipeline.problem import GemmProblem
+from pipeline.shapes import read_shapes_json
+
+from .conftest import FIXTURES
+
+GOLDEN = Path(__file__).parent / "golden"
+SHAPES = FIXTURES / "configs" / "shapes.json"
+
+
+def _problems() -> list[GemmProblem]:
+    return [record.problem for record in read_shapes_json(SHAPES)]
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("golden", "settings"), [
+    ("configs_gfx942", ConfigSettings()),
+    ("configs_gfx90a", ConfigSettings(arch="gfx90a", preset="quick")),
+])
+def test_rendered_files_match_the_golden_files(golden, settings, tmp_path):
+    write_configs(tmp_path / "out", _problems(), settings)
+    assert _tree(tmp_path / "out") == _tree(GOLDEN / golden)
+
+
+def test_find_exact_files_follow_the_schema(tmp_path):
+    write_configs(tmp_path, _problems(), ConfigSettings(split_k=(0, 4)))
+    files = sorted((tmp_path / "find_exact").glob("*.yaml"))
+    assert files
+    for path in files:
+        config = yaml.safe_load(path.read_text())
+        assert set(config) == {"Bench", "CreateLogic"} and config["CreateLogic"] == {}
+        bench = config["Bench"]
+        assert set(bench) == {"ProblemType", "TestConfig", "TuningParameters", "ProblemSizes"}
+        pt = bench["ProblemType"]
+        assert pt["ComputeDataType"] == "S" and pt["DataTypeC"] == pt["DataTypeD"]
+        assert {pt["DataTypeA"], pt["DataTypeB"], pt["DataTypeC"]} <= {"H", "S", "B", "FP8", "FP8N"}
+        assert pt["TransposeA"] in (0, 1) and isinstance(pt["UseBias"], bool)
+        assert bench["TestConfig"] == {"ColdIter": 20, "Iter": 100, "AlgoMethod": "all", "RotatingBuffer": 512}
+        assert bench["TuningParameters"] == {"SplitK": [0, 4]}
+        assert all(len(size) == 4 and all(isinstance(v, int) for v in size) for size in bench["ProblemSizes"])
+        assert bench["ProblemSizes"] == sorted(bench["ProblemSizes"])
+
+
+def test_tensile_files_follow_the_schema(tmp_path):
+    write_configs(tmp_path, _problems(), ConfigSettings())
+    files = sorted((tmp_path / "tensile").glob("*.yaml"))
+    assert files
+    for path in files:
+        config = yaml.safe_load(path.read_text())
+        assert list(config) == ["GlobalParameters", "BenchmarkProblems", "LibraryLogic", "LibraryClient"]
+        assert config["GlobalParameters"]["NumElementsToValidate"] == 0
+        ((problem_type, group),) = config["BenchmarkProblems"]
+        assert problem_type["OperationType"] == "GEMM" and problem_type["Batched"] is True
+        for empty in ("InitialSolutionParameters", "BenchmarkForkParameters", "JoinParameters",
+                      "BenchmarkJoinParameters"):
+            assert empty in group and group[empty] is None
+        mi = group["ForkParameters"][0]["MatrixInstruction"]
+        assert mi[0][:2] == [16, 16] and all(len(row) == 9 for row in mi)
+        wgm = next(p["WorkGroupMapping"] for p in group["ForkParameters"] if "WorkGroupMapping" in p)
+        assert all(v % 8 == 0 for v in wgm)
+        final = group["BenchmarkFinalParameters"]
+        assert list(final[0]) == ["ProblemSizes"]
+        assert all(len(size["Exact"]) == 8 for size in final[0]["ProblemSizes"])
+        assert config["LibraryLogic"] == {"ScheduleName": "aquavanjaram", "DeviceNames": ["Device 0049", "Device 0050"],
+                                          "ArchitectureName": "gfx942", "LibraryType": "Equality"}
+        assert config["LibraryClient"] is None
+
+
+def test_padding_off_and_links_to_originals(tmp_path):
+    data = write_configs(tmp_path / "off", _problems(), ConfigSettings(padding="off"))
+    assert data["padded"] == [] and data["padding"]["rule"] is None
+    data = write_configs(tmp_path / "on", _problems(), ConfigSettings())
+    originals = {p["original"] for p in data["padded"]}
+    assert "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144" in originals
+    bf16 = yaml.safe_load((tmp_path / "on" / "tensile" / "Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
+    exact = [s["Exact"] for s in bf16["BenchmarkProblems"][0][1]["BenchmarkFinalParameters"][0]["ProblemSizes"]]
+    assert [6144, 128, 1, 4096, 6144, 6144, 4096, 4096] in exact
+    assert [6144, 128, 1, 4096, 6144, 6144, 4224, 4224] in exact
+    text = (tmp_path / "on" / "find_exact" / "Cijk_Alik_Bljk_BBS_BH.yaml").read_text()
+    assert "#   GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4224_4224_6144 (padded from" in text
+    assert "tn_2048_128_4096_ld_4100_4100_2048 (recorded with non-packed ld's)" in text
+
+
+def _gemm(dtype: str, compute: str = "float32", op: str = "gemm", **extra) -> GemmProblem:
+    return GemmProblem(op, "T", "N", 256, 256, 256, a_type=dtype, b_type=dtype,
+                       c_type="bfloat16" if op == "scaled_gemm" else dtype, compute_type=compute, **extra)
+
+
+@pytest.mark.parametrize(("problem", "find_exact", "tensile"), [
+    (_gemm("float16"), None, None),
+    (_gemm("bfloat16"), None, None),
+    (_gemm("float32"), None, None),
+    (_gemm("float64", "float64"), "no type letter for float64", None),
+    (_gemm("float32", "tf32"), "tf32", "tf32"),
+    (_gemm("complex64", "complex64"), "no type letter for complex64", "no TensileLite DataType letter for complex64"),
+    (_gemm("float8_e4m3fn", op="scaled_gemm"), None, "UseScaleAB"),
+    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=False), None, "UseScaleAB"),
+    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=True), "no scaling keys", "UseScaleAB"),
+    (_gemm("float8_e5m2", op="scaled_gemm"), "no type letter for float8_e5m2", "UseScaleAB"),
+    (_gemm("float32", compute_suffix="bf16x9_r", lda=256, ldb=256, ldc=256), "bf16x9_r", "bf16x9_r"),
+    (GemmProblem("gemm", "T", "N", "*", 256, 256), "wildcard", "wildcard"),
+])
+def test_every_dtype_mapping_is_tuned_or_skipped_with_a_reason(problem, find_exact, tensile):
+    for reason, expected in ((find_exact_reason(problem), find_exact), (tensile_reason(problem), tensile)):
+        assert (reason is None) if expected is None else (expected in reason)
+    plan = plan_configs([problem], ConfigSettings())
+    skipped_tools = {s.tool for s in plan.skipped}
+    assert ("find_exact" in skipped_tools) == (find_exact is not None)
+    assert ("tensile" in skipped_tools) == (tensile is not None)
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="unknown arch 'gfx1030'; known: gfx942, gfx90a, gfx950"):
+        ConfigSettings(arch="gfx1030")
+    with pytest.raises(ValueError, match=r"SplitK values must be 0\.\.255"):
+        ConfigSettings(split_k=(256,))
+    with pytest.raises(ValueError, match="unknown Tensile preset 'nope'; known: mi300x, quick"):
+        write_configs(Path("/nonexistent/never-written"), _problems(), ConfigSettings(preset="nope"))
+
+
+def test_cli_configs(tmp_path, capsys):
+    assert main(["configs", str(SHAPES), "--out", str(tmp_path / "c"), "--padding", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "9 config files for gfx942:" in out and "0 padded problems:" in out and "5 skipped:" in out
+    assert json.loads((tmp_path / "c" / "configs.json").read_text())["padding"]["mode"] == "off"
+    assert main(["configs", str(SHAPES), "--out", str(tmp_path / "d"), "--arch", "gfx1030"]) == 2
+    assert "unknown arch 'gfx1030'" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
