@@ -7,7 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import configs
+from . import configs, hipblaslt_override, tunableop
+from .logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
+from .results_merge import merge_results
 from .shapes import gather, read_shapes_json, summary_table, write_shapes_json
 
 
@@ -23,6 +25,40 @@ def _configs(args: argparse.Namespace) -> int:
     settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.preset)
     problems = [record.problem for record in read_shapes_json(args.shapes)]
     sys.stdout.write(configs.summary(configs.write_configs(Path(args.out), problems, settings)))
+    return 0
+
+
+def _merge_logic(args: argparse.Namespace) -> int:
+    options = MergeOptions(policy=args.policy, trim=args.trim, no_eff=args.no_eff, force_merge=args.force_merge,
+                           margin=args.margin)
+    try:
+        report = merge_dirs(Path(args.base), Path(args.new), Path(args.out), options)
+    except ProblemTypeMismatch as err:
+        print(err, file=sys.stderr)
+        return 1  # upstream merge.py's sys.exit status
+    print("\n".join(report.lines))
+    print(f"{len(report.written)} logic files written to {args.out}")
+    return 0
+
+
+def _merge_results(args: argparse.Namespace) -> int:
+    texts = {path: Path(path).read_text(encoding="utf-8") for path in args.inputs}
+    kinds = {hipblaslt_override.is_override_text(text) for text in texts.values()}
+    if len(kinds) > 1:
+        raise ValueError("inputs mix TunableOp results and hipBLASLt override files; merge each kind separately")
+    if kinds == {True}:
+        files = [hipblaslt_override.parse_override(text, path) for path, text in texts.items()]
+        target = hipblaslt_override.read_override(args.validators_from).git_version if args.validators_from else None
+        git, entries, lines = hipblaslt_override.merge_overrides(files, target)
+        hipblaslt_override.write_override(args.out, git, entries)
+    else:
+        files = [tunableop.parse_text(text, path, lenient=args.lenient) for path, text in texts.items()]
+        target = tunableop.read_file(args.validators_from).validators if args.validators_from else None
+        merged = merge_results(files, target)
+        tunableop.write_file(args.out, merged.validators, merged.entries)
+        lines = merged.lines + [str(s) for f in files for s in f.skipped]
+    print("\n".join(lines))
+    print(f"written {args.out}")
     return 0
 
 
@@ -46,6 +82,32 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--padding", choices=["auto", "off"], default="auto")
     gen.add_argument("--preset", default="mi300x", help="TensileLite parameter preset (templates/tensile_presets.yaml)")
     gen.set_defaults(func=_configs)
+
+    merge = steps.add_parser("merge-logic", help="merge a directory of tuned logic YAMLs into the base logic",
+                             description="Merge NEW_DIR's logic files into BASE_DIR's, by basename, into OUT_DIR.")
+    merge.add_argument("base")
+    merge.add_argument("new")
+    merge.add_argument("out")
+    merge.add_argument("--policy", choices=["upstream", "faster"], default="faster",
+                       help="upstream: S24 merge.py exactly; faster (default): keep the faster entry, report all")
+    merge.add_argument("--notrim", dest="trim", action="store_false",
+                       help="keep 8-value (LD-distinct) keys instead of trimming them to [M, N, B, K]")
+    merge.add_argument("--no-eff", "--no_eff", dest="no_eff", action="store_true",
+                       help="store efficiency 0.0 for merged rows")
+    merge.add_argument("--force-merge", "--force_merge", dest="force_merge", default="none",
+                       help="none (upstream: forced unless the path holds 'arcturus'), true or false")
+    merge.add_argument("--margin", type=float, default=0.02,
+                       help="faster policy: how much faster a new entry must be to replace the base (0.02 = 2%%)")
+    merge.set_defaults(func=_merge_logic)
+
+    results = steps.add_parser("merge-results", help="merge tunableop_results.csv (or hipBLASLt override) files",
+                               description="Dedupe on (op, params), keep the fastest row, write one validator block.")
+    results.add_argument("out", metavar="OUT.csv")
+    results.add_argument("inputs", nargs="+", metavar="IN.csv")
+    results.add_argument("--validators-from", metavar="FILE",
+                         help="take the validator block (or Git Version) of the runtime to target from FILE")
+    results.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
+    results.set_defaults(func=_merge_results)
     return parser
 
 

@@ -16,10 +16,12 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits
 
-from . import configs
+from . import configs, tunableop
 from .atomic import atomic_write_text
 from .collect import MANIFEST, collect
-from .shapes import gather, read_shapes_json, summary_table, write_shapes_json
+from .logic_merge import MergeOptions, merge_dirs
+from .results_merge import merge_results
+from .shapes import expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
 
 
 class PipelineTask(luigi.Task):
@@ -105,3 +107,45 @@ class TuneWorkload(PipelineTask, luigi.WrapperTask):
 
     def requires(self) -> luigi.Task:
         return self.clone(GenerateConfigs)
+
+
+class MergeResults(PipelineTask):
+    """Merge tuned ``tunableop_results*.csv`` files into ``merge/tunableop_results.csv``.
+
+    Inputs come from ``--results`` for now; the Bench stage of the backend issue feeds it.
+    """
+
+    results = luigi.Parameter(default="", description="comma-separated results files or globs")
+    validators_from = luigi.Parameter(default="", description="results file of the runtime to target")
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("merge") / "tunableop_results.csv")
+
+    def run(self) -> None:
+        specs = [s.strip() for s in self.results.split(",") if s.strip()]
+        if not specs:
+            raise ValueError("MergeResults needs --results FILES (the Bench stage provides them once wired)")
+        files = [tunableop.read_file(path) for path in expand_inputs(specs)]
+        target = tunableop.read_file(self.validators_from).validators if self.validators_from else None
+        merged = merge_results(files, target)
+        atomic_write_text(self.stage_dir("merge") / "results-merge.log", "\n".join(merged.lines) + "\n")
+        tunableop.write_file(self.output().path, merged.validators, merged.entries)
+
+
+class MergeLogic(PipelineTask):
+    """Merge tuned logic files into the base logic (``logic/`` or ``--base-logic``) under ``merge/logic``."""
+
+    base_logic = luigi.Parameter(default="logic", description="directory of the base logic files")
+    new_logic = luigi.Parameter(default="", description="directory of tuned logic files")
+    policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
+    margin = luigi.FloatParameter(default=0.02, description="faster policy: required speedup to replace")
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("merge") / "logic-merge.log")
+
+    def run(self) -> None:
+        if not self.new_logic:
+            raise ValueError("MergeLogic needs --new-logic DIR (the Bench stage provides it once wired)")
+        report = merge_dirs(Path(self.base_logic), Path(self.new_logic), self.stage_dir("merge") / "logic",
+                            MergeOptions(policy=self.policy, margin=self.margin))
+        atomic_write_text(self.output().path, "\n".join(report.lines) + "\n")

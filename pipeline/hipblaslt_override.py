@@ -1,0 +1,123 @@
+"""hipBLASLt offline-tuning override files (``HIPBLASLT_TUNING_OVERRIDE_FILE``): read, write, merge.
+
+Plain text (``shared/spec/hipblaslt-tensilelite.md`` section 6): a ``Git Version:`` line, then header
+lines (any line with both ``transA`` and ``solution_index``) each followed by value lines, zipped to the
+header's column names. The legacy match key is transA, transB, m, n, k, batch_count, the types and
+compute_type (plus gcnArchName and CUs where present); ld's are not part of it. Merging keeps one entry
+per key, the fastest (lowest ``us``, else highest ``hipblaslt-Gflops``) first, under one Git Version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .atomic import atomic_write_text
+
+GIT_PREFIX = "Git Version:"
+KEY_COLUMNS = ("transA", "transB", "m", "n", "k", "batch_count", "a_type", "b_type", "c_type", "d_type",
+               "compute_type", "gcnArchName", "CUs")
+
+
+class OverrideFormatError(ValueError):
+    """Not an override file; the message starts with ``path:line:``."""
+
+
+@dataclass(frozen=True)
+class OverrideEntry:
+    header: str
+    values: str
+    fields: tuple[tuple[str, str], ...]
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        data = dict(self.fields)
+        return tuple(data.get(column, "") for column in KEY_COLUMNS)
+
+    def speed(self) -> tuple[int, float]:
+        """Sort key, smaller is faster: by ``us`` if recorded, else by GFLOPS, else unknown (last)."""
+        data = dict(self.fields)
+        try:
+            if "us" in data:
+                return (0, float(data["us"]))
+            if "hipblaslt-Gflops" in data:
+                return (0, -float(data["hipblaslt-Gflops"]))
+        except ValueError:
+            pass
+        return (1, 0.0)
+
+
+@dataclass
+class OverrideFile:
+    path: str
+    git_version: str | None = None
+    entries: list[OverrideEntry] = field(default_factory=list)
+
+
+def is_override_text(text: str) -> bool:
+    return GIT_PREFIX in text or any("transA" in line and "solution_index" in line for line in text.splitlines())
+
+
+def parse_override(text: str, path: str = "<override>") -> OverrideFile:
+    result = OverrideFile(path)
+    header: list[str] | None = None
+    header_line = ""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith(GIT_PREFIX):
+            version = line[len(GIT_PREFIX):].strip()
+            if result.git_version not in (None, version):
+                raise OverrideFormatError(f"{path}:{number}: second Git Version {version!r} "
+                                          f"(first {result.git_version!r})")
+            result.git_version = version
+        elif "transA" in line and "solution_index" in line:
+            header, header_line = [c.strip() for c in line.split(",")], line
+        else:
+            values = [v.strip() for v in line.split(",")]
+            if header is None:
+                raise OverrideFormatError(f"{path}:{number}: a value line before any header line "
+                                          "(a header names transA ... solution_index)")
+            if len(values) != len(header):
+                raise OverrideFormatError(f"{path}:{number}: {len(values)} values for {len(header)} columns")
+            result.entries.append(OverrideEntry(header_line, line, tuple(zip(header, values, strict=True))))
+    return result
+
+
+def read_override(path: str | Path) -> OverrideFile:
+    return parse_override(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+def format_override(git_version: str | None, entries: Sequence[OverrideEntry]) -> str:
+    lines = [f"{GIT_PREFIX} {git_version}"] if git_version else []
+    for entry in entries:
+        lines += [entry.header, entry.values]
+    return "".join(line + "\n" for line in lines)
+
+
+def merge_overrides(files: Sequence[OverrideFile], target_git: str | None = None,
+                    ) -> tuple[str | None, list[OverrideEntry], list[str]]:
+    """One entry per key, fastest kept; refuses differing Git Versions unless ``target_git`` is given."""
+    versions = {f.path: f.git_version for f in files}
+    if len(set(versions.values())) > 1 and target_git is None:
+        raise ValueError("override files come from different hipBLASLt builds (pass --validators-from FILE "
+                         "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}"
+                                                                       for p, v in versions.items()))
+    git = target_git if target_git is not None else next(iter(versions.values()), None)
+    best: dict[tuple[str, ...], OverrideEntry] = {}
+    lines = []
+    for ofile in files:
+        for entry in ofile.entries:
+            kept = best.get(entry.key)
+            if kept is None or entry.speed() < kept.speed():
+                if kept is not None:
+                    lines.append(f"{','.join(entry.key)}: {ofile.path} entry replaces a slower one")
+                best[entry.key] = entry
+    lines.append(f"{sum(len(f.entries) for f in files)} entries from {len(files)} files -> {len(best)} entries")
+    return git, list(best.values()), lines
+
+
+def write_override(path: str | Path, git_version: str | None, entries: Sequence[OverrideEntry]) -> None:
+    atomic_write_text(path, format_override(git_version, entries))

@@ -1,0 +1,78 @@
+"""Merge TunableOp results files: one row per key, the fastest first, one validator block.
+
+torch keeps the first row it reads for a key (``shared/spec/tunableop.md`` 2.4), so duplicates are
+resolved here: the row with the smallest recorded time wins (a row without a time loses to any timed
+row; ties keep the earlier input). Files whose validators differ describe different runtimes and are
+refused, unless the caller names the validator block of the runtime to target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .tunableop import TunableOpEntry, TunableOpFile
+
+
+class ValidatorMismatch(ValueError):
+    """Inputs recorded under different runtimes."""
+
+
+@dataclass
+class ResultsMerge:
+    validators: dict[str, str]
+    entries: list[TunableOpEntry]
+    lines: list[str] = field(default_factory=list)
+
+
+def validator_differences(files: Sequence[TunableOpFile], reference: dict[str, str]) -> list[str]:
+    """One line per validator key whose value (or presence) differs from ``reference``."""
+    out = []
+    for tfile in files:
+        for key in sorted(set(reference) | set(tfile.validators)):
+            if reference.get(key) != tfile.validators.get(key):
+                out.append(f"{tfile.path}: {key} = {tfile.validators.get(key, '<missing>')!r}, "
+                           f"target has {reference.get(key, '<missing>')!r}")
+    return out
+
+
+def _sort_key(entry: TunableOpEntry) -> tuple[int, float]:
+    return (0, float(entry.time_text)) if entry.time_text is not None else (1, 0.0)
+
+
+def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None = None) -> ResultsMerge:
+    """Dedupe every input's rows on (op, params), fastest kept; validators from ``target`` or the inputs."""
+    if not files:
+        raise ValueError("no results files to merge")
+    for tfile in files:
+        untuned = [e for e in tfile.entries if e.solution is None]
+        if untuned:
+            raise ValueError(f"{tfile.path}: {len(untuned)} rows have no solution (an untuned file?); "
+                             "merge-results merges results files")
+    reference = dict(target) if target is not None else dict(files[0].validators)
+    differences = validator_differences(files, reference)
+    if differences and target is None:
+        raise ValueError("validators differ, so these files come from different runtimes "
+                         "(pass --validators-from FILE to name the one to target):\n  " + "\n  ".join(differences))
+    if "PT_VERSION" not in reference:
+        raise ValidatorMismatch("the validator block has no PT_VERSION; torch rejects such a file")
+    merged = ResultsMerge(reference, [])
+    merged.lines += [f"note: {d}" for d in differences]
+    best: dict[tuple[str, str], TunableOpEntry] = {}
+    for tfile in files:
+        for entry in tfile.entries:
+            key = (entry.op_signature, entry.params_signature)
+            kept = best.get(key)
+            if kept is None:
+                best[key] = entry
+            elif _sort_key(entry) < _sort_key(kept):
+                merged.lines.append(f"{key[0]},{key[1]}: {entry.solution} ({entry.time_text} ms, {tfile.path}) "
+                                    f"replaces {kept.solution} ({kept.time_text} ms)")
+                best[key] = entry
+            else:
+                merged.lines.append(f"{key[0]},{key[1]}: kept {kept.solution} ({kept.time_text} ms) over "
+                                    f"{entry.solution} ({entry.time_text} ms, {tfile.path})")
+    merged.entries = list(best.values())
+    total = sum(len(f.entries) for f in files)
+    merged.lines.append(f"{total} rows from {len(files)} files -> {len(merged.entries)} rows")
+    return merged

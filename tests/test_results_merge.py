@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import luigi
+import pytest
+
+from pipeline import MergeLogic, MergeResults
+from pipeline.cli import main
+from pipeline.hipblaslt_override import OverrideFormatError, merge_overrides, parse_override, read_override
+from pipeline.results_merge import merge_results
+from pipeline.tunableop import parse_text, read_file
+
+from .logic_factory import logic, solution, write
+
+QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"
+O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
+VALIDATORS = "Validator,PT_VERSION,2.11.0\n"
+
+
+def _file(text, name):
+    return parse_text(text, name)
+
+
+def test_fastest_row_first_one_validator_block():
+    a = _file(f"{VALIDATORS}{QKV},Default,0.050\n{O_PROJ},Default,0.030\n", "a.csv")
+    b = _file(f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.041\n{O_PROJ},Gemm_Cublaslt_id_1,0.031\n"
+              f"{QKV},Default\n", "b.csv")
+    merged = merge_results([a, b])
+    assert merged.validators == {"PT_VERSION": "2.11.0"}
+    assert [(e.params_signature, e.solution) for e in merged.entries] == [
+        ("tn_6144_128_4096_ld_4096_4096_6144", "Gemm_Cublaslt_id_66_tile_20_stages_8"),
+        ("tn_4096_128_4096_ld_4096_4096_4096", "Default")]
+    text = "\n".join(merged.lines)
+    assert "replaces Default (0.050 ms)" in text and "kept Default (0.030 ms)" in text
+    assert "kept Gemm_Cublaslt_id_66_tile_20_stages_8 (0.041 ms) over Default (None ms, b.csv)" in text
+    assert merged.lines[-1] == "5 rows from 2 files -> 2 rows"
+
+
+def test_differing_validators_are_refused_unless_a_target_is_named():
+    a = _file(f"{VALIDATORS}Validator,HIP_VERSION,70051831\n{QKV},Gemm_Hipblaslt_572,0.05\n", "a.csv")
+    b = _file(f"{VALIDATORS}Validator,HIP_VERSION,70151831\n{QKV},Gemm_Hipblaslt_9,0.04\n", "b.csv")
+    with pytest.raises(ValueError) as err:
+        merge_results([a, b])
+    assert "b.csv: HIP_VERSION = '70151831', target has '70051831'" in str(err.value)
+    merged = merge_results([a, b], target=b.validators)
+    assert merged.validators["HIP_VERSION"] == "70151831" and merged.entries[0].solution == "Gemm_Hipblaslt_9"
+    assert merged.lines[0].startswith("note: a.csv: HIP_VERSION")
+
+
+def test_untuned_inputs_and_missing_pt_version_are_refused():
+    with pytest.raises(ValueError, match=r"u\.csv: 1 rows have no solution"):
+        merge_results([_file(f"{QKV}\n", "u.csv")])
+    with pytest.raises(ValueError, match="no PT_VERSION"):
+        merge_results([_file(f"{QKV},Default,0.1\n", "n.csv")])
+
+
+def test_cli_merge_results_writes_a_torch_readable_file(tmp_path, capsys):
+    (tmp_path / "a.csv").write_text(f"{VALIDATORS}{QKV},Default,0.05\n")
+    (tmp_path / "b.csv").write_text(
+        f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n{O_PROJ},Default,0.03\n")
+    out = tmp_path / "merged.csv"
+    assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]) == 0
+    assert out.read_text() == (f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n"
+                               f"{O_PROJ},Default,0.03\n")
+    assert len(read_file(out).entries) == 2
+    (tmp_path / "c.csv").write_text(f"Validator,PT_VERSION,2.12.0\n{QKV},Default,0.01\n")
+    assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv")]) == 2
+    assert "validators differ" in capsys.readouterr().err
+    assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv"),
+                 "--validators-from", str(tmp_path / "c.csv")]) == 0
+    assert out.read_text().startswith("Validator,PT_VERSION,2.12.0\n")
+
+
+HEADER = "transA,transB,batch_count,m,n,k,a_type,b_type,c_type,d_type,compute_type,us,solution_index"
+
+
+def test_override_files_merge(tmp_path, capsys):
+    a = tmp_path / "a.txt"
+    a.write_text(f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n"
+                 f"{HEADER}\nT,N,1,4096,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,14.0,33\n")
+    b = tmp_path / "b.txt"
+    b.write_text(f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,19.0,811\n")
+    out = tmp_path / "out.txt"
+    assert main(["merge-results", str(out), str(a), str(b)]) == 0
+    merged = read_override(out)
+    assert merged.git_version == "6c70ef2a"
+    assert [dict(e.fields)["solution_index"] for e in merged.entries] == ["811", "33"]
+    assert out.read_text().count(HEADER) == 2
+    c = tmp_path / "c.txt"
+    c.write_text(f"Git Version: 0000beef\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,9.0,5\n")
+    with pytest.raises(ValueError, match="different hipBLASLt builds"):
+        merge_overrides([read_override(a), read_override(c)])
+    git, entries, _ = merge_overrides([read_override(a), read_override(c)], target_git="0000beef")
+    assert git == "0000beef" and len(entries) == 2
+    with pytest.raises(OverrideFormatError, match=r"x.txt:2: a value line before any header line"):
+        parse_override("Git Version: 1\nT,N,1,1,1,1\n", "x.txt")
+    with pytest.raises(OverrideFormatError, match=r"x.txt:3: 2 values for 13 columns"):
+        parse_override(f"Git Version: 1\n{HEADER}\nT,N\n", "x.txt")
+    assert main(["merge-results", str(out), str(a), str(tmp_path / "missing.txt")]) == 2
+    capsys.readouterr()
+
+
+def test_luigi_merge_tasks(tmp_path):
+    (tmp_path / "r0.csv").write_text(f"{VALIDATORS}{QKV},Default,0.05\n")
+    (tmp_path / "r1.csv").write_text(f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n")
+    write(tmp_path / "base", "x.yaml", logic([[[64, 64, 1, 64], [0, 5.0]]], [solution(128)]))
+    write(tmp_path / "new", "x.yaml", logic([[[64, 64, 1, 64], [0, 9.0]]], [solution(256)]))
+    tasks = [MergeResults(workdir=str(tmp_path / "w"), run_name="r", results=str(tmp_path / "r?.csv")),
+             MergeLogic(workdir=str(tmp_path / "w"), run_name="r", base_logic=str(tmp_path / "base"),
+                        new_logic=str(tmp_path / "new"))]
+    assert luigi.build(tasks, local_scheduler=True, log_level="WARNING")
+    merged = read_file(tmp_path / "w" / "r" / "merge" / "tunableop_results.csv")
+    assert [e.solution for e in merged.entries] == ["Gemm_Cublaslt_id_66_tile_20_stages_8"]
+    assert "replaced [64, 64, 1, 64]" in (tmp_path / "w" / "r" / "merge" / "logic-merge.log").read_text()
+    assert (tmp_path / "w" / "r" / "merge" / "logic" / "x.yaml").exists()
+    assert not luigi.build([MergeResults(workdir=str(tmp_path / "w"), run_name="empty")], local_scheduler=True,
+                           log_level="CRITICAL")
