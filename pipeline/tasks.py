@@ -4,24 +4,32 @@
 ``workdir/<run>/shapes/``   shapes.json, summary.txt                       (GatherShapes)
 ``workdir/<run>/configs/``  find_exact/*.yaml, tensile/*.yaml, configs.json (GenerateConfigs)
 
-Next stages (later issues): Bench, MergeResults/MergeLogic, Validate.
+``workdir/<run>/bench/``    problems/*.json, results.json, tunableop_results.csv, logic/, summary.json (Bench)
+``workdir/<run>/merge/``    tunableop_results.csv, logic/, merge logs       (MergeResults, MergeLogic)
+
+Next stage (a later issue): Validate.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import luigi
 from luigi.util import inherits
 
-from . import configs, tunableop
+from . import bench_stage, configs, tunableop
 from .atomic import atomic_write_text
+from .backend import TuneSettings
 from .collect import MANIFEST, collect
 from .logic_merge import MergeOptions, merge_dirs
 from .results_merge import merge_results
 from .shapes import expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
+
+REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 
 
 class PipelineTask(luigi.Task):
@@ -101,22 +109,51 @@ class GenerateConfigs(PipelineTask):
         print(configs.summary(data), end="")
 
 
-@inherits(GenerateConfigs)
-class TuneWorkload(PipelineTask, luigi.WrapperTask):
-    """The nightly job. Stages so far: CollectShapes -> GatherShapes -> GenerateConfigs."""
+@inherits(GatherShapes)
+class Bench(PipelineTask):
+    """Tune every gathered GEMM on this machine's GPUs with the chosen backend."""
+
+    backend = luigi.ChoiceParameter(default="cublaslt", choices=["cublaslt", "hipblaslt", "tensile", "tunableop"],
+                                    description="tuner: cublaslt on NVIDIA (the AMD ones come with a later issue)")
+    gpus = luigi.IntParameter(default=0, description="GPUs to use (0: every visible one)")
+    time_budget = luigi.FloatParameter(default=20.0, description="screening seconds per problem")
+    margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
 
     def requires(self) -> luigi.Task:
-        return self.clone(GenerateConfigs)
+        return self.clone(GatherShapes)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
+
+    def run(self) -> None:
+        if self.backend not in bench_stage.BACKENDS:
+            raise ValueError(f"backend {self.backend!r} is not available yet; on NVIDIA use --backend cublaslt "
+                             "(the AMD tuners arrive with a later issue; their configs are in the configs stage)")
+        problems = [record.problem for record in read_shapes_json(self.input().path)]
+        out = self.stage_dir("bench")
+        settings = TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
+
+        def progress(done: int, total: int) -> None:
+            self.set_status_message(f"tuned {done}/{total} GEMMs")
+            self.set_progress_percentage(round(100 * done / max(total, 1)))
+
+        gpus = list(range(self.gpus or gpu_count()))
+        bench_stage.run_shards(problems, out, gpus, settings, self.backend, progress)
+        bench_stage.write_outputs(problems, out)
 
 
+@inherits(Bench)
 class MergeResults(PipelineTask):
     """Merge tuned ``tunableop_results*.csv`` files into ``merge/tunableop_results.csv``.
 
-    Inputs come from ``--results`` for now; the Bench stage of the backend issue feeds it.
+    Inputs: ``--results`` files, or the Bench stage's results when none are given.
     """
 
-    results = luigi.Parameter(default="", description="comma-separated results files or globs")
+    results = luigi.Parameter(default="", description="comma-separated results files or globs (default: Bench's)")
     validators_from = luigi.Parameter(default="", description="results file of the runtime to target")
+
+    def requires(self) -> list[luigi.Task]:
+        return [] if self.results else [self.clone(Bench)]
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("merge") / "tunableop_results.csv")
@@ -124,7 +161,7 @@ class MergeResults(PipelineTask):
     def run(self) -> None:
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
         if not specs:
-            raise ValueError("MergeResults needs --results FILES (the Bench stage provides them once wired)")
+            specs = [str(self.stage_dir("bench") / "tunableop_results.csv")]
         files = [tunableop.read_file(path) for path in expand_inputs(specs)]
         target = tunableop.read_file(self.validators_from).validators if self.validators_from else None
         merged = merge_results(files, target)
@@ -132,20 +169,43 @@ class MergeResults(PipelineTask):
         tunableop.write_file(self.output().path, merged.validators, merged.entries)
 
 
+@inherits(Bench)
 class MergeLogic(PipelineTask):
     """Merge tuned logic files into the base logic (``logic/`` or ``--base-logic``) under ``merge/logic``."""
 
-    base_logic = luigi.Parameter(default="logic", description="directory of the base logic files")
-    new_logic = luigi.Parameter(default="", description="directory of tuned logic files")
+    base_logic = luigi.Parameter(default=str(REPO_LOGIC), description="directory of the base logic files")
+    new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
     policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
-    margin = luigi.FloatParameter(default=0.02, description="faster policy: required speedup to replace")
+    logic_margin = luigi.FloatParameter(default=0.02, description="faster policy: required speedup to replace")
+
+    def requires(self) -> list[luigi.Task]:
+        return [] if self.new_logic else [self.clone(Bench)]
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("merge") / "logic-merge.log")
 
     def run(self) -> None:
-        if not self.new_logic:
-            raise ValueError("MergeLogic needs --new-logic DIR (the Bench stage provides it once wired)")
-        report = merge_dirs(Path(self.base_logic), Path(self.new_logic), self.stage_dir("merge") / "logic",
-                            MergeOptions(policy=self.policy, margin=self.margin))
+        new_logic = Path(self.new_logic) if self.new_logic else self.stage_dir("bench") / "logic"
+        report = merge_dirs(Path(self.base_logic), new_logic, self.stage_dir("merge") / "logic",
+                            MergeOptions(policy=self.policy, margin=self.logic_margin))
         atomic_write_text(self.output().path, "\n".join(report.lines) + "\n")
+
+
+@inherits(GenerateConfigs, MergeResults, MergeLogic)
+class TuneWorkload(PipelineTask, luigi.WrapperTask):
+    """The nightly job: CollectShapes -> GatherShapes -> GenerateConfigs and Bench -> MergeResults, MergeLogic."""
+
+    def requires(self) -> list[luigi.Task]:
+        return [self.clone(GenerateConfigs), self.clone(MergeResults), self.clone(MergeLogic)]
+
+
+def gpu_count() -> int:
+    """GPUs torch sees, asked in a subprocess so this process never initialises CUDA."""
+    probe = "import torch; print(torch.cuda.device_count())"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    count = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
+    if count == 0:
+        raise RuntimeError("Bench needs a GPU and torch with CUDA (pip install -e '.[cuda]'); none is visible "
+                           f"({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}). "
+                           "The AMD tool configs are written by GenerateConfigs without one.")
+    return count

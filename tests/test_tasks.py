@@ -9,7 +9,8 @@ from pathlib import Path
 
 import luigi
 
-from pipeline import GatherShapes, TuneWorkload
+from pipeline import GatherShapes, GenerateConfigs, TuneWorkload, bench_stage
+from pipeline.tunableop import read_file
 
 from .conftest import FIXTURES
 from .test_collect import FAKE, O_PROJ, QKV
@@ -21,7 +22,7 @@ def _build(task) -> bool:
 
 def test_untuned_files_skip_collection(tmp_path):
     files = f"{FIXTURES / 'tunableop' / 'torch2.11_cuda_untuned0.csv'}, {FIXTURES / 'tunableop' / 'torch2.6_*.csv'}"
-    task = TuneWorkload(workdir=str(tmp_path), run_name="night", untuned=files)
+    task = GenerateConfigs(workdir=str(tmp_path), run_name="night", untuned=files)
     assert _build(task)
     shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
     assert sum(row["count"] for row in shapes) == 4 + 2 + 8
@@ -32,7 +33,7 @@ def test_untuned_files_skip_collection(tmp_path):
 def test_collection_then_gather_and_resume(tmp_path):
     counter = tmp_path / "runs.txt"
     cmd = shlex.join([sys.executable, FAKE, "--gpus", "2", "--counter", str(counter), QKV, O_PROJ])
-    task = TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd)
+    task = GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd)
     assert _build(task)
     shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
     assert [(row["m"], row["n"], row["k"], row["count"]) for row in shapes] == [(4096, 128, 4096, 2),
@@ -40,7 +41,7 @@ def test_collection_then_gather_and_resume(tmp_path):
     # as if the run had crashed in GatherShapes: its output and everything after it are missing
     (tmp_path / "night" / "shapes" / "shapes.json").unlink()
     shutil.rmtree(tmp_path / "night" / "configs")
-    assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
+    assert _build(GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
     assert counter.read_text().count("run") == 1, "collection is not repeated on a rerun"
     assert (tmp_path / "night" / "shapes" / "shapes.json").exists()
     configs = json.loads((tmp_path / "night" / "configs" / "configs.json").read_text())
@@ -56,7 +57,7 @@ def test_failing_workload_fails_the_task(tmp_path):
 
 def test_luigi_command_line_exit_codes(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    base = [sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+    base = [sys.executable, "-m", "luigi", "--module", "pipeline", "GenerateConfigs", "--local-scheduler",
             "--workdir", str(tmp_path)]
     ok = subprocess.run([*base, "--untuned", str(FIXTURES / "tunableop")], cwd=repo, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
@@ -66,3 +67,20 @@ def test_luigi_command_line_exit_codes(tmp_path):
                             text=True)
     assert failed.returncode != 0
     assert f"{bad}:1: params 'tn_8_8'" in failed.stderr
+
+
+def test_tune_workload_through_bench_and_merges(tmp_path, monkeypatch):
+    """The whole DAG on CPU, with the test double standing in for the GPU tuner."""
+    monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", "tests.fake_backend:FakeBackend")
+    cmd = shlex.join([sys.executable, FAKE, QKV, O_PROJ])
+    task = TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd, gpus=1,
+                        base_logic=str(tmp_path / "no-base-logic"))
+    (tmp_path / "no-base-logic").mkdir()
+    assert _build(task)
+    merged = read_file(tmp_path / "night" / "merge" / "tunableop_results.csv")
+    assert merged.validators == {"PT_VERSION": "2.11.0"}
+    assert sorted(e.solution for e in merged.entries) == [
+        "Default", "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0"]
+    assert (tmp_path / "night" / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").exists()
+    summary = json.loads((tmp_path / "night" / "bench" / "summary.json").read_text())
+    assert (summary["problems"], summary["tuned"], summary["improved"]) == (2, 2, 1)

@@ -1,0 +1,181 @@
+"""Benchmark the cuBLASLt search on a GPU: ours against an exhaustive search of the same pool and against
+nvmath's ``Matmul.autotune`` over its 8 heuristic candidates, each against torch's default path.
+
+    python bench/cublaslt_search.py --set all --out results.json [--max-problems N]
+
+Problems: the 40 Llama-shaped ones of ``shared/spec/h100-measurements.md`` (qkv 4096->6144, o 4096->4096,
+gate_up 4096->28672, down 14336->4096, 5120->13824 at M in 1..8192; lm_head 4096->128256 up to M=512),
+plus what the embedded workload records. All bf16 ``F.linear`` without bias, BLAS frame ``tn``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import nvmath
+import torch
+from nvmath.bindings import cublasLt as lt
+from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulPlanPreferences
+
+from pipeline.backend import DEFAULT, TuneSettings
+from pipeline.cublaslt import CublasLtBackend
+from pipeline.measure import device_info, interleaved, rotating_operands
+from pipeline.problem import GemmProblem, dtype_bytes
+from pipeline.torch_gemm import torch_launcher, torch_views
+from pipeline.tunableop import format_key
+
+PEAK_FLOPS, PEAK_BYTES = 989e12, 3.35e12  # H100 SXM datasheet: dense bf16, HBM3
+LINEARS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
+           "5120->13824": (5120, 13824)}
+TOKENS = (1, 8, 32, 128, 512, 2048, 8192)
+LM_HEAD_TOKENS = (1, 8, 32, 128, 512)
+WORKLOAD_TOKENS = (1, 4, 128, 512, 1024, 4096)
+
+
+def linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmProblem]:
+    return f"{name} M={tokens}", GemmProblem("gemm", "T", "N", n_out, tokens, k, k, k, n_out)
+
+
+def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
+    llama = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() for t in TOKENS]
+    llama += [linear("lm_head", t, 4096, 128256) for t in LM_HEAD_TOKENS]
+    workload = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824"
+                for t in WORKLOAD_TOKENS] + [linear("lm_head", t, 4096, 128256) for t in (1, 4)]
+    seen = {p for _, p in llama}
+    extra = [(label, p) for label, p in workload if p not in seen]
+    return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": [llama[1], llama[10], llama[-1]]}
+
+
+def floor_us(p: GemmProblem) -> float:
+    size = dtype_bytes(p.a_type)
+    moved = (p.m * p.k + p.k * p.n + p.m * p.n) * p.batch * size
+    return max(p.flops() / PEAK_FLOPS, moved / PEAK_BYTES) * 1e6
+
+
+def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSettings) -> dict:
+    """nvmath's own pick: plan (8 heuristic algorithms) and autotune, then its best timed, through nvmath's own
+    descriptors, in our harness against torch's default."""
+    sets = rotating_operands(p, backend.device, backend.timing)
+
+    def operands(ops):  # the BLAS frame: C[m, n] = op(A) @ op(B), written in place into the set's output
+        x, y, out = torch_views(p, ops)
+        extra = {"epilog_inputs": {"bias": ops.bias}} if ops.bias is not None else {}
+        return y.mT, x.mT, out.mT, extra
+
+    a, b, c, extra = operands(sets[0])
+    start = time.monotonic()
+    mm = Matmul(a, b, c=c, beta=0.0, options={"inplace": True})
+    plan_kwargs = {"epilog": MatmulEpilog.BIAS, **extra} if extra else {}
+    mm.plan(preferences=MatmulPlanPreferences(limit=8), **plan_kwargs)
+    mm.autotune(iterations=10)
+    best = mm.algorithms[0]
+    tuning_s = time.monotonic() - start
+
+    def launch(ops) -> None:
+        a, b, c, extra = operands(ops)
+        mm.reset_operands_unchecked(a=a, b=b, c=c, **extra)
+        mm.execute(algorithm=best, stream=torch.cuda.current_stream())
+
+    try:
+        final = interleaved(p, {DEFAULT: torch_launcher(p), "nvmath": launch}, sets, backend.timing)
+    finally:
+        mm.free()
+    ratio = final[DEFAULT].median / final["nvmath"].median
+    return {"default_us": final[DEFAULT].median, "tuned_us": final["nvmath"].median, "raw_speedup": ratio,
+            "speedup": ratio if ratio >= 1 + settings.margin else 1.0, "tuning_s": tuning_s,
+            "algorithm_id": best.algorithm_id, "candidates": len(mm.algorithms)}
+
+
+def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaustive: bool, with_nvmath: bool) -> list:
+    backend = CublasLtBackend(settings.device)
+    rows = []
+    for label, p in problems:
+        row: dict = {"label": label, "key": ",".join(format_key(p)), "floor_us": floor_us(p)}
+        start = time.monotonic()
+        ours = backend.tune_one(p, settings)
+        row["ours"] = {"default_us": ours.default_us, "tuned_us": ours.winner_us, "speedup": ours.speedup,
+                       "winner": ours.winner, "tuning_s": time.monotonic() - start,
+                       "pool": len(ours.candidates), "numerics": ours.numerics, "phases": ours.phases,
+                       "screened": sum(c.screen_us is not None for c in ours.candidates)}
+        if exhaustive:
+            start = time.monotonic()
+            full = backend.exhaustive_one(p, settings)
+            row["exhaustive"] = {"default_us": full.default_us, "tuned_us": full.winner_us, "speedup": full.speedup,
+                                 "winner": full.winner, "tuning_s": time.monotonic() - start,
+                                 "phases": full.phases}
+        if with_nvmath:
+            try:
+                row["nvmath"] = nvmath_autotune(backend, p, settings)
+            except Exception as err:  # report, keep benchmarking
+                row["nvmath"] = {"error": f"{type(err).__name__}: {err}"}
+        o = row["ours"]
+        o["eff_default"], o["eff_tuned"] = row["floor_us"] / o["default_us"], row["floor_us"] / o["tuned_us"]
+        print(f"{label:22s} default {o['default_us']:9.1f} us  tuned {o['tuned_us']:9.1f} us  x{o['speedup']:.3f}"
+              f"  eff {o['eff_default']:.2f}->{o['eff_tuned']:.2f}  {o['tuning_s']:5.1f} s  pool {o['pool']}"
+              + (f"  | exh x{row['exhaustive']['speedup']:.3f} {row['exhaustive']['tuning_s']:5.1f} s"
+                 if exhaustive else "")
+              + (f"  | nvmath x{row['nvmath'].get('speedup', float('nan')):.3f}" if with_nvmath else ""), flush=True)
+        rows.append(row)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
+
+
+def summary(rows: list) -> dict:
+    out = {}
+    for mode in ("ours", "exhaustive", "nvmath"):
+        ok = [r[mode] for r in rows if mode in r and "speedup" in r[mode]]
+        if ok:
+            out[mode] = {"geomean_speedup": geomean([r["speedup"] for r in ok]),
+                         "min_speedup": min(r["speedup"] for r in ok),
+                         "improved_3pct": sum(r["speedup"] >= 1.03 for r in ok),
+                         "tuning_s": sum(r["tuning_s"] for r in ok), "problems": len(ok)}
+    if "exhaustive" in out:
+        out["ours_vs_exhaustive"] = {
+            "speedup_share": (out["ours"]["geomean_speedup"] - 1) / (out["exhaustive"]["geomean_speedup"] - 1)
+            if out["exhaustive"]["geomean_speedup"] > 1 else None,
+            "geomean_ratio": out["ours"]["geomean_speedup"] / out["exhaustive"]["geomean_speedup"],
+            "time_share": out["ours"]["tuning_s"] / out["exhaustive"]["tuning_s"]}
+    out["eff_geomean_default"] = geomean([r["ours"]["eff_default"] for r in rows])
+    out["eff_geomean_tuned"] = geomean([r["ours"]["eff_tuned"] for r in rows])
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", choices=["llama", "workload", "all", "smoke"], default="all")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--max-problems", type=int, default=0)
+    parser.add_argument("--budget", type=float, default=TuneSettings.time_budget_s)
+    parser.add_argument("--no-exhaustive", action="store_true")
+    parser.add_argument("--no-nvmath", action="store_true")
+    args = parser.parse_args()
+    problems = problem_sets()[args.set]
+    if args.max_problems:
+        problems = problems[: args.max_problems]
+    settings = TuneSettings(time_budget_s=args.budget)
+    started = time.monotonic()
+    rows = run(problems, settings, not args.no_exhaustive, not args.no_nvmath)
+    data = {"date": datetime.date.today().isoformat(), "device": device_info(torch.device("cuda", 0)),
+            "versions": {"torch": torch.__version__, "cublasLt": lt.get_version(), "nvmath": nvmath.__version__},
+            "settings": settings.__dict__, "set": args.set, "wall_s": time.monotonic() - started,
+            "summary": summary(rows), "problems": rows}
+    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

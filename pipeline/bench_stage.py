@@ -1,0 +1,180 @@
+"""The Bench stage: shard problems by estimated cost, one worker process per GPU, resumable outputs.
+
+Each worker claims a GPU slot with an exclusive lock (``<dir>/locks/gpu<N>.lock``), so concurrent runs
+never share a GPU, and writes every problem's result atomically to ``problems/<id>.json`` as soon as it is
+done: a rerun skips finished problems (and so finished shards), a failing problem is recorded while the
+others finish. Afterwards the results become ``results.json``, a ``tunableop_results.csv`` and Equality
+logic files (``logic/``), plus ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from .atomic import atomic_directory, atomic_write_json, atomic_write_text
+from .backend import DEFAULT, ProblemResult, TuneSettings
+from .logic import cublaslt_equality, dump_logic
+from .problem import GemmProblem
+from .rocm import problem_type_name
+from .tunableop import TunableOpEntry, format_key, write_file
+
+BACKENDS = {"cublaslt": "pipeline.cublaslt:CublasLtBackend"}
+RUNTIME = "runtime.json"
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def problem_id(problem: GemmProblem) -> str:
+    return hashlib.sha1(",".join(format_key(problem)).encode()).hexdigest()[:16]
+
+
+def result_path(out_dir: Path, problem: GemmProblem) -> Path:
+    return out_dir / "problems" / f"{problem_id(problem)}.json"
+
+
+def estimate_cost(problem: GemmProblem) -> float:
+    """Rough seconds to tune: a fixed search overhead plus the work of ~100 timed candidate calls."""
+    return 1.0 + 100 * problem.flops() / 5e14
+
+
+def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]]:
+    """Longest-processing-time-first split into ``count`` shards of similar estimated cost."""
+    shards: list[list[GemmProblem]] = [[] for _ in range(max(1, count))]
+    loads = [0.0] * len(shards)
+    for problem in sorted(problems, key=lambda p: (-estimate_cost(p), p.sort_key())):
+        i = loads.index(min(loads))
+        shards[i].append(problem)
+        loads[i] += estimate_cost(problem)
+    return [s for s in shards if s]
+
+
+@contextlib.contextmanager
+def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Iterator[int]:
+    """Hold an exclusive lock on one free GPU of ``gpus`` for the block; wait while all are taken."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for gpu in gpus:
+            handle = open(lock_dir / f"gpu{gpu}.lock", "w")  # noqa: SIM115 (held for the block)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield gpu
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"no free GPU among {list(gpus)} after {wait_s:.0f} s (locks in {lock_dir})")
+        time.sleep(0.5)
+
+
+def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]:
+    return [p for p in problems if not result_path(out_dir, p).exists()]
+
+
+def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[int], settings: TuneSettings,
+               backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None) -> None:
+    """Tune every problem without a result yet: one worker process per shard, as many shards as GPUs."""
+    todo = pending(problems, out_dir)
+    shards = shard(todo, len(gpus))
+    workers = []
+    for index, problems_of_shard in enumerate(shards):
+        shard_file = out_dir / "shards" / f"shard{index}.json"
+        atomic_write_json(shard_file, {"problems": [p.to_dict() for p in problems_of_shard],
+                                       "settings": asdict(settings), "backend": BACKENDS.get(backend, backend)})
+        log = (out_dir / "shards" / f"shard{index}.log").open("w")
+        argv = [sys.executable, "-m", "pipeline.bench_worker", str(shard_file), str(out_dir),
+                "--gpus", ",".join(map(str, gpus))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                         os.environ.get("PYTHONPATH")]))}
+        workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    while any(proc.poll() is None for _, proc, _ in workers):
+        if progress:
+            progress(len(problems) - len(pending(problems, out_dir)), len(problems))
+        time.sleep(1.0)
+    failed = []
+    for index, proc, log in workers:
+        log.close()
+        if proc.returncode != 0:
+            tail = "\n".join((out_dir / "shards" / f"shard{index}.log").read_text().splitlines()[-15:])
+            failed.append(f"shard {index} worker exited with code {proc.returncode}:\n{tail}")
+    left = pending(problems, out_dir)
+    if failed or left:
+        raise BenchError("\n".join(failed) + f"\n{len(left)} problems have no result; rerun to resume")
+
+
+def load_results(problems: Sequence[GemmProblem], out_dir: Path) -> list[ProblemResult]:
+    return [ProblemResult.from_json(json.loads(result_path(out_dir, p).read_text())) for p in problems]
+
+
+def tunableop_entries(results: Sequence[ProblemResult]) -> list[TunableOpEntry]:
+    """One results row per tuned problem: the winner (or ``Default``) and its time in ms."""
+    return [TunableOpEntry.from_problem(r.problem, r.winner, r.winner_us / 1000.0) for r in results
+            if not r.skipped and not r.errors and r.winner_us]
+
+
+def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, str]:
+    """Equality logic (the cuBLASLt container) per ProblemType, for winners that beat the default."""
+    groups: dict[str, list[ProblemResult]] = defaultdict(list)
+    for r in results:
+        if r.winner != DEFAULT and r.winner_config and not r.errors:
+            groups[problem_type_name(r.problem)].append(r)
+    files = {}
+    for name, group in sorted(groups.items()):
+        p = group[0].problem
+        problem_type = {"OperationType": "GEMM", "DataType": p.a_type, "DestDataType": p.c_type,
+                        "ComputeDataType": p.compute_type, "TransposeA": p.transa == "T",
+                        "TransposeB": p.transb == "T", "UseBias": p.op == "gemm_and_bias", "Batched": True}
+        winners = [((r.problem.m, r.problem.n, r.problem.batch, r.problem.k), r.winner_config,
+                    r.problem.flops() / (r.winner_us * 1e3)) for r in group]
+        logic = cublaslt_equality(problem_type, f"sm_{runtime.get('capability', '').replace('.', '')}",
+                                  [runtime.get("name", "unknown")], winners)
+        files[f"cublaslt_{name}.yaml"] = dump_logic(logic)
+    return files
+
+
+def summarize(results: Sequence[ProblemResult]) -> dict:
+    tuned = [r for r in results if not r.skipped and not r.errors and r.speedup]
+    speedups = [r.speedup for r in tuned]
+    return {
+        "problems": len(results), "tuned": len(tuned),
+        "improved": sum(r.winner != DEFAULT for r in tuned),
+        "geomean_speedup": math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None,
+        "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],
+        "errors": [{"problem": ",".join(format_key(r.problem)), "error": r.errors[0]} for r in results if r.errors],
+        "tuning_s": sum(r.tuning_s for r in results),
+    }
+
+
+def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
+    """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results."""
+    results = load_results(problems, out_dir)
+    runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
+    atomic_write_json(out_dir / "results.json", [r.to_json() for r in results])
+    validators = {"PT_VERSION": runtime.get("pt_version", "unknown")}
+    write_file(out_dir / "tunableop_results.csv", validators, tunableop_entries(results))
+    with atomic_directory(out_dir / "logic") as staging:
+        for name, text in logic_files(results, runtime).items():
+            atomic_write_text(staging / name, text)
+    summary = {**summarize(results), "runtime": runtime}
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary

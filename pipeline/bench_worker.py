@@ -1,0 +1,51 @@
+"""One Bench worker: claim a free GPU, tune a shard's problems, write each result as it finishes.
+
+    python -m pipeline.bench_worker SHARD.json OUT_DIR --gpus 0,1
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .atomic import atomic_write_json
+from .backend import TuneSettings, tune
+from .bench_stage import RUNTIME, gpu_slot, pending, result_path
+from .problem import GemmProblem
+
+
+def load_backend(path: str, gpu: int):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)(gpu)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("shard")
+    parser.add_argument("out_dir")
+    parser.add_argument("--gpus", default="0")
+    args = parser.parse_args(argv)
+    spec = json.loads(Path(args.shard).read_text())
+    out_dir = Path(args.out_dir)
+    problems = pending([GemmProblem.from_dict(p) for p in spec["problems"]], out_dir)
+    settings = TuneSettings(**spec["settings"])
+    with gpu_slot(out_dir / "locks", [int(g) for g in args.gpus.split(",")]) as gpu:
+        backend = load_backend(spec["backend"], gpu)
+        runtime = getattr(backend, "runtime", lambda: {})()
+        if runtime:
+            atomic_write_json(out_dir / RUNTIME, runtime)
+        for result in tune(backend, problems, settings):
+            atomic_write_json(result_path(out_dir, result.problem), result.to_json())
+            speed = f" x{result.speedup:.3f}" if result.speedup else ""
+            status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
+            print(f"{result.problem.op} {result.problem.m}x{result.problem.n}x{result.problem.k}: {status}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

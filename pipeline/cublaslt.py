@@ -1,0 +1,395 @@
+"""NVIDIA backend: search cuBLASLt algorithms through ``nvmath.bindings.cublasLt`` (the ``cuda`` extra).
+
+Candidates for one problem (``shared/spec/nvidia-cublaslt.md`` sections 1.6, 1.7 and 7): torch's own
+default call (the baseline, and a candidate); the cuBLASLt heuristic list requested at
+``heuristic_count`` (nvmath's ``Matmul`` stops at 8); and an enumeration of algorithm ids x tiles x
+stages x split-K x reduction scheme x swizzle x custom option, each passed through
+``cublasLtMatmulAlgoCheck`` with the runtime's workspace, up to ``enumerate_budget`` valid configs.
+Every candidate is screened quickly; the best few are re-measured against the default, interleaved;
+a winner must beat the default by ``margin`` or the answer is ``Default``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from nvmath.bindings import cublasLt as lt
+
+from .backend import DEFAULT, CandidateResult, ProblemResult, TuneSettings
+from .measure import (
+    NumericsError,
+    TimingSettings,
+    check_numerics,
+    device_info,
+    interleaved,
+    rotating_operands,
+    screen,
+)
+from .problem import GemmProblem
+from .torch_gemm import OperandSet, Shape, reference, torch_launcher, unsupported_reason
+
+CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+CONFIG_FIELDS = {  # config key -> cuBLASLt algo config attribute
+    "AlgoId": lt.MatmulAlgoConfigAttribute.ID,
+    "Tile": lt.MatmulAlgoConfigAttribute.TILE_ID,
+    "Stages": lt.MatmulAlgoConfigAttribute.STAGES_ID,
+    "SplitK": lt.MatmulAlgoConfigAttribute.SPLITK_NUM,
+    "ReductionScheme": lt.MatmulAlgoConfigAttribute.REDUCTION_SCHEME,
+    "Swizzle": lt.MatmulAlgoConfigAttribute.CTA_SWIZZLING,
+    "CustomOption": lt.MatmulAlgoConfigAttribute.CUSTOM_OPTION,
+    "InnerShape": lt.MatmulAlgoConfigAttribute.INNER_SHAPE_ID,
+    "ClusterShape": lt.MatmulAlgoConfigAttribute.CLUSTER_SHAPE_ID,
+}
+SPLITS = (2, 3, 4, 6, 8, 16)
+
+
+def solution_name(config: dict) -> str:
+    """torch >= 2.14's TunableOp name for a cuBLASLt algorithm (``shared/spec/tunableop.md`` 2.3)."""
+    name = (f"Gemm_Cublaslt_id_{config['AlgoId']}_tile_{config['Tile']}_stages_{config['Stages']}"
+            f"_splitk_{config['SplitK']}_red_{config['ReductionScheme']}_swizzle_{config['Swizzle']}"
+            f"_custom_{config['CustomOption']}")
+    if config.get("InnerShape") or config.get("ClusterShape"):
+        name += f"_inner_{config['InnerShape']}_cluster_{config['ClusterShape']}"
+    return name
+
+
+def _buffer(dtype, value=0) -> np.ndarray:
+    return np.array([value], dtype=dtype)
+
+
+def new_record() -> np.ndarray:
+    """One ``cublasLtMatmulHeuristicResult_t``; its first field is the algorithm, so its address is the algo's."""
+    return np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
+
+
+def read_config(record: np.ndarray) -> dict:
+    config = {}
+    written = _buffer(np.uint64)
+    for key, attr in CONFIG_FIELDS.items():
+        buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr))
+        lt.matmul_algo_config_get_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes,
+                                            written.ctypes.data)
+        config[key] = int(buf[0])
+    config["SolutionNameMin"] = solution_name(config)
+    config["AlgoBytes"] = record["algo"]["data_"][0].tobytes().hex()
+    config["WorkspaceBytes"] = int(record["workspace_size"][0])
+    return config
+
+
+def _cap_int(record: np.ndarray, attr) -> int:
+    values = _cap(record, attr)
+    return int(values[0]) if len(values) else 0
+
+
+def _cap(record: np.ndarray, attr) -> np.ndarray:
+    dtype = lt.get_matmul_algo_cap_attribute_dtype(attr)
+    written = _buffer(np.uint64)
+    lt.matmul_algo_cap_get_attribute(record.ctypes.data, attr, 0, 0, written.ctypes.data)
+    count = max(1, int(written[0]) // np.dtype(dtype).itemsize)
+    buf = np.zeros(count, dtype=dtype)
+    lt.matmul_algo_cap_get_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data)
+    return buf[: int(written[0]) // np.dtype(dtype).itemsize]
+
+
+class LtGemm:
+    """cuBLASLt descriptors, workspace and launchers for one problem."""
+
+    def __init__(self, problem: GemmProblem, handle: int, workspace: torch.Tensor) -> None:
+        self.problem, self.handle, self.workspace = problem, handle, workspace
+        s = Shape.of(problem)
+        dtype = CUDA_R[problem.a_type]
+        if problem.a_type == "float64":
+            self.compute, self.scale = COMPUTE_64F, CUDA_R["float64"]
+        else:
+            self.compute = COMPUTE_32F_FAST_TF32 if problem.compute_type == "tf32" else COMPUTE_32F
+            self.scale = CUDA_R["float32"]
+        self.types = (dtype, dtype, dtype, dtype)
+        scalar = np.float64 if self.scale == CUDA_R["float64"] else np.float32
+        self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
+        self.desc = lt.matmul_desc_create(self.compute, self.scale)
+        self._desc_set(lt.MatmulDescAttribute.TRANSA, int(problem.transa == "T"))
+        self._desc_set(lt.MatmulDescAttribute.TRANSB, int(problem.transb == "T"))
+        if problem.op == "gemm_and_bias":
+            self._desc_set(lt.MatmulDescAttribute.EPILOGUE, int(lt.Epilogue.BIAS))
+            self._desc_set(lt.MatmulDescAttribute.BIAS_DATA_TYPE, dtype)
+        self.layouts = [self._layout(dtype, rows, cols, ld, s.batch)
+                        for rows, cols, ld in ((s.rows_a, s.cols_a, s.lda), (s.rows_b, s.cols_b, s.ldb),
+                                               (s.m, s.n, s.ldc))]
+        self.pref = lt.matmul_preference_create()
+        attr = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
+        buf = _buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
+        lt.matmul_preference_set_attribute(self.pref, attr, buf.ctypes.data, buf.nbytes)
+
+    def _desc_set(self, attr, value: int) -> None:
+        buf = _buffer(lt.get_matmul_desc_attribute_dtype(attr), value)
+        lt.matmul_desc_set_attribute(self.desc, attr, buf.ctypes.data, buf.nbytes)
+
+    @staticmethod
+    def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int) -> int:
+        layout = lt.matrix_layout_create(dtype, rows, cols, ld)
+        if batch > 1:
+            for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, batch),
+                                (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, ld * cols)):
+                buf = _buffer(lt.get_matrix_layout_attribute_dtype(attr), value)
+                lt.matrix_layout_set_attribute(layout, attr, buf.ctypes.data, buf.nbytes)
+        return layout
+
+    @property
+    def _descs(self) -> tuple[int, int, int, int]:
+        a, b, c = self.layouts
+        return a, b, c, c
+
+    def heuristic(self, count: int) -> list[np.ndarray]:
+        results = np.zeros(count, dtype=lt.matmul_heuristic_result_dtype)
+        returned = _buffer(np.int32)
+        a, b, c, d = self._descs
+        lt.matmul_algo_get_heuristic(self.handle, self.desc, a, b, c, d, self.pref, count, results.ctypes.data,
+                                     returned.ctypes.data)
+        return [results[i: i + 1].copy() for i in range(int(returned[0])) if results["state"][i] == 0]
+
+    def check(self, record: np.ndarray) -> bool:
+        """``cublasLtMatmulAlgoCheck``; fills the record's workspace size; False if unusable here."""
+        a, b, c, d = self._descs
+        checked = new_record()
+        try:
+            lt.matmul_algo_check(self.handle, self.desc, a, b, c, d, record.ctypes.data, checked.ctypes.data)
+        except lt.cuBLASLtError:
+            return False
+        if int(checked["state"][0]) != 0 or int(checked["workspace_size"][0]) > self.workspace.numel():
+            return False
+        record["workspace_size"] = checked["workspace_size"]
+        return True
+
+    def enumerate(self, budget: int, seed: int = 0) -> list[np.ndarray]:
+        """Up to ``budget`` valid configs from ids x caps, sampled round-robin over algorithm ids."""
+        ids = lt.matmul_algo_get_ids(self.handle, self.compute, self.scale, *self.types, 64)
+        rng = random.Random(seed)
+        streams = [self._configs(algo_id, rng) for algo_id in ids]
+        found, attempts = [], 0
+        while streams and len(found) < budget and attempts < 40 * max(budget, 1):
+            for stream in list(streams):
+                record = next(stream, None)
+                attempts += 1
+                if record is None:
+                    streams.remove(stream)
+                elif self.check(record):
+                    found.append(record)
+                    if len(found) >= budget:
+                        break
+        return found
+
+    def _configs(self, algo_id: int, rng: random.Random) -> Iterator[np.ndarray]:
+        base = new_record()
+        try:
+            lt.matmul_algo_init(self.handle, self.compute, self.scale, *self.types, algo_id, base.ctypes.data)
+        except lt.cuBLASLtError:
+            return
+        caps = lt.MatmulAlgoCapAttribute
+        tiles = [int(t) for t in _cap(base, caps.TILE_IDS)] or [0]
+        stages = [int(s) for s in _cap(base, caps.STAGES_IDS)] or [0]
+        splits = [1, *SPLITS] if _cap_int(base, caps.SPLITK_SUPPORT) else [1]
+        red_mask = _cap_int(base, caps.REDUCTION_SCHEME_MASK)
+        reductions = [bit for bit in (1, 2, 4) if red_mask & bit] or [0]
+        swizzles = [0, 1] if _cap_int(base, caps.CTA_SWIZZLING_SUPPORT) else [0]
+        customs = list(range(min(_cap_int(base, caps.CUSTOM_OPTION_MAX), 3) + 1))
+        combos = list(itertools.product(tiles, stages, swizzles, customs))
+        rng.shuffle(combos)
+        for tile, stage, swizzle, custom in combos:
+            for split in splits:
+                for reduction in ([0] if split == 1 else reductions):
+                    record = base.copy()
+                    for key, value in (("Tile", tile), ("Stages", stage), ("SplitK", split),
+                                       ("ReductionScheme", reduction), ("Swizzle", swizzle),
+                                       ("CustomOption", custom)):
+                        attr = CONFIG_FIELDS[key]
+                        buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr), value)
+                        lt.matmul_algo_config_set_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes)
+                    yield record
+
+    def launcher(self, record: np.ndarray) -> Callable[[OperandSet], None]:
+        a, b, c, d = self._descs
+        bias_attr = lt.MatmulDescAttribute.BIAS_POINTER
+        bias_buf = _buffer(lt.get_matmul_desc_attribute_dtype(bias_attr))
+        workspace, size = self.workspace.data_ptr(), self.workspace.numel()
+
+        def launch(ops: OperandSet) -> None:
+            if ops.bias is not None:
+                bias_buf[0] = ops.bias.data_ptr()
+                lt.matmul_desc_set_attribute(self.desc, bias_attr, bias_buf.ctypes.data, bias_buf.nbytes)
+            lt.matmul(self.handle, self.desc, self.alpha.ctypes.data, ops.a.data_ptr(), a, ops.b.data_ptr(), b,
+                      self.beta.ctypes.data, ops.c.data_ptr(), c, ops.c.data_ptr(), d, record.ctypes.data,
+                      workspace, size, torch.cuda.current_stream().cuda_stream)
+
+        return launch
+
+    def close(self) -> None:
+        for layout in self.layouts:
+            lt.matrix_layout_destroy(layout)
+        lt.matmul_desc_destroy(self.desc)
+        lt.matmul_preference_destroy(self.pref)
+
+
+def record_from_config(gemm: LtGemm, config: dict) -> np.ndarray:
+    """Rebuild an algorithm from its saved bytes, or from its attributes when the bytes do not check."""
+    record = new_record()
+    record["algo"]["data_"][0] = np.frombuffer(bytes.fromhex(config["AlgoBytes"]), dtype=np.uint64)
+    if gemm.check(record):
+        return record
+    record = new_record()
+    lt.matmul_algo_init(gemm.handle, gemm.compute, gemm.scale, *gemm.types, config["AlgoId"], record.ctypes.data)
+    for key, attr in CONFIG_FIELDS.items():
+        if key != "AlgoId":
+            buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr), config[key])
+            lt.matmul_algo_config_set_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes)
+    if not gemm.check(record):
+        raise ValueError(f"{config['SolutionNameMin']} does not pass cublasLtMatmulAlgoCheck with this cuBLASLt")
+    return record
+
+
+@dataclass
+class Pool:
+    """The candidate pool of one problem: torch's default first, then unique cuBLASLt configs."""
+
+    names: list[str]
+    configs: dict[str, dict | None]
+    launchers: dict[str, Callable[[OperandSet], None]]
+    build_s: float
+
+
+class CublasLtBackend:
+    """The ``Backend`` for NVIDIA GPUs."""
+
+    name = "cublaslt"
+
+    def __init__(self, device: int = 0, timing: TimingSettings | None = None) -> None:
+        self.device = torch.device("cuda", device)
+        torch.cuda.set_device(self.device)
+        self.timing = timing or TimingSettings()
+        self.screen_timing = dataclasses.replace(self.timing, min_graph_us=500.0, warmup_replays=1,
+                                                 screen_samples=2)
+        self.handle = lt.create()
+
+    def unsupported_reason(self, problem: GemmProblem) -> str | None:
+        return unsupported_reason(problem)
+
+    def runtime(self) -> dict:
+        """What the results are valid for: device, torch (TunableOp's PT_VERSION) and cuBLASLt versions."""
+        return {**device_info(self.device), "pt_version": torch.__version__.split("+")[0],
+                "cublaslt_version": lt.get_version()}
+
+    def pool(self, problem: GemmProblem, gemm: LtGemm, settings: TuneSettings) -> Pool:
+        start = time.monotonic()
+        names, configs, launchers = [DEFAULT], {DEFAULT: None}, {DEFAULT: torch_launcher(problem)}
+        records = gemm.heuristic(settings.heuristic_count) + gemm.enumerate(settings.enumerate_budget)
+        for record in records:
+            config = read_config(record)
+            name = config["SolutionNameMin"]
+            if name not in configs:
+                names.append(name)
+                configs[name], launchers[name] = config, gemm.launcher(record)
+        return Pool(names, configs, launchers, time.monotonic() - start)
+
+    def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
+        """Screen the pool cheaply within the time budget, re-measure the best few against the default."""
+        with self._prepared(problem, settings) as (gemm, sets):
+            pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
+            result = ProblemResult(problem, phases={"pool_s": pool.build_s})
+            start = time.monotonic()
+            candidates = {n: CandidateResult(n, config=pool.configs[n]) for n in pool.names}
+            result.candidates = list(candidates.values())
+            deadline = time.monotonic() + settings.time_budget_s
+            for name in pool.names:
+                if name != DEFAULT and time.monotonic() > deadline:
+                    candidates[name].error = "not screened: time budget spent"
+                    continue
+                try:
+                    candidates[name].screen_us = screen(problem, pool.launchers[name], sets, self.screen_timing).median
+                except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
+                    candidates[name].error = f"{type(err).__name__}: {err}"
+            if candidates[DEFAULT].screen_us is None:
+                raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
+            ranked = sorted((c for c in result.candidates if c.screen_us is not None and c.name != DEFAULT),
+                            key=lambda c: c.screen_us)
+            finalists = self._numerically_sound(problem, pool, ranked, sets, ref, settings.finalists)
+            result.phases["screen_s"] = time.monotonic() - start
+            self._decide(problem, result, pool, finalists, sets, ref, settings, self.timing.rounds)
+            return result
+
+    def exhaustive_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
+        """The reference search: every candidate of the pool measured with full rigor (interleaved rounds),
+        then its best few confirmed against the default as ``tune_one`` confirms its finalists."""
+        with self._prepared(problem, settings) as (gemm, sets):
+            pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
+            result = ProblemResult(problem, phases={"pool_s": pool.build_s})
+            start = time.monotonic()
+            candidates = [CandidateResult(n, config=pool.configs[n]) for n in pool.names if n != DEFAULT]
+            result.candidates = candidates
+            sound = self._numerically_sound(problem, pool, candidates, sets, ref, len(candidates))
+            measured = interleaved(problem, {c.name: pool.launchers[c.name] for c in sound}, sets, self.timing)
+            for candidate in sound:
+                candidate.screen_us = measured[candidate.name].median
+            ranked = sorted(sound, key=lambda c: c.screen_us)[: settings.finalists]
+            result.phases["screen_s"] = time.monotonic() - start
+            self._decide(problem, result, pool, ranked, sets, ref, settings, self.timing.rounds)
+            return result
+
+    @contextlib.contextmanager
+    def _prepared(self, problem: GemmProblem, settings: TuneSettings) -> Iterator[tuple[LtGemm, list[OperandSet]]]:
+        workspace = torch.empty(settings.workspace_bytes, dtype=torch.uint8, device=self.device)
+        gemm = LtGemm(problem, self.handle, workspace)
+        try:
+            yield gemm, rotating_operands(problem, self.device, self.timing)
+        finally:
+            gemm.close()
+
+    @staticmethod
+    def _numerically_sound(problem: GemmProblem, pool: Pool, ranked: list[CandidateResult],
+                           sets: list[OperandSet], ref: torch.Tensor, count: int) -> list[CandidateResult]:
+        """The first ``count`` candidates of ``ranked`` whose output matches the reference."""
+        sound = []
+        for candidate in ranked:
+            if len(sound) >= count:
+                break
+            try:
+                check_numerics(problem, pool.launchers[candidate.name], sets[0], ref)
+                sound.append(candidate)
+            except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
+                candidate.error = f"{type(err).__name__}: {err}"
+        return sound
+
+    def _decide(self, problem: GemmProblem, result: ProblemResult, pool: Pool, finalists: list[CandidateResult],
+                sets: list[OperandSet], ref: torch.Tensor, settings: TuneSettings, rounds: int) -> None:
+        """Interleave the default and the finalists; the fastest wins only by ``margin``."""
+        start = time.monotonic()
+        names = [DEFAULT, *(c.name for c in finalists)]
+        final = interleaved(problem, {n: pool.launchers[n] for n in names}, sets, self.timing, rounds=rounds)
+        for candidate in finalists:
+            candidate.final_us = final[candidate.name].median
+        result.default_us = final[DEFAULT].median
+        for candidate in result.candidates:
+            if candidate.name == DEFAULT:
+                candidate.final_us = result.default_us
+        best = min(finalists, key=lambda c: c.final_us, default=None)
+        result.winner_us = result.default_us
+        if best is not None and result.default_us / best.final_us >= 1 + settings.margin:
+            result.winner, result.winner_us, result.winner_config = best.name, best.final_us, best.config
+            result.numerics[best.name] = check_numerics(problem, pool.launchers[best.name], sets[0], ref)
+        result.numerics[DEFAULT] = check_numerics(problem, pool.launchers[DEFAULT], sets[0], ref)
+        result.phases["final_s"] = time.monotonic() - start
+
+    def launcher_for(self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor
+                     ) -> tuple[Callable[[OperandSet], None], LtGemm | None]:
+        """Run a saved winner (``None``: torch's default); the caller closes the returned ``LtGemm``."""
+        if config is None:
+            return torch_launcher(problem), None
+        gemm = LtGemm(problem, self.handle, workspace)
+        return gemm.launcher(record_from_config(gemm, config)), gemm

@@ -1,0 +1,183 @@
+"""The one GPU timing harness (``shared/spec/nvidia-cublaslt.md`` section 6).
+
+* Inputs rotate through copies that total at least ``l2_factor`` x L2 (L2 read from the device), so
+  every call reads cold operands; inputs are random, never zeros.
+* Each candidate is captured once in a CUDA graph that calls it over every copy, repeated until the graph
+  holds enough work to time with events (this also removes launch gaps for kernels under ~20 us).
+* Warm-up replays first; then samples, each one replay timed with events, divided by the calls in it.
+* Comparisons interleave candidates round by round (A, B, C, B, C, A, ...) and report medians and spread.
+* Outputs are poisoned with NaN before a candidate runs and checked afterwards, so a kernel that wrote
+  nothing never passes; numerics compare against a higher-precision reference with per-dtype tolerances.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .problem import GemmProblem
+from .torch_gemm import OperandSet, allocate, reference, result, set_bytes
+
+# Relative Frobenius error allowed against the reference, by (dtype, compute type).
+TOLERANCES = {("bfloat16", "float32"): 1e-2, ("float16", "float32"): 2e-3, ("float32", "float32"): 1e-4,
+              ("float32", "tf32"): 5e-3, ("float64", "float64"): 1e-10}
+MAX_COPIES = 64
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    l2_factor: float = 3.0
+    min_graph_us: float = 2000.0  # work per replay, so event overhead stays under ~1%
+    warmup_replays: int = 2
+    screen_samples: int = 3
+    rounds: int = 7
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Per-call microseconds over samples."""
+
+    median: float
+    p25: float
+    p75: float
+    minimum: float
+    samples: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stats:
+        ordered = sorted(values)
+        q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
+        return cls(statistics.median(ordered), q[0], q[2], ordered[0], len(ordered))
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        return (self.p75 - self.p25) / self.median if self.median else math.inf
+
+    def to_json(self) -> dict:
+        return {"median_us": self.median, "p25_us": self.p25, "p75_us": self.p75, "min_us": self.minimum,
+                "samples": self.samples}
+
+
+class NumericsError(RuntimeError):
+    pass
+
+
+def l2_bytes(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
+def rotating_operands(problem: GemmProblem, device: torch.device, settings: TimingSettings) -> list[OperandSet]:
+    """Enough operand copies to total ``l2_factor`` x L2 (one copy if a single set is already that large)."""
+    copies = math.ceil(settings.l2_factor * l2_bytes(device) / max(set_bytes(problem), 1))
+    return allocate(problem, max(1, min(copies, MAX_COPIES)), device, settings.seed)
+
+
+class GraphTimer:
+    """One candidate captured as a CUDA graph over all operand sets, timed by replay."""
+
+    def __init__(self, launch: Callable[[OperandSet], None], sets: Sequence[OperandSet],
+                 settings: TimingSettings) -> None:
+        self.sets = sets
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            launch(sets[0])  # eager warm-up: allocates workspaces, loads kernels
+            start.record()
+            for ops in sets:  # one timed eager pass sizes the graph
+                launch(ops)
+            end.record()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        estimate_us = start.elapsed_time(end) * 1000.0 / len(sets)
+        self.passes = max(1, math.ceil(settings.min_graph_us / max(estimate_us * len(sets), 1e-3)))
+        self.calls = self.passes * len(sets)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            for _ in range(self.passes):
+                for ops in sets:
+                    launch(ops)
+        for _ in range(settings.warmup_replays):
+            self.graph.replay()
+        torch.cuda.synchronize()
+
+    def sample(self) -> float:
+        """Microseconds per call of one replay."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0 / self.calls
+
+
+def poison(sets: Sequence[OperandSet]) -> None:
+    for ops in sets:
+        ops.c.fill_(float("nan"))
+
+
+def check_written(problem: GemmProblem, sets: Sequence[OperandSet]) -> None:
+    """Every output was written (no NaN left from the poison)."""
+    for ops in sets:
+        if torch.isnan(result(problem, ops)).any():
+            raise NumericsError("output still holds the NaN poison: the kernel did not write it")
+
+
+def relative_error(problem: GemmProblem, ops: OperandSet, ref: torch.Tensor | None = None) -> float:
+    ref = reference(problem, ops) if ref is None else ref
+    diff = result(problem, ops).to(ref.dtype) - ref
+    return float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+
+
+def check_numerics(problem: GemmProblem, launch: Callable[[OperandSet], None], ops: OperandSet,
+                   ref: torch.Tensor | None = None) -> float:
+    """Run once on a poisoned output and compare with the reference (``ref``, computed once per problem,
+    or computed here); return the relative error, raise ``NumericsError`` beyond the dtype's tolerance."""
+    poison([ops])
+    launch(ops)
+    torch.cuda.synchronize()
+    check_written(problem, [ops])
+    error = relative_error(problem, ops, ref)
+    tolerance = TOLERANCES.get((problem.a_type, problem.compute_type), 1e-2)
+    if not error <= tolerance:
+        raise NumericsError(f"relative error {error:.3g} exceeds {tolerance:g} for {problem.a_type}")
+    return error
+
+
+def screen(problem: GemmProblem, launch: Callable[[OperandSet], None], sets: Sequence[OperandSet],
+           settings: TimingSettings) -> Stats:
+    """A quick measurement of one candidate: poison, graph, a few samples, written check."""
+    poison(sets)
+    timer = GraphTimer(launch, sets, settings)
+    check_written(problem, sets)
+    stats = Stats.of([timer.sample() for _ in range(settings.screen_samples)])
+    del timer
+    return stats
+
+
+def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet], None]],
+                sets: Sequence[OperandSet], settings: TimingSettings, rounds: int | None = None) -> dict[str, Stats]:
+    """A/B(/C...) comparison: every round samples every candidate, in a rotated order; medians per candidate."""
+    poison(sets)
+    timers = {name: GraphTimer(fn, sets, settings) for name, fn in launchers.items()}
+    check_written(problem, sets)
+    names = list(timers)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds or settings.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order if r % 2 == 0 else reversed(order):
+            samples[name].append(timers[name].sample())
+    return {name: Stats.of(values) for name, values in samples.items()}
+
+
+def device_info(device: torch.device) -> dict:
+    props = torch.cuda.get_device_properties(device)
+    return {"name": props.name, "sm_count": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
+            "capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
+            "cuda": torch.version.cuda}

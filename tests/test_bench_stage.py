@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline import bench_stage
+from pipeline.backend import TuneSettings
+from pipeline.bench_stage import BenchError, estimate_cost, gpu_slot, result_path, run_shards, shard, write_outputs
+from pipeline.logic import load_logic
+from pipeline.problem import GemmProblem
+from pipeline.tunableop import read_file
+
+from .fake_backend import FAILING_K
+
+FAKE = "tests.fake_backend:FakeBackend"
+
+
+def _problems(*ks: int) -> list[GemmProblem]:
+    return [GemmProblem("gemm", "T", "N", m, 128, k, k, k, m) for m in (4096, 6144) for k in ks]
+
+
+@given(st.lists(st.tuples(st.sampled_from([1, 8, 512, 8192]), st.sampled_from([4096, 14336])), max_size=30,
+                unique=True), st.integers(1, 8))
+def test_shards_cover_every_problem_once_and_balance(shapes, count):
+    problems = [GemmProblem("gemm", "T", "N", 4096, n, k, k, k, 4096) for n, k in shapes]
+    shards = shard(problems, count)
+    assert sorted(p.sort_key() for s in shards for p in s) == sorted(p.sort_key() for p in problems)
+    assert len(shards) <= count
+    loads = [sum(estimate_cost(p) for p in s) for s in shards]
+    if loads:
+        assert max(loads) - min(loads) <= max(estimate_cost(p) for p in problems) + 1e-9
+
+
+def test_gpu_slots_are_exclusive(tmp_path):
+    with gpu_slot(tmp_path, [0, 1]) as first, gpu_slot(tmp_path, [0, 1]) as second:
+        assert {first, second} == {0, 1}
+        with pytest.raises(BenchError, match="no free GPU among"), gpu_slot(tmp_path, [0, 1], wait_s=0.2):
+            pass
+    with gpu_slot(tmp_path, [1]) as again:
+        assert again == 1
+
+
+def test_failing_problem_is_recorded_and_others_finish(tmp_path, monkeypatch):
+    monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", FAKE)
+    problems = _problems(4096, FAILING_K)
+    seen = []
+    run_shards(problems, tmp_path, [0, 1], TuneSettings(), progress=lambda d, t: seen.append((d, t)))
+    assert all(result_path(tmp_path, p).exists() for p in problems)
+    summary = write_outputs(problems, tmp_path)
+    assert summary["tuned"] == 2 and len(summary["errors"]) == 2
+    assert "CUBLAS_STATUS_NOT_SUPPORTED (fake)" in summary["errors"][0]["error"]
+    rows = read_file(tmp_path / "tunableop_results.csv")
+    assert {e.problem.k for e in rows.entries} == {4096}
+    assert rows.validators == {"PT_VERSION": "2.11.0"}
+    logic = load_logic(tmp_path / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml")
+    assert logic.data[1] == "cublaslt" and logic.data[2] == "sm_90"
+    assert [row[0] for row in logic.exact_logic] == [[6144, 128, 1, 4096]]
+    assert json.loads((tmp_path / "summary.json").read_text())["improved"] == 1
+
+
+def test_interrupted_shard_resumes_without_redoing_finished_problems(tmp_path, monkeypatch):
+    monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", FAKE)
+    problems = _problems(4096, 8192, 14336)
+    monkeypatch.setenv("FAKE_BACKEND_CRASH_AFTER", "1")
+    with pytest.raises(BenchError, match="4 problems have no result; rerun to resume") as err:
+        run_shards(problems, tmp_path, [0, 1], TuneSettings())
+    assert "worker exited with code 9" in str(err.value)
+    done = {p: result_path(tmp_path, p).stat().st_mtime_ns for p in problems if result_path(tmp_path, p).exists()}
+    assert len(done) == 2
+    monkeypatch.delenv("FAKE_BACKEND_CRASH_AFTER")
+    run_shards(problems, tmp_path, [0, 1], TuneSettings())
+    assert all(result_path(tmp_path, p).exists() for p in problems)
+    assert all(result_path(tmp_path, p).stat().st_mtime_ns == mtime for p, mtime in done.items())
+    log = "".join(f.read_text() for f in (tmp_path / "shards").glob("*.log"))
+    assert log.count("gemm ") == 4, "the rerun tuned only the four problems left"

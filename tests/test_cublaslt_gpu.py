@@ -1,0 +1,97 @@
+"""GPU tests of the NVIDIA backend (run on the device machine: pytest -m gpu)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.backend import DEFAULT, TuneSettings, tune
+from pipeline.bench_stage import result_path, run_shards
+from pipeline.problem import GemmProblem
+from pipeline.tunableop import read_file
+
+pytestmark = pytest.mark.gpu
+QUICK = TuneSettings(time_budget_s=3.0, heuristic_count=32, enumerate_budget=24)
+PROBLEMS = [
+    GemmProblem("gemm", "T", "N", 6144, 8, 4096, 4096, 4096, 6144),
+    GemmProblem("gemm", "N", "N", 512, 128, 256, 512, 256, 512, a_type="float16", b_type="float16",
+                c_type="float16"),
+    GemmProblem("gemm_and_bias", "T", "N", 11008, 64, 4096, 4096, 4096, 11008),
+    GemmProblem("gemm_strided_batched", "N", "N", 128, 128, 64, 128, 64, 128, batch=8),
+    GemmProblem("gemm", "N", "N", 1024, 256, 512, 1024, 512, 1024, a_type="float32", b_type="float32",
+                c_type="float32"),
+    GemmProblem("gemm", "N", "T", 1024, 256, 512, 1024, 256, 1024, a_type="float32", b_type="float32",
+                c_type="float32", compute_type="tf32"),
+]
+
+
+def test_every_winner_is_numerically_sound():
+    import torch
+
+    from pipeline.cublaslt import CublasLtBackend
+    from pipeline.measure import check_numerics, rotating_operands
+
+    backend = CublasLtBackend(0)
+    for result in tune(backend, PROBLEMS, QUICK):
+        assert not result.errors, result.errors
+        assert result.default_us > 0 and result.winner_us <= result.default_us
+        assert result.numerics[DEFAULT] >= 0
+        if result.winner != DEFAULT:
+            assert result.default_us / result.winner_us >= 1 + QUICK.margin
+            assert result.winner_config["SolutionNameMin"] == result.winner
+            workspace = torch.empty(QUICK.workspace_bytes, dtype=torch.uint8, device="cuda")
+            launch, gemm = backend.launcher_for(result.problem, result.winner_config, workspace)
+            ops = rotating_operands(result.problem, backend.device, backend.timing)[0]
+            error = check_numerics(result.problem, launch, ops)  # rebuilt from the saved config; raises if off
+            gemm.close()
+            assert error == pytest.approx(result.numerics[result.winner], rel=0.5, abs=1e-3)
+        screened = [c for c in result.candidates if c.screen_us is not None]
+        assert len(screened) >= 2, "the default and at least one cuBLASLt config were measured"
+        print(f"\n{result.problem.op} {result.problem.a_type} {result.problem.layout} {result.problem.m}x"
+              f"{result.problem.n}x{result.problem.k}: {result.winner} x{result.speedup:.3f} "
+              f"({len(result.candidates)} candidates, {result.tuning_s:.1f} s)")
+
+
+def test_interrupted_shard_resumes(tmp_path):
+    problems = PROBLEMS[:3]
+    shard = tmp_path / "shard.json"
+    shard.write_text(json.dumps({"problems": [p.to_dict() for p in problems], "settings": QUICK.__dict__,
+                                 "backend": "pipeline.cublaslt:CublasLtBackend"}))
+    worker = subprocess.Popen([sys.executable, "-m", "pipeline.bench_worker", str(shard), str(tmp_path)],
+                              cwd=Path(__file__).resolve().parents[1])
+    first = result_path(tmp_path, problems[0])
+    deadline = time.monotonic() + 300
+    while not any(result_path(tmp_path, p).exists() for p in problems) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    worker.kill()
+    worker.wait()
+    done = {p: result_path(tmp_path, p).stat().st_mtime_ns for p in problems if result_path(tmp_path, p).exists()}
+    assert 1 <= len(done) < len(problems), "killed after its first result"
+    run_shards(problems, tmp_path, [0], QUICK)
+    assert all(result_path(tmp_path, p).exists() for p in problems)
+    assert all(result_path(tmp_path, p).stat().st_mtime_ns == t for p, t in done.items())
+    assert first.exists()
+
+
+def test_tune_workload_dag_through_bench(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+                           "--workdir", str(tmp_path), "--run-name", "gpu", "--time-budget", "1", "--gpus", "1"],
+                          cwd=repo, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    run = tmp_path / "gpu"
+    summary = json.loads((run / "bench" / "summary.json").read_text())
+    shapes = json.loads((run / "shapes" / "shapes.json").read_text())
+    assert summary["problems"] == len(shapes) and summary["tuned"] == len(shapes) and not summary["errors"]
+    merged = read_file(run / "merge" / "tunableop_results.csv")
+    assert len(merged.entries) == len(shapes)
+    assert merged.validators["PT_VERSION"] == __import__("torch").__version__.split("+")[0]
+    winners = [e for e in merged.entries if e.solution != DEFAULT]
+    assert all(e.solution.startswith("Gemm_Cublaslt_id_") for e in winners)
+    print(f"\nTuneWorkload: {len(shapes)} GEMMs, {summary['improved']} improved, geomean x"
+          f"{summary['geomean_speedup']:.3f}, tuning {summary['tuning_s']:.0f} s")
