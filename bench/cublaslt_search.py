@@ -95,7 +95,8 @@ def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSett
             "algorithm_id": best.algorithm_id, "candidates": len(mm.algorithms)}
 
 
-def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaustive: bool, with_nvmath: bool) -> list:
+def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaustive: bool, with_nvmath: bool,
+        partial: Path) -> list:
     backend = CublasLtBackend(settings.device)
     rows = []
     for label, p in problems:
@@ -125,6 +126,7 @@ def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaust
                  if exhaustive else "")
               + (f"  | nvmath x{row['nvmath'].get('speedup', float('nan')):.3f}" if with_nvmath else ""), flush=True)
         rows.append(row)
+        partial.write_text(json.dumps(rows) + "\n")  # what a time-out leaves behind
         torch.cuda.empty_cache()
     return rows
 
@@ -167,7 +169,7 @@ def main() -> int:
         problems = problems[: args.max_problems]
     settings = TuneSettings(time_budget_s=args.budget)
     started = time.monotonic()
-    rows = run(problems, settings, not args.no_exhaustive, not args.no_nvmath)
+    rows = run(problems, settings, not args.no_exhaustive, not args.no_nvmath, Path(args.out + ".partial"))
     data = {"date": datetime.date.today().isoformat(), "device": device_info(torch.device("cuda", 0)),
             "versions": {"torch": torch.__version__, "cublasLt": lt.get_version(), "nvmath": nvmath.__version__},
             "settings": settings.__dict__, "set": args.set, "wall_s": time.monotonic() - started,
