@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nvmath
 import torch
 from nvmath.bindings import cublasLt as lt
-from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulPlanPreferences
+from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 
 from pipeline.backend import DEFAULT, TuneSettings
 from pipeline.cublaslt import CublasLtBackend
@@ -62,37 +62,35 @@ def floor_us(p: GemmProblem) -> float:
 
 
 def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSettings) -> dict:
-    """nvmath's own pick: plan (8 heuristic algorithms) and autotune, then its best timed, through nvmath's own
-    descriptors, in our harness against torch's default."""
+    """nvmath's own pick: ``Matmul(x, y)`` in torch's frame (which cuBLASLt sees as our BLAS frame), plan with
+    its 8 heuristic algorithms, ``autotune``; its best algorithm then runs under our descriptors and is timed
+    in our harness against torch's default."""
     sets = rotating_operands(p, backend.device, backend.timing)
-
-    def operands(ops):  # the BLAS frame: C[m, n] = op(A) @ op(B), written in place into the set's output
-        x, y, out = torch_views(p, ops)
-        extra = {"epilog_inputs": {"bias": ops.bias}} if ops.bias is not None else {}
-        return y.mT, x.mT, out.mT, extra
-
-    a, b, c, extra = operands(sets[0])
+    x, y, _ = torch_views(p, sets[0])
     start = time.monotonic()
-    mm = Matmul(a, b, c=c, beta=0.0, options={"inplace": True})
-    plan_kwargs = {"epilog": MatmulEpilog.BIAS, **extra} if extra else {}
-    mm.plan(preferences=MatmulPlanPreferences(limit=8), **plan_kwargs)
+    mm = Matmul(x, y)
+    mm.plan(preferences=MatmulPlanPreferences(limit=8))
     mm.autotune(iterations=10)
     best = mm.algorithms[0]
     tuning_s = time.monotonic() - start
-
-    def launch(ops) -> None:
-        a, b, c, extra = operands(ops)
-        mm.reset_operands_unchecked(a=a, b=b, c=c, **extra)
-        mm.execute(algorithm=best, stream=torch.cuda.current_stream())
-
+    record = new_record()
+    record["algo"] = best.as_numpy()["algo"]
+    count = len(mm.algorithms)
+    mm.free()
+    workspace = torch.empty(settings.workspace_bytes, dtype=torch.uint8, device=backend.device)
+    gemm = LtGemm(p, backend.handle, workspace)
     try:
-        final = interleaved(p, {DEFAULT: torch_launcher(p), "nvmath": launch}, sets, backend.timing)
+        if not gemm.check(record):
+            return {"error": "nvmath's best algorithm does not pass AlgoCheck under the BLAS-frame descriptors",
+                    "tuning_s": tuning_s}
+        config = read_config(record)
+        final = interleaved(p, {DEFAULT: torch_launcher(p), "nvmath": gemm.launcher(record)}, sets, backend.timing)
     finally:
-        mm.free()
+        gemm.close()
     ratio = final[DEFAULT].median / final["nvmath"].median
     return {"default_us": final[DEFAULT].median, "tuned_us": final["nvmath"].median, "raw_speedup": ratio,
             "speedup": ratio if ratio >= 1 + settings.margin else 1.0, "tuning_s": tuning_s,
-            "algorithm_id": best.algorithm_id, "candidates": len(mm.algorithms)}
+            "winner": config["SolutionNameMin"], "candidates": count}
 
 
 def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaustive: bool, with_nvmath: bool,
