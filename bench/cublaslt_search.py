@@ -27,7 +27,7 @@ from nvmath.bindings import cublasLt as lt
 from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 
 from pipeline.backend import DEFAULT, TuneSettings
-from pipeline.cublaslt import CublasLtBackend
+from pipeline.cublaslt import CublasLtBackend, LtGemm, new_record, read_config
 from pipeline.measure import device_info, interleaved, rotating_operands
 from pipeline.problem import GemmProblem, dtype_bytes
 from pipeline.torch_gemm import torch_launcher, torch_views
