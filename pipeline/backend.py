@@ -27,7 +27,7 @@ class TuneSettings:
     time_budget_s: float = 20.0  # screening budget per problem
     heuristic_count: int = 128  # cuBLASLt heuristic candidates requested
     enumerate_budget: int = 96  # extra configs from the algorithm enumeration (checked ones)
-    finalists: int = 6  # best screened candidates re-measured against the default
+    finalists: int = 8  # best screened candidates re-measured against the default
     workspace_bytes: int = 32 * 1024 * 1024  # as torch has it on sm90 (CUBLASLT_WORKSPACE_SIZE)
     device: int = 0
 

@@ -274,8 +274,7 @@ class CublasLtBackend:
         self.device = torch.device("cuda", device)
         torch.cuda.set_device(self.device)
         self.timing = timing or TimingSettings()
-        self.screen_timing = dataclasses.replace(self.timing, min_graph_us=300.0, warmup_replays=1,
-                                                 screen_samples=2)
+        self.screen_timing = dataclasses.replace(self.timing, screen_samples=2)
         self.handle = lt.create()
 
     def unsupported_reason(self, problem: GemmProblem) -> str | None:

@@ -4,6 +4,7 @@
   every call reads cold operands; inputs are random, never zeros.
 * Each candidate is captured once in a CUDA graph that calls it over every copy, repeated until the graph
   holds enough work to time with events (this also removes launch gaps for kernels under ~20 us).
+  Screening many candidates skips the graph: eager passes queued behind a GPU spin, a few samples each.
 * Warm-up replays first; then samples, each one replay timed with events, divided by the calls in it.
 * Comparisons interleave candidates round by round (A, B, C, B, C, A, ...) and report medians and spread.
 * Outputs are poisoned with NaN before a candidate runs and checked afterwards, so a kernel that wrote
@@ -34,6 +35,7 @@ class TimingSettings:
     min_graph_us: float = 2000.0  # work per replay, so event overhead stays under ~1%
     warmup_replays: int = 2
     screen_samples: int = 3
+    spin_cycles: int = 400_000  # ~200 us at H100 clocks: long enough to queue a pass of launches
     rounds: int = 7
     seed: int = 0
 
@@ -150,13 +152,22 @@ def check_numerics(problem: GemmProblem, launch: Callable[[OperandSet], None], o
 
 def screen(problem: GemmProblem, launch: Callable[[OperandSet], None], sets: Sequence[OperandSet],
            settings: TimingSettings) -> Stats:
-    """A quick measurement of one candidate: poison, graph, a few samples, written check."""
+    """A quick measurement of one candidate, without a graph: one warm-up call, then eager passes over the
+    sets queued behind a GPU spin (so host launch gaps are not timed), on poisoned outputs checked after."""
     poison(sets)
-    timer = GraphTimer(launch, sets, settings)
+    launch(sets[0])  # kernel loading, workspace
+    events = []
+    for _ in range(settings.screen_samples):
+        torch.cuda._sleep(settings.spin_cycles)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for ops in sets:
+            launch(ops)
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
     check_written(problem, sets)
-    stats = Stats.of([timer.sample() for _ in range(settings.screen_samples)])
-    del timer
-    return stats
+    return Stats.of([s.elapsed_time(e) * 1000.0 / len(sets) for s, e in events])
 
 
 def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet], None]],
