@@ -274,7 +274,7 @@ class CublasLtBackend:
         self.device = torch.device("cuda", device)
         torch.cuda.set_device(self.device)
         self.timing = timing or TimingSettings()
-        self.screen_timing = dataclasses.replace(self.timing, screen_samples=2)
+        self.screen_timing = dataclasses.replace(self.timing, screen_samples=1)
         self.handle = lt.create()
 
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
