@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def main(path: str) -> None:
-    data = json.loads(open(path).read())
+    data = json.loads(Path(path).read_text())
     s = data["summary"]
     print(f"Device: {data['device']['name']} ({data['device']['sm_count']} SMs, L2 {data['device']['l2_bytes'] >> 20}"
           f" MiB), torch {data['versions']['torch']}, cuBLASLt {data['versions']['cublasLt']}, nvmath "
