@@ -29,11 +29,11 @@ from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 from pipeline.backend import DEFAULT, TuneSettings
 from pipeline.cublaslt import CublasLtBackend, LtGemm, new_record, read_config
 from pipeline.measure import device_info, interleaved, rotating_operands
-from pipeline.problem import GemmProblem, dtype_bytes
+from pipeline.problem import GemmProblem
 from pipeline.torch_gemm import torch_launcher, torch_views
 from pipeline.tunableop import format_key
+from pipeline.validate import floor_us
 
-PEAK_FLOPS, PEAK_BYTES = 989e12, 3.35e12  # H100 SXM datasheet: dense bf16, HBM3
 LINEARS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
            "5120->13824": (5120, 13824)}
 TOKENS = (1, 8, 32, 128, 512, 2048, 8192)
@@ -53,12 +53,6 @@ def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
     seen = {p for _, p in llama}
     extra = [(label, p) for label, p in workload if p not in seen]
     return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": [llama[1], llama[10], llama[-1]]}
-
-
-def floor_us(p: GemmProblem) -> float:
-    size = dtype_bytes(p.a_type)
-    moved = (p.m * p.k + p.k * p.n + p.m * p.n) * p.batch * size
-    return max(p.flops() / PEAK_FLOPS, moved / PEAK_BYTES) * 1e6
 
 
 def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSettings) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import luigi.configuration
 
-from .tasks import Bench, CollectShapes, GatherShapes, GenerateConfigs, MergeLogic, MergeResults, TuneWorkload
+from .tasks import Bench, CollectShapes, GatherShapes, GenerateConfigs, MergeLogic, MergeResults, TuneWorkload, Validate
 
 
 def _default_exit_codes() -> None:
@@ -18,4 +18,5 @@ def _default_exit_codes() -> None:
 
 _default_exit_codes()
 
-__all__ = ["Bench", "CollectShapes", "GatherShapes", "GenerateConfigs", "MergeLogic", "MergeResults", "TuneWorkload"]
+__all__ = ["Bench", "CollectShapes", "GatherShapes", "GenerateConfigs", "MergeLogic", "MergeResults", "TuneWorkload",
+           "Validate"]

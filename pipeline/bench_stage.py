@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +34,18 @@ from .tunableop import TunableOpEntry, format_key, write_file
 
 BACKENDS = {"cublaslt": "pipeline.cublaslt:CublasLtBackend"}
 RUNTIME = "runtime.json"
+
+
+def lock_dir() -> Path:
+    """Machine-wide GPU slot locks, shared by every run (``GEMM_TUNE_LOCK_DIR`` overrides)."""
+    return Path(os.environ.get("GEMM_TUNE_LOCK_DIR") or Path(tempfile.gettempdir()) / "gemm-tune-gpu-locks")
+
+
+def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
+    """A one-line terminal progress bar on stderr (redrawn in place)."""
+    filled = round(width * done / max(total, 1))
+    end = "\n" if done >= total else ""
+    print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
 class BenchError(RuntimeError):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .atomic import atomic_write_json
 from .backend import TuneSettings, tune
-from .bench_stage import RUNTIME, gpu_slot, pending, result_path
+from .bench_stage import RUNTIME, gpu_slot, lock_dir, pending, result_path
 from .problem import GemmProblem
 
 
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     problems = pending([GemmProblem.from_dict(p) for p in spec["problems"]], out_dir)
     settings = TuneSettings(**spec["settings"])
-    with gpu_slot(out_dir / "locks", [int(g) for g in args.gpus.split(",")]) as gpu:
+    with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         backend = load_backend(spec["backend"], gpu)
         runtime = getattr(backend, "runtime", lambda: {})()
         if runtime:

@@ -62,6 +62,14 @@ def _merge_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from . import report
+
+    summary = report.build(Path(args.run_dir))
+    print("\n".join(report.key_lines(summary)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gemm-tune", description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
@@ -108,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="take the validator block (or Git Version) of the runtime to target from FILE")
     results.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
     results.set_defaults(func=_merge_results)
+
+    rep = steps.add_parser("report", help="rebuild report.md, report.html, plots and summary.json of a run",
+                           description="Rebuild RUN_DIR/report from the run's validation, gate and e2e records.")
+    rep.add_argument("run_dir", metavar="RUN_DIR", help="e.g. workdir/2026-11-22")
+    rep.set_defaults(func=_report)
     return parser
 
 

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import itertools
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -60,6 +61,20 @@ def solution_name(config: dict) -> str:
     if config.get("InnerShape") or config.get("ClusterShape"):
         name += f"_inner_{config['InnerShape']}_cluster_{config['ClusterShape']}"
     return name
+
+
+_NAME_RE = re.compile(r"Gemm_Cublaslt_id_(?P<AlgoId>\d+)_tile_(?P<Tile>\d+)_stages_(?P<Stages>\d+)"
+                      r"_splitk_(?P<SplitK>\d+)_red_(?P<ReductionScheme>\d+)_swizzle_(?P<Swizzle>\d+)"
+                      r"_custom_(?P<CustomOption>\d+)(?:_inner_(?P<InnerShape>\d+)_cluster_(?P<ClusterShape>\d+))?")
+
+
+def config_from_name(name: str) -> dict:
+    """The algorithm attributes a ``Gemm_Cublaslt_id_..`` solution name spells out (no saved bytes)."""
+    match = _NAME_RE.fullmatch(name)
+    if not match:
+        raise ValueError(f"{name!r} is not a Gemm_Cublaslt_id_... solution name")
+    config = {k: int(v or 0) for k, v in match.groupdict().items()}
+    return {**config, "SolutionNameMin": name, "AlgoBytes": None}
 
 
 def _buffer(dtype, value=0) -> np.ndarray:
@@ -240,10 +255,11 @@ class LtGemm:
 
 def record_from_config(gemm: LtGemm, config: dict) -> np.ndarray:
     """Rebuild an algorithm from its saved bytes, or from its attributes when the bytes do not check."""
-    record = new_record()
-    record["algo"]["data_"][0] = np.frombuffer(bytes.fromhex(config["AlgoBytes"]), dtype=np.uint64)
-    if gemm.check(record):
-        return record
+    if config.get("AlgoBytes"):
+        record = new_record()
+        record["algo"]["data_"][0] = np.frombuffer(bytes.fromhex(config["AlgoBytes"]), dtype=np.uint64)
+        if gemm.check(record):
+            return record
     record = new_record()
     lt.matmul_algo_init(gemm.handle, gemm.compute, gemm.scale, *gemm.types, config["AlgoId"], record.ctypes.data)
     for key, attr in CONFIG_FIELDS.items():

@@ -117,7 +117,7 @@ def _sanitize(solutions: list[dict]) -> None:
             solution.update(StaggerUMapping=0, StaggerUStride=0, _staggerStrideShift=0)
 
 
-def _remove_unused(logic: LogicFile) -> int:
+def remove_unused(logic: LogicFile) -> int:
     """Drop solutions no row uses, renumber the rest in order, remap rows; return how many went."""
     used = {index for _, (index, _) in logic.exact_logic}
     before = len(logic.solutions)
@@ -172,8 +172,8 @@ def merge_upstream(base: LogicFile, new: LogicFile, forced: bool, trim: bool, no
         new.exact_logic = _trim_sizes(new.exact_logic, report, "incremental")
     _sanitize(base.solutions)
     _sanitize(new.solutions)
-    base_removed = _remove_unused(base)
-    new_removed = _remove_unused(new)
+    base_removed = remove_unused(base)
+    new_removed = remove_unused(new)
     pool, rows = copy.deepcopy(base.solutions), copy.deepcopy(base.exact_logic)
     known = {tuple(size): (i, eff) for i, (size, (_, eff)) in enumerate(base.exact_logic)}
     for size, (index, eff) in new.exact_logic:
@@ -196,7 +196,7 @@ def merge_upstream(base: LogicFile, new: LogicFile, forced: bool, trim: bool, no
     report.add(new_removed, "unused kernels removed from incremental logic file")
     merged = base.copy()
     merged.solutions, merged.exact_logic = pool, rows
-    replaced = _remove_unused(merged)
+    replaced = remove_unused(merged)
     report.add(len(rows) - len(base.exact_logic), "size(s) and", len(pool) - len(base.solutions),
                "kernel(s) added,", replaced + base_removed, "kernel(s) removed")
     return merged
@@ -265,7 +265,7 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
             report.add(f"{name}: kept base {size}: efficiency {base_eff} vs {eff} is within the "
                        f"{options.margin:.0%} margin or slower")
     merged.exact_logic = list(rows.values())
-    removed = _remove_unused(merged)
+    removed = remove_unused(merged)
     if removed:
         report.add(f"{name}: {removed} kernel(s) no longer used were removed")
     return merged

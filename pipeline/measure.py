@@ -171,11 +171,18 @@ def screen(problem: GemmProblem, launch: Callable[[OperandSet], None], sets: Seq
 
 
 def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet], None]],
-                sets: Sequence[OperandSet], settings: TimingSettings, rounds: int | None = None) -> dict[str, Stats]:
-    """A/B(/C...) comparison: every round samples every candidate, in a rotated order; medians per candidate."""
-    poison(sets)
-    timers = {name: GraphTimer(fn, sets, settings) for name, fn in launchers.items()}
-    check_written(problem, sets)
+                sets: Sequence[OperandSet], settings: TimingSettings, rounds: int | None = None,
+                own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None) -> dict[str, Stats]:
+    """A/B(/C...) comparison: every round samples every candidate, in a rotated order; medians per candidate.
+
+    ``own_sets`` gives a candidate its own problem and operands (e.g. the padded variant of a problem)."""
+    own_sets = own_sets or {}
+    timers = {}
+    for name, fn in launchers.items():
+        its_problem, its_sets = own_sets.get(name, (problem, sets))
+        poison(its_sets)
+        timers[name] = GraphTimer(fn, its_sets, settings)
+        check_written(its_problem, its_sets)
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds or settings.rounds):

@@ -7,7 +7,9 @@
 ``workdir/<run>/bench/``    problems/*.json, results.json, tunableop_results.csv, logic/, summary.json (Bench)
 ``workdir/<run>/merge/``    tunableop_results.csv, logic/, merge logs       (MergeResults, MergeLogic)
 
-Next stage (a later issue): Validate.
+``workdir/<run>/validate/`` measurements.json, gate.json, e2e.json       (Validate)
+``workdir/<run>/bundle/``   tunableop_results.csv, logic/, manifest.json   (Validate, when the gate passes)
+``workdir/<run>/report/``   report.md, report.html, *.png, summary.json    (Validate)
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import luigi
 from luigi.util import inherits
 
-from . import bench_stage, configs, tunableop
-from .atomic import atomic_write_text
+from . import bench_stage, bundle, configs, e2e, report, tunableop
+from .atomic import atomic_write_json, atomic_write_text
 from .backend import TuneSettings
-from .collect import MANIFEST, collect
+from .collect import MANIFEST, collect, embedded_command
+from .gate import GateSettings, gate
 from .logic_merge import MergeOptions, merge_dirs
 from .results_merge import merge_results
 from .shapes import expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
@@ -136,6 +140,7 @@ class Bench(PipelineTask):
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
             self.set_progress_percentage(round(100 * done / max(total, 1)))
+            bench_stage.progress_bar("Bench", done, total)
 
         gpus = list(range(self.gpus or gpu_count()))
         bench_stage.run_shards(problems, out, gpus, settings, self.backend, progress)
@@ -186,17 +191,95 @@ class MergeLogic(PipelineTask):
 
     def run(self) -> None:
         new_logic = Path(self.new_logic) if self.new_logic else self.stage_dir("bench") / "logic"
-        report = merge_dirs(Path(self.base_logic), new_logic, self.stage_dir("merge") / "logic",
+        merged = merge_dirs(Path(self.base_logic), new_logic, self.stage_dir("merge") / "logic",
                             MergeOptions(policy=self.policy, margin=self.logic_margin))
-        atomic_write_text(self.output().path, "\n".join(report.lines) + "\n")
+        atomic_write_text(self.output().path, "\n".join(merged.lines) + "\n")
 
 
 @inherits(GenerateConfigs, MergeResults, MergeLogic)
-class TuneWorkload(PipelineTask, luigi.WrapperTask):
-    """The nightly job: CollectShapes -> GatherShapes -> GenerateConfigs and Bench -> MergeResults, MergeLogic."""
+class Validate(PipelineTask):
+    """Time the merged artifact against the baseline, gate it, bundle what passes, A/B the workload, report."""
+
+    min_speedup = luigi.FloatParameter(default=1.0, description="refuse a bundle whose weighted GEMM speedup "
+                                                                "is under this")
+    validate_rounds = luigi.IntParameter(default=7, description="interleaved rounds per GEMM")
+    e2e_reps = luigi.IntParameter(default=3, description="alternating end-to-end runs per environment")
 
     def requires(self) -> list[luigi.Task]:
         return [self.clone(GenerateConfigs), self.clone(MergeResults), self.clone(MergeLogic)]
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("bundle") / bundle.MANIFEST)
+
+    def run(self) -> None:
+        run_dir, out = self.stage_dir(""), self.stage_dir("validate")
+        if not (out / "measurements.json").exists():
+            self._measure(run_dir)
+        rows = json.loads((out / "measurements.json").read_text())
+        result = gate(rows["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
+        atomic_write_json(out / "gate.json", result.to_json())
+        runtime = {**json.loads((self.stage_dir("bench") / bench_stage.RUNTIME).read_text()),
+                   "platform": rows["meta"]["platform"]}
+        if result.passed:
+            bundle.write_bundle(run_dir, result, {"runtime": runtime})
+        atomic_write_json(out / "e2e.json", self._end_to_end(runtime, result.passed))
+        summary = report.build(run_dir)
+        if not result.passed:
+            raise GateRefused(f"{result.message}. Report: {summary['report']}")
+
+    def _measure(self, run_dir: Path) -> None:
+        self.set_status_message("validating GEMMs against the baseline")
+        gpus = list(range(self.gpus or gpu_count()))
+        with bench_stage.gpu_slot(bench_stage.lock_dir(), gpus) as gpu:
+            argv = [sys.executable, "-m", "pipeline.validate", str(run_dir), "--gpu", str(gpu),
+                    "--rounds", str(self.validate_rounds)]
+            log = run_dir / "validate" / "validate.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("w") as handle:
+                proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+                while proc.poll() is None:
+                    progress = run_dir / "validate" / "progress.json"
+                    if progress.exists():
+                        data = json.loads(progress.read_text())
+                        self.set_progress_percentage(round(100 * data["done"] / max(data["total"], 1)))
+                        bench_stage.progress_bar("Validate", data["done"], data["total"])
+                    time.sleep(1.0)
+        if proc.returncode != 0:
+            tail = "\n".join(log.read_text().splitlines()[-15:])
+            raise RuntimeError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+
+    def _end_to_end(self, runtime: dict, passed: bool) -> dict:
+        reason = e2e.runtime_consumer(runtime)
+        if reason is None and not passed:
+            reason = "the bundle was refused"
+        if reason is None and self.untuned and not self.workload_cmd:
+            reason = "no workload to run (shapes came from --untuned files; pass --workload-cmd)"
+        if reason:
+            return {"skipped": reason}
+        self.set_status_message("end-to-end A/B of the workload")
+        command = ["bash", "-c", self.workload_cmd] if self.workload_cmd else embedded_command()
+        return e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv",
+                           self.stage_dir("validate") / "e2e-tunableop", self.e2e_reps, self.workload_timeout)
+
+
+class GateRefused(RuntimeError):
+    """The validated bundle did not pass the gate."""
+
+
+@inherits(Validate)
+class TuneWorkload(PipelineTask):
+    """The nightly job: collect, gather, configs, bench, merge, validate; prints the key figures at the end."""
+
+    def requires(self) -> luigi.Task:
+        return self.clone(Validate)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("") / "tune-workload.txt")
+
+    def run(self) -> None:
+        lines = report.key_lines(json.loads((self.stage_dir("report") / report.SUMMARY).read_text()))
+        atomic_write_text(self.output().path, "\n".join(lines) + "\n")
+        print("\n".join(lines))
 
 
 def gpu_count() -> int:

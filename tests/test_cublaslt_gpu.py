@@ -93,5 +93,18 @@ def test_tune_workload_dag_through_bench(tmp_path):
     assert merged.validators["PT_VERSION"] == __import__("torch").__version__.split("+")[0]
     winners = [e for e in merged.entries if e.solution != DEFAULT]
     assert all(e.solution.startswith("Gemm_Cublaslt_id_") for e in winners)
-    print(f"\nTuneWorkload: {len(shapes)} GEMMs, {summary['improved']} improved, geomean x"
-          f"{summary['geomean_speedup']:.3f}, tuning {summary['tuning_s']:.0f} s")
+    # the report's figures against the bench data
+    report = json.loads((run / "report" / "summary.json").read_text())
+    gate = json.loads((run / "validate" / "gate.json").read_text())
+    rows = {r["key"]: r for r in json.loads((run / "validate" / "measurements.json").read_text())["rows"]}
+    assert report["gemms"] == len(rows) == len(shapes) and report["kept"] == len(gate["kept"])
+    bench_winners = {f"{e.op_signature},{e.params_signature}" for e in winners}
+    assert set(gate["kept"]) <= bench_winners, "only rows the bench found faster can be kept"
+    validated = [rows[k]["baseline"]["median_us"] / rows[k]["tuned"]["median_us"] for k in gate["kept"]]
+    assert all(s >= 1.02 for s in validated)
+    assert (run / "report" / "report.html").exists() and (run / "bundle" / "manifest.json").exists()
+    lines = (run / "tune-workload.txt").read_text().splitlines()
+    assert lines[-1] == f"report: {run / 'report' / 'report.html'}" and lines[-1] in proc.stdout
+    print(f"\nTuneWorkload: {len(shapes)} GEMMs, bench improved {summary['improved']} (geomean x"
+          f"{summary['geomean_speedup']:.3f}); validated kept {report['kept']}, weighted GEMM speedup "
+          f"x{report['weighted_gemm_speedup']:.3f}; {report['e2e']}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import luigi
 
-from pipeline import GatherShapes, GenerateConfigs, TuneWorkload, bench_stage
+from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults, bench_stage
 from pipeline.tunableop import read_file
 
 from .conftest import FIXTURES
@@ -17,7 +17,11 @@ from .test_collect import FAKE, O_PROJ, QKV
 
 
 def _build(task) -> bool:
-    return luigi.build([task], local_scheduler=True, detailed_summary=False, log_level="WARNING")
+    return _build_all([task])
+
+
+def _build_all(tasks) -> bool:
+    return luigi.build(tasks, local_scheduler=True, detailed_summary=False, log_level="WARNING")
 
 
 def test_untuned_files_skip_collection(tmp_path):
@@ -69,14 +73,14 @@ def test_luigi_command_line_exit_codes(tmp_path):
     assert f"{bad}:1: params 'tn_8_8'" in failed.stderr
 
 
-def test_tune_workload_through_bench_and_merges(tmp_path, monkeypatch):
-    """The whole DAG on CPU, with the test double standing in for the GPU tuner."""
+def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
+    """The DAG up to the merges on CPU, with the test double standing in for the GPU tuner."""
     monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", "tests.fake_backend:FakeBackend")
+    monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     cmd = shlex.join([sys.executable, FAKE, QKV, O_PROJ])
-    task = TuneWorkload(workdir=str(tmp_path), run_name="night", workload_cmd=cmd, gpus=1,
-                        base_logic=str(tmp_path / "no-base-logic"))
+    common = {"workdir": str(tmp_path), "run_name": "night", "workload_cmd": cmd, "gpus": 1}
     (tmp_path / "no-base-logic").mkdir()
-    assert _build(task)
+    assert _build_all([MergeResults(**common), MergeLogic(**common, base_logic=str(tmp_path / "no-base-logic"))])
     merged = read_file(tmp_path / "night" / "merge" / "tunableop_results.csv")
     assert merged.validators == {"PT_VERSION": "2.11.0"}
     assert sorted(e.solution for e in merged.entries) == [

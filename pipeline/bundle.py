@@ -1,0 +1,45 @@
+"""The ship bundle: the merged results and logic reduced to the rows the gate kept, with a manifest."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from pathlib import Path
+
+from .atomic import atomic_directory, atomic_write_json, atomic_write_text
+from .gate import GateResult
+from .logic import dump_logic, load_logic
+from .logic_merge import remove_unused
+from .rocm import problem_type_name
+from .tunableop import read_file, write_file
+
+MANIFEST = "manifest.json"
+
+
+def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
+    """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, ``manifest.json`` last."""
+    merged = read_file(run_dir / "merge" / "tunableop_results.csv")
+    kept = {row["key"] for row in result.kept}
+    entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
+    kept_sizes = {(problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k))
+                  for e in entries}
+    out = run_dir / "bundle"
+    with atomic_directory(out) as staging:
+        write_file(staging / "tunableop_results.csv", merged.validators, entries)
+        (staging / "logic").mkdir()
+        for path in sorted((run_dir / "merge" / "logic").glob("*.yaml")):
+            logic = load_logic(path)
+            if logic.layout == "list" and logic.data[1] == "cublaslt":
+                name = path.stem.removeprefix("cublaslt_")
+                logic.exact_logic = [row for row in logic.exact_logic if (name, tuple(row[0][:4])) in kept_sizes]
+                if not logic.exact_logic:
+                    continue
+                remove_unused(logic)
+                atomic_write_text(staging / "logic" / path.name, dump_logic(logic))
+            else:
+                shutil.copyfile(path, staging / "logic" / path.name)
+        atomic_write_json(staging / MANIFEST, {
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "validators": merged.validators, "rows": len(entries), "weighted_gemm_speedup": result.weighted_speedup,
+            "dropped": [{"key": r["key"], "reason": why} for r, why in result.dropped], **meta})
+    return out

@@ -1,0 +1,143 @@
+"""Build the report of a run from what its stages saved: ``report.md``, ``report.html``, PNG plots and
+``summary.json`` under ``RUN_DIR/report``. ``gemm-tune report RUN_DIR`` rebuilds them."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import jinja2
+
+from .atomic import atomic_write_json, atomic_write_text
+from .configs import TEMPLATES
+from .gate import noise, speedup
+
+SUMMARY = "summary.json"
+
+
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def _plots(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ordered = sorted(rows, key=lambda r: r["speedup"])
+    fig, ax = plt.subplots(figsize=(10, max(3, 0.22 * len(ordered))))
+    colors = ["tab:green" if r["kept"] else "tab:gray" for r in ordered]
+    ax.barh(range(len(ordered)), [r["speedup"] for r in ordered], color=colors)
+    ax.set_yticks(range(len(ordered)), [r["label"] for r in ordered], fontsize=7)
+    ax.axvline(1.0, color="black", lw=0.8)
+    low, high = min(r["speedup"] for r in ordered), max(r["speedup"] for r in ordered)
+    ax.set_xlim(min(0.95, low - 0.02), max(1.05, high + 0.02))
+    ax.set_xlabel("speedup over the baseline (green: kept in the bundle)")
+    ax.set_title("Tuned against baseline, per GEMM (sorted)")
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=110)
+    plt.close(fig)
+
+    by_flops = sorted(rows, key=lambda r: r["flops"])
+    fig, ax = plt.subplots(figsize=(10, 4))
+    x = range(len(by_flops))
+    ax.plot(x, [r["eff_before"] for r in by_flops], "o", label="baseline")
+    ax.plot(x, [r["eff_after"] for r in by_flops], "x", label="bundle")
+    ax.set_xticks(list(x), [r["label"] for r in by_flops], rotation=90, fontsize=6)
+    ax.set_ylabel("roofline efficiency")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.set_title("Roofline efficiency before and after (sorted by flops)")
+    fig.tight_layout()
+    fig.savefig(out / "roofline.png", dpi=110)
+    plt.close(fig)
+
+    shares: dict[str, float] = defaultdict(float)
+    for r in rows:
+        shares[r["layer"]] += r["count"] * r["baseline"]["median_us"]
+    total = sum(shares.values()) or 1.0
+    items = sorted(shares.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(items))))
+    ax.barh([k for k, _ in items], [100 * v / total for _, v in items])
+    ax.set_xlabel("% of baseline GEMM time (time x calls)")
+    ax.set_title("Share of GEMM time by op and layer (weight shape)")
+    fig.tight_layout()
+    fig.savefig(out / "time_share.png", dpi=110)
+    plt.close(fig)
+
+
+def build(run_dir: Path) -> dict:
+    """Write the report of ``run_dir`` and return its summary (the key figures)."""
+    run_dir = Path(run_dir)
+    measured = _load(run_dir / "validate" / "measurements.json")
+    gate = _load(run_dir / "validate" / "gate.json")
+    if measured is None or gate is None:
+        raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
+    e2e = _load(run_dir / "validate" / "e2e.json") or {}
+    reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
+    rows = []
+    for row in measured["rows"]:
+        kept = row["key"] in gate["kept"]
+        tuned_us = row["tuned"]["median_us"] if kept else row["baseline"]["median_us"]
+        rows.append({**row, "speedup": speedup(row), "noise": noise(row), "kept": kept,
+                     "reason": reasons.get(row["key"], ""), "label": f"{row['op']} {row['m']}x{row['n']}x{row['k']}",
+                     "layer": f"{row['op']} {row['layout']} {row['m']}x{row['k']}",
+                     "eff_before": row["floor_us"] / row["baseline"]["median_us"],
+                     "eff_after": row["floor_us"] / tuned_us})
+    kept_speedups = [r["speedup"] for r in rows if r["kept"]]
+    if "skipped" in e2e:
+        e2e_line = f"not measured: {e2e['skipped']}"
+    elif e2e:
+        e2e_line = (f"wall x{e2e['wall_speedup']:.3f}" + (f", tokens/s x{e2e['tokens_speedup']:.3f}"
+                                                         if e2e.get("tokens_speedup") else "")
+                    + f" (medians of {e2e['reps']} alternating runs)")
+    else:
+        e2e_line = "not measured"
+    out = run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    context = {
+        "run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
+        "device": measured["meta"]["device"]["name"], "rows": rows, "kept": len(kept_speedups),
+        "weighted": gate["weighted_speedup"], "kept_geomean": _geomean(kept_speedups),
+        "eff_before": _geomean([r["eff_before"] for r in rows]) or 0.0,
+        "eff_after": _geomean([r["eff_after"] for r in rows]) or 0.0,
+        "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")],
+        "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",
+    }
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
+                             trim_blocks=True, lstrip_blocks=True)
+    _plots(rows, out)
+    atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(context))
+    atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
+    summary = {"run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
+               "device": context["device"], "gemms": len(rows), "kept": len(kept_speedups),
+               "weighted_gemm_speedup": gate["weighted_speedup"], "kept_geomean_speedup": context["kept_geomean"],
+               "eff_geomean_before": context["eff_before"], "eff_geomean_after": context["eff_after"],
+               "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
+               "e2e_tokens_speedup": e2e.get("tokens_speedup"), "bundle": context["bundle"],
+               "report": str(out / "report.html")}
+    atomic_write_json(out / SUMMARY, summary)
+    return summary
+
+
+def key_lines(summary: dict) -> list[str]:
+    """The last lines TuneWorkload prints."""
+    kept_geo = summary["kept_geomean_speedup"]
+    return [
+        f"{summary['verdict']}",
+        f"GEMMs: {summary['gemms']} validated on {summary['device']}, {summary['kept']} kept"
+        + (f" (geomean x{kept_geo:.3f})" if kept_geo else ""),
+        f"weighted GEMM speedup: x{summary['weighted_gemm_speedup']:.3f}; roofline efficiency "
+        f"{summary['eff_geomean_before']:.3f} -> {summary['eff_geomean_after']:.3f}",
+        f"end to end: {summary['e2e']}",
+        f"bundle: {summary['bundle']}",
+        f"report: {summary['report']}",
+    ]

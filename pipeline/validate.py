@@ -1,0 +1,168 @@
+"""GEMM-level validation: every row of the merged results file, baseline against tuned, on the GPU.
+
+Baseline is the library default through torch with TunableOp disabled. Tuned is the merged artifact as
+the runtime will use it: on ROCm torch with TunableOp enabled, tuning off and the merged results file
+loaded; on CUDA the winner's cuBLASLt algorithm (from its saved config, or rebuilt from its solution
+name) through the same harness. Rounds are interleaved; medians and spread are kept. A problem that the
+configs stage padded is also timed at its padded leading dimensions.
+
+    python -m pipeline.validate RUN_DIR [--gpu 0] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .atomic import atomic_write_json
+from .backend import DEFAULT, ProblemResult, TuneSettings
+from .tunableop import parse_key, read_file
+
+MEASUREMENTS = "measurements.json"
+
+
+def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, str]:
+    """Environment that makes torch read ``results_csv`` on every GPU: TunableOp on, tuning off, and one
+    copy per device because torch always splices the device ordinal into PYTORCH_TUNABLEOP_FILENAME."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = results_csv.read_text()
+    for gpu in range(max(gpus, 1)):
+        (directory / f"tunableop_results{gpu}.csv").write_text(text)
+    return {"PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
+            "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "0",
+            "PYTORCH_TUNABLEOP_FILENAME": str(directory / "tunableop_results%d.csv")}
+
+
+def rows_to_measure(run_dir: Path) -> list[dict]:
+    """One row per merged results entry: key, problem, solution, call count, saved config, padded variant."""
+    merged = read_file(run_dir / "merge" / "tunableop_results.csv")
+    counts = {f"{r['op_signature']},{r['params_signature']}": r["count"]
+              for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())}
+    configs = {}
+    results_json = run_dir / "bench" / "results.json"
+    if results_json.exists():
+        for data in json.loads(results_json.read_text()):
+            result = ProblemResult.from_json(data)
+            if result.winner_config:
+                configs[result.winner] = result.winner_config
+    padded = {}
+    configs_json = run_dir / "configs" / "configs.json"
+    if configs_json.exists():
+        padded = {p["original"]: p["problem"] for p in json.loads(configs_json.read_text())["padded"]}
+    rows = []
+    for entry in merged.entries:
+        key = f"{entry.op_signature},{entry.params_signature}"
+        rows.append({"key": key, "problem": entry.problem, "solution": entry.solution, "count": counts.get(key, 1),
+                     "config": configs.get(entry.solution), "padded_key": padded.get(key)})
+    return rows
+
+
+def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, progress: Callable[[int, int], None] | None = None
+            ) -> list[dict]:
+    """Time every row on this machine's GPU ``gpu`` (imports torch; run in a worker process)."""
+    import torch
+
+    from .measure import TimingSettings, device_info, interleaved, rotating_operands
+    from .torch_gemm import torch_launcher
+
+    timing = TimingSettings(rounds=rounds)
+    rows = rows_to_measure(run_dir)
+    rocm = torch.version.hip is not None
+    backend = None
+    if not rocm:
+        from .cublaslt import CublasLtBackend, config_from_name
+
+        backend = CublasLtBackend(gpu, timing)
+    else:
+        env = tunableop_env(run_dir / "merge" / "tunableop_results.csv", run_dir / "validate" / "tunableop", 1)
+        torch.cuda.tunable.enable(True)
+        torch.cuda.tunable.tuning_enable(False)
+        torch.cuda.tunable.set_filename(env["PYTORCH_TUNABLEOP_FILENAME"].replace("%d", "0"),
+                                        insert_device_ordinal=False)
+        torch.cuda.tunable.read_file(env["PYTORCH_TUNABLEOP_FILENAME"].replace("%d", "0"))
+        torch.cuda.tunable.enable(False)
+    device = torch.device("cuda", gpu)
+    workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=device)
+    out = []
+    for index, row in enumerate(rows):
+        problem = row["problem"]
+        sets = rotating_operands(problem, device, timing)
+        launchers = {"baseline": torch_launcher(problem)}
+        own, closer = {}, None
+        if row["solution"] != DEFAULT:
+            if rocm:
+                launchers["tuned"] = _tunableop_launcher(problem)
+            else:
+                config = row["config"] or config_from_name(row["solution"])
+                launchers["tuned"], closer = backend.launcher_for(problem, config, workspace)
+        if row["padded_key"]:
+            padded = parse_key(*row["padded_key"].split(",", 1))
+            launchers["padded"] = torch_launcher(padded)
+            own["padded"] = (padded, rotating_operands(padded, device, timing))
+        stats = interleaved(problem, launchers, sets, timing, own_sets=own)
+        if closer:
+            closer.close()
+        baseline = stats["baseline"].to_json()
+        out.append({
+            "key": row["key"], "op": problem.op, "dtype": problem.a_type, "layout": problem.layout,
+            "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch, "solution": row["solution"],
+            "count": row["count"], "flops": problem.flops(), "floor_us": floor_us(problem),
+            "baseline": baseline, "tuned": stats["tuned"].to_json() if "tuned" in stats else baseline,
+            "padded": {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None,
+        })
+        if progress:
+            progress(index + 1, len(rows))
+        del sets, own
+        torch.cuda.empty_cache()
+    return [{"device": device_info(device), "platform": "rocm" if rocm else "cuda"}, *out]
+
+
+def _tunableop_launcher(problem) -> Callable:
+    """torch's call with TunableOp on (tuning off): the merged results file picks the solution."""
+    import torch
+
+    from .torch_gemm import torch_launcher
+
+    inner = torch_launcher(problem)
+
+    def launch(ops) -> None:
+        torch.cuda.tunable.enable(True)
+        try:
+            inner(ops)
+        finally:
+            torch.cuda.tunable.enable(False)
+
+    return launch
+
+
+def floor_us(problem, peak: tuple[float, float] = (989e12, 3.35e12)) -> float:
+    """Roofline floor of one call: max(flops / peak flop/s, minimum bytes / peak bandwidth), in us."""
+    from .problem import dtype_bytes
+
+    size = dtype_bytes(problem.a_type)
+    moved = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * problem.batch * size
+    return max(problem.flops() / peak[0], moved / peak[1]) * 1e6
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir")
+    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    out = run_dir / "validate"
+
+    def progress(done: int, total: int) -> None:
+        atomic_write_json(out / "progress.json", {"done": done, "total": total})
+
+    data = measure(run_dir, args.gpu, args.rounds, progress)
+    atomic_write_json(out / MEASUREMENTS, {"meta": data[0], "rows": data[1:]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Gate, bundle, end-to-end A/B and report on CPU, from recorded measurement JSON."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import luigi
+import pytest
+import yaml
+
+from pipeline import TuneWorkload, Validate
+from pipeline.cli import main
+from pipeline.e2e import ab_test, runtime_consumer
+from pipeline.gate import GateSettings, gate
+from pipeline.logic import cublaslt_equality, dump_logic
+from pipeline.tunableop import TunableOpEntry, parse_key, read_file, write_file
+
+from .conftest import FIXTURES
+
+RECORDED = json.loads((FIXTURES / "validate" / "measurements.json").read_text())
+
+
+def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
+    result = gate(RECORDED["rows"], GateSettings())
+    assert [r["m"] for r in result.kept] == [6144, 4096]
+    assert [why for _, why in result.dropped] == ["the default already is the best: nothing to ship",
+                                                  "x1.008 does not beat the baseline by 2%"]
+    assert not result.regressions and result.passed
+    base = 2 * 21.3 + 2 * 21.5 + 2 * 60.0 + 120.0
+    tuned = 2 * 21.3 + 2 * 20.2 + 2 * 50.0 + 120.0
+    assert result.weighted_speedup == pytest.approx(base / tuned)
+    assert result.message.startswith("bundle accepted: 2 rows kept")
+
+
+def test_gate_refuses_regressions_and_low_speedup():
+    rows = copy.deepcopy(RECORDED["rows"])
+    rows[3]["tuned"] = {**rows[3]["tuned"], "median_us": 130.0, "p25_us": 129.5, "p75_us": 130.5}
+    result = gate(rows, GateSettings())
+    assert not result.passed and len(result.regressions) == 1
+    assert "130.0 us vs baseline 120.0 us, beyond the 1.0% measured noise" in result.message
+    strict = gate(RECORDED["rows"], GateSettings(min_speedup=1.5))
+    assert not strict.passed and "weighted GEMM speedup x1.0" in strict.message and "under the required x1.500" \
+        in strict.message
+
+
+def test_runtime_consumer():
+    assert "no runtime consumer" in runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"})
+    assert runtime_consumer({"platform": "cuda", "pt_version": "2.14.1"}) is None
+    assert runtime_consumer({"platform": "rocm", "pt_version": "2.11.0"}) is None
+
+
+def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
+    script = tmp_path / "workload.py"
+    script.write_text("import os\nname = os.environ.get('PYTORCH_TUNABLEOP_FILENAME', 'none')\n"
+                      "assert name == 'none' or os.path.exists(name.replace('%d', '0')), name\n"
+                      "print('throughput: ' + ('2000.0' if name != 'none' else '1000.0') + ' tokens/s')\n")
+    csv = tmp_path / "bundle.csv"
+    csv.write_text("Validator,PT_VERSION,2.11.0\n")
+    out = ab_test([sys.executable, str(script)], csv, tmp_path / "scratch", reps=3, timeout_s=60, gpus=2)
+    assert out["tokens_speedup"] == pytest.approx(2.0)
+    assert len(out["runs"]["baseline"]) == len(out["runs"]["tuned"]) == 3
+    assert (tmp_path / "scratch" / "tunableop_results1.csv").read_text() == csv.read_text()
+    with pytest.raises(RuntimeError, match="exited with code 1"):
+        ab_test([sys.executable, "-c", "raise SystemExit(1)"], csv, tmp_path / "s2", reps=1, timeout_s=60)
+
+
+def _run_dir(root: Path, measurements: dict) -> Path:
+    """A run whose stages up to the merges are done and whose GEMMs were measured (recorded data)."""
+    run = root / "night"
+    (run / "configs").mkdir(parents=True)
+    (run / "configs" / "configs.json").write_text(json.dumps({"padded": []}))
+    entries = [TunableOpEntry.from_problem(parse_key(*r["key"].split(",", 1)), r["solution"],
+                                           r["tuned"]["median_us"] / 1000) for r in measurements["rows"]]
+    write_file(run / "merge" / "tunableop_results.csv", {"PT_VERSION": "2.11.0"}, entries)
+    (run / "merge" / "logic-merge.log").write_text("merged\n")
+    winners = [((e.problem.m, e.problem.n, 1, e.problem.k), {"SolutionNameMin": e.solution, "AlgoId": 66},
+                1.0) for e in entries if e.solution != "Default"]
+    logic = cublaslt_equality({"DataType": "bfloat16"}, "sm_90", ["NVIDIA H100 80GB HBM3"], winners)
+    (run / "merge" / "logic").mkdir()
+    (run / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").write_text(dump_logic(logic))
+    (run / "shapes").mkdir()
+    (run / "shapes" / "shapes.json").write_text(json.dumps(
+        [{"op_signature": r["key"].split(",")[0], "params_signature": r["key"].split(",")[1], "count": r["count"]}
+         for r in measurements["rows"]]))
+    (run / "bench").mkdir()
+    (run / "bench" / "runtime.json").write_text(json.dumps({"pt_version": "2.11.0", "name": "NVIDIA H100 80GB HBM3"}))
+    (run / "validate").mkdir()
+    (run / "validate" / "measurements.json").write_text(json.dumps(measurements))
+    return run
+
+
+def _build(task) -> bool:
+    return luigi.build([task], local_scheduler=True, detailed_summary=False, log_level="CRITICAL")
+
+
+def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys):
+    run = _run_dir(tmp_path, RECORDED)
+    assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
+    bundle = read_file(run / "bundle" / "tunableop_results.csv")
+    assert [e.problem.m for e in bundle.entries] == [6144, 4096] and bundle.validators == {"PT_VERSION": "2.11.0"}
+    logic = yaml.safe_load((run / "bundle" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
+    assert [row[0] for row in logic[7]] == [[6144, 32, 1, 4096], [4096, 128, 1, 14336]]
+    manifest = json.loads((run / "bundle" / "manifest.json").read_text())
+    assert manifest["rows"] == 2 and len(manifest["dropped"]) == 2
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert summary["passed"] and summary["kept"] == 2 and summary["gemms"] == 4
+    assert summary["kept_geomean_speedup"] == pytest.approx((21.5 / 20.2 * 60 / 50) ** 0.5)
+    assert "no runtime consumer" in summary["e2e"]
+    for name in ("report.md", "report.html", "speedup.png", "roofline.png", "time_share.png"):
+        assert (run / "report" / name).stat().st_size > 0
+    md = (run / "report" / "report.md").read_text()
+    assert "| weighted GEMM speedup (by call count) | x1.0" in md and "no: x1.008 does not beat" in md
+    lines = (run / "tune-workload.txt").read_text().splitlines()
+    assert lines[0].startswith("bundle accepted") and lines[-1].startswith("report: ") and lines[-1].endswith(
+        "report.html")
+    shutil.rmtree(run / "report")
+    assert main(["report", str(run)]) == 0
+    assert (run / "report" / "report.html").exists() and "bundle accepted" in capsys.readouterr().out
+
+
+def test_validate_refuses_a_regressing_bundle_but_still_reports(tmp_path):
+    measurements = copy.deepcopy(RECORDED)
+    measurements["rows"][3]["tuned"].update(median_us=130.0, p25_us=129.5, p75_us=130.5)
+    run = _run_dir(tmp_path, measurements)
+    assert not _build(Validate(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
+    assert not (run / "bundle").exists()
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert not summary["passed"] and summary["verdict"].startswith("bundle refused: 1 tuned rows regress")
+    assert summary["bundle"] == "refused (see verdict)"
