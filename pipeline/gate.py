@@ -1,9 +1,11 @@
 """The gate: which validated rows the bundle keeps, and whether the bundle may ship at all.
 
-A row is kept when its tuned time beats the baseline by ``margin`` (medians of interleaved rounds). The
-bundle is refused when the GEMM-time speedup weighted by call count (dropped rows count at baseline
-speed) is under ``min_speedup``, or when a row the merge had kept measures slower than its baseline by
-more than the measured noise (the interquartile spread of the two measurements).
+A row is kept when its tuned time beats the baseline by ``margin`` (medians of interleaved rounds);
+the others are dropped and listed (a dropped row that measured slower than its baseline beyond noise is
+marked as a regression, but ships nothing). Every kept row is measured a second time, on fresh operand
+buffers (``confirm``); the bundle is refused when a kept row regresses there beyond the measured noise
+(the interquartile spread of the two measurements), or when the GEMM-time speedup weighted by call
+count (dropped rows count at baseline speed) is under ``min_speedup``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,14 @@ def speedup(row: dict) -> float:
 
 
 def noise(row: dict) -> float:
-    """Relative spread of the row's two measurements: the larger interquartile range over its median."""
+    """Relative spread of a measurement pair: the larger interquartile range over its median."""
     spreads = [(s["p75_us"] - s["p25_us"]) / s["median_us"] for s in (row["baseline"], row["tuned"])]
     return max(0.0, *spreads)
+
+
+def regressed(pair: dict) -> bool:
+    """The tuned median is slower than the baseline's by more than the pair's noise."""
+    return pair["tuned"]["median_us"] > pair["baseline"]["median_us"] * (1 + noise(pair))
 
 
 @dataclass
@@ -55,11 +62,14 @@ def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
             result.dropped.append((row, "the default already is the best: nothing to ship"))
         elif base / tuned >= 1 + settings.margin:
             result.kept.append(row)
+            confirm = row.get("confirm")
+            if confirm and regressed(confirm):
+                result.regressions.append((row, f"confirmation {confirm['tuned']['median_us']:.1f} us vs baseline "
+                                                f"{confirm['baseline']['median_us']:.1f} us, beyond the "
+                                                f"{noise(confirm):.1%} measured noise"))
         else:
-            result.dropped.append((row, f"x{base / tuned:.3f} does not beat the baseline by {settings.margin:.0%}"))
-            if tuned > base * (1 + noise(row)):
-                result.regressions.append((row, f"{tuned:.1f} us vs baseline {base:.1f} us, beyond the "
-                                                f"{noise(row):.1%} measured noise"))
+            why = f"x{base / tuned:.3f} does not beat the baseline by {settings.margin:.0%}"
+            result.dropped.append((row, why + (" (regressed beyond noise)" if regressed(row) else "")))
         kept = row in result.kept
         base_total += count * base
         tuned_total += count * (tuned if kept else base)
@@ -69,7 +79,7 @@ def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
         problems.append(f"weighted GEMM speedup x{result.weighted_speedup:.3f} is under the required "
                         f"x{settings.min_speedup:.3f}")
     if result.regressions:
-        problems.append(f"{len(result.regressions)} tuned rows regress beyond noise: "
+        problems.append(f"{len(result.regressions)} kept rows regress beyond noise when measured again: "
                         + "; ".join(f"{r['key']} ({why})" for r, why in result.regressions))
     result.passed = not problems
     result.message = ("bundle refused: " + " and ".join(problems)) if problems else (

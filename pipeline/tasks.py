@@ -232,7 +232,7 @@ class Validate(PipelineTask):
         gpus = list(range(self.gpus or gpu_count()))
         with bench_stage.gpu_slot(bench_stage.lock_dir(), gpus) as gpu:
             argv = [sys.executable, "-m", "pipeline.validate", str(run_dir), "--gpu", str(gpu),
-                    "--rounds", str(self.validate_rounds)]
+                    "--rounds", str(self.validate_rounds), "--margin", str(self.margin)]
             log = run_dir / "validate" / "validate.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w") as handle:

@@ -12,6 +12,7 @@ configs stage padded is also timed at its padded leading dimensions.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -60,9 +61,10 @@ def rows_to_measure(run_dir: Path) -> list[dict]:
     return rows
 
 
-def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, progress: Callable[[int, int], None] | None = None
-            ) -> list[dict]:
-    """Time every row on this machine's GPU ``gpu`` (imports torch; run in a worker process)."""
+def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
+            progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Time every row on this machine's GPU ``gpu`` (imports torch; run in a worker process). A row whose tuned
+    time beats the baseline by ``margin`` is measured once more on fresh buffers (its ``confirm`` pair)."""
     import torch
 
     from .measure import TimingSettings, device_info, interleaved, rotating_operands
@@ -103,6 +105,12 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, progress: Callable[[in
             launchers["padded"] = torch_launcher(padded)
             own["padded"] = (padded, rotating_operands(padded, device, timing))
         stats = interleaved(problem, launchers, sets, timing, own_sets=own)
+        confirm = None
+        if "tuned" in stats and stats["baseline"].median / stats["tuned"].median >= 1 + margin:
+            fresh = rotating_operands(problem, device, dataclasses.replace(timing, seed=timing.seed + 1))
+            again = interleaved(problem, {n: launchers[n] for n in ("baseline", "tuned")}, fresh, timing)
+            confirm = {name: again[name].to_json() for name in ("baseline", "tuned")}
+            del fresh
         if closer:
             closer.close()
         baseline = stats["baseline"].to_json()
@@ -112,6 +120,7 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, progress: Callable[[in
             "count": row["count"], "flops": problem.flops(), "floor_us": floor_us(problem),
             "baseline": baseline, "tuned": stats["tuned"].to_json() if "tuned" in stats else baseline,
             "padded": {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None,
+            "confirm": confirm,
         })
         if progress:
             progress(index + 1, len(rows))
@@ -152,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir")
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--margin", type=float, default=0.02)
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     out = run_dir / "validate"
@@ -159,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(done: int, total: int) -> None:
         atomic_write_json(out / "progress.json", {"done": done, "total": total})
 
-    data = measure(run_dir, args.gpu, args.rounds, progress)
+    data = measure(run_dir, args.gpu, args.rounds, args.margin, progress)
     atomic_write_json(out / MEASUREMENTS, {"meta": data[0], "rows": data[1:]})
     return 0
 

@@ -39,9 +39,14 @@ def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
 def test_gate_refuses_regressions_and_low_speedup():
     rows = copy.deepcopy(RECORDED["rows"])
     rows[3]["tuned"] = {**rows[3]["tuned"], "median_us": 130.0, "p25_us": 129.5, "p75_us": 130.5}
+    dropped_only = gate(rows, GateSettings())
+    assert dropped_only.passed, "a dropped row ships nothing, even when it regressed"
+    assert dropped_only.dropped[-1][1].endswith("(regressed beyond noise)")
+    rows[2]["confirm"]["tuned"].update(median_us=62.0, p25_us=61.8, p75_us=62.2)
     result = gate(rows, GateSettings())
     assert not result.passed and len(result.regressions) == 1
-    assert "130.0 us vs baseline 120.0 us, beyond the 1.0% measured noise" in result.message
+    assert "1 kept rows regress beyond noise when measured again" in result.message
+    assert "confirmation 62.0 us vs baseline 60.0 us, beyond the 1.0% measured noise" in result.message
     strict = gate(RECORDED["rows"], GateSettings(min_speedup=1.5))
     assert not strict.passed and "weighted GEMM speedup x1.0" in strict.message and "under the required x1.500" \
         in strict.message
@@ -124,10 +129,25 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys):
 
 def test_validate_refuses_a_regressing_bundle_but_still_reports(tmp_path):
     measurements = copy.deepcopy(RECORDED)
-    measurements["rows"][3]["tuned"].update(median_us=130.0, p25_us=129.5, p75_us=130.5)
+    measurements["rows"][2]["confirm"]["tuned"].update(median_us=62.0, p25_us=61.8, p75_us=62.2)
     run = _run_dir(tmp_path, measurements)
     assert not _build(Validate(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
     assert not (run / "bundle").exists()
     summary = json.loads((run / "report" / "summary.json").read_text())
-    assert not summary["passed"] and summary["verdict"].startswith("bundle refused: 1 tuned rows regress")
+    assert not summary["passed"] and summary["verdict"].startswith("bundle refused: 1 kept rows regress")
     assert summary["bundle"] == "refused (see verdict)"
+
+
+def test_gate_on_recorded_h100_measurements():
+    """Measurements the Validate stage recorded for the embedded workload on an H100 (2026-11-22)."""
+    recorded = json.loads((FIXTURES / "validate" / "h100_embedded_2026-11-22.json").read_text())
+    rows = recorded["rows"]
+    assert recorded["meta"]["device"]["name"] == "NVIDIA H100 80GB HBM3" and len(rows) == 26
+    result = gate(rows, GateSettings())
+    assert result.passed and result.kept
+    assert all(r["baseline"]["median_us"] / r["tuned"]["median_us"] >= 1.02 for r in result.kept)
+    assert len(result.kept) + len(result.dropped) == len(rows)
+    kept = {r["key"] for r in result.kept}
+    base = sum(r["count"] * r["baseline"]["median_us"] for r in rows)
+    tuned = sum(r["count"] * (r["tuned"] if r["key"] in kept else r["baseline"])["median_us"] for r in rows)
+    assert result.weighted_speedup == pytest.approx(base / tuned) and result.weighted_speedup > 1.0
