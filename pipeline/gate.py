@@ -1,11 +1,12 @@
 """The gate: which validated rows the bundle keeps, and whether the bundle may ship at all.
 
-A row is kept when its tuned time beats the baseline by ``margin`` (medians of interleaved rounds);
-the others are dropped and listed (a dropped row that measured slower than its baseline beyond noise is
-marked as a regression, but ships nothing). Every kept row is measured a second time, on fresh operand
-buffers (``confirm``); the bundle is refused when a kept row regresses there beyond the measured noise
-(the interquartile spread of the two measurements), or when the GEMM-time speedup weighted by call
-count (dropped rows count at baseline speed) is under ``min_speedup``.
+A row is kept when its tuned time beats the baseline by ``margin`` (medians of interleaved rounds) and a
+second measurement on fresh operand buffers (``confirm``) does not find it slower; the others are
+dropped and listed (a dropped row that measured slower beyond noise is marked, but ships nothing). The
+bundle is refused when a row that passed the margin regresses in its confirmation beyond the measured
+noise, or when the GEMM-time speedup weighted by call count (dropped rows count at baseline speed, kept
+rows at their confirmed speed) is under ``min_speedup``. The noise of a confirmed row is the widest of the
+interquartile spreads, the disagreement between the two baseline measurements and a floor (0.5%).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ DEFAULT = "Default"
 class GateSettings:
     margin: float = 0.02
     min_speedup: float = 1.0
+    noise_floor: float = 0.005
 
 
 def speedup(row: dict) -> float:
@@ -32,9 +34,17 @@ def noise(row: dict) -> float:
     return max(0.0, *spreads)
 
 
-def regressed(pair: dict) -> bool:
-    """The tuned median is slower than the baseline's by more than the pair's noise."""
-    return pair["tuned"]["median_us"] > pair["baseline"]["median_us"] * (1 + noise(pair))
+def confirm_noise(row: dict, floor: float) -> float:
+    """Noise of a row measured twice: the interquartile spreads of both pairs, how far the two measurements
+    of the unchanged baseline disagree, and ``floor`` (clock and timer jitter)."""
+    drift = abs(row["baseline"]["median_us"] / row["confirm"]["baseline"]["median_us"] - 1)
+    return max(floor, noise(row), noise(row["confirm"]), drift)
+
+
+def regressed(pair: dict, spread: float | None = None) -> bool:
+    """The tuned median is slower than the baseline's by more than ``spread`` (default: the pair's noise)."""
+    return pair["tuned"]["median_us"] > pair["baseline"]["median_us"] * (1 + (noise(pair) if spread is None
+                                                                               else spread))
 
 
 @dataclass
@@ -58,15 +68,20 @@ def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
     base_total = tuned_total = 0.0
     for row in rows:
         base, tuned, count = row["baseline"]["median_us"], row["tuned"]["median_us"], row.get("count", 1)
+        confirm = row.get("confirm")
         if row["solution"] == DEFAULT:
             result.dropped.append((row, "the default already is the best: nothing to ship"))
-        elif base / tuned >= 1 + settings.margin:
+        elif base / tuned >= 1 + settings.margin and (not confirm or speedup(confirm) >= 1.0):
             result.kept.append(row)
-            confirm = row.get("confirm")
-            if confirm and regressed(confirm):
-                result.regressions.append((row, f"confirmation {confirm['tuned']['median_us']:.1f} us vs baseline "
-                                                f"{confirm['baseline']['median_us']:.1f} us, beyond the "
-                                                f"{noise(confirm):.1%} measured noise"))
+            if confirm:
+                base, tuned = confirm["baseline"]["median_us"], confirm["tuned"]["median_us"]
+        elif base / tuned >= 1 + settings.margin:
+            spread = confirm_noise(row, settings.noise_floor)
+            detail = (f"confirmation {confirm['tuned']['median_us']:.1f} us vs baseline "
+                      f"{confirm['baseline']['median_us']:.1f} us")
+            if regressed(confirm, spread):
+                result.regressions.append((row, f"{detail}, beyond the {spread:.1%} measured noise"))
+            result.dropped.append((row, f"x{base / tuned:.3f} not confirmed: {detail}"))
         else:
             why = f"x{base / tuned:.3f} does not beat the baseline by {settings.margin:.0%}"
             result.dropped.append((row, why + (" (regressed beyond noise)" if regressed(row) else "")))

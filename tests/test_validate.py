@@ -31,7 +31,7 @@ def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
                                                   "x1.008 does not beat the baseline by 2%"]
     assert not result.regressions and result.passed
     base = 2 * 21.3 + 2 * 21.5 + 2 * 60.0 + 120.0
-    tuned = 2 * 21.3 + 2 * 20.2 + 2 * 50.0 + 120.0
+    tuned = 2 * 21.3 + 2 * 20.2 * 1.003 + 2 * 50.0 * 1.003 + 120.0  # kept rows at their confirmed times
     assert result.weighted_speedup == pytest.approx(base / tuned)
     assert result.message.startswith("bundle accepted: 2 rows kept")
 
@@ -42,11 +42,19 @@ def test_gate_refuses_regressions_and_low_speedup():
     dropped_only = gate(rows, GateSettings())
     assert dropped_only.passed, "a dropped row ships nothing, even when it regressed"
     assert dropped_only.dropped[-1][1].endswith("(regressed beyond noise)")
-    rows[2]["confirm"]["tuned"].update(median_us=62.0, p25_us=61.8, p75_us=62.2)
+    rows[2]["confirm"]["tuned"].update(median_us=60.6, p25_us=60.5, p75_us=60.7)  # within the drift: dropped
+    unconfirmed = gate(rows, GateSettings())
+    assert unconfirmed.passed and [r["m"] for r in unconfirmed.kept] == [6144]
+    assert "x1.200 not confirmed: confirmation 60.6 us vs baseline 60.0 us" in dict(
+        (r["key"], why) for r, why in unconfirmed.dropped)[rows[2]["key"]]
+    rows[2]["confirm"]["baseline"].update(median_us=62.0)  # the unchanged baseline moved 3.2% between the two
+    rows[2]["confirm"]["tuned"].update(median_us=63.0, p25_us=62.9, p75_us=63.1)  # 1.6% slower: within that
+    assert gate(rows, GateSettings()).passed, "a regression inside the measured drift is noise"
+    rows[2]["confirm"]["tuned"].update(median_us=66.0, p25_us=65.9, p75_us=66.1)
     result = gate(rows, GateSettings())
     assert not result.passed and len(result.regressions) == 1
     assert "1 kept rows regress beyond noise when measured again" in result.message
-    assert "confirmation 62.0 us vs baseline 60.0 us, beyond the 1.0% measured noise" in result.message
+    assert "confirmation 66.0 us vs baseline 62.0 us, beyond the 3.2% measured noise" in result.message
     strict = gate(RECORDED["rows"], GateSettings(min_speedup=1.5))
     assert not strict.passed and "weighted GEMM speedup x1.0" in strict.message and "under the required x1.500" \
         in strict.message
@@ -129,7 +137,7 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys):
 
 def test_validate_refuses_a_regressing_bundle_but_still_reports(tmp_path):
     measurements = copy.deepcopy(RECORDED)
-    measurements["rows"][2]["confirm"]["tuned"].update(median_us=62.0, p25_us=61.8, p75_us=62.2)
+    measurements["rows"][2]["confirm"]["tuned"].update(median_us=90.0, p25_us=89.8, p75_us=90.2)
     run = _run_dir(tmp_path, measurements)
     assert not _build(Validate(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
     assert not (run / "bundle").exists()
