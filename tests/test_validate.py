@@ -156,6 +156,8 @@ def test_gate_on_recorded_h100_measurements():
     assert all(r["baseline"]["median_us"] / r["tuned"]["median_us"] >= 1.02 for r in result.kept)
     assert len(result.kept) + len(result.dropped) == len(rows)
     kept = {r["key"] for r in result.kept}
-    base = sum(r["count"] * r["baseline"]["median_us"] for r in rows)
-    tuned = sum(r["count"] * (r["tuned"] if r["key"] in kept else r["baseline"])["median_us"] for r in rows)
+    base = sum(r["count"] * (r["confirm"]["baseline"] if r["key"] in kept else r["baseline"])["median_us"]
+               for r in rows)
+    tuned = sum(r["count"] * (r["confirm"]["tuned"] if r["key"] in kept else r["baseline"])["median_us"]
+                for r in rows)
     assert result.weighted_speedup == pytest.approx(base / tuned) and result.weighted_speedup > 1.0
