@@ -259,7 +259,8 @@ class Validate(PipelineTask):
         self.set_status_message("end-to-end A/B of the workload")
         command = ["bash", "-c", self.workload_cmd] if self.workload_cmd else embedded_command()
         return e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv",
-                           self.stage_dir("validate") / "e2e-tunableop", self.e2e_reps, self.workload_timeout)
+                           self.stage_dir("validate") / "e2e-tunableop", self.e2e_reps, self.workload_timeout,
+                           gpus=self.gpus or gpu_count())
 
 
 class GateRefused(RuntimeError):
