@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .atomic import atomic_directory, atomic_write_json, atomic_write_text
 from .backend import DEFAULT, ProblemResult, TuneSettings
+from .collect import with_package_on_path
 from .logic import cublaslt_equality, dump_logic
 from .problem import GemmProblem
 from .rocm import problem_type_name
@@ -117,9 +118,8 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
         log = (out_dir / "shards" / f"shard{index}.log").open("w")
         argv = [sys.executable, "-m", "pipeline.bench_worker", str(shard_file), str(out_dir),
                 "--gpus", ",".join(map(str, gpus))]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
-                                                                         os.environ.get("PYTHONPATH")]))}
-        workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                env=with_package_on_path(os.environ)), log))
     while any(proc.poll() is None for _, proc, _ in workers):
         if progress:
             progress(len(problems) - len(pending(problems, out_dir)), len(problems))

@@ -46,6 +46,12 @@ class Collection:
     tokens_per_s: float | None
 
 
+def with_package_on_path(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with this package's root first on PYTHONPATH, so ``python -m pipeline...`` works from any cwd."""
+    root = str(Path(__file__).resolve().parents[1])
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))}
+
+
 def embedded_command(python: str = sys.executable) -> list[str]:
     return [python, "-m", EMBEDDED_WORKLOAD]
 
@@ -86,8 +92,7 @@ def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s:
     if command is None:
         check_gpu_torch()
         command = embedded_command()
-        package_root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env = with_package_on_path(env)
     argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
     with atomic_directory(out_dir) as staging:  # record mode appends: never reuse old files
         return _run_and_record(staging, out_dir, argv, env, timeout_s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from luigi.util import inherits
 from . import bench_stage, bundle, configs, e2e, report, tunableop
 from .atomic import atomic_write_json, atomic_write_text
 from .backend import TuneSettings
-from .collect import MANIFEST, collect, embedded_command
+from .collect import MANIFEST, collect, embedded_command, with_package_on_path
 from .gate import GateSettings, gate
 from .logic_merge import MergeOptions, merge_dirs
 from .results_merge import merge_results
@@ -236,7 +237,8 @@ class Validate(PipelineTask):
             log = run_dir / "validate" / "validate.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w") as handle:
-                proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                                        env=with_package_on_path(os.environ))
                 while proc.poll() is None:
                     progress = run_dir / "validate" / "progress.json"
                     if progress.exists():
