@@ -219,7 +219,9 @@ class Validate(PipelineTask):
         rows = json.loads((out / "measurements.json").read_text())
         result = gate(rows["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
         atomic_write_json(out / "gate.json", result.to_json())
-        runtime = {**json.loads((self.stage_dir("bench") / bench_stage.RUNTIME).read_text()),
+        bench_runtime = self.stage_dir("bench") / bench_stage.RUNTIME  # absent when --results replaced Bench
+        measured = {"pt_version": rows["meta"]["device"]["torch"].split("+")[0], **rows["meta"]["device"]}
+        runtime = {**(json.loads(bench_runtime.read_text()) if bench_runtime.exists() else measured),
                    "platform": rows["meta"]["platform"]}
         if result.passed:
             bundle.write_bundle(run_dir, result, {"runtime": runtime})

@@ -135,6 +135,14 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys):
     assert (run / "report" / "report.html").exists() and "bundle accepted" in capsys.readouterr().out
 
 
+def test_validate_without_bench_records_uses_the_measured_runtime(tmp_path):
+    run = _run_dir(tmp_path, RECORDED)
+    (run / "bench" / "runtime.json").unlink()  # merged results given with --results: no Bench stage ran
+    assert _build(Validate(workdir=str(tmp_path), run_name="night", untuned="x.csv", results="given.csv"))
+    assert "torch 2.11.0 on CUDA" in json.loads((run / "validate" / "e2e.json").read_text())["skipped"]
+    assert json.loads((run / "bundle" / "manifest.json").read_text())["runtime"]["pt_version"] == "2.11.0"
+
+
 def test_validate_refuses_a_regressing_bundle_but_still_reports(tmp_path):
     measurements = copy.deepcopy(RECORDED)
     measurements["rows"][2]["confirm"]["tuned"].update(median_us=90.0, p25_us=89.8, p75_us=90.2)
