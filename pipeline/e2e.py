@@ -31,6 +31,17 @@ def runtime_consumer(runtime: dict) -> str | None:
     return None
 
 
+def skip_reason(runtime: dict, passed: bool, has_workload: bool) -> str | None:
+    """Why the end-to-end A/B does not run (None when it does): no runtime consumer, a refused bundle, or no
+    workload command."""
+    reason = runtime_consumer(runtime)
+    if reason is None and not passed:
+        reason = "the bundle was refused"
+    if reason is None and not has_workload:
+        reason = "no workload to run (shapes came from --untuned files; pass --workload-cmd)"
+    return reason
+
+
 def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, timeout_s: float,
             gpus: int = 1, env: dict[str, str] | None = None) -> dict:
     """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians."""

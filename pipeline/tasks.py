@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import luigi
 from luigi.util import inherits
 
-from . import bench_stage, bundle, configs, e2e, report, tunableop
+from . import bench_stage, bundle, configs, e2e, report, tunableop, validate
 from .atomic import atomic_write_json, atomic_write_text
 from .backend import TuneSettings
-from .collect import MANIFEST, collect, embedded_command, with_package_on_path
+from .collect import MANIFEST, collect, embedded_command
 from .gate import GateSettings, gate
 from .logic_merge import MergeOptions, merge_dirs
 from .results_merge import merge_results
@@ -214,57 +212,33 @@ class Validate(PipelineTask):
 
     def run(self) -> None:
         run_dir, out = self.stage_dir(""), self.stage_dir("validate")
-        if not (out / "measurements.json").exists():
-            self._measure(run_dir)
-        rows = json.loads((out / "measurements.json").read_text())
-        result = gate(rows["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
+        if not (out / validate.MEASUREMENTS).exists():
+            self.set_status_message("validating GEMMs against the baseline")
+
+            def progress(done: int, total: int) -> None:
+                self.set_progress_percentage(round(100 * done / max(total, 1)))
+                bench_stage.progress_bar("Validate", done, total)
+
+            validate.run_worker(run_dir, list(range(self.gpus or gpu_count())), self.validate_rounds, self.margin,
+                                progress)
+        measured = json.loads((out / validate.MEASUREMENTS).read_text())
+        result = gate(measured["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
         atomic_write_json(out / "gate.json", result.to_json())
-        bench_runtime = self.stage_dir("bench") / bench_stage.RUNTIME  # absent when --results replaced Bench
-        measured = {"pt_version": rows["meta"]["device"]["torch"].split("+")[0], **rows["meta"]["device"]}
-        runtime = {**(json.loads(bench_runtime.read_text()) if bench_runtime.exists() else measured),
-                   "platform": rows["meta"]["platform"]}
+        runtime = validate.runtime_of(run_dir, measured)
         if result.passed:
             bundle.write_bundle(run_dir, result, {"runtime": runtime})
-        atomic_write_json(out / "e2e.json", self._end_to_end(runtime, result.passed))
+        reason = e2e.skip_reason(runtime, result.passed, has_workload=bool(self.workload_cmd or not self.untuned))
+        if reason:
+            outcome = {"skipped": reason}
+        else:
+            self.set_status_message("end-to-end A/B of the workload")
+            command = ["bash", "-c", self.workload_cmd] if self.workload_cmd else embedded_command()
+            outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv", out / "e2e-tunableop",
+                                  self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count())
+        atomic_write_json(out / "e2e.json", outcome)
         summary = report.build(run_dir)
         if not result.passed:
             raise GateRefused(f"{result.message}. Report: {summary['report']}")
-
-    def _measure(self, run_dir: Path) -> None:
-        self.set_status_message("validating GEMMs against the baseline")
-        gpus = list(range(self.gpus or gpu_count()))
-        with bench_stage.gpu_slot(bench_stage.lock_dir(), gpus) as gpu:
-            argv = [sys.executable, "-m", "pipeline.validate", str(run_dir), "--gpu", str(gpu),
-                    "--rounds", str(self.validate_rounds), "--margin", str(self.margin)]
-            log = run_dir / "validate" / "validate.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("w") as handle:
-                proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
-                                        env=with_package_on_path(os.environ))
-                while proc.poll() is None:
-                    progress = run_dir / "validate" / "progress.json"
-                    if progress.exists():
-                        data = json.loads(progress.read_text())
-                        self.set_progress_percentage(round(100 * data["done"] / max(data["total"], 1)))
-                        bench_stage.progress_bar("Validate", data["done"], data["total"])
-                    time.sleep(1.0)
-        if proc.returncode != 0:
-            tail = "\n".join(log.read_text().splitlines()[-15:])
-            raise RuntimeError(f"validation worker exited with code {proc.returncode}:\n{tail}")
-
-    def _end_to_end(self, runtime: dict, passed: bool) -> dict:
-        reason = e2e.runtime_consumer(runtime)
-        if reason is None and not passed:
-            reason = "the bundle was refused"
-        if reason is None and self.untuned and not self.workload_cmd:
-            reason = "no workload to run (shapes came from --untuned files; pass --workload-cmd)"
-        if reason:
-            return {"skipped": reason}
-        self.set_status_message("end-to-end A/B of the workload")
-        command = ["bash", "-c", self.workload_cmd] if self.workload_cmd else embedded_command()
-        return e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv",
-                           self.stage_dir("validate") / "e2e-tunableop", self.e2e_reps, self.workload_timeout,
-                           gpus=self.gpus or gpu_count())
 
 
 class GateRefused(RuntimeError):

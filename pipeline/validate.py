@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -154,6 +157,39 @@ def floor_us(problem, peak: tuple[float, float] = (989e12, 3.35e12)) -> float:
     size = dtype_bytes(problem.a_type)
     moved = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * problem.batch * size
     return max(problem.flops() / peak[0], moved / peak[1]) * 1e6
+
+
+def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
+               progress: Callable[[int, int], None] | None = None) -> None:
+    """Run ``python -m pipeline.validate`` on a free GPU slot, reporting its progress; raise with the log's
+    tail if it fails. The luigi process itself never initialises CUDA."""
+    from .bench_stage import gpu_slot, lock_dir
+    from .collect import with_package_on_path
+
+    out = run_dir / "validate"
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "validate.log"
+    with gpu_slot(lock_dir(), gpus) as gpu, log.open("w") as handle:
+        argv = [sys.executable, "-m", "pipeline.validate", str(run_dir), "--gpu", str(gpu), "--rounds", str(rounds),
+                "--margin", str(margin)]
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=with_package_on_path(os.environ))
+        while proc.poll() is None:
+            if progress and (out / "progress.json").exists():
+                data = json.loads((out / "progress.json").read_text())
+                progress(data["done"], data["total"])
+            time.sleep(1.0)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-15:])
+        raise RuntimeError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+
+
+def runtime_of(run_dir: Path, measured: dict) -> dict:
+    """What the bundle is for: the Bench stage's runtime record, else what the measurements recorded."""
+    bench_runtime = run_dir / "bench" / "runtime.json"  # absent when --results replaced the Bench stage
+    device = measured["meta"]["device"]
+    runtime = json.loads(bench_runtime.read_text()) if bench_runtime.exists() else {
+        "pt_version": device["torch"].split("+")[0], **device}
+    return {**runtime, "platform": measured["meta"]["platform"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,10 +14,11 @@ import yaml
 
 from pipeline import TuneWorkload, Validate
 from pipeline.cli import main
-from pipeline.e2e import ab_test, runtime_consumer
+from pipeline.e2e import ab_test, runtime_consumer, skip_reason
 from pipeline.gate import GateSettings, gate
 from pipeline.logic import cublaslt_equality, dump_logic
 from pipeline.tunableop import TunableOpEntry, parse_key, read_file, write_file
+from pipeline.validate import run_worker
 
 from .conftest import FIXTURES
 
@@ -60,7 +61,11 @@ def test_gate_refuses_regressions_and_low_speedup():
         in strict.message
 
 
-def test_runtime_consumer():
+def test_runtime_consumer_and_skip_reasons():
+    assert skip_reason({"platform": "rocm", "pt_version": "2.11.0"}, passed=True, has_workload=True) is None
+    assert skip_reason({"platform": "rocm", "pt_version": "2.11.0"}, passed=False, has_workload=True) == (
+        "the bundle was refused")
+    assert "pass --workload-cmd" in skip_reason({"platform": "rocm"}, passed=True, has_workload=False)
     assert "no runtime consumer" in runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"})
     assert runtime_consumer({"platform": "cuda", "pt_version": "2.14.1"}) is None
     assert runtime_consumer({"platform": "rocm", "pt_version": "2.11.0"}) is None
@@ -169,3 +174,12 @@ def test_gate_on_recorded_h100_measurements():
     tuned = sum(r["count"] * (r["confirm"]["tuned"] if r["key"] in kept else r["baseline"])["median_us"]
                 for r in rows)
     assert result.weighted_speedup == pytest.approx(base / tuned) and result.weighted_speedup > 1.0
+
+
+def test_validation_worker_failure_names_the_exit_code_and_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
+    run = tmp_path / "night"
+    run.mkdir()  # no merged results: the worker fails at once, on any machine
+    with pytest.raises(RuntimeError, match=r"validation worker exited with code 1:\n(.|\n)*merge"):
+        run_worker(run, [0], rounds=1, margin=0.02)
+    assert (run / "validate" / "validate.log").exists()
