@@ -40,10 +40,6 @@ class CandidateResult:
     error: str | None = None
     config: dict | None = None
 
-    @property
-    def best_us(self) -> float | None:
-        return self.final_us if self.final_us is not None else self.screen_us
-
 
 @dataclass
 class ProblemResult:

@@ -1,8 +1,8 @@
 """The Bench stage: shard problems by estimated cost, one worker process per GPU, resumable outputs.
 
-Each worker claims a GPU slot with an exclusive lock (``<dir>/locks/gpu<N>.lock``), so concurrent runs
-never share a GPU, and writes every problem's result atomically to ``problems/<id>.json`` as soon as it is
-done: a rerun skips finished problems (and so finished shards), a failing problem is recorded while the
+Each worker claims a GPU slot with an exclusive lock (``lock_dir()/gpu<N>.lock``, machine-wide), so
+concurrent runs never share a GPU, and writes every problem's result atomically to ``problems/<id>.json``
+as soon as it is done: a rerun skips finished problems (and so finished shards), a failing problem is recorded while the
 others finish. Afterwards the results become ``results.json``, a ``tunableop_results.csv`` and Equality
 logic files (``logic/``), plus ``summary.json``.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .atomic import atomic_directory, atomic_write_json, atomic_write_text
 from .backend import DEFAULT, ProblemResult, TuneSettings
-from .collect import with_package_on_path
+from .collect import tail_lines, with_package_on_path
 from .logic import cublaslt_equality, dump_logic
 from .problem import GemmProblem
 from .rocm import problem_type_name
@@ -128,7 +128,7 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
     for index, proc, log in workers:
         log.close()
         if proc.returncode != 0:
-            tail = "\n".join((out_dir / "shards" / f"shard{index}.log").read_text().splitlines()[-15:])
+            tail = tail_lines((out_dir / "shards" / f"shard{index}.log").read_text(), 15)
             failed.append(f"shard {index} worker exited with code {proc.returncode}:\n{tail}")
     left = pending(problems, out_dir)
     if failed or left:

@@ -78,7 +78,7 @@ def check_gpu_torch(python: str = sys.executable) -> None:
     if proc.returncode == 3:
         raise CollectionError("No GPU: torch is installed but torch.cuda.is_available() is False. " + _NO_TORCH)
     if proc.returncode != 0:
-        raise CollectionError(f"{python} cannot import torch ({_tail(proc.stderr, 1)}). {_NO_TORCH}")
+        raise CollectionError(f"{python} cannot import torch ({tail_lines(proc.stderr, 1)}). {_NO_TORCH}")
 
 
 def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s: float = 3600.0,
@@ -115,7 +115,7 @@ def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str
     if proc.returncode != 0:
         raise CollectionError(
             f"workload {_show(argv)} exited with code {proc.returncode}; last lines of its stderr "
-            f"({stderr_log}):\n{_tail(stderr_log.read_text(errors='replace'), TAIL_LINES)}")
+            f"({stderr_log}):\n{tail_lines(stderr_log.read_text(errors='replace'), TAIL_LINES)}")
     files = sorted(staging.glob("untuned*.csv"))
     if not files:
         raise CollectionError(
@@ -135,7 +135,8 @@ def parse_tokens_per_s(stdout: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def _tail(text: str, lines: int) -> str:
+def tail_lines(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text``."""
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 

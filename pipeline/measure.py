@@ -56,11 +56,6 @@ class Stats:
         q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
         return cls(statistics.median(ordered), q[0], q[2], ordered[0], len(ordered))
 
-    @property
-    def spread(self) -> float:
-        """Interquartile range relative to the median."""
-        return (self.p75 - self.p25) / self.median if self.median else math.inf
-
     def to_json(self) -> dict:
         return {"median_us": self.median, "p25_us": self.p25, "p75_us": self.p75, "min_us": self.minimum,
                 "samples": self.samples}

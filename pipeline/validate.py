@@ -82,12 +82,11 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
 
         backend = CublasLtBackend(gpu, timing)
     else:
-        env = tunableop_env(run_dir / "merge" / "tunableop_results.csv", run_dir / "validate" / "tunableop", 1)
+        merged = str(run_dir / "merge" / "tunableop_results.csv")
         torch.cuda.tunable.enable(True)
         torch.cuda.tunable.tuning_enable(False)
-        torch.cuda.tunable.set_filename(env["PYTORCH_TUNABLEOP_FILENAME"].replace("%d", "0"),
-                                        insert_device_ordinal=False)
-        torch.cuda.tunable.read_file(env["PYTORCH_TUNABLEOP_FILENAME"].replace("%d", "0"))
+        torch.cuda.tunable.set_filename(merged, insert_device_ordinal=False)
+        torch.cuda.tunable.read_file(merged)
         torch.cuda.tunable.enable(False)
     device = torch.device("cuda", gpu)
     workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=device)
@@ -164,7 +163,7 @@ def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
     """Run ``python -m pipeline.validate`` on a free GPU slot, reporting its progress; raise with the log's
     tail if it fails. The luigi process itself never initialises CUDA."""
     from .bench_stage import gpu_slot, lock_dir
-    from .collect import with_package_on_path
+    from .collect import tail_lines, with_package_on_path
 
     out = run_dir / "validate"
     out.mkdir(parents=True, exist_ok=True)
@@ -179,7 +178,7 @@ def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
                 progress(data["done"], data["total"])
             time.sleep(1.0)
     if proc.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-15:])
+        tail = tail_lines(log.read_text(), 15)
         raise RuntimeError(f"validation worker exited with code {proc.returncode}:\n{tail}")
 
 
