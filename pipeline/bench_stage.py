@@ -108,6 +108,7 @@ def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]
 def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[int], settings: TuneSettings,
                backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None) -> None:
     """Tune every problem without a result yet: one worker process per shard, as many shards as GPUs."""
+    out_dir = Path(out_dir).absolute()
     todo = pending(problems, out_dir)
     shards = shard(todo, len(gpus))
     workers = []

@@ -1,23 +1,32 @@
-"""Record the GEMMs a workload runs, with TunableOp in record-untuned mode.
+"""Record the GEMMs a workload runs, with TunableOp in record-untuned mode, and how often each runs.
 
-The workload runs in a subprocess under ``PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=0
-PYTORCH_TUNABLEOP_RECORD_UNTUNED=1`` with ``PYTORCH_TUNABLEOP_UNTUNED_FILENAME=<dir>/untuned.csv``; torch
-splices the device ordinal in, so each GPU writes ``untuned<N>.csv``. Record mode appends, so the run
-happens in a fresh staging directory that replaces the output directory only when it succeeds.
+The workload runs in a subprocess, in the caller's cwd, under ``PYTORCH_TUNABLEOP_ENABLED=1
+PYTORCH_TUNABLEOP_TUNING=0 PYTORCH_TUNABLEOP_RECORD_UNTUNED=1`` with
+``PYTORCH_TUNABLEOP_UNTUNED_FILENAME=<dir>/untuned.csv`` (absolute: torch resolves a relative name against
+the workload's cwd and, finding no directory there, records nothing and says nothing); torch splices the
+device ordinal in, so each GPU writes ``untuned<N>.csv``. Record mode appends, so the files go to a fresh
+staging directory that replaces the output directory only when the run succeeds. ``PYTORCH_TUNABLEOP_VERBOSE=3``
+makes torch log every GEMM call, counted into ``calls.json`` (``call_weights``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from .atomic import atomic_directory, atomic_write_json
+from .call_weights import CALLS, VERBOSE_ENV, calls_record, run_worker, split_stderr
 
 EMBEDDED_WORKLOAD = "pipeline.workloads.llama"
 MANIFEST = "manifest.json"
@@ -59,11 +68,13 @@ def embedded_command(python: str = sys.executable) -> list[str]:
 def recording_env(directory: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment that makes torch record every GEMM it dispatches into ``directory``."""
     env = dict(os.environ if base is None else base)
+    directory = Path(directory).absolute()  # torch resolves it against the workload's own cwd
     env.update(
         PYTORCH_TUNABLEOP_ENABLED="1",
         PYTORCH_TUNABLEOP_TUNING="0",
         PYTORCH_TUNABLEOP_RECORD_UNTUNED="1",
         PYTORCH_TUNABLEOP_UNTUNED_FILENAME=str(directory / UNTUNED_NAME),
+        **VERBOSE_ENV,  # one lookup line per GEMM call on stderr: the call counts (see call_weights)
     )
     return env
 
@@ -82,51 +93,79 @@ def check_gpu_torch(python: str = sys.executable) -> None:
 
 
 def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s: float = 3600.0,
-            env: Mapping[str, str] | None = None) -> Collection:
+            env: Mapping[str, str] | None = None,
+            time_on: Sequence[int] | Callable[[], Sequence[int]] | None = None) -> Collection:
     """Run ``command`` (a shell line, an argv list, or the embedded workload) and record its GEMMs.
 
-    Output lands in ``out_dir`` (``untuned<N>.csv``, ``workload.stdout.log``, ``workload.stderr.log``,
-    ``manifest.json``) only after a successful run; a failed run leaves ``out_dir`` untouched.
+    Output lands in ``out_dir`` (``untuned<N>.csv``, ``calls.json``, ``workload.stdout.log``,
+    ``workload.stderr.log``, ``manifest.json``) only after a successful run; a failed run leaves ``out_dir``
+    untouched. With ``time_on`` (GPU indices, or a function giving them, asked only when needed) every GEMM
+    that was counted is also timed once at baseline (``baseline.json``), so that gathering can give each its
+    share of the workload's GEMM time.
     """
     env = dict(os.environ if env is None else env)
+    out_dir = Path(out_dir).absolute()
     if command is None:
         check_gpu_torch()
         command = embedded_command()
         env = with_package_on_path(env)
     argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
     with atomic_directory(out_dir) as staging:  # record mode appends: never reuse old files
-        return _run_and_record(staging, out_dir, argv, env, timeout_s)
+        collection = _run_and_record(staging, out_dir, argv, env, timeout_s)
+        counted = json.loads((staging / CALLS).read_text())["calls"]
+        if time_on is not None and counted:
+            run_worker(staging, list(counted), list(time_on() if callable(time_on) else time_on))
+        return collection
 
 
 def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str, str],
                     timeout_s: float) -> Collection:
     stdout_log, stderr_log = staging / "workload.stdout.log", staging / "workload.stderr.log"
+    calls: Counter = Counter()
     start = time.monotonic()
     with stdout_log.open("w") as out, stderr_log.open("w") as err:
-        try:
-            proc = subprocess.run(argv, stdout=out, stderr=err, env=recording_env(staging, env),
-                                  cwd=staging, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise CollectionError(f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in "
-                                  f"{staging}") from None
-        except OSError as error:
-            raise CollectionError(f"cannot start workload {_show(argv)}: {error}") from None
+        returncode = _run_counting_calls(argv, recording_env(staging, env), out, err, calls, timeout_s, staging)
     seconds = time.monotonic() - start
-    if proc.returncode != 0:
+    if returncode != 0:
         raise CollectionError(
-            f"workload {_show(argv)} exited with code {proc.returncode}; last lines of its stderr "
+            f"workload {_show(argv)} exited with code {returncode}; last lines of its stderr "
             f"({stderr_log}):\n{tail_lines(stderr_log.read_text(errors='replace'), TAIL_LINES)}")
     files = sorted(staging.glob("untuned*.csv"))
     if not files:
         raise CollectionError(
             f"workload {_show(argv)} succeeded but recorded no GEMM in {staging}: does it run its matrix "
             "products through torch on a GPU (TunableOp sees mm/addmm/bmm/linear/_scaled_mm only)?")
-    collection = Collection([out_dir / f.name for f in files], argv, proc.returncode, seconds,
+    collection = Collection([out_dir / f.name for f in files], argv, returncode, seconds,
                             parse_tokens_per_s(stdout_log.read_text(errors="replace")))
+    atomic_write_json(staging / CALLS, calls_record(calls))
     atomic_write_json(staging / MANIFEST, {
-        "command": argv, "returncode": proc.returncode, "seconds": round(seconds, 3),
-        "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files]})
+        "command": argv, "cwd": os.getcwd(), "returncode": returncode, "seconds": round(seconds, 3),
+        "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files], "calls": sum(calls.values())})
     return collection
+
+
+def _run_counting_calls(argv: list[str], env: dict[str, str], out: IO[str], err: IO[str], calls: Counter,
+                        timeout_s: float, staging: Path) -> int:
+    """Run the workload in the caller's cwd (as the user would type it), its stdout to ``out``; its stderr is
+    streamed: TunableOp lookup lines are counted into ``calls``, every other line goes to ``err``. On a
+    timeout the whole process group is killed."""
+    try:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env, text=True, errors="replace",
+                                start_new_session=True)
+    except OSError as error:
+        raise CollectionError(f"cannot start workload {_show(argv)}: {error}") from None
+    reader = threading.Thread(target=lambda: err.writelines(split_stderr(proc.stderr, calls)), daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        reader.join(timeout=10)
+        raise CollectionError(f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in "
+                              f"{staging}") from None
+    reader.join()
+    return proc.returncode
 
 
 def parse_tokens_per_s(stdout: str) -> float | None:

@@ -4,8 +4,11 @@ A row is kept when its tuned time beats the baseline by ``margin`` (medians of i
 second measurement on fresh operand buffers (``confirm``) does not find it slower; the others are
 dropped and listed (a dropped row that measured slower beyond noise is marked, but ships nothing). The
 bundle is refused when a row that passed the margin regresses in its confirmation beyond the measured
-noise, or when the GEMM-time speedup weighted by call count (dropped rows count at baseline speed, kept
-rows at their confirmed speed) is under ``min_speedup``. The noise of a confirmed row is the widest of the
+noise, or when the weighted GEMM speedup is under ``min_speedup``. That speedup is the workload's GEMM time
+before over after: each row weighs its ``time_share`` of the workload's baseline GEMM time (collection
+measured it), the share no row covers (GEMMs not tuned) stays at baseline speed, dropped rows count at
+baseline speed and kept rows at their confirmed speed. Rows without a time share weigh their calls x the
+baseline time measured here. The noise of a confirmed row is the widest of the
 interquartile spreads, the disagreement between the two baseline measurements and a floor (0.5%).
 """
 
@@ -47,17 +50,29 @@ def regressed(pair: dict, spread: float | None = None) -> bool:
                                                                                else spread))
 
 
+def weights(rows: Sequence[dict]) -> tuple[list[float], float, str]:
+    """Each row's share of the workload's baseline GEMM time, the share no row covers, and what they rest on."""
+    shares = [row.get("time_share") for row in rows]
+    if rows and all(share is not None for share in shares):
+        return shares, max(0.0, 1.0 - sum(shares)), "time share"  # type: ignore[arg-type]
+    costs = [row.get("calls", row.get("count", 1)) * row["baseline"]["median_us"] for row in rows]
+    total = sum(costs) or 1.0
+    return [cost / total for cost in costs], 0.0, "calls x baseline time"
+
+
 @dataclass
 class GateResult:
     kept: list[dict] = field(default_factory=list)
     dropped: list[tuple[dict, str]] = field(default_factory=list)
     regressions: list[tuple[dict, str]] = field(default_factory=list)
     weighted_speedup: float = 1.0
+    weight_basis: str = "time share"
     passed: bool = True
     message: str = ""
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "message": self.message, "weighted_speedup": self.weighted_speedup,
+                "weight_basis": self.weight_basis,
                 "kept": [r["key"] for r in self.kept],
                 "dropped": [{"key": r["key"], "reason": why} for r, why in self.dropped],
                 "regressions": [{"key": r["key"], "detail": why} for r, why in self.regressions]}
@@ -65,9 +80,9 @@ class GateResult:
 
 def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
     result = GateResult()
-    base_total = tuned_total = 0.0
-    for row in rows:
-        base, tuned, count = row["baseline"]["median_us"], row["tuned"]["median_us"], row.get("count", 1)
+    shares, tuned_total, result.weight_basis = weights(rows)
+    for row, share in zip(rows, shares, strict=True):
+        base, tuned = row["baseline"]["median_us"], row["tuned"]["median_us"]
         confirm = row.get("confirm")
         if row["solution"] == DEFAULT:
             result.dropped.append((row, "the default already is the best: nothing to ship"))
@@ -85,10 +100,8 @@ def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
         else:
             why = f"x{base / tuned:.3f} does not beat the baseline by {settings.margin:.0%}"
             result.dropped.append((row, why + (" (regressed beyond noise)" if regressed(row) else "")))
-        kept = row in result.kept
-        base_total += count * base
-        tuned_total += count * (tuned if kept else base)
-    result.weighted_speedup = base_total / tuned_total if tuned_total else 1.0
+        tuned_total += share * (tuned / base if row in result.kept else 1.0)
+    result.weighted_speedup = 1.0 / tuned_total if tuned_total else 1.0
     problems = []
     if result.weighted_speedup < settings.min_speedup:
         problems.append(f"weighted GEMM speedup x{result.weighted_speedup:.3f} is under the required "

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .problem import GemmProblem, dtype_bytes
-from .rocm import get_arch, packed_lds
+from .rocm import get_arch
 
 OPERANDS = ("a", "b", "c")
 
@@ -74,8 +74,7 @@ def pad_problem(problem: GemmProblem, rule: PaddingRule) -> PaddedProblem | None
     """The padded variant of ``problem``, or ``None`` when no leading dimension needs it."""
     if problem.is_wildcard:
         return None
-    lds = dict(zip(OPERANDS, (problem.lda, problem.ldb, problem.ldc) if problem.lda is not None
-                   else packed_lds(problem), strict=True))
+    lds = dict(zip(OPERANDS, problem.blas_lds(), strict=True))
     types = {"a": problem.a_type, "b": problem.b_type, "c": problem.c_type}
     changes, reasons = {}, []
     for operand in rule.operands:

@@ -47,7 +47,9 @@ class GemmProblem:
     """One GEMM in the BLAS frame, as TunableOp keys it.
 
     ``lda``/``ldb``/``ldc`` are ``None`` where the source did not record them (torch 2.6 keys); any
-    dimension may be ``"*"`` in a wildcard key (torch 2.15 ``dynamic_dims_mask``).
+    dimension may be ``"*"`` in a wildcard key (torch 2.15 ``dynamic_dims_mask``). They are kept as torch
+    recorded them, also under the BLAS minimum (torch writes ``ld = 1`` for one-column operands): the
+    edges that hand them to a library use ``blas_lds``.
 
     Scaled-GEMM fields stay ``None`` for other ops: ``rowwise`` is the 2.7-2.14 ``rw_`` flag; the 2.15
     CUDA key instead carries the scale dtypes and recipes (``scale_a_recipe``: 0 tensorwise, 1 rowwise),
@@ -105,21 +107,32 @@ class GemmProblem:
         scaled_fields = (self.rowwise, self.scale_a_type, self.output_scale, self.swizzle, self.bias_type)
         if self.op != "scaled_gemm" and any(f is not None for f in scaled_fields):
             raise ValueError(f"scale, bias-dtype and swizzle fields belong to scaled_gemm, not {self.op}")
-        self._check_leading_dimensions()
 
-    def _check_leading_dimensions(self) -> None:
-        """BLAS rule: a leading dimension is at least the stored operand's row count."""
+    def stored_rows(self) -> tuple[Dim, Dim, Dim]:
+        """Rows of A, B and C as stored (column-major): the least leading dimensions BLAS allows."""
+        return (self.m if self.transa == "N" else self.k,
+                self.k if self.transb == "N" else self.n,
+                self.m)
+
+    def blas_lds(self) -> tuple[int, int, int]:
+        """``(lda, ldb, ldc)`` as a BLAS library accepts them: packed where the key recorded none, and never
+        under the stored row count. torch records ``ld = 1`` for an operand with one column (e.g. the
+        rotary outer product ``tn_64_1_1_ld_1_1_1``); one column makes every ld >= rows equivalent, so
+        raising it changes nothing in memory. ``ld_notes`` says which were raised."""
+        if self.is_wildcard or WILDCARD in (self.lda, self.ldb, self.ldc):
+            raise ValueError("a wildcard problem has no concrete leading dimensions")
+        rows = self.stored_rows()
         if self.lda is None:
-            return
-        rows = {
-            "lda": self.m if self.transa == "N" else self.k,
-            "ldb": self.k if self.transb == "N" else self.n,
-            "ldc": self.m,
-        }
-        for name, need in rows.items():
-            ld = getattr(self, name)
-            if WILDCARD not in (ld, need) and ld < need:
-                raise ValueError(f"{name}={ld} is smaller than the {need} rows that operand stores")
+            return rows  # type: ignore[return-value]
+        return tuple(max(ld, need) for ld, need in zip((self.lda, self.ldb, self.ldc), rows, strict=True))  # type: ignore[return-value]
+
+    def ld_notes(self) -> list[str]:
+        """One line per recorded leading dimension under its operand's row count (raised by ``blas_lds``)."""
+        if self.lda is None or self.is_wildcard or WILDCARD in (self.lda, self.ldb, self.ldc):
+            return []
+        return [f"{name}={ld} < {need} rows: raised to {need} for BLAS" for name, ld, need in
+                zip(("lda", "ldb", "ldc"), (self.lda, self.ldb, self.ldc), self.stored_rows(), strict=True)
+                if ld < need]
 
     @property
     def layout(self) -> str:

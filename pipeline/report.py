@@ -13,9 +13,11 @@ import jinja2
 
 from .atomic import atomic_write_json, atomic_write_text
 from .configs import TEMPLATES
-from .gate import noise, speedup
+from .gate import noise, speedup, weights
+from .tunableop import parse_key
 
 SUMMARY = "summary.json"
+TOP = 10  # GEMMs listed by time share
 
 
 def _load(path: Path) -> dict | None:
@@ -62,12 +64,11 @@ def _plots(rows: list[dict], out: Path) -> None:
 
     shares: dict[str, float] = defaultdict(float)
     for r in rows:
-        shares[r["layer"]] += r["count"] * r["baseline"]["median_us"]
-    total = sum(shares.values()) or 1.0
+        shares[r["layer"]] += r["weight"]
     items = sorted(shares.items(), key=lambda kv: kv[1])
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(items))))
-    ax.barh([k for k, _ in items], [100 * v / total for _, v in items])
-    ax.set_xlabel("% of baseline GEMM time (time x calls)")
+    ax.barh([k for k, _ in items], [100 * v for _, v in items])
+    ax.set_xlabel(f"% of the workload's baseline GEMM time ({rows[0]['basis']})")
     ax.set_title("Share of GEMM time by op and layer (weight shape)")
     fig.tight_layout()
     fig.savefig(out / "time_share.png", dpi=110)
@@ -83,16 +84,20 @@ def build(run_dir: Path) -> dict:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
     e2e = _load(run_dir / "validate" / "e2e.json") or {}
     reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
+    shares, untuned_share, basis = weights(measured["rows"])
     rows = []
-    for row in measured["rows"]:
+    for row, share in zip(measured["rows"], shares, strict=True):
         kept = row["key"] in gate["kept"]
         tuned_us = row["tuned"]["median_us"] if kept else row["baseline"]["median_us"]
-        rows.append({**row, "speedup": speedup(row), "noise": noise(row), "kept": kept,
+        rows.append({**row, "speedup": speedup(row), "noise": noise(row), "kept": kept, "weight": share,
+                     "basis": basis, "calls": row.get("calls", row.get("count", 1)),
+                     "ld_notes": parse_key(*row["key"].split(",", 1)).ld_notes(),
                      "reason": reasons.get(row["key"], ""), "label": f"{row['op']} {row['m']}x{row['n']}x{row['k']}",
                      "layer": f"{row['op']} {row['layout']} {row['m']}x{row['k']}",
                      "eff_before": row["floor_us"] / row["baseline"]["median_us"],
                      "eff_after": row["floor_us"] / tuned_us})
     kept_speedups = [r["speedup"] for r in rows if r["kept"]]
+    top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
     if "skipped" in e2e:
         e2e_line = f"not measured: {e2e['skipped']}"
     elif e2e:
@@ -109,7 +114,8 @@ def build(run_dir: Path) -> dict:
         "weighted": gate["weighted_speedup"], "kept_geomean": _geomean(kept_speedups),
         "eff_before": _geomean([r["eff_before"] for r in rows]) or 0.0,
         "eff_after": _geomean([r["eff_after"] for r in rows]) or 0.0,
-        "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")],
+        "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")], "top": top, "basis": basis,
+        "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]],
         "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",
     }
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
@@ -119,7 +125,12 @@ def build(run_dir: Path) -> dict:
     atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
     summary = {"run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
                "device": context["device"], "gemms": len(rows), "kept": len(kept_speedups),
-               "weighted_gemm_speedup": gate["weighted_speedup"], "kept_geomean_speedup": context["kept_geomean"],
+               "weighted_gemm_speedup": gate["weighted_speedup"], "weight_basis": basis,
+               "untuned_time_share": untuned_share,
+               "top_gemms": [{"key": r["key"], "label": r["label"], "calls": r["calls"], "time_share": r["weight"],
+                              "speedup": r["speedup"], "kept": r["kept"]} for r in top],
+               "ld_normalised": {r["key"]: r["ld_notes"] for r in context["normalised"]},
+               "kept_geomean_speedup": context["kept_geomean"],
                "eff_geomean_before": context["eff_before"], "eff_geomean_after": context["eff_after"],
                "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
                "e2e_tokens_speedup": e2e.get("tokens_speedup"), "bundle": context["bundle"],
@@ -135,8 +146,11 @@ def key_lines(summary: dict) -> list[str]:
         f"{summary['verdict']}",
         f"GEMMs: {summary['gemms']} validated on {summary['device']}, {summary['kept']} kept"
         + (f" (geomean x{kept_geo:.3f})" if kept_geo else ""),
-        f"weighted GEMM speedup: x{summary['weighted_gemm_speedup']:.3f}; roofline efficiency "
+        f"weighted GEMM speedup (by {summary.get('weight_basis', 'calls x baseline time')}): "
+        f"x{summary['weighted_gemm_speedup']:.3f}; roofline efficiency "
         f"{summary['eff_geomean_before']:.3f} -> {summary['eff_geomean_after']:.3f}",
+        *[f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {t['calls']} calls, "
+          f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}" for t in summary.get("top_gemms", [])[:3]],
         f"end to end: {summary['e2e']}",
         f"bundle: {summary['bundle']}",
         f"report: {summary['report']}",

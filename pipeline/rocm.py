@@ -86,22 +86,20 @@ class AmdGemm:
 
 def packed_lds(problem: GemmProblem) -> tuple[int, int, int]:
     """Leading dimensions of densely stored operands: rows of A, B and C as stored."""
-    return (problem.m if problem.transa == "N" else problem.k,
-            problem.k if problem.transb == "N" else problem.n,
-            problem.m)
+    return problem.stored_rows()  # type: ignore[return-value]
 
 
 def to_amd(problem: GemmProblem) -> AmdGemm:
     """The hipBLASLt frame of a concrete (non-wildcard) problem."""
     if problem.is_wildcard:
         raise ValueError("a wildcard problem has no concrete size")
-    lda, ldb, ldc = (problem.lda, problem.ldb, problem.ldc) if problem.lda is not None else packed_lds(problem)
+    lda, ldb, ldc = problem.blas_lds()  # hipBLASLt and Tensile refuse ld < rows
     return AmdGemm(problem.transa == "T", problem.transb == "T", problem.m, problem.n, problem.batch,
                    problem.k, lda, ldb, ldc, ldc)
 
 
 def is_packed(problem: GemmProblem) -> bool:
-    return problem.lda is None or (problem.lda, problem.ldb, problem.ldc) == packed_lds(problem)
+    return problem.lda is None or problem.blas_lds() == packed_lds(problem)
 
 
 def problem_type_name(problem: GemmProblem) -> str:

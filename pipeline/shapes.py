@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .atomic import atomic_write_json
+from .call_weights import time_shares
 from .problem import GemmProblem
 from .tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
 
@@ -28,6 +29,13 @@ class ShapeRecord:
     sources: list[str] = field(default_factory=list)
     time_ms: float | None = None
     solution: str | None = None
+    calls: int | None = None  # GEMM calls the workload made (collection's lookup log); None: unknown
+    time_share: float | None = None  # share of the workload's baseline GEMM time; None: unknown
+    per_call_us: float | None = None  # baseline time of one call, as collection measured it
+
+    @property
+    def key(self) -> str:
+        return f"{self.op_signature},{self.params_signature}"
 
     def to_json(self) -> dict:
         p = self.problem
@@ -44,6 +52,9 @@ class ShapeRecord:
             "ldc": p.ldc,
             "batch": p.batch,
             "count": self.count,
+            "calls": self.calls if self.calls is not None else self.count,
+            "time_share": self.time_share,
+            "per_call_us": self.per_call_us,
             "op_signature": self.op_signature,
             "params_signature": self.params_signature,
             "time_ms": self.time_ms,
@@ -55,7 +66,8 @@ class ShapeRecord:
     def from_json(cls, row: dict) -> ShapeRecord:
         problem = parse_key(row["op_signature"], row["params_signature"])
         return cls(problem, row["op_signature"], row["params_signature"], row["count"],
-                   list(row.get("sources", [])), row.get("time_ms"), row.get("solution"))
+                   list(row.get("sources", [])), row.get("time_ms"), row.get("solution"), row.get("calls"),
+                   row.get("time_share"), row.get("per_call_us"))
 
 
 @dataclass
@@ -64,6 +76,42 @@ class GatherResult:
     files: list[str]
     lines: int
     skipped: list[SkippedLine]
+    weight_notes: list[str] = field(default_factory=list)
+
+
+def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | None) -> None:
+    """Give every shape its ``calls`` and ``time_share`` from collection's ``calls.json`` and ``baseline.json``
+    (``call_weights``). Without counts (``--untuned`` files, or a workload whose stderr held no lookup line)
+    each recorded line counts as one call and there is no time share; the notes say so."""
+    counted: dict[GemmProblem, int] = {}
+    notes = result.weight_notes
+    for key, n in ((calls or {}).get("calls") or {}).items():
+        try:
+            problem = parse_key(*key.split(",", 1))
+        except ValueError as err:
+            notes.append(f"lookup log key {key!r} ignored: {err}")
+            continue
+        counted[problem] = counted.get(problem, 0) + n
+    if calls is None:
+        notes.append("call counts unknown (GEMMs from --untuned files): each recorded line counts as one call")
+    elif calls.get("note"):
+        notes.append(calls["note"])
+    per_call = {}
+    for key, us in ((baseline or {}).get("per_call_us") or {}).items():
+        per_call[parse_key(*key.split(",", 1))] = us
+    notes += [f"{key}: {why}" for key, why in ((baseline or {}).get("notes") or {}).items()]
+    missing = [r for r in result.shapes if counted and r.problem not in counted]
+    if missing:
+        notes.append(f"{len(missing)} recorded GEMMs have no lookup-log count (count 1 each), e.g. {missing[0].key}")
+    keys = [r.key for r in result.shapes]
+    calls_by_key, shares = time_shares(keys, {r.key: counted.get(r.problem, r.count if not counted else 0)
+                                              for r in result.shapes},
+                                       {r.key: per_call.get(r.problem) for r in result.shapes})
+    if counted and not baseline:
+        notes.append("no baseline timing of the recorded GEMMs: weights are calls x the time Validate measures")
+    for record in result.shapes:
+        record.calls, record.time_share = calls_by_key[record.key], shares[record.key]
+        record.per_call_us = per_call.get(record.problem)
 
 
 def expand_inputs(specs: Iterable[str]) -> list[Path]:
@@ -98,13 +146,13 @@ def merge_files(parsed: Sequence[TunableOpFile]) -> GatherResult:
     records: dict[GemmProblem, ShapeRecord] = {}
     lines = 0
     for tfile in parsed:
-        for entry in tfile.entries:
-            lines += 1
+        lines += len(tfile.entries)
+        for entry, count in tfile.distinct_counts():
             record = records.get(entry.problem)
             if record is None:
                 record = records[entry.problem] = ShapeRecord(
                     entry.problem, entry.op_signature, entry.params_signature)
-            record.count += 1
+            record.count += count
             if tfile.path not in record.sources:
                 record.sources.append(tfile.path)
             time_ms = entry.time_ms
@@ -135,15 +183,16 @@ def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
 
 def summary_table(result: GatherResult) -> str:
     """A fixed-width table of the gathered shapes, followed by totals and skipped lines."""
-    header = ("op", "dtype", "layout", "m", "n", "k", "batch", "count", "time_ms")
+    header = ("op", "dtype", "layout", "m", "n", "k", "batch", "count", "calls", "time%", "time_ms")
     rows = [
         (OP_SIGNATURE_NAMES[r.problem.op].removesuffix("TunableOp"), dtype_signature(r.problem),
          r.problem.layout, str(r.problem.m), str(r.problem.n), str(r.problem.k), str(r.problem.batch),
-         str(r.count), "" if r.time_ms is None else f"{r.time_ms:.4g}")
+         str(r.count), "" if r.calls is None else str(r.calls),
+         "" if r.time_share is None else f"{100 * r.time_share:.1f}", "" if r.time_ms is None else f"{r.time_ms:.4g}")
         for r in result.shapes
     ]
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
-    numeric = {3, 4, 5, 6, 7, 8}
+    numeric = set(range(3, len(header)))
 
     def fmt(row: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
@@ -151,6 +200,7 @@ def summary_table(result: GatherResult) -> str:
 
     lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     lines.append(f"{len(result.shapes)} distinct GEMMs from {result.lines} lines in {len(result.files)} files")
+    lines += [f"note: {note}" for note in result.weight_notes]
     if result.skipped:
         lines.append(f"{len(result.skipped)} malformed lines skipped (--lenient):")
         lines += [f"  {s}" for s in result.skipped]

@@ -23,14 +23,14 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits
 
-from . import bench_stage, bundle, configs, e2e, report, tunableop, validate
+from . import bench_stage, bundle, call_weights, configs, e2e, report, tunableop, validate
 from .atomic import atomic_write_json, atomic_write_text
 from .backend import TuneSettings
 from .collect import MANIFEST, collect, embedded_command
 from .gate import GateSettings, gate
 from .logic_merge import MergeOptions, merge_dirs
 from .results_merge import merge_results
-from .shapes import expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
+from .shapes import apply_weights, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 
@@ -44,7 +44,8 @@ class PipelineTask(luigi.Task):
                                            "a rerun with the same name resumes")
 
     def stage_dir(self, stage: str) -> Path:
-        return Path(self.workdir) / self.run_name / stage
+        """Absolute: these paths reach subprocesses, environment variables and files other programs read."""
+        return Path(self.workdir).absolute() / self.run_name / stage
 
 
 class CollectShapes(PipelineTask):
@@ -53,13 +54,19 @@ class CollectShapes(PipelineTask):
     workload_cmd = luigi.Parameter(default="", description="shell command of the workload "
                                                            "(default: the embedded Llama decoder)")
     workload_timeout = luigi.FloatParameter(default=3600.0, description="seconds before the workload is stopped")
+    call_times = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING,
+                                     description="time each recorded GEMM once at baseline on the GPU, for its "
+                                                 "share of the workload's GEMM time (--call-times false: calls only)")
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("collect") / MANIFEST)
 
     def run(self) -> None:
         self.set_status_message("running the workload with TunableOp recording")
-        result = collect(self.stage_dir("collect"), self.workload_cmd or None, timeout_s=self.workload_timeout)
+        time_on = (lambda: range(gpu_count("Timing the recorded GEMMs (--call-times false skips it)"))) \
+            if self.call_times else None
+        result = collect(self.stage_dir("collect"), self.workload_cmd or None, timeout_s=self.workload_timeout,
+                         time_on=time_on)
         self.set_status_message(f"recorded {len(result.files)} files in {result.seconds:.0f} s")
 
 
@@ -85,6 +92,9 @@ class GatherShapes(PipelineTask):
 
     def run(self) -> None:
         result = gather(self.input_specs(), lenient=self.lenient)
+        collected = None if self.untuned else Path(self.input().path).parent
+        apply_weights(result, *(None, None) if collected is None else (
+            read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)))
         summary = summary_table(result)
         atomic_write_text(self.stage_dir("shapes") / "summary.txt", summary)
         write_shapes_json(self.output().path, result)
@@ -141,7 +151,7 @@ class Bench(PipelineTask):
             self.set_progress_percentage(round(100 * done / max(total, 1)))
             bench_stage.progress_bar("Bench", done, total)
 
-        gpus = list(range(self.gpus or gpu_count()))
+        gpus = list(range(self.gpus or gpu_count("Bench")))
         bench_stage.run_shards(problems, out, gpus, settings, self.backend, progress)
         bench_stage.write_outputs(problems, out)
 
@@ -219,7 +229,8 @@ class Validate(PipelineTask):
                 self.set_progress_percentage(round(100 * done / max(total, 1)))
                 bench_stage.progress_bar("Validate", done, total)
 
-            validate.run_worker(run_dir, list(range(self.gpus or gpu_count())), self.validate_rounds, self.margin,
+            validate.run_worker(run_dir, list(range(self.gpus or gpu_count("Validate"))), self.validate_rounds,
+                                self.margin,
                                 progress)
         measured = json.loads((out / validate.MEASUREMENTS).read_text())
         result = gate(measured["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
@@ -234,7 +245,7 @@ class Validate(PipelineTask):
             self.set_status_message("end-to-end A/B of the workload")
             command = ["bash", "-c", self.workload_cmd] if self.workload_cmd else embedded_command()
             outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv", out / "e2e-tunableop",
-                                  self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count())
+                                  self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count("Validate"))
         atomic_write_json(out / "e2e.json", outcome)
         summary = report.build(run_dir)
         if not result.passed:
@@ -261,13 +272,17 @@ class TuneWorkload(PipelineTask):
         print("\n".join(lines))
 
 
-def gpu_count() -> int:
-    """GPUs torch sees, asked in a subprocess so this process never initialises CUDA."""
+def gpu_count(who: str) -> int:
+    """GPUs torch sees, asked in a subprocess so this process never initialises CUDA; ``who`` needs them."""
     probe = "import torch; print(torch.cuda.device_count())"
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     count = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
     if count == 0:
-        raise RuntimeError("Bench needs a GPU and torch with CUDA (pip install -e '.[cuda]'); none is visible "
-                           f"({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}). "
-                           "The AMD tool configs are written by GenerateConfigs without one.")
+        raise RuntimeError(f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
+                           f"visible ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}"
+                           "). The AMD tool configs are written by GenerateConfigs without one.")
     return count
+
+
+def read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import torch
 
 from .problem import GemmProblem, dtype_bytes
-from .rocm import packed_lds
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
                 "float64": torch.float64}
@@ -52,7 +51,7 @@ class Shape:
 
     @classmethod
     def of(cls, p: GemmProblem) -> Shape:
-        lda, ldb, ldc = (p.lda, p.ldb, p.ldc) if p.lda is not None else packed_lds(p)
+        lda, ldb, ldc = p.blas_lds()
         rows_a, cols_a = (p.m, p.k) if p.transa == "N" else (p.k, p.m)
         rows_b, cols_b = (p.k, p.n) if p.transb == "N" else (p.n, p.k)
         return cls(rows_a, cols_a, lda, rows_b, cols_b, ldb, p.m, p.n, ldc, p.batch)

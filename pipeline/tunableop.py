@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,6 +310,12 @@ class TunableOpFile:
     def is_results(self) -> bool:
         return bool(self.validators) or any(e.solution is not None for e in self.entries)
 
+    def distinct_counts(self) -> list[tuple[TunableOpEntry, int]]:
+        """Each distinct entry object (repeated lines share one) with how often it occurs, in file order."""
+        counts = Counter(map(id, self.entries))
+        by_id = dict(zip(map(id, self.entries), self.entries, strict=True))
+        return [(by_id[key], count) for key, count in counts.items()]
+
 
 def _parse_entry(line: str) -> TunableOpEntry:
     fields = line.split(",", 4)
@@ -339,23 +346,58 @@ def _parse_entry(line: str) -> TunableOpEntry:
     return TunableOpEntry(op_signature, params, problem, solution, time_text, blas_params)
 
 
-def parse_text(text: str, path: str = "<text>", *, lenient: bool = False) -> TunableOpFile:
-    """Parse TunableOp CSV text. Strict: the first bad line raises ``TunableOpFormatError``."""
+_BLANK = object()
+
+
+def _classify(raw: bytes | str) -> object:
+    """One line as it stands, parsed once however often it repeats: an entry, ``_BLANK``, a validator line
+    (``("validator", text)``), or the ``ValueError`` that says what is wrong with it."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as err:
+        return ValueError(f"not UTF-8 text ({err.reason})")
+    line = text.removesuffix("\n").removesuffix("\r")
+    if not line.strip():
+        return _BLANK
+    if line.startswith("Validator,"):
+        return ("validator", line)
+    try:
+        return _parse_entry(line)
+    except ValueError as err:
+        return err
+
+
+def parse_lines(lines: Iterable[bytes | str], path: str = "<text>", *, lenient: bool = False) -> TunableOpFile:
+    """Parse TunableOp CSV lines (with or without their newline). Strict: the first bad line raises
+    ``TunableOpFormatError`` naming ``path:line``; lenient: it is skipped and listed. A line that repeats
+    (record mode writes the same keys again on every run) is parsed once and shares its entry object."""
     result = TunableOpFile(path)
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")
-        if not line.strip():
+    seen: dict[bytes | str, object] = {}
+    append = result.entries.append
+    for number, raw in enumerate(lines, start=1):
+        item = seen.get(raw)
+        if item is None:
+            item = seen[raw] = _classify(raw)
+        if type(item) is TunableOpEntry:
+            append(item)
+            continue
+        if item is _BLANK:
             continue
         try:
-            if line.startswith("Validator,"):
-                _add_validator(result.validators, line)
-            else:
-                result.entries.append(_parse_entry(line))
+            if isinstance(item, ValueError):
+                raise item
+            _add_validator(result.validators, item[1])  # type: ignore[index]
         except ValueError as err:
             if not lenient:
                 raise TunableOpFormatError(f"{path}:{number}: {err}") from None
-            result.skipped.append(SkippedLine(path, number, str(err), line))
+            text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+            result.skipped.append(SkippedLine(path, number, str(err), text.rstrip("\r\n")))
     return result
+
+
+def parse_text(text: str, path: str = "<text>", *, lenient: bool = False) -> TunableOpFile:
+    """Parse TunableOp CSV text (see ``parse_lines``)."""
+    return parse_lines(text.split("\n"), path, lenient=lenient)
 
 
 def _add_validator(validators: dict[str, str], line: str) -> None:
@@ -369,16 +411,9 @@ def _add_validator(validators: dict[str, str], line: str) -> None:
 
 
 def read_file(path: str | Path, *, lenient: bool = False) -> TunableOpFile:
-    """Read one untuned or results file (see ``parse_text``)."""
-    data = Path(path).read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        if not lenient:
-            raise TunableOpFormatError(f"{path}:{line}: not UTF-8 text ({err.reason})") from None
-        text = data.decode("utf-8", errors="replace")
-    return parse_text(text, str(path), lenient=lenient)
+    """Read one untuned or results file, streamed line by line (see ``parse_lines``)."""
+    with open(path, "rb") as handle:
+        return parse_lines(handle, str(path), lenient=lenient)
 
 
 def format_file(validators: dict[str, str], entries: Iterable[TunableOpEntry]) -> str:

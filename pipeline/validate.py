@@ -31,6 +31,7 @@ MEASUREMENTS = "measurements.json"
 def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, str]:
     """Environment that makes torch read ``results_csv`` on every GPU: TunableOp on, tuning off, and one
     copy per device because torch always splices the device ordinal into PYTORCH_TUNABLEOP_FILENAME."""
+    directory = Path(directory).absolute()
     directory.mkdir(parents=True, exist_ok=True)
     text = results_csv.read_text()
     for gpu in range(max(gpus, 1)):
@@ -43,8 +44,8 @@ def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, st
 def rows_to_measure(run_dir: Path) -> list[dict]:
     """One row per merged results entry: key, problem, solution, call count, saved config, padded variant."""
     merged = read_file(run_dir / "merge" / "tunableop_results.csv")
-    counts = {f"{r['op_signature']},{r['params_signature']}": r["count"]
-              for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())}
+    weights = {f"{r['op_signature']},{r['params_signature']}": (r.get("calls", r["count"]), r.get("time_share"))
+               for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())}
     configs = {}
     results_json = run_dir / "bench" / "results.json"
     if results_json.exists():
@@ -59,8 +60,9 @@ def rows_to_measure(run_dir: Path) -> list[dict]:
     rows = []
     for entry in merged.entries:
         key = f"{entry.op_signature},{entry.params_signature}"
-        rows.append({"key": key, "problem": entry.problem, "solution": entry.solution, "count": counts.get(key, 1),
-                     "config": configs.get(entry.solution), "padded_key": padded.get(key)})
+        calls, share = weights.get(key, (1, None))
+        rows.append({"key": key, "problem": entry.problem, "solution": entry.solution, "calls": calls,
+                     "time_share": share, "config": configs.get(entry.solution), "padded_key": padded.get(key)})
     return rows
 
 
@@ -68,13 +70,14 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
             progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """Time every row on this machine's GPU ``gpu`` (imports torch; run in a worker process). A row whose tuned
     time beats the baseline by ``margin`` is measured once more on fresh buffers (its ``confirm`` pair)."""
+    rows = rows_to_measure(run_dir)  # the run's records first: a broken run fails here, on any machine
+
     import torch
 
     from .measure import TimingSettings, device_info, interleaved, rotating_operands
     from .torch_gemm import torch_launcher
 
     timing = TimingSettings(rounds=rounds)
-    rows = rows_to_measure(run_dir)
     rocm = torch.version.hip is not None
     backend = None
     if not rocm:
@@ -119,7 +122,8 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
         out.append({
             "key": row["key"], "op": problem.op, "dtype": problem.a_type, "layout": problem.layout,
             "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch, "solution": row["solution"],
-            "count": row["count"], "flops": problem.flops(), "floor_us": floor_us(problem),
+            "calls": row["calls"], "time_share": row["time_share"], "flops": problem.flops(),
+            "floor_us": floor_us(problem), "ld_notes": problem.ld_notes(),
             "baseline": baseline, "tuned": stats["tuned"].to_json() if "tuned" in stats else baseline,
             "padded": {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None,
             "confirm": confirm,
@@ -165,6 +169,7 @@ def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
     from .bench_stage import gpu_slot, lock_dir
     from .collect import tail_lines, with_package_on_path
 
+    run_dir = Path(run_dir).absolute()
     out = run_dir / "validate"
     out.mkdir(parents=True, exist_ok=True)
     log = out / "validate.log"

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +19,56 @@ def test_recording_env(tmp_path):
     env = recording_env(tmp_path, {"PATH": "/bin", "PYTORCH_TUNABLEOP_TUNING": "1"})
     assert env == {"PATH": "/bin", "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
                    "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
-                   "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv")}
+                   "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv"),
+                   "PYTORCH_TUNABLEOP_VERBOSE": "3", "PYTORCH_TUNABLEOP_VERBOSE_FILENAME": "err"}
+
+
+def test_recording_env_is_absolute_whatever_it_is_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = recording_env(Path("workdir/night/collect.partial"), {})
+    assert env["PYTORCH_TUNABLEOP_UNTUNED_FILENAME"] == str(tmp_path / "workdir/night/collect.partial/untuned.csv")
+
+
+def test_the_double_records_nothing_silently_where_torch_would(tmp_path):
+    """The fake behaves like torch: a relative name resolves against its own cwd, and a missing directory
+    means no file and no error; this is how a relative workdir once lost every GEMM."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = {**os.environ, "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
+           "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1", "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": "workdir/x/untuned.csv"}
+    proc = subprocess.run([sys.executable, FAKE, QKV], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and not list(tmp_path.rglob("untuned*.csv"))
+    (cwd / "workdir" / "x").mkdir(parents=True)
+    subprocess.run([sys.executable, FAKE, QKV], cwd=cwd, env=env, check=True, capture_output=True)
+    assert (cwd / "workdir" / "x" / "untuned0.csv").read_text() == f"{QKV}\n"
+
+
+def test_calls_are_counted_from_the_lookup_log_and_stripped_from_stderr(tmp_path):
+    out = tmp_path / "collect"
+    collect(out, [sys.executable, FAKE, "--gpus", "2", f"{QKV}@5", f"{O_PROJ}@2"])
+    calls = json.loads((out / "calls.json").read_text())
+    assert calls["calls"] == {QKV: 10, O_PROJ: 4} and calls["total"] == 14
+    assert json.loads((out / "manifest.json").read_text())["calls"] == 14
+    stderr = (out / "workload.stderr.log").read_text()
+    assert stderr == "warning: some library message\n", "TunableOp's per-call chatter is stripped"
+    assert not (out / "baseline.json").exists(), "timing only runs when asked (time_on)"
+
+
+def test_no_lookup_lines_leaves_a_note_and_times_nothing(tmp_path):
+    """A workload that swallows its stderr leaves no counts: nothing to time, and the note says why."""
+    silent = tmp_path / "silent"
+    collect(silent, f"{sys.executable} {FAKE} {QKV} 2>/dev/null", time_on=lambda: pytest.fail("not timed"))
+    calls = json.loads((silent / "calls.json").read_text())
+    assert calls["calls"] == {} and "each recorded GEMM counts as one call" in calls["note"]
+
+
+def test_the_workload_runs_in_the_callers_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_model.py").write_text(f"import runpy, sys\nsys.argv = ['fake', {QKV!r}]\n"
+                                          f"runpy.run_path({FAKE!r}, run_name='__main__')\n")
+    collect(Path("collect"), f"{sys.executable} my_model.py")
+    assert (tmp_path / "collect" / "untuned0.csv").read_text() == f"{QKV}\n"
+    assert json.loads((tmp_path / "collect" / "manifest.json").read_text())["cwd"] == str(tmp_path)
 
 
 def test_collect_per_gpu_files_and_manifest(tmp_path):

@@ -4,7 +4,15 @@ import json
 
 import pytest
 
-from pipeline.shapes import ShapeInputError, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
+from pipeline.shapes import (
+    ShapeInputError,
+    apply_weights,
+    expand_inputs,
+    gather,
+    read_shapes_json,
+    summary_table,
+    write_shapes_json,
+)
 from pipeline.tunableop import TunableOpFormatError
 
 from .conftest import FIXTURES
@@ -78,9 +86,10 @@ def test_every_fixture_gathers_and_the_json_round_trips(tmp_path):
 def test_summary_table_lists_every_shape_and_totals(tmp_path):
     result = gather([str(FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv")])
     table = summary_table(result)
-    assert table.splitlines()[0].split() == ["op", "dtype", "layout", "m", "n", "k", "batch", "count", "time_ms"]
+    assert table.splitlines()[0].split() == ["op", "dtype", "layout", "m", "n", "k", "batch", "count", "calls",
+                                             "time%", "time_ms"]
     rows = [line.split() for line in table.splitlines()[2:6]]
-    assert ["GemmAndBias", "BFloat16", "TN", "11008", "64", "4096", "1", "1", "0.05234"] in rows
+    assert ["GemmAndBias", "BFloat16", "TN", "11008", "64", "4096", "1", "1", "0.05234"] in rows  # weights unset
     assert [row[0] for row in rows] == ["Gemm", "Gemm", "GemmAndBias", "GemmStridedBatched"]
     assert table.rstrip().endswith("4 distinct GEMMs from 4 lines in 1 files")
 
@@ -101,3 +110,40 @@ def test_bad_shapes_json_names_the_row(tmp_path):
     path.write_text(json.dumps([{"op_signature": "GemmTunableOp_Half_TN", "params_signature": "tn_1_1", "count": 1}]))
     with pytest.raises(ValueError, match=r"shapes.json: row 0: params 'tn_1_1'"):
         read_shapes_json(path)
+
+
+def test_weights_from_the_lookup_log_and_baseline_times(tmp_path):
+    """calls come from the collection's lookup-log counts, time shares from calls x baseline time per call."""
+    path = tmp_path / "untuned0.csv"
+    path.write_text(f"{LINES[0]}\n{LINES[1]}\n")
+    result = gather([str(path)])
+    key0, key1 = (r.key for r in result.shapes)
+    apply_weights(result, {"calls": {key0: 30, key1: 10}}, {"per_call_us": {key0: 10.0, key1: 60.0}})
+    by_key = {r.key: r for r in result.shapes}
+    assert (by_key[key0].calls, by_key[key1].calls) == (30, 10)
+    assert by_key[key0].time_share == pytest.approx(300 / 900) and by_key[key1].time_share == pytest.approx(600 / 900)
+    assert by_key[key1].per_call_us == 60.0 and result.weight_notes == []
+    rows = {row["params_signature"]: row for row in (r.to_json() for r in result.shapes)}
+    assert rows[key1.split(",")[1]]["calls"] == 10 and rows[key1.split(",")[1]]["time_share"] == pytest.approx(2 / 3)
+    table = summary_table(result)
+    assert "66.7" in table and "33.3" in table
+
+
+def test_weights_without_counts_say_why(tmp_path):
+    path = tmp_path / "untuned0.csv"
+    path.write_text(f"{LINES[0]}\n{LINES[0]}\n{LINES[1]}\n")
+    given = gather([str(path)])
+    apply_weights(given, None, None)
+    assert {r.key: r.calls for r in given.shapes} == {r.key: r.count for r in given.shapes}
+    assert all(r.time_share is None for r in given.shapes)
+    assert "each recorded line counts as one call" in given.weight_notes[0]
+    swallowed = gather([str(path)])
+    apply_weights(swallowed, {"calls": {}, "note": "the workload's stderr held no TunableOp lookup line"}, None)
+    assert "no TunableOp lookup line" in summary_table(swallowed)
+    partial = gather([str(path)])
+    apply_weights(partial, {"calls": {partial.shapes[0].key: 5, "GemmTunableOp_Half_TN,tn_8": 1}},
+                  {"per_call_us": {partial.shapes[0].key: 1.0}})
+    assert [r.calls for r in partial.shapes] == [5, 1]
+    assert all(r.time_share is None for r in partial.shapes), "no share without a time for every GEMM"
+    assert any("ignored" in n for n in partial.weight_notes)
+    assert any("have no lookup-log count" in n for n in partial.weight_notes)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import luigi
+import pytest
 
 from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults, bench_stage
 from pipeline.tunableop import read_file
@@ -37,7 +38,7 @@ def test_untuned_files_skip_collection(tmp_path):
 def test_collection_then_gather_and_resume(tmp_path):
     counter = tmp_path / "runs.txt"
     cmd = shlex.join([sys.executable, FAKE, "--gpus", "2", "--counter", str(counter), QKV, O_PROJ])
-    task = GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd)
+    task = GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd, call_times=False)
     assert _build(task)
     shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
     assert [(row["m"], row["n"], row["k"], row["count"]) for row in shapes] == [(4096, 128, 4096, 2),
@@ -45,7 +46,7 @@ def test_collection_then_gather_and_resume(tmp_path):
     # as if the run had crashed in GatherShapes: its output and everything after it are missing
     (tmp_path / "night" / "shapes" / "shapes.json").unlink()
     shutil.rmtree(tmp_path / "night" / "configs")
-    assert _build(GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
+    assert _build(GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd, call_times=False))
     assert counter.read_text().count("run") == 1, "collection is not repeated on a rerun"
     assert (tmp_path / "night" / "shapes" / "shapes.json").exists()
     configs = json.loads((tmp_path / "night" / "configs" / "configs.json").read_text())
@@ -54,7 +55,7 @@ def test_collection_then_gather_and_resume(tmp_path):
 
 def test_failing_workload_fails_the_task(tmp_path):
     cmd = shlex.join([sys.executable, FAKE, "--exit", "9", QKV])
-    assert not _build(GatherShapes(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
+    assert not _build(GatherShapes(workdir=str(tmp_path), run_name="night", workload_cmd=cmd, call_times=False))
     assert not (tmp_path / "night" / "collect").exists()
     assert not (tmp_path / "night" / "shapes").exists()
 
@@ -78,7 +79,7 @@ def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", "tests.fake_backend:FakeBackend")
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     cmd = shlex.join([sys.executable, FAKE, QKV, O_PROJ])
-    common = {"workdir": str(tmp_path), "run_name": "night", "workload_cmd": cmd, "gpus": 1}
+    common = {"workdir": str(tmp_path), "run_name": "night", "workload_cmd": cmd, "gpus": 1, "call_times": False}
     (tmp_path / "no-base-logic").mkdir()
     assert _build_all([MergeResults(**common), MergeLogic(**common, base_logic=str(tmp_path / "no-base-logic"))])
     merged = read_file(tmp_path / "night" / "merge" / "tunableop_results.csv")
@@ -88,3 +89,40 @@ def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
     assert (tmp_path / "night" / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").exists()
     summary = json.loads((tmp_path / "night" / "bench" / "summary.json").read_text())
     assert (summary["problems"], summary["tuned"], summary["improved"]) == (2, 2, 1)
+
+
+def test_default_relative_workdir_from_any_cwd(tmp_path, monkeypatch):
+    """The README's command as a newcomer runs it: default --workdir (relative), a cwd of their own, a
+    workload that resolves the recording path against its own cwd like torch does."""
+    cwd = tmp_path / "newcomer"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    cmd = shlex.join([sys.executable, FAKE, "--gpus", "2", f"{QKV}@3", O_PROJ])
+    task = GatherShapes(workload_cmd=cmd, call_times=False)
+    assert Path(task.workdir) == Path("workdir") and not Path(task.workdir).is_absolute()
+    assert _build(task)
+    run = cwd / "workdir" / task.run_name
+    assert sorted(p.name for p in (run / "collect").glob("untuned*.csv")) == ["untuned0.csv", "untuned1.csv"]
+    shapes = {row["m"]: row for row in json.loads((run / "shapes" / "shapes.json").read_text())}
+    assert (shapes[6144]["calls"], shapes[4096]["calls"]) == (6, 2)
+    assert shapes[6144]["time_share"] is None, "not timed: --call-times false"
+
+
+def test_time_shares_reach_shapes_json(tmp_path, monkeypatch):
+    """Collection counts the calls, times each GEMM once (here a double of the GPU worker), and
+    GatherShapes turns both into every shape's share of the workload's GEMM time."""
+    from pipeline import collect as collect_module
+    from pipeline import tasks
+
+    def fake_timing(directory, keys, gpus):
+        assert gpus == [0, 1] and sorted(keys) == sorted([QKV, O_PROJ])
+        (directory / "baseline.json").write_text(json.dumps({"per_call_us": {QKV: 30.0, O_PROJ: 20.0}}))
+
+    monkeypatch.setattr(collect_module, "run_worker", fake_timing)
+    monkeypatch.setattr(tasks, "gpu_count", lambda who: 2)
+    cmd = shlex.join([sys.executable, FAKE, f"{QKV}@3", f"{O_PROJ}@9"])
+    assert _build(GatherShapes(workdir=str(tmp_path), run_name="night", workload_cmd=cmd))
+    shapes = {row["m"]: row for row in json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())}
+    assert (shapes[6144]["calls"], shapes[4096]["calls"]) == (3, 9)
+    assert shapes[6144]["time_share"] == pytest.approx(90 / 270) and shapes[4096]["time_share"] == pytest.approx(
+        180 / 270)

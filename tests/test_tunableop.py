@@ -144,7 +144,6 @@ MALFORMED = [
     ("GemmTunableOp_Half_TN,tn_8_8_8_ld_8_8", "is not _ld_LDA_LDB_LDC"),
     ("GemmTunableOp_Half_TN,tn_8_8_8_B_2_ld_8_8_8", "_B_<batch> on a non-batched op"),
     ("GemmStridedBatchedTunableOp_Half_NN,nn_8_8_8_ld_8_8_8", "needs _B_<batch>"),
-    ("GemmTunableOp_Half_NN,nn_64_8_8_ld_32_8_64", "lda=32 is smaller than the 64 rows"),
     (f"{_SCALED},{_OK}", "scaled GEMM params end ''"),
     (f"GemmTunableOp_Half_TN,{_OK}_rw_1_bias_None", "unexpected '_rw_1_bias_None'"),
     (f"{_SCALED},{_OK}_rw_2_bias_None", "neither _rw_<0|1>_bias_<dt>"),
@@ -194,3 +193,15 @@ def test_non_utf8_names_the_line(tmp_path):
     with pytest.raises(TunableOpFormatError, match=r"binary.csv:2: not UTF-8"):
         read_file(path)
     assert len(read_file(path, lenient=True).skipped) == 1
+
+
+@pytest.mark.parametrize("line", [
+    "GemmTunableOp_float_TN,tn_64_1_1_ld_1_1_1",
+    "GemmStridedBatchedTunableOp_float_TN,tn_64_1_1_B_8_ld_1_1_1",
+    "GemmTunableOp_Half_NN,nn_64_8_8_ld_32_8_64",
+])
+def test_keys_under_the_blas_ld_rule_parse_strictly_and_round_trip(line):
+    """Whatever torch writes parses in strict mode (a HuggingFace model recorded the first two)."""
+    parsed = parse_text(line + "\n", "hf.csv")
+    assert format_file({}, parsed.entries) == line + "\n"
+    assert parsed.entries[0].problem.ld_notes()

@@ -131,8 +131,13 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys):
     for name in ("report.md", "report.html", "speedup.png", "roofline.png", "time_share.png"):
         assert (run / "report" / name).stat().st_size > 0
     md = (run / "report" / "report.md").read_text()
-    assert "| weighted GEMM speedup (by call count) | x1.0" in md and "no: x1.008 does not beat" in md
     lines = (run / "tune-workload.txt").read_text().splitlines()
+    assert "| weighted GEMM speedup (by calls x baseline time) | x1.0" in md and "no: x1.008 does not beat" in md
+    assert "## Top GEMMs by share of the workload's GEMM time" in md
+    top = summary["top_gemms"]
+    assert [t["time_share"] for t in top] == sorted((t["time_share"] for t in top), reverse=True)
+    assert sum(t["time_share"] for t in top) == pytest.approx(1.0) and len(top) == 4
+    assert any(line.startswith("top GEMM: ") and "% of GEMM time" in line for line in lines)
     assert lines[0].startswith("bundle accepted") and lines[-1].startswith("report: ") and lines[-1].endswith(
         "report.html")
     shutil.rmtree(run / "report")
@@ -169,11 +174,27 @@ def test_gate_on_recorded_h100_measurements():
     assert all(r["baseline"]["median_us"] / r["tuned"]["median_us"] >= 1.02 for r in result.kept)
     assert len(result.kept) + len(result.dropped) == len(rows)
     kept = {r["key"] for r in result.kept}
-    base = sum(r["count"] * (r["confirm"]["baseline"] if r["key"] in kept else r["baseline"])["median_us"]
-               for r in rows)
-    tuned = sum(r["count"] * (r["confirm"]["tuned"] if r["key"] in kept else r["baseline"])["median_us"]
-                for r in rows)
-    assert result.weighted_speedup == pytest.approx(base / tuned) and result.weighted_speedup > 1.0
+    cost = {r["key"]: r["count"] * r["baseline"]["median_us"] for r in rows}  # no time shares recorded then
+    ratio = {r["key"]: r["confirm"]["tuned"]["median_us"] / r["confirm"]["baseline"]["median_us"] if r["key"] in kept
+             else 1.0 for r in rows}
+    after = sum(cost[k] * ratio[k] for k in cost) / sum(cost.values())
+    assert result.weight_basis == "calls x baseline time"
+    assert result.weighted_speedup == pytest.approx(1 / after) and result.weighted_speedup > 1.0
+
+
+def test_gate_weighs_by_time_share_and_counts_untuned_time_at_baseline():
+    """Rows weigh their share of the workload's GEMM time; GEMMs that no row covers stay at x1."""
+    rows = copy.deepcopy(RECORDED["rows"])
+    for row, share in zip(rows, (0.05, 0.05, 0.5, 0.2), strict=True):  # 0.8 in rows: 0.2 was never tuned
+        row["time_share"] = share
+    result = gate(rows, GateSettings())
+    kept = {r["key"] for r in result.kept}
+    assert kept == {rows[1]["key"], rows[2]["key"]} and result.weight_basis == "time share"
+    confirmed = [r["confirm"]["tuned"]["median_us"] / r["confirm"]["baseline"]["median_us"] for r in rows[1:3]]
+    after = 0.2 + 0.05 + 0.05 * confirmed[0] + 0.5 * confirmed[1] + 0.2
+    assert result.weighted_speedup == pytest.approx(1 / after)
+    rows[3]["time_share"] = None  # one row without a share: every row falls back to calls x baseline time
+    assert gate(rows, GateSettings()).weight_basis == "calls x baseline time"
 
 
 def test_validation_worker_failure_names_the_exit_code_and_log(tmp_path, monkeypatch):
@@ -183,3 +204,16 @@ def test_validation_worker_failure_names_the_exit_code_and_log(tmp_path, monkeyp
     with pytest.raises(RuntimeError, match=r"validation worker exited with code 1:\n(.|\n)*merge"):
         run_worker(run, [0], rounds=1, margin=0.02)
     assert (run / "validate" / "validate.log").exists()
+
+
+def test_report_lists_leading_dimensions_normalised_for_blas(tmp_path):
+    measurements = copy.deepcopy(RECORDED)
+    rotary = "GemmStridedBatchedTunableOp_float_TN,tn_32_1_1_B_2_ld_1_1_1"  # recorded by HF Llama on the H100
+    measurements["rows"][0].update(key=rotary, op="gemm_strided_batched", m=32, n=1, k=1, batch=2)
+    run = _run_dir(tmp_path, measurements)
+    assert _build(Validate(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
+    md = (run / "report" / "report.md").read_text()
+    assert "## Leading dimensions normalised for the BLAS libraries" in md
+    assert f"| `{rotary}` | ldc=1 < 32 rows: raised to 32 for BLAS |" in md
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert summary["ld_normalised"] == {rotary: ["ldc=1 < 32 rows: raised to 32 for BLAS"]}

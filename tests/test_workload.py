@@ -66,6 +66,34 @@ def expected_linear_keys(hidden=4096, heads=32, kv_heads=8, intermediate=14336, 
     return keys
 
 
+def expected_linear_calls(hidden=4096, qkv=6144, intermediate=14336, vocab=128256, layers=2, batches=(1, 4),
+                          prompts=(128, 1024), steps=16, warmup=1) -> dict[str, int]:
+    """Calls of each linear GEMM in the embedded workload's default run: every generation prefills once and
+    decodes ``steps - 1`` times through every layer, with the logits of one position per step; the warm-up
+    is one more generation at the smallest batch and prompt."""
+    runs = [(b, p) for b in batches for p in prompts] + [(min(batches), min(prompts))] * warmup
+    tokens: dict[int, int] = {}
+    heads: dict[int, int] = {}
+    for b, p in runs:
+        tokens[b * p] = tokens.get(b * p, 0) + layers
+        tokens[b] = tokens.get(b, 0) + layers * (steps - 1)
+        heads[b] = heads.get(b, 0) + steps
+    widths = [(qkv, hidden), (hidden, hidden), (2 * intermediate, hidden), (hidden, intermediate)]
+    calls = {f"GemmTunableOp_BFloat16_TN,tn_{out}_{t}_{inp}_ld_{inp}_{inp}_{out}": n
+             for out, inp in widths for t, n in tokens.items()}
+    calls |= {f"GemmTunableOp_BFloat16_TN,tn_{vocab}_{b}_{hidden}_ld_{hidden}_{hidden}_{vocab}": n
+              for b, n in heads.items()}
+    return calls
+
+
+def test_expected_calls_follow_the_loop():
+    calls = expected_linear_calls()
+    assert calls["GemmTunableOp_BFloat16_TN,tn_6144_1_4096_ld_4096_4096_6144"] == 3 * 2 * 15
+    assert calls["GemmTunableOp_BFloat16_TN,tn_128256_4_4096_ld_4096_4096_128256"] == 2 * 16
+    assert calls["GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"] == 2 * 2
+    assert set(calls) == {",".join(key) for key in expected_linear_keys()}
+
+
 def test_expected_keys_include_the_spec_example():
     keys = expected_linear_keys()
     assert ("GemmTunableOp_BFloat16_TN", "tn_6144_128_4096_ld_4096_4096_6144") in keys
@@ -80,14 +108,17 @@ def test_gpu_collection_records_every_linear_problem(tmp_path):
     missing = expected_linear_keys() - recorded
     assert not missing, f"not recorded: {sorted(missing)}"
     assert result.tokens_per_s and result.tokens_per_s > 0
+    calls = json.loads((tmp_path / "collect" / "calls.json").read_text())["calls"]
+    expected = expected_linear_calls()
+    assert {key: calls.get(key) for key in expected} == expected, "torch's lookup log counts every call"
     print(f"\nrecorded {len(recorded)} distinct GEMMs ({len(recorded - expected_linear_keys())} beyond the "
           f"linear layers), {result.tokens_per_s:.0f} tokens/s, {result.seconds:.1f} s")
 
 
 @pytest.mark.gpu
-def test_gpu_luigi_tune_workload_up_to_gather(tmp_path):
+def test_gpu_luigi_gather_with_calls_and_time_shares(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload",
+    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "GatherShapes",
                            "--local-scheduler", "--workdir", str(tmp_path), "--run-name", "gpu"],
                           cwd=repo, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -96,3 +127,10 @@ def test_gpu_luigi_tune_workload_up_to_gather(tmp_path):
     assert expected_linear_keys() <= recorded
     manifest = json.loads((tmp_path / "gpu" / "collect" / "manifest.json").read_text())
     assert manifest["tokens_per_s"] > 0
+    shares = {(r["op_signature"], r["params_signature"]): r["time_share"] for r in rows}
+    assert all(s > 0 for s in shares.values()) and sum(shares.values()) == pytest.approx(1.0)
+    calls = {(r["op_signature"], r["params_signature"]): r["calls"] for r in rows}
+    assert {",".join(k): calls[k] for k in expected_linear_keys()} == expected_linear_calls()
+    top = max(rows, key=lambda r: r["time_share"])
+    print(f"\ntop GEMM by time share: {top['params_signature']}: {100 * top['time_share']:.1f}%, "
+          f"{top['calls']} calls, {top['per_call_us']:.1f} us per call")

@@ -1,0 +1,122 @@
+"""A HuggingFace ``transformers`` model built from its config (random weights, nothing downloaded), run as
+a workload: prefill a batch of prompts, then a few greedy decode steps; prints tokens/s.
+
+    python -m pipeline.workloads.hf --arch llama [--layers 2] [--dtype bfloat16] [--batch 2] [--prompt 64]
+
+It is the model code of ``transformers`` itself, not ours, so its GEMMs are the ones a user's model runs:
+rotary outer products, Conv1D ``addmm`` (GPT-2), mixture-of-experts routing (Mixtral), encoder-decoder
+attention (T5), an encoder alone (BERT, prefill only). ``transformers`` is a test and example dependency,
+not one of the pipeline's. Tune one of these with::
+
+    luigi --module pipeline TuneWorkload --local-scheduler \\
+        --workload-cmd "python3 -m pipeline.workloads.hf --arch mistral"
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+NO_GPU_EXIT_CODE = 3
+
+# Widths are those of small real models (or scaled-down real ones); layer counts stay small.
+ARCHS: dict[str, dict] = {
+    "llama": {"config": "LlamaConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
+              "kw": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 32,
+                     "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}},
+    "mistral": {"config": "MistralConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
+                "kw": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "vocab_size": 32768, "max_position_embeddings": 4096}},
+    "gpt2": {"config": "GPT2Config", "head": "AutoModelForCausalLM", "dtype": "float16",
+             "kw": {"n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}},
+    "bert": {"config": "BertConfig", "head": "AutoModel", "dtype": "float32",
+             "kw": {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "vocab_size": 30522}},
+    "mixtral": {"config": "MixtralConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
+                "kw": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16,
+                       "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+                       "vocab_size": 32000, "max_position_embeddings": 2048}},
+    "t5": {"config": "T5Config", "head": "AutoModelForSeq2SeqLM", "dtype": "float32",
+           "kw": {"d_model": 512, "d_ff": 2048, "d_kv": 64, "num_heads": 8, "vocab_size": 32128,
+                  "decoder_start_token_id": 0, "pad_token_id": 0}},
+}
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")
+
+
+def build(arch: str, layers: int, dtype: str, device: str):
+    """The model of ``arch`` from its config, on ``device`` in ``dtype``, in eval mode."""
+    import torch
+    import transformers
+
+    spec = ARCHS[arch]
+    config_class = getattr(transformers, spec["config"])
+    probe = config_class()
+    kw = dict(spec["kw"])
+    kw.update({key: layers for key in _LAYER_KEYS if hasattr(probe, key)})
+    config = config_class(**kw)
+    model = getattr(transformers, spec["head"]).from_config(config)
+    return model.to(device=device, dtype=getattr(torch, dtype)).eval(), config
+
+
+def run(model, config, arch: str, batch: int, prompt: int, new_tokens: int, device: str,
+        synchronize: Callable[[], None]) -> tuple[int, float]:
+    """One prefill of ``batch`` x ``prompt`` tokens and ``new_tokens`` greedy steps; (tokens, seconds)."""
+    import torch
+
+    ids = torch.randint(1, config.vocab_size, (batch, prompt), device=device)
+    mask = torch.ones_like(ids)
+    synchronize()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        if ARCHS[arch]["head"] == "AutoModel":
+            model(input_ids=ids, attention_mask=mask)
+            tokens = batch * prompt
+        else:
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           do_sample=False, pad_token_id=0)
+            tokens = batch * (prompt + new_tokens)
+    synchronize()
+    return tokens, time.perf_counter() - start
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.workloads.hf", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="llama")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], help="default: the arch's")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=2, help="timed runs after one untimed warm-up")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as err:
+        print(f"this workload needs torch and transformers ({err}); pip install transformers", file=sys.stderr)
+        return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("this workload needs a CUDA or ROCm GPU: torch.cuda.is_available() is False", file=sys.stderr)
+        return NO_GPU_EXIT_CODE
+    torch.manual_seed(0)
+    model, config = build(args.arch, args.layers, args.dtype or ARCHS[args.arch]["dtype"], args.device)
+
+    def synchronize() -> None:
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
+    tokens = seconds = 0.0
+    for _ in range(args.reps):
+        n, s = run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
+        tokens, seconds = tokens + n, seconds + s
+    print(f"{args.arch}: {args.layers} layers, batch {args.batch}, prompt {args.prompt}, {args.new_tokens} new tokens")
+    print(f"throughput: {tokens / seconds:.1f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
