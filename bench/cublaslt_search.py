@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,13 +24,14 @@ import torch
 from nvmath.bindings import cublasLt as lt
 from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 
-from pipeline.backend import DEFAULT, TuneSettings
-from pipeline.cublaslt import CublasLtBackend, LtGemm, new_record, read_config
-from pipeline.measure import device_info, interleaved, rotating_operands
+from pipeline.backends.base import DEFAULT, TuneSettings
+from pipeline.backends.cublaslt import CublasLtBackend, LtGemm, new_record, read_config
+from pipeline.backends.measure import device_info, interleaved, rotating_operands
+from pipeline.backends.torch_gemm import torch_launcher, torch_views
+from pipeline.formats.tunableop import format_key
 from pipeline.problem import GemmProblem
-from pipeline.torch_gemm import torch_launcher, torch_views
-from pipeline.tunableop import format_key
-from pipeline.validate import floor_us
+from pipeline.stages.validate import floor_us
+from pipeline.stats import geomean
 
 LINEARS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
            "5120->13824": (5120, 13824)}
@@ -121,10 +120,6 @@ def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaust
         partial.write_text(json.dumps(rows) + "\n")  # what a time-out leaves behind
         torch.cuda.empty_cache()
     return rows
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
 def summary(rows: list) -> dict:

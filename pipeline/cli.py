@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import configs, hipblaslt_override, tunableop
-from .logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
-from .results_merge import merge_results
-from .shapes import gather, read_shapes_json, summary_table, write_shapes_json
+from .formats import hipblaslt_override, tunableop
+from .stages import configs
+from .stages.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
+from .stages.results_merge import merge_results
+from .stages.shapes import apply_weights, gather, read_shapes_json, summary_table, write_shapes_json
 
 
 def _shapes(args: argparse.Namespace) -> int:
     result = gather(args.paths, lenient=args.lenient)
+    apply_weights(result, *(json.loads(Path(f).read_text()) if f else None for f in (args.calls, args.baseline)))
     sys.stdout.write(summary_table(result))
     if args.json:
         write_shapes_json(args.json, result)
@@ -63,7 +66,7 @@ def _merge_results(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from . import report
+    from .stages import report
 
     summary = report.build(Path(args.run_dir))
     print("\n".join(report.key_lines(summary)))
@@ -79,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     shapes.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     shapes.add_argument("--json", metavar="OUT", help="also write the shapes as JSON")
     shapes.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
+    shapes.add_argument("--calls", metavar="CALLS.json", help="call counts a collection recorded (collect/calls.json)")
+    shapes.add_argument("--baseline", metavar="BASELINE.json",
+                        help="baseline time per call a collection measured (collect/baseline.json): time shares")
     shapes.set_defaults(func=_shapes)
 
     gen = steps.add_parser("configs", help="render find_exact and TensileLite configs from shapes.json",

@@ -23,14 +23,15 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits
 
-from . import bench_stage, bundle, call_weights, configs, e2e, report, tunableop, validate
 from .atomic import atomic_write_json, atomic_write_text
-from .backend import TuneSettings
-from .collect import MANIFEST, collect, embedded_command
-from .gate import GateSettings, gate
-from .logic_merge import MergeOptions, merge_dirs
-from .results_merge import merge_results
-from .shapes import apply_weights, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
+from .backends.base import TuneSettings
+from .formats import tunableop
+from .stages import bench, bundle, call_weights, configs, e2e, report, validate
+from .stages.collect import MANIFEST, collect, embedded_command
+from .stages.gate import GateSettings, gate
+from .stages.logic_merge import MergeOptions, merge_dirs
+from .stages.results_merge import merge_results
+from .stages.shapes import apply_weights, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 
@@ -139,7 +140,7 @@ class Bench(PipelineTask):
         return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
 
     def run(self) -> None:
-        if self.backend not in bench_stage.BACKENDS:
+        if self.backend not in bench.BACKENDS:
             raise ValueError(f"backend {self.backend!r} is not available yet; on NVIDIA use --backend cublaslt "
                              "(the AMD tuners arrive with a later issue; their configs are in the configs stage)")
         problems = [record.problem for record in read_shapes_json(self.input().path)]
@@ -149,11 +150,11 @@ class Bench(PipelineTask):
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
             self.set_progress_percentage(round(100 * done / max(total, 1)))
-            bench_stage.progress_bar("Bench", done, total)
+            bench.progress_bar("Bench", done, total)
 
         gpus = list(range(self.gpus or gpu_count("Bench")))
-        bench_stage.run_shards(problems, out, gpus, settings, self.backend, progress)
-        bench_stage.write_outputs(problems, out)
+        bench.run_shards(problems, out, gpus, settings, self.backend, progress)
+        bench.write_outputs(problems, out)
 
 
 @inherits(Bench)
@@ -227,7 +228,7 @@ class Validate(PipelineTask):
 
             def progress(done: int, total: int) -> None:
                 self.set_progress_percentage(round(100 * done / max(total, 1)))
-                bench_stage.progress_bar("Validate", done, total)
+                bench.progress_bar("Validate", done, total)
 
             validate.run_worker(run_dir, list(range(self.gpus or gpu_count("Validate"))), self.validate_rounds,
                                 self.margin,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.backend import DEFAULT, CandidateResult, ProblemResult, TuneSettings
+from pipeline.backends.base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
 from pipeline.problem import GemmProblem
 
 WINNER = {"AlgoId": 66, "Tile": 20, "Stages": 8, "SplitK": 1, "ReductionScheme": 0, "Swizzle": 0, "CustomOption": 0,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from pipeline.formats.tunableop import SCALAR_NAMES, TYPE_NAMES, TunableOpEntry
 from pipeline.problem import WILDCARD, GemmProblem
-from pipeline.tunableop import SCALAR_NAMES, TYPE_NAMES, TunableOpEntry
 
 GEMM_TYPE_NAMES = [name for name in TYPE_NAMES if name != "Float"]  # "Float" is a read-only alias
 FP8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]

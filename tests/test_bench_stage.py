@@ -6,12 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import bench_stage
-from pipeline.backend import TuneSettings
-from pipeline.bench_stage import BenchError, estimate_cost, gpu_slot, result_path, run_shards, shard, write_outputs
-from pipeline.logic import load_logic
+from pipeline.backends.base import TuneSettings
+from pipeline.backends.slots import NoFreeGpu, gpu_slot
+from pipeline.formats.logic import load_logic
+from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.tunableop import read_file
+from pipeline.stages import bench as bench_stage
+from pipeline.stages.bench import BenchError, estimate_cost, result_path, run_shards, shard, write_outputs
 
 from .fake_backend import FAILING_K
 
@@ -37,7 +38,7 @@ def test_shards_cover_every_problem_once_and_balance(shapes, count):
 def test_gpu_slots_are_exclusive(tmp_path):
     with gpu_slot(tmp_path, [0, 1]) as first, gpu_slot(tmp_path, [0, 1]) as second:
         assert {first, second} == {0, 1}
-        with pytest.raises(BenchError, match="no free GPU among"), gpu_slot(tmp_path, [0, 1], wait_s=0.2):
+        with pytest.raises(NoFreeGpu, match="no free GPU among"), gpu_slot(tmp_path, [0, 1], wait_s=0.2):
             pass
     with gpu_slot(tmp_path, [1]) as again:
         assert again == 1

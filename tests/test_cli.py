@@ -37,3 +37,19 @@ def test_console_script_is_installed():
     proc = subprocess.run(["gemm-tune", "shapes", str(FIXTURES / "tunableop")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "distinct GEMMs" in proc.stdout
+
+
+def test_shapes_with_the_collections_counts_and_times(tmp_path, capsys):
+    untuned = FIXTURES / "tunableop" / "torch2.11_hf_gpt2_untuned0.csv"
+    calls = FIXTURES / "hf_calls" / "torch2.11_hf_gpt2_calls.json"
+    counted = json.loads(calls.read_text())["calls"]
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"per_call_us": dict.fromkeys(counted, 10.0)}))
+    out = tmp_path / "shapes.json"
+    assert main(["shapes", str(untuned), "--calls", str(calls), "--baseline", str(baseline), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    total = sum(counted.values())
+    assert {f"{r['op_signature']},{r['params_signature']}": r["calls"] for r in rows} == counted
+    assert all(r["time_share"] == pytest.approx(r["calls"] / total) for r in rows)
+    assert main(["shapes", str(untuned)]) == 0
+    assert "note: call counts unknown" in capsys.readouterr().out

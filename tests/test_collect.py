@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
+from pipeline.stages.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
 
 FAKE = str(Path(__file__).parent / "fake_workload.py")
 QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"

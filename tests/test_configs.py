@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from pipeline.cli import main
-from pipeline.configs import ConfigSettings, find_exact_reason, plan_configs, tensile_reason, write_configs
 from pipeline.problem import GemmProblem
-from pipeline.shapes import read_shapes_json
+from pipeline.stages.configs import ConfigSettings, find_exact_reason, plan_configs, tensile_reason, write_configs
+from pipeline.stages.shapes import read_shapes_json
 
 from .conftest import FIXTURES
 

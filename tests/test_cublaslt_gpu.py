@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backend import DEFAULT, TuneSettings, tune
-from pipeline.bench_stage import result_path, run_shards
+from pipeline.backends.base import DEFAULT, TuneSettings, tune
+from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.tunableop import read_file
+from pipeline.stages.bench import result_path, run_shards
 
 pytestmark = pytest.mark.gpu
 QUICK = TuneSettings(time_budget_s=3.0, heuristic_count=32, enumerate_budget=24)
@@ -33,8 +33,8 @@ PROBLEMS = [
 def test_every_winner_is_numerically_sound():
     import torch
 
-    from pipeline.cublaslt import CublasLtBackend
-    from pipeline.measure import check_numerics, rotating_operands
+    from pipeline.backends.cublaslt import CublasLtBackend
+    from pipeline.backends.measure import check_numerics, rotating_operands
 
     backend = CublasLtBackend(0)
     for result in tune(backend, PROBLEMS, QUICK):
@@ -61,8 +61,8 @@ def test_interrupted_shard_resumes(tmp_path):
     problems = PROBLEMS[:3]
     shard = tmp_path / "shard.json"
     shard.write_text(json.dumps({"problems": [p.to_dict() for p in problems], "settings": QUICK.__dict__,
-                                 "backend": "pipeline.cublaslt:CublasLtBackend"}))
-    worker = subprocess.Popen([sys.executable, "-m", "pipeline.bench_worker", str(shard), str(tmp_path)],
+                                 "backend": "pipeline.backends.cublaslt:CublasLtBackend"}))
+    worker = subprocess.Popen([sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard), str(tmp_path)],
                               cwd=Path(__file__).resolve().parents[1])
     first = result_path(tmp_path, problems[0])
     deadline = time.monotonic() + 300

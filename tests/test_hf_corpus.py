@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from pipeline import configs
-from pipeline.rocm import to_amd
-from pipeline.shapes import apply_weights, gather
-from pipeline.tunableop import read_file
+from pipeline.formats.rocm import to_amd
+from pipeline.formats.tunableop import read_file
+from pipeline.stages import configs
+from pipeline.stages.shapes import apply_weights, gather
 
 from .conftest import FIXTURES
 

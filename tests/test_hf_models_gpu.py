@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.collect import collect, with_package_on_path
-from pipeline.shapes import apply_weights, gather
-from pipeline.tunableop import format_file, read_file
+from pipeline.formats.tunableop import format_file, read_file
+from pipeline.stages.collect import collect, with_package_on_path
+from pipeline.stages.shapes import apply_weights, gather
 
 pytestmark = pytest.mark.gpu
 ARCHS = ["llama", "mistral", "gpt2", "bert", "mixtral", "t5"]

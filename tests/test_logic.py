@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipeline.logic import LogicFormatError, Winner, create_equality, cublaslt_equality, dump_logic, parse_logic
+from pipeline.formats.logic import LogicFormatError, Winner, create_equality, cublaslt_equality, dump_logic, parse_logic
 
 from .logic_factory import PROBLEM_TYPE, logic, solution
 

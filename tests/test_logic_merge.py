@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.cli import main
-from pipeline.logic import LogicFormatError
-from pipeline.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
+from pipeline.formats.logic import LogicFormatError
+from pipeline.stages.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
 
 from .logic_factory import PROBLEM_TYPE, logic, read, solution, write
 

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.padding import PaddingRule, pad_problem, plan_padding, rule_for_arch
+from pipeline.formats.rocm import UnknownArchError
 from pipeline.problem import GemmProblem
-from pipeline.rocm import UnknownArchError
+from pipeline.stages.padding import PaddingRule, pad_problem, plan_padding, rule_for_arch
 
 SIZES = st.sampled_from([1, 2, 4, 8])  # fp8, f16/bf16, f32, f64
 RULES = st.builds(PaddingRule, period_bytes=st.sampled_from([128, 256, 512, 1024]),

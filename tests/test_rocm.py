@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.rocm import UnknownArchError, get_arch, is_packed, problem_type_name, to_amd
-from pipeline.tunableop import parse_key
+from pipeline.formats.rocm import UnknownArchError, get_arch, is_packed, problem_type_name, to_amd
+from pipeline.formats.tunableop import parse_key
 
 
 def test_linear_with_bias():

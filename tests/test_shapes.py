@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from pipeline.shapes import (
+from pipeline.formats.tunableop import TunableOpFormatError
+from pipeline.stages.shapes import (
     ShapeInputError,
     apply_weights,
     expand_inputs,
@@ -13,7 +14,6 @@ from pipeline.shapes import (
     summary_table,
     write_shapes_json,
 )
-from pipeline.tunableop import TunableOpFormatError
 
 from .conftest import FIXTURES
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import luigi
 import pytest
 
-from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults, bench_stage
-from pipeline.tunableop import read_file
+from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults
+from pipeline.formats.tunableop import read_file
+from pipeline.stages import bench as bench_stage
 
 from .conftest import FIXTURES
 from .test_collect import FAKE, O_PROJ, QKV
@@ -111,8 +112,8 @@ def test_default_relative_workdir_from_any_cwd(tmp_path, monkeypatch):
 def test_time_shares_reach_shapes_json(tmp_path, monkeypatch):
     """Collection counts the calls, times each GEMM once (here a double of the GPU worker), and
     GatherShapes turns both into every shape's share of the workload's GEMM time."""
-    from pipeline import collect as collect_module
     from pipeline import tasks
+    from pipeline.stages import collect as collect_module
 
     def fake_timing(directory, keys, gpus):
         assert gpus == [0, 1] and sorted(keys) == sorted([QKV, O_PROJ])

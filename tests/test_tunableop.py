@@ -4,8 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.problem import GemmProblem
-from pipeline.tunableop import (
+from pipeline.formats.tunableop import (
     TunableOpEntry,
     TunableOpFormatError,
     format_file,
@@ -15,6 +14,7 @@ from pipeline.tunableop import (
     read_file,
     write_file,
 )
+from pipeline.problem import GemmProblem
 
 from .conftest import FIXTURES, TUNABLEOP_FIXTURES
 from .strategies import entries, problems, validators

@@ -14,11 +14,11 @@ import yaml
 
 from pipeline import TuneWorkload, Validate
 from pipeline.cli import main
-from pipeline.e2e import ab_test, runtime_consumer, skip_reason
-from pipeline.gate import GateSettings, gate
-from pipeline.logic import cublaslt_equality, dump_logic
-from pipeline.tunableop import TunableOpEntry, parse_key, read_file, write_file
-from pipeline.validate import run_worker
+from pipeline.formats.logic import cublaslt_equality, dump_logic
+from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
+from pipeline.stages.e2e import ab_test, runtime_consumer, skip_reason
+from pipeline.stages.gate import GateSettings, gate
+from pipeline.stages.validate import run_worker
 
 from .conftest import FIXTURES
 

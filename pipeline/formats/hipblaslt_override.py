@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_write_text
+from ..atomic import atomic_write_text
 
 GIT_PREFIX = "Git Version:"
 KEY_COLUMNS = ("transA", "transB", "m", "n", "k", "batch_count", "a_type", "b_type", "c_type", "d_type",

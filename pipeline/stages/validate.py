@@ -6,7 +6,7 @@ loaded; on CUDA the winner's cuBLASLt algorithm (from its saved config, or rebui
 name) through the same harness. Rounds are interleaved; medians and spread are kept. A problem that the
 configs stage padded is also timed at its padded leading dimensions.
 
-    python -m pipeline.validate RUN_DIR [--gpu 0] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
+    python -m pipeline.stages validate RUN_DIR [--gpu 0] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .atomic import atomic_write_json
-from .backend import DEFAULT, ProblemResult, TuneSettings
-from .tunableop import parse_key, read_file
+from ..atomic import atomic_write_json
+from ..backends.base import DEFAULT, ProblemResult, TuneSettings
+from ..formats.tunableop import parse_key, read_file
 
 MEASUREMENTS = "measurements.json"
 
@@ -43,7 +43,10 @@ def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, st
 
 def rows_to_measure(run_dir: Path) -> list[dict]:
     """One row per merged results entry: key, problem, solution, call count, saved config, padded variant."""
-    merged = read_file(run_dir / "merge" / "tunableop_results.csv")
+    merged_csv = run_dir / "merge" / "tunableop_results.csv"
+    if not merged_csv.exists():
+        raise FileNotFoundError(f"{merged_csv}: no merged results to validate; the MergeResults stage writes it")
+    merged = read_file(merged_csv)
     weights = {f"{r['op_signature']},{r['params_signature']}": (r.get("calls", r["count"]), r.get("time_share"))
                for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())}
     configs = {}
@@ -74,14 +77,14 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
 
     import torch
 
-    from .measure import TimingSettings, device_info, interleaved, rotating_operands
-    from .torch_gemm import torch_launcher
+    from ..backends.measure import TimingSettings, device_info, interleaved, rotating_operands
+    from ..backends.torch_gemm import torch_launcher
 
     timing = TimingSettings(rounds=rounds)
     rocm = torch.version.hip is not None
     backend = None
     if not rocm:
-        from .cublaslt import CublasLtBackend, config_from_name
+        from ..backends.cublaslt import CublasLtBackend, config_from_name
 
         backend = CublasLtBackend(gpu, timing)
     else:
@@ -139,7 +142,7 @@ def _tunableop_launcher(problem) -> Callable:
     """torch's call with TunableOp on (tuning off): the merged results file picks the solution."""
     import torch
 
-    from .torch_gemm import torch_launcher
+    from ..backends.torch_gemm import torch_launcher
 
     inner = torch_launcher(problem)
 
@@ -155,7 +158,7 @@ def _tunableop_launcher(problem) -> Callable:
 
 def floor_us(problem, peak: tuple[float, float] = (989e12, 3.35e12)) -> float:
     """Roofline floor of one call: max(flops / peak flop/s, minimum bytes / peak bandwidth), in us."""
-    from .problem import dtype_bytes
+    from ..problem import dtype_bytes
 
     size = dtype_bytes(problem.a_type)
     moved = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * problem.batch * size
@@ -164,9 +167,9 @@ def floor_us(problem, peak: tuple[float, float] = (989e12, 3.35e12)) -> float:
 
 def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
                progress: Callable[[int, int], None] | None = None) -> None:
-    """Run ``python -m pipeline.validate`` on a free GPU slot, reporting its progress; raise with the log's
+    """Run ``python -m pipeline.stages validate`` on a free GPU slot, reporting its progress; raise with the log's
     tail if it fails. The luigi process itself never initialises CUDA."""
-    from .bench_stage import gpu_slot, lock_dir
+    from ..backends.slots import gpu_slot, lock_dir
     from .collect import tail_lines, with_package_on_path
 
     run_dir = Path(run_dir).absolute()
@@ -174,8 +177,8 @@ def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
     out.mkdir(parents=True, exist_ok=True)
     log = out / "validate.log"
     with gpu_slot(lock_dir(), gpus) as gpu, log.open("w") as handle:
-        argv = [sys.executable, "-m", "pipeline.validate", str(run_dir), "--gpu", str(gpu), "--rounds", str(rounds),
-                "--margin", str(margin)]
+        argv = [sys.executable, "-m", "pipeline.stages", "validate", str(run_dir), "--gpu", str(gpu),
+                "--rounds", str(rounds), "--margin", str(margin)]
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=with_package_on_path(os.environ))
         while proc.poll() is None:
             if progress and (out / "progress.json").exists():
@@ -213,6 +216,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     atomic_write_json(out / MEASUREMENTS, {"meta": data[0], "rows": data[1:]})
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

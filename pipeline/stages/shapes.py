@@ -8,10 +8,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_write_json
+from ..atomic import atomic_write_json
+from ..formats.tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
+from ..problem import GemmProblem
 from .call_weights import time_shares
-from .problem import GemmProblem
-from .tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
 
 
 class ShapeInputError(ValueError):
@@ -93,7 +93,8 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
             continue
         counted[problem] = counted.get(problem, 0) + n
     if calls is None:
-        notes.append("call counts unknown (GEMMs from --untuned files): each recorded line counts as one call")
+        notes.append("call counts unknown (GEMMs read from files, not from a collection run): each recorded line "
+                     "counts as one call")
     elif calls.get("note"):
         notes.append(calls["note"])
     per_call = {}

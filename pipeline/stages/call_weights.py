@@ -12,7 +12,7 @@ are learnt during collection instead:
   strips those lines from the stderr log it keeps. A workload that swallows its stderr leaves no count:
   each recorded line then counts as one call, and the notes say so.
 * **Baseline time per call.** After the workload, each distinct GEMM is timed once with torch's default
-  call through the shared harness (``python -m pipeline.call_weights DIR --gpu N``). GEMMs the harness
+  call through the shared harness (``python -m pipeline.stages call-weights DIR --gpu N``). GEMMs the harness
   cannot run (scaled or wildcard keys) get their roofline floor, with a note.
 
 ``time_share`` of a GEMM = calls x time per call, over the sum for all GEMMs: its share of the workload's
@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .atomic import atomic_write_json
+from ..atomic import atomic_write_json
 
 CALLS = "calls.json"
 BASELINE = "baseline.json"
@@ -86,9 +86,9 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
     """torch's default time per call of every key on GPU ``gpu`` (imports torch; run in a worker)."""
     import torch
 
-    from .measure import TimingSettings, device_info, interleaved, rotating_operands
-    from .torch_gemm import torch_launcher, unsupported_reason
-    from .tunableop import parse_key
+    from ..backends.measure import TimingSettings, device_info, interleaved, rotating_operands
+    from ..backends.torch_gemm import torch_launcher, unsupported_reason
+    from ..formats.tunableop import parse_key
     from .validate import floor_us
 
     device = torch.device("cuda", gpu)
@@ -110,17 +110,17 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
 
 
 def run_worker(directory: Path, keys: Sequence[str], gpus: Sequence[int], rounds: int = 3) -> dict:
-    """Time ``keys`` in ``python -m pipeline.call_weights`` on a free GPU slot (the caller never initialises
+    """Time ``keys`` in ``python -m pipeline.stages call-weights`` on a free GPU slot (the caller never initialises
     CUDA); writes and returns ``DIR/baseline.json``. The worker runs without TunableOp variables, so the
     baseline is torch's default call."""
-    from .bench_stage import gpu_slot, lock_dir
+    from ..backends.slots import gpu_slot, lock_dir
     from .collect import tail_lines, with_package_on_path
 
     directory = Path(directory).absolute()
     atomic_write_json(directory / "baseline-keys.json", list(keys))
     env = {k: v for k, v in with_package_on_path(os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     with gpu_slot(lock_dir(), gpus) as gpu:
-        argv = [sys.executable, "-m", "pipeline.call_weights", str(directory), "--gpu", str(gpu), "--rounds",
+        argv = [sys.executable, "-m", "pipeline.stages", "call-weights", str(directory), "--gpu", str(gpu), "--rounds",
                 str(rounds)]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -140,6 +140,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     atomic_write_json(directory / BASELINE, time_baseline(keys, args.gpu, args.rounds))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

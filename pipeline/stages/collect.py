@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .atomic import atomic_directory, atomic_write_json
+from ..atomic import atomic_directory, atomic_write_json
 from .call_weights import CALLS, VERBOSE_ENV, calls_record, run_worker, split_stderr
 
 EMBEDDED_WORKLOAD = "pipeline.workloads.llama"
@@ -57,7 +57,7 @@ class Collection:
 
 def with_package_on_path(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with this package's root first on PYTHONPATH, so ``python -m pipeline...`` works from any cwd."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))}
 
 

@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .problem import GemmProblem, dtype_bytes
-from .rocm import get_arch
+from ..formats.rocm import get_arch
+from ..problem import GemmProblem, dtype_bytes
 
 OPERANDS = ("a", "b", "c")
 

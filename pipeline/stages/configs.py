@@ -15,13 +15,13 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from .atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..formats.rocm import ARCHS, FIND_EXACT_TYPES, TENSILE_TYPES, get_arch, is_packed, problem_type_name, to_amd
+from ..formats.tunableop import format_key
+from ..problem import GemmProblem
 from .padding import PaddedProblem, PaddingRule, plan_padding, rule_for_arch
-from .problem import GemmProblem
-from .rocm import ARCHS, FIND_EXACT_TYPES, TENSILE_TYPES, get_arch, is_packed, problem_type_name, to_amd
-from .tunableop import format_key
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 MANIFEST = "configs.json"
 ARCH_NAMES = tuple(ARCHS)
 

@@ -6,12 +6,12 @@ import datetime
 import shutil
 from pathlib import Path
 
-from .atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..formats.logic import dump_logic, load_logic
+from ..formats.rocm import problem_type_name
+from ..formats.tunableop import read_file, write_file
 from .gate import GateResult
-from .logic import dump_logic, load_logic
 from .logic_merge import remove_unused
-from .rocm import problem_type_name
-from .tunableop import read_file, write_file
 
 MANIFEST = "manifest.json"
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_write_text
-from .problem import WILDCARD, GemmProblem, OpKind
+from ..atomic import atomic_write_text
+from ..problem import WILDCARD, GemmProblem, OpKind
 
 OP_NAMES: dict[str, OpKind] = {
     "GemmTunableOp": "gemm",

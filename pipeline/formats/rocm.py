@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 
 # find_exact.py type letters (spec section 1): H, S, FP8 (S24) and B, FP8N (H25/RL); anything else asserts.
 FIND_EXACT_TYPES = {

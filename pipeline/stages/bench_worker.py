@@ -1,6 +1,6 @@
 """One Bench worker: claim a free GPU, tune a shard's problems, write each result as it finishes.
 
-    python -m pipeline.bench_worker SHARD.json OUT_DIR --gpus 0,1
+    python -m pipeline.stages bench-worker SHARD.json OUT_DIR --gpus 0,1
 """
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .atomic import atomic_write_json
-from .backend import TuneSettings, tune
-from .bench_stage import RUNTIME, gpu_slot, lock_dir, pending, result_path
-from .problem import GemmProblem
+from ..atomic import atomic_write_json
+from ..backends.base import TuneSettings, tune
+from ..backends.slots import gpu_slot, lock_dir
+from ..problem import GemmProblem
+from .bench import RUNTIME, pending, result_path
 
 
 def load_backend(path: str, gpu: int):
@@ -46,6 +46,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                   flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from collections import defaultdict
 from pathlib import Path
 
 import jinja2
 
-from .atomic import atomic_write_json, atomic_write_text
+from ..atomic import atomic_write_json, atomic_write_text
+from ..formats.tunableop import parse_key
+from ..stats import geomean
 from .configs import TEMPLATES
 from .gate import noise, speedup, weights
-from .tunableop import parse_key
 
 SUMMARY = "summary.json"
 TOP = 10  # GEMMs listed by time share
@@ -22,10 +21,6 @@ TOP = 10  # GEMMs listed by time share
 
 def _load(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
 def _plots(rows: list[dict], out: Path) -> None:
@@ -111,9 +106,9 @@ def build(run_dir: Path) -> dict:
     context = {
         "run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
         "device": measured["meta"]["device"]["name"], "rows": rows, "kept": len(kept_speedups),
-        "weighted": gate["weighted_speedup"], "kept_geomean": _geomean(kept_speedups),
-        "eff_before": _geomean([r["eff_before"] for r in rows]) or 0.0,
-        "eff_after": _geomean([r["eff_after"] for r in rows]) or 0.0,
+        "weighted": gate["weighted_speedup"], "kept_geomean": geomean(kept_speedups),
+        "eff_before": geomean([r["eff_before"] for r in rows]) or 0.0,
+        "eff_after": geomean([r["eff_after"] for r in rows]) or 0.0,
         "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")], "top": top, "basis": basis,
         "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]],
         "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",

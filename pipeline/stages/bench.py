@@ -9,37 +9,28 @@ logic files (``logic/``), plus ``summary.json``.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from .atomic import atomic_directory, atomic_write_json, atomic_write_text
-from .backend import DEFAULT, ProblemResult, TuneSettings
+from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..backends.base import DEFAULT, ProblemResult, TuneSettings
+from ..formats.logic import cublaslt_equality, dump_logic
+from ..formats.rocm import problem_type_name
+from ..formats.tunableop import TunableOpEntry, format_key, write_file
+from ..problem import GemmProblem
+from ..stats import geomean
 from .collect import tail_lines, with_package_on_path
-from .logic import cublaslt_equality, dump_logic
-from .problem import GemmProblem
-from .rocm import problem_type_name
-from .tunableop import TunableOpEntry, format_key, write_file
 
-BACKENDS = {"cublaslt": "pipeline.cublaslt:CublasLtBackend"}
+BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend"}
 RUNTIME = "runtime.json"
-
-
-def lock_dir() -> Path:
-    """Machine-wide GPU slot locks, shared by every run (``GEMM_TUNE_LOCK_DIR`` overrides)."""
-    return Path(os.environ.get("GEMM_TUNE_LOCK_DIR") or Path(tempfile.gettempdir()) / "gemm-tune-gpu-locks")
 
 
 def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
@@ -77,30 +68,6 @@ def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]
     return [s for s in shards if s]
 
 
-@contextlib.contextmanager
-def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Iterator[int]:
-    """Hold an exclusive lock on one free GPU of ``gpus`` for the block; wait while all are taken."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + wait_s
-    while True:
-        for gpu in gpus:
-            handle = open(lock_dir / f"gpu{gpu}.lock", "w")  # noqa: SIM115 (held for the block)
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            try:
-                yield gpu
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
-            return
-        if time.monotonic() > deadline:
-            raise BenchError(f"no free GPU among {list(gpus)} after {wait_s:.0f} s (locks in {lock_dir})")
-        time.sleep(0.5)
-
-
 def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]:
     return [p for p in problems if not result_path(out_dir, p).exists()]
 
@@ -117,7 +84,7 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
         atomic_write_json(shard_file, {"problems": [p.to_dict() for p in problems_of_shard],
                                        "settings": asdict(settings), "backend": BACKENDS.get(backend, backend)})
         log = (out_dir / "shards" / f"shard{index}.log").open("w")
-        argv = [sys.executable, "-m", "pipeline.bench_worker", str(shard_file), str(out_dir),
+        argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard_file), str(out_dir),
                 "--gpus", ",".join(map(str, gpus))]
         workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                                 env=with_package_on_path(os.environ)), log))
@@ -172,7 +139,7 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
     return {
         "problems": len(results), "tuned": len(tuned),
         "improved": sum(r.winner != DEFAULT for r in tuned),
-        "geomean_speedup": math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None,
+        "geomean_speedup": geomean(speedups),
         "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],
         "errors": [{"problem": ",".join(format_key(r.problem)), "error": r.errors[0]} for r in results if r.errors],
         "tuning_s": sum(r.tuning_s for r in results),

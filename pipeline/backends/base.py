@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 
 DEFAULT = "Default"
 

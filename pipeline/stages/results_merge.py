@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .tunableop import TunableOpEntry, TunableOpFile
+from ..formats.tunableop import TunableOpEntry, TunableOpFile
 
 
 class ValidatorMismatch(ValueError):

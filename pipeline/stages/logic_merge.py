@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import atomic_directory, atomic_write_text
-from .logic import LogicFile, LogicFormatError, dump_logic, load_logic
+from ..atomic import atomic_directory, atomic_write_text
+from ..formats.logic import LogicFile, LogicFormatError, dump_logic, load_logic
 
 POLICIES = ("upstream", "faster")
 

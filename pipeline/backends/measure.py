@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 from .torch_gemm import OperandSet, allocate, reference, result, set_bytes
 
 # Relative Frobenius error allowed against the reference, by (dtype, compute type).

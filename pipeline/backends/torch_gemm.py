@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .problem import GemmProblem, dtype_bytes
+from ..problem import GemmProblem, dtype_bytes
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
                 "float64": torch.float64}

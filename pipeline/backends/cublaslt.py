@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from nvmath.bindings import cublasLt as lt
 
-from .backend import DEFAULT, CandidateResult, ProblemResult, TuneSettings
+from ..problem import GemmProblem
+from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
 from .measure import (
     NumericsError,
     TimingSettings,
@@ -34,7 +35,6 @@ from .measure import (
     rotating_operands,
     screen,
 )
-from .problem import GemmProblem
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher, unsupported_reason
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}

@@ -1,0 +1,51 @@
+"""GPU slots: one process per GPU, machine-wide, through exclusive file locks.
+
+Bench workers, the validation worker and collection's baseline timing each hold a slot while they use a
+GPU, so concurrent runs on one machine never share a device. Locks live in ``lock_dir()``
+(``GEMM_TUNE_LOCK_DIR`` overrides the default under the temporary directory) and are released by the
+kernel when a holder dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+
+class NoFreeGpu(RuntimeError):
+    """Every GPU asked for stayed locked by other processes for the whole wait."""
+
+
+def lock_dir() -> Path:
+    """Machine-wide GPU slot locks, shared by every run (``GEMM_TUNE_LOCK_DIR`` overrides)."""
+    return Path(os.environ.get("GEMM_TUNE_LOCK_DIR") or Path(tempfile.gettempdir()) / "gemm-tune-gpu-locks")
+
+
+
+@contextlib.contextmanager
+def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Iterator[int]:
+    """Hold an exclusive lock on one free GPU of ``gpus`` for the block; wait while all are taken."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for gpu in gpus:
+            handle = open(lock_dir / f"gpu{gpu}.lock", "w")  # noqa: SIM115 (held for the block)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield gpu
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() > deadline:
+            raise NoFreeGpu(f"no free GPU among {list(gpus)} after {wait_s:.0f} s (locks in {lock_dir})")
+        time.sleep(0.5)

@@ -1,0 +1,29 @@
+"""The worker processes of the stages, each started by its stage on a GPU slot it claims:
+
+    python -m pipeline.stages bench-worker SHARD.json OUT_DIR --gpus 0,1
+    python -m pipeline.stages validate RUN_DIR --gpu 0 --rounds 7 --margin 0.02
+    python -m pipeline.stages call-weights COLLECT_DIR --gpu 0 --rounds 3
+
+One entry point that the Luigi tasks never import, so a worker's module is imported once, not also run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from . import bench_worker, call_weights, validate
+
+WORKERS = {"bench-worker": bench_worker.main, "validate": validate.main, "call-weights": call_weights.main}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in WORKERS:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    return WORKERS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

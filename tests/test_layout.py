@@ -1,0 +1,68 @@
+"""The package layout is the architecture: imports only run downward.
+
+    problem, atomic, stats   the data model and two small helpers: import nothing of the package
+    formats/                 one module per file format: the helpers alone
+    backends/                tuners, timing harness, GPU slots: formats and helpers
+    stages/                  the pure core of each DAG stage: backends, formats, helpers, other stages
+    tasks, cli               wiring: anything
+    workloads/               standalone programs: nothing of the package
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
+FOUNDATION = {"problem", "atomic", "stats"}
+ALLOWED = {  # layer -> the layers its modules may import
+    "foundation": {"foundation"},
+    "formats": {"foundation"},
+    "backends": {"foundation", "formats", "backends"},
+    "stages": {"foundation", "formats", "backends", "stages"},
+    "workloads": set(),
+}
+
+
+def layer(module: str) -> str:
+    """'formats', 'backends', ... for ``pipeline.<layer>.x``; 'foundation' for problem/atomic/stats."""
+    head = module.removeprefix("pipeline.").split(".")[0]
+    return "foundation" if head in FOUNDATION else head
+
+
+def imported(path: Path) -> set[str]:
+    """Every ``pipeline.*`` module ``path`` imports, relative imports resolved."""
+    parts = ["pipeline", *path.relative_to(PACKAGE).with_suffix("").parts]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = parts[: len(parts) - node.level]
+                target = ".".join(base + ([node.module] if node.module else []))
+                names = [f"{target}.{a.name}" for a in node.names] if not node.module else [target]
+            else:
+                names = [node.module or ""]
+            found |= {n for n in names if n.startswith("pipeline.")}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("pipeline.")}
+    return found
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE or p.stem in FOUNDATION)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_only_run_downward(path):
+    own = layer("pipeline." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+    allowed = ALLOWED[own]
+    wrong = sorted(m for m in imported(path) if layer(m) not in allowed)
+    assert not wrong, f"{own} may import only {sorted(allowed) or 'nothing of the package'}, not {wrong}"
+
+
+def test_every_module_belongs_to_a_layer():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__", "__main__", "atomic", "cli", "problem", "stats", "tasks"]
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
+        "backends", "formats", "stages", "workloads"]
