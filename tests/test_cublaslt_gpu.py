@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -15,7 +16,10 @@ from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
 from pipeline.stages.bench import result_path, run_shards
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    importlib.util.find_spec("nvmath") is None,
+    reason="nvmath-python is not installed: the cuBLASLt backend comes with the 'cuda' extra "
+           "(pip install -e '.[cuda,test]')")]
 QUICK = TuneSettings(time_budget_s=3.0, heuristic_count=32, enumerate_budget=24)
 PROBLEMS = [
     GemmProblem("gemm", "T", "N", 6144, 8, 4096, 4096, 4096, 6144),

@@ -22,7 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from nvmath.bindings import cublasLt as lt
+
+try:
+    from nvmath.bindings import cublasLt as lt
+except ImportError as err:  # the cuda extra is what brings it
+    raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import GemmProblem
 from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
