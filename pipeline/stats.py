@@ -4,10 +4,32 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 
 def geomean(values: Iterable[float]) -> float | None:
     """Geometric mean of positive ``values``; None when there are none."""
     logs = [math.log(v) for v in values]
     return math.exp(statistics.fmean(logs)) if logs else None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Per-call microseconds over samples."""
+
+    median: float
+    p25: float
+    p75: float
+    minimum: float
+    samples: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stats:
+        ordered = sorted(values)
+        q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
+        return cls(statistics.median(ordered), q[0], q[2], ordered[0], len(ordered))
+
+    def to_json(self) -> dict:
+        return {"median_us": self.median, "p25_us": self.p25, "p75_us": self.p75, "min_us": self.minimum,
+                "samples": self.samples}

@@ -25,6 +25,8 @@ from luigi.util import inherits
 
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import TuneSettings
+from .backends.hipblaslt import find_bench
+from .backends.slots import amd_gpu_count
 from .formats import tunableop
 from .stages import bench, bundle, call_weights, configs, e2e, report, validate
 from .stages.collect import MANIFEST, collect, embedded_command
@@ -34,6 +36,7 @@ from .stages.results_merge import merge_results
 from .stages.shapes import apply_weights, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
+AMD_TOOLS = ("hipblaslt", "find_exact", "tensile")
 
 
 class PipelineTask(luigi.Task):
@@ -43,6 +46,13 @@ class PipelineTask(luigi.Task):
     run_name = luigi.Parameter(default=datetime.date.today().isoformat(),
                                description="run directory under --workdir (default: today's date); "
                                            "a rerun with the same name resumes")
+
+    def gpu_indices(self, who: str) -> list[int]:
+        """``--gpus`` GPUs, else every visible one (through torch for cuBLASLt, the AMD tools' own count)."""
+        if getattr(self, "gpus", 0):
+            return list(range(self.gpus))
+        amd = getattr(self, "backend", "cublaslt") in AMD_TOOLS
+        return list(range(amd_gpu_count() if amd else gpu_count(who)))
 
     def stage_dir(self, stage: str) -> Path:
         """Absolute: these paths reach subprocesses, environment variables and files other programs read."""
@@ -127,8 +137,11 @@ class GenerateConfigs(PipelineTask):
 class Bench(PipelineTask):
     """Tune every gathered GEMM on this machine's GPUs with the chosen backend."""
 
-    backend = luigi.ChoiceParameter(default="cublaslt", choices=["cublaslt", "hipblaslt", "tensile", "tunableop"],
-                                    description="tuner: cublaslt on NVIDIA (the AMD ones come with a later issue)")
+    backend = luigi.ChoiceParameter(default="cublaslt",
+                                    choices=["cublaslt", "hipblaslt", "find_exact", "tensile", "tunableop"],
+                                    description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD")
+    hipblaslt_bench = luigi.Parameter(default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, "
+                                                              "then hipblaslt-bench on PATH)")
     gpus = luigi.IntParameter(default=0, description="GPUs to use (0: every visible one)")
     time_budget = luigi.FloatParameter(default=20.0, description="screening seconds per problem")
     margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
@@ -139,10 +152,18 @@ class Bench(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
 
+    def backend_options(self) -> dict:
+        """Constructor arguments of the backend besides the GPU; the tool is checked here, before any work."""
+        if self.backend == "hipblaslt":
+            return {"bench": find_bench(self.hipblaslt_bench or None)}
+        return {}
+
     def run(self) -> None:
         if self.backend not in bench.BACKENDS:
-            raise ValueError(f"backend {self.backend!r} is not available yet; on NVIDIA use --backend cublaslt "
-                             "(the AMD tuners arrive with a later issue; their configs are in the configs stage)")
+            raise ValueError(f"backend {self.backend!r} is not available yet: use --backend cublaslt (NVIDIA) or "
+                             "--backend hipblaslt (AMD); find_exact, tensile and tunableop are being built, their "
+                             "configs are written by GenerateConfigs")
+        options = self.backend_options()
         problems = [record.problem for record in read_shapes_json(self.input().path)]
         out = self.stage_dir("bench")
         settings = TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
@@ -152,8 +173,7 @@ class Bench(PipelineTask):
             self.set_progress_percentage(round(100 * done / max(total, 1)))
             bench.progress_bar("Bench", done, total)
 
-        gpus = list(range(self.gpus or gpu_count("Bench")))
-        bench.run_shards(problems, out, gpus, settings, self.backend, progress)
+        bench.run_shards(problems, out, self.gpu_indices("Bench"), settings, self.backend, progress, options)
         bench.write_outputs(problems, out)
 
 
@@ -230,8 +250,7 @@ class Validate(PipelineTask):
                 self.set_progress_percentage(round(100 * done / max(total, 1)))
                 bench.progress_bar("Validate", done, total)
 
-            validate.run_worker(run_dir, list(range(self.gpus or gpu_count("Validate"))), self.validate_rounds,
-                                self.margin,
+            validate.run_worker(run_dir, self.gpu_indices("Validate"), self.validate_rounds, self.margin,
                                 progress)
         measured = json.loads((out / validate.MEASUREMENTS).read_text())
         result = gate(measured["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))

@@ -14,13 +14,13 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..problem import GemmProblem
+from ..stats import Stats
 from .torch_gemm import OperandSet, allocate, reference, result, set_bytes
 
 # Relative Frobenius error allowed against the reference, by (dtype, compute type).
@@ -38,27 +38,6 @@ class TimingSettings:
     spin_cycles: int = 400_000  # ~200 us at H100 clocks: long enough to queue a pass of launches
     rounds: int = 7
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class Stats:
-    """Per-call microseconds over samples."""
-
-    median: float
-    p25: float
-    p75: float
-    minimum: float
-    samples: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Stats:
-        ordered = sorted(values)
-        q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
-        return cls(statistics.median(ordered), q[0], q[2], ordered[0], len(ordered))
-
-    def to_json(self) -> dict:
-        return {"median_us": self.median, "p25_us": self.p25, "p75_us": self.p75, "min_us": self.minimum,
-                "samples": self.samples}
 
 
 class NumericsError(RuntimeError):

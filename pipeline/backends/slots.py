@@ -49,3 +49,18 @@ def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Ite
         if time.monotonic() > deadline:
             raise NoFreeGpu(f"no free GPU among {list(gpus)} after {wait_s:.0f} s (locks in {lock_dir})")
         time.sleep(0.5)
+
+
+def amd_gpu_count() -> int:
+    """GPUs the AMD tools can use, without torch: the visible-devices variable where one is set, else the
+    GPU nodes of the kfd topology; at least 1 (the tool itself says so when there is none)."""
+    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        value = os.environ.get(name)
+        if value:
+            return len([v for v in value.split(",") if v.strip()])
+    nodes = Path("/sys/class/kfd/kfd/topology/nodes")
+    count = 0
+    for gpu_id in nodes.glob("*/gpu_id") if nodes.is_dir() else ():
+        with contextlib.suppress(OSError, ValueError):
+            count += int(gpu_id.read_text().strip() or 0) != 0
+    return max(count, 1)

@@ -198,16 +198,29 @@ def create_equality(source: LogicFile, winners: list[Winner]) -> LogicFile:
     return out
 
 
+RECORD_BACKENDS = ("cublaslt", "hipblaslt")
+
+
 def cublaslt_equality(problem_type: dict, architecture: str, device_names: list[str],
                       winners: list[tuple[tuple[int, int, int, int], dict, float]]) -> LogicFile:
-    """An Equality file of cuBLASLt winners: ``(size [M, N, B, K], algorithm config, GFLOPS)`` each.
+    """An Equality file of cuBLASLt winners (see ``record_equality``)."""
+    return record_equality("cublaslt", problem_type, architecture, device_names, winners)
 
-    Configs equal in every field share one solution; ``SolutionIndex`` is assigned here.
+
+def record_equality(backend: str, problem_type: dict, architecture: str, device_names: list[str],
+                    winners: list[tuple[tuple[int, int, int, int], dict, float]]) -> LogicFile:
+    """An Equality file of one backend's winners: ``(size [M, N, B, K], winner config, GFLOPS)`` each, in
+    the list layout with ScheduleName ``backend`` and ``Backend: <backend>`` in every solution.
+
+    Configs equal in every field share one solution; ``SolutionIndex`` is assigned here (a hipBLASLt
+    winner keeps the library's own index as ``HipblasltSolutionIndex``).
     """
     solutions: list[dict] = []
     rows = []
     for size, config, gflops in winners:
-        solution = {"Backend": "cublaslt", **config}
+        solution = {"Backend": backend, **config}
+        if backend == "hipblaslt" and "SolutionIndex" in solution:
+            solution["HipblasltSolutionIndex"] = solution["SolutionIndex"]
         solution.pop("SolutionIndex", None)
         if solution in solutions:
             index = solutions.index(solution)
@@ -217,8 +230,8 @@ def cublaslt_equality(problem_type: dict, architecture: str, device_names: list[
         rows.append([list(size), [index, gflops]])
     for index, solution in enumerate(solutions):
         solution["SolutionIndex"] = index
-    data = [{"MinimumRequiredVersion": _MIN_VERSION}, "cublaslt", architecture, list(device_names),
+    data = [{"MinimumRequiredVersion": _MIN_VERSION}, backend, architecture, list(device_names),
             dict(problem_type), solutions, list(INDEX_ORDER), rows, None, None, "DeviceEfficiency", "Equality"]
-    logic = LogicFile(data, "<cublaslt>")
+    logic = LogicFile(data, f"<{backend}>")
     validate(logic)
     return logic

@@ -22,14 +22,17 @@ from pathlib import Path
 
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ..backends.base import DEFAULT, ProblemResult, TuneSettings
-from ..formats.logic import cublaslt_equality, dump_logic
+from ..formats.hipblaslt_override import parse_override, write_override
+from ..formats.logic import dump_logic, record_equality
 from ..formats.rocm import problem_type_name
 from ..formats.tunableop import TunableOpEntry, format_key, write_file
 from ..problem import GemmProblem
 from ..stats import geomean
 from .collect import tail_lines, with_package_on_path
 
-BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend"}
+BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
+            "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend"}
+OVERRIDE = "hipblaslt_override.txt"
 RUNTIME = "runtime.json"
 
 
@@ -73,8 +76,10 @@ def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]
 
 
 def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[int], settings: TuneSettings,
-               backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None) -> None:
-    """Tune every problem without a result yet: one worker process per shard, as many shards as GPUs."""
+               backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None,
+               backend_options: dict | None = None) -> None:
+    """Tune every problem without a result yet: one worker process per shard, as many shards as GPUs.
+    ``backend_options`` are the backend's constructor arguments besides the GPU (e.g. ``bench``)."""
     out_dir = Path(out_dir).absolute()
     todo = pending(problems, out_dir)
     shards = shard(todo, len(gpus))
@@ -82,7 +87,8 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
     for index, problems_of_shard in enumerate(shards):
         shard_file = out_dir / "shards" / f"shard{index}.json"
         atomic_write_json(shard_file, {"problems": [p.to_dict() for p in problems_of_shard],
-                                       "settings": asdict(settings), "backend": BACKENDS.get(backend, backend)})
+                                       "settings": asdict(settings), "backend": BACKENDS.get(backend, backend),
+                                       "backend_options": backend_options or {}})
         log = (out_dir / "shards" / f"shard{index}.log").open("w")
         argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard_file), str(out_dir),
                 "--gpus", ",".join(map(str, gpus))]
@@ -113,8 +119,14 @@ def tunableop_entries(results: Sequence[ProblemResult]) -> list[TunableOpEntry]:
             if not r.skipped and not r.errors and r.winner_us]
 
 
+RECORD_ONLY = ("OverrideRows", "OverrideSource", "GitVersion")  # winner-config keys that stay out of the logic
+
+
 def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, str]:
-    """Equality logic (the cuBLASLt container) per ProblemType, for winners that beat the default."""
+    """Equality logic per ProblemType, of the winners that beat the default, named by backend (the cuBLASLt
+    container on NVIDIA; on AMD the hipBLASLt solution index and name of each winner)."""
+    backend = runtime.get("backend", "cublaslt")
+    arch = runtime.get("arch") or f"sm_{runtime.get('capability', '').replace('.', '')}"
     groups: dict[str, list[ProblemResult]] = defaultdict(list)
     for r in results:
         if r.winner != DEFAULT and r.winner_config and not r.errors:
@@ -125,12 +137,22 @@ def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, st
         problem_type = {"OperationType": "GEMM", "DataType": p.a_type, "DestDataType": p.c_type,
                         "ComputeDataType": p.compute_type, "TransposeA": p.transa == "T",
                         "TransposeB": p.transb == "T", "UseBias": p.op == "gemm_and_bias", "Batched": True}
-        winners = [((r.problem.m, r.problem.n, r.problem.batch, r.problem.k), r.winner_config,
+        winners = [((r.problem.m, r.problem.n, r.problem.batch, r.problem.k),
+                    {k: v for k, v in r.winner_config.items() if k not in RECORD_ONLY},
                     r.problem.flops() / (r.winner_us * 1e3)) for r in group]
-        logic = cublaslt_equality(problem_type, f"sm_{runtime.get('capability', '').replace('.', '')}",
-                                  [runtime.get("name", "unknown")], winners)
-        files[f"cublaslt_{name}.yaml"] = dump_logic(logic)
+        logic = record_equality(backend, problem_type, arch, [runtime.get("name", "unknown")], winners)
+        files[f"{backend}_{name}.yaml"] = dump_logic(logic)
     return files
+
+
+def override_text(results: Sequence[ProblemResult]) -> tuple[str | None, list[str]]:
+    """The hipBLASLt override file of the winners (``Git Version:`` first), and where its rows came from."""
+    winners = [r for r in results if r.winner != DEFAULT and r.winner_config and "OverrideRows" in r.winner_config]
+    if not winners:
+        return None, []
+    git = winners[0].winner_config.get("GitVersion") or "unknown"
+    sources = sorted({r.winner_config.get("OverrideSource", "") for r in winners})
+    return f"Git Version: {git}\n" + "".join(r.winner_config["OverrideRows"] for r in winners), sources
 
 
 def summarize(results: Sequence[ProblemResult]) -> dict:
@@ -151,11 +173,15 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
     results = load_results(problems, out_dir)
     runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
     atomic_write_json(out_dir / "results.json", [r.to_json() for r in results])
-    validators = {"PT_VERSION": runtime.get("pt_version", "unknown")}
+    validators = runtime.get("validators") or {"PT_VERSION": runtime.get("pt_version", "unknown")}
     write_file(out_dir / "tunableop_results.csv", validators, tunableop_entries(results))
     with atomic_directory(out_dir / "logic") as staging:
         for name, text in logic_files(results, runtime).items():
             atomic_write_text(staging / name, text)
-    summary = {**summarize(results), "runtime": runtime}
+    text, sources = override_text(results)
+    if text is not None:
+        override = parse_override(text, str(out_dir / OVERRIDE))
+        write_override(out_dir / OVERRIDE, override.git_version, override.entries)
+    summary = {**summarize(results), "runtime": runtime, "override_source": sources}
     atomic_write_json(out_dir / "summary.json", summary)
     return summary

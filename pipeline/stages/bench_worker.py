@@ -18,9 +18,9 @@ from ..problem import GemmProblem
 from .bench import RUNTIME, pending, result_path
 
 
-def load_backend(path: str, gpu: int):
+def load_backend(path: str, gpu: int, options: dict | None = None):
     module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)(gpu)
+    return getattr(importlib.import_module(module), name)(gpu, **(options or {}))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = pending([GemmProblem.from_dict(p) for p in spec["problems"]], out_dir)
     settings = TuneSettings(**spec["settings"])
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
-        backend = load_backend(spec["backend"], gpu)
+        backend = load_backend(spec["backend"], gpu, spec.get("backend_options"))
         runtime = getattr(backend, "runtime", lambda: {})()
         if runtime:
             atomic_write_json(out_dir / RUNTIME, runtime)

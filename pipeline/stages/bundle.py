@@ -1,4 +1,5 @@
-"""The ship bundle: the merged results and logic reduced to the rows the gate kept, with a manifest."""
+"""The ship bundle: the merged results, logic and hipBLASLt override file reduced to the rows the gate kept,
+with a manifest."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import shutil
 from pathlib import Path
 
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ..formats.logic import dump_logic, load_logic
+from ..formats.hipblaslt_bench import BENCH_TYPES
+from ..formats.hipblaslt_override import read_override, write_override
+from ..formats.logic import RECORD_BACKENDS, dump_logic, load_logic
 from ..formats.rocm import problem_type_name
 from ..formats.tunableop import read_file, write_file
+from .bench import OVERRIDE
 from .gate import GateResult
 from .logic_merge import remove_unused
 
@@ -29,8 +33,8 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
         (staging / "logic").mkdir()
         for path in sorted((run_dir / "merge" / "logic").glob("*.yaml")):
             logic = load_logic(path)
-            if logic.layout == "list" and logic.data[1] == "cublaslt":
-                name = path.stem.removeprefix("cublaslt_")
+            if logic.layout == "list" and logic.data[1] in RECORD_BACKENDS:
+                name = path.stem.removeprefix(f"{logic.data[1]}_")
                 logic.exact_logic = [row for row in logic.exact_logic if (name, tuple(row[0][:4])) in kept_sizes]
                 if not logic.exact_logic:
                     continue
@@ -38,8 +42,24 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
                 atomic_write_text(staging / "logic" / path.name, dump_logic(logic))
             else:
                 shutil.copyfile(path, staging / "logic" / path.name)
+        override = run_dir / "bench" / OVERRIDE
+        if override.exists():
+            meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}
         atomic_write_json(staging / MANIFEST, {
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "validators": merged.validators, "rows": len(entries), "weighted_gemm_speedup": result.weighted_speedup,
             "dropped": [{"key": r["key"], "reason": why} for r, why in result.dropped], **meta})
     return out
+
+
+def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
+    """Write the override rows of the kept GEMMs (legacy key: transposes, sizes, batch, types) to ``out``."""
+    overrides = read_override(source)
+    keys = {(e.problem.transa, e.problem.transb, str(e.problem.m), str(e.problem.n), str(e.problem.k),
+             str(e.problem.batch), BENCH_TYPES.get(e.problem.a_type, "")) for e in kept}
+    rows = [entry for entry in overrides.entries
+            if tuple(dict(entry.fields).get(c, "") for c in ("transA", "transB", "m", "n", "k", "batch_count",
+                                                            "a_type")) in keys]
+    if rows:
+        write_override(out, overrides.git_version, rows)
+    return {"file": out.name if rows else None, "rows": len(rows), "git_version": overrides.git_version}

@@ -78,6 +78,7 @@ def build(run_dir: Path) -> dict:
     if measured is None or gate is None:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
     e2e = _load(run_dir / "validate" / "e2e.json") or {}
+    notes = backend_notes(_load(run_dir / "bench" / "summary.json") or {})
     reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
     shares, untuned_share, basis = weights(measured["rows"])
     rows = []
@@ -110,7 +111,7 @@ def build(run_dir: Path) -> dict:
         "eff_before": geomean([r["eff_before"] for r in rows]) or 0.0,
         "eff_after": geomean([r["eff_after"] for r in rows]) or 0.0,
         "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")], "top": top, "basis": basis,
-        "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]],
+        "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]], "notes": notes,
         "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",
     }
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
@@ -121,7 +122,7 @@ def build(run_dir: Path) -> dict:
     summary = {"run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
                "device": context["device"], "gemms": len(rows), "kept": len(kept_speedups),
                "weighted_gemm_speedup": gate["weighted_speedup"], "weight_basis": basis,
-               "untuned_time_share": untuned_share,
+               "untuned_time_share": untuned_share, "notes": notes,
                "top_gemms": [{"key": r["key"], "label": r["label"], "calls": r["calls"], "time_share": r["weight"],
                               "speedup": r["speedup"], "kept": r["kept"]} for r in top],
                "ld_normalised": {r["key"]: r["ld_notes"] for r in context["normalised"]},
@@ -132,6 +133,25 @@ def build(run_dir: Path) -> dict:
                "report": str(out / "report.html")}
     atomic_write_json(out / SUMMARY, summary)
     return summary
+
+
+def backend_notes(bench_summary: dict) -> list[str]:
+    """What the reader must know about how the backend's artefacts were made."""
+    notes = []
+    for source in bench_summary.get("override_source", []):
+        if source.startswith("hipblaslt-bench"):
+            notes.append("hipBLASLt override rows (HIPBLASLT_TUNING_OVERRIDE_FILE): written by hipblaslt-bench "
+                         "itself through HIPBLASLT_TUNING_FILE")
+        else:
+            notes.append("hipBLASLt override rows (HIPBLASLT_TUNING_OVERRIDE_FILE): this hipblaslt-bench does not "
+                         "write HIPBLASLT_TUNING_FILE, so they were written here in the legacy layout (Git Version, "
+                         "then transA..compute_type,solution_index); generate them with the bench of the target "
+                         "build where it can")
+    if bench_summary.get("runtime", {}).get("backend") == "hipblaslt":
+        notes.append("the hipblaslt logic files record each winner's solution index and name for the build that was "
+                     "tuned (indices are not portable across hipBLASLt builds); the rows torch loads are the "
+                     "Gemm_Hipblaslt_<index> rows of tunableop_results.csv")
+    return notes
 
 
 def key_lines(summary: dict) -> list[str]:

@@ -55,7 +55,9 @@ def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None 
         raise ValueError("validators differ, so these files come from different runtimes "
                          "(pass --validators-from FILE to name the one to target):\n  " + "\n  ".join(differences))
     if "PT_VERSION" not in reference:
-        raise ValidatorMismatch("the validator block has no PT_VERSION; torch rejects such a file")
+        raise ValidatorMismatch("the validator block has no PT_VERSION; torch rejects such a file. Name the "
+                                "runtime to target with --validators-from: a tunableop_results file that torch "
+                                "on the target machine wrote")
     merged = ResultsMerge(reference, [])
     merged.lines += [f"note: {d}" for d in differences]
     best: dict[tuple[str, str], TunableOpEntry] = {}

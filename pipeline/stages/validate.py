@@ -24,8 +24,19 @@ from pathlib import Path
 from ..atomic import atomic_write_json
 from ..backends.base import DEFAULT, ProblemResult, TuneSettings
 from ..formats.tunableop import parse_key, read_file
+from ..stats import Stats
 
 MEASUREMENTS = "measurements.json"
+
+# Datasheet peaks, dense 16-bit matrix flop/s and HBM bytes/s, by a name the device reports (first match).
+PEAKS = (("H200", (989e12, 4.8e12)), ("H100", (989e12, 3.35e12)), ("MI350", (2.3e15, 8.0e12)),
+         ("MI325", (1.307e15, 6.0e12)), ("MI300", (1.307e15, 5.3e12)))
+DEFAULT_PEAK = PEAKS[1][1]
+
+
+def peak_of(device_name: str) -> tuple[float, float]:
+    """The datasheet peaks of ``device_name`` (an H100's where the name is not known)."""
+    return next((peak for name, peak in PEAKS if name in device_name), DEFAULT_PEAK)
 
 
 def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, str]:
@@ -121,21 +132,55 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
             del fresh
         if closer:
             closer.close()
-        baseline = stats["baseline"].to_json()
-        out.append({
-            "key": row["key"], "op": problem.op, "dtype": problem.a_type, "layout": problem.layout,
-            "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch, "solution": row["solution"],
-            "calls": row["calls"], "time_share": row["time_share"], "flops": problem.flops(),
-            "floor_us": floor_us(problem), "ld_notes": problem.ld_notes(),
-            "baseline": baseline, "tuned": stats["tuned"].to_json() if "tuned" in stats else baseline,
-            "padded": {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None,
-            "confirm": confirm,
-        })
+        padded = {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None
+        out.append(measured_row(row, stats["baseline"], stats.get("tuned"), confirm, padded,
+                                peak_of(torch.cuda.get_device_name(device))))
         if progress:
             progress(index + 1, len(rows))
         del sets, own
         torch.cuda.empty_cache()
     return [{"device": device_info(device), "platform": "rocm" if rocm else "cuda"}, *out]
+
+
+def measured_row(row: dict, baseline: Stats, tuned: Stats | None, confirm: dict | None,
+                 padded: dict | None = None, peak: tuple[float, float] = DEFAULT_PEAK) -> dict:
+    """One row of ``measurements.json`` (the same for every way of measuring)."""
+    problem = row["problem"]
+    return {
+        "key": row["key"], "op": problem.op, "dtype": problem.a_type, "layout": problem.layout,
+        "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch, "solution": row["solution"],
+        "calls": row["calls"], "time_share": row["time_share"], "flops": problem.flops(),
+        "floor_us": floor_us(problem, peak), "ld_notes": problem.ld_notes(),
+        "baseline": baseline.to_json(), "tuned": (tuned or baseline).to_json(), "padded": padded, "confirm": confirm,
+    }
+
+
+def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
+                       progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Every merged row re-measured with hipblaslt-bench itself: the winner (``--algo_method index
+    --solution_index N``) against the heuristic pick, ``rounds`` alternating runs each, medians; a row that
+    beats the baseline by ``margin`` is measured again (its ``confirm`` pair). No torch is needed."""
+    from ..backends.hipblaslt import HipblasltBackend
+
+    rows = rows_to_measure(run_dir)
+    runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
+    backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
+    out = []
+    for number, row in enumerate(rows):
+        index = None if row["solution"] == DEFAULT else int(row["solution"].rsplit("_", 1)[1])
+        times = backend.measure_pair(row["problem"], index, rounds)
+        baseline = Stats.of(times["baseline"])
+        tuned = Stats.of(times["tuned"]) if times["tuned"] else None
+        confirm = None
+        if tuned and baseline.median / tuned.median >= 1 + margin:
+            again = backend.measure_pair(row["problem"], index, rounds)
+            confirm = {name: Stats.of(values).to_json() for name, values in again.items()}
+        out.append(measured_row(row, baseline, tuned, confirm, peak=peak_of(runtime.get("name", ""))))
+        if progress:
+            progress(number + 1, len(rows))
+    device = {"name": runtime.get("name", "unknown"), "arch": runtime.get("arch"), "tool": backend.bench,
+              "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}"}
+    return [{"device": device, "platform": "rocm", "measured_with": "hipblaslt-bench"}, *out]
 
 
 def _tunableop_launcher(problem) -> Callable:
@@ -156,7 +201,7 @@ def _tunableop_launcher(problem) -> Callable:
     return launch
 
 
-def floor_us(problem, peak: tuple[float, float] = (989e12, 3.35e12)) -> float:
+def floor_us(problem, peak: tuple[float, float] = DEFAULT_PEAK) -> float:
     """Roofline floor of one call: max(flops / peak flop/s, minimum bytes / peak bandwidth), in us."""
     from ..problem import dtype_bytes
 
@@ -212,7 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(done: int, total: int) -> None:
         atomic_write_json(out / "progress.json", {"done": done, "total": total})
 
-    data = measure(run_dir, args.gpu, args.rounds, args.margin, progress)
+    runtime = run_dir / "bench" / "runtime.json"
+    with_bench = runtime.exists() and json.loads(runtime.read_text()).get("backend") == "hipblaslt"
+    data = (measure_with_bench if with_bench else measure)(run_dir, args.gpu, args.rounds, args.margin, progress)
     atomic_write_json(out / MEASUREMENTS, {"meta": data[0], "rows": data[1:]})
     return 0
 

@@ -1,0 +1,177 @@
+"""AMD backend: tune each GEMM with hipblaslt-bench (``--backend hipblaslt``).
+
+Per problem the bench runs twice: the library's heuristic pick (``--algo_method heuristic
+--requested_solution 1``, the baseline torch gets without tuning) and every solution (``--algo_method all
+--requested_solution -1``). The fastest solution wins if it beats the baseline by the margin; its name is
+``Gemm_Hipblaslt_<solution index>``, the name torch's TunableOp loads on ROCm (``shared/spec/tunableop.md``
+2.3). A run that fails, hangs past the timeout or prints garbage is retried once, then recorded as that
+problem's error.
+
+The winner's hipBLASLt override row (``HIPBLASLT_TUNING_OVERRIDE_FILE``) is written by the bench itself
+when it supports ``HIPBLASLT_TUNING_FILE`` (2025 builds, spec section 6: the search runs with it set, and
+the file it appends is kept); with an older bench the row is written here in the legacy layout (a ``Git
+Version:`` line, then a header line and a value line with transA, transB, batch_count, m, n, k, the
+types, compute_type and solution_index). ``OverrideSource`` in the winner's config says which.
+
+The program is found by ``--hipblaslt-bench PATH``, else ``$HIPBLASLT_BENCH``, else ``hipblaslt-bench`` on
+PATH. Validation re-measures a winner with the bench itself: ``measure_pair`` alternates heuristic and
+``--algo_method index --solution_index N`` runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..formats.hipblaslt_bench import (
+    BenchFormatError,
+    BenchOptions,
+    BenchRun,
+    bench_args,
+    parse_output,
+    unsupported_reason,
+)
+from ..problem import GemmProblem
+from .base import CandidateResult, ProblemResult, TuneSettings
+
+ENV = "HIPBLASLT_BENCH"
+LEGACY_COLUMNS = ("transA", "transB", "batch_count", "m", "n", "k", "a_type", "b_type", "c_type", "d_type",
+                  "compute_type")
+
+
+class ToolMissing(RuntimeError):
+    """A vendor tool the chosen backend needs is not installed where the pipeline looks."""
+
+
+class BenchFailed(RuntimeError):
+    """hipblaslt-bench failed, hung or printed no result, twice."""
+
+
+def find_bench(explicit: str | None = None) -> str:
+    """The hipblaslt-bench to run, as an absolute path."""
+    for candidate in (explicit, os.environ.get(ENV), shutil.which("hipblaslt-bench")):
+        if not candidate:
+            continue
+        path = shutil.which(candidate) or candidate
+        if Path(path).is_file() and os.access(path, os.X_OK):
+            return str(Path(path).absolute())
+        if candidate in (explicit, os.environ.get(ENV)):
+            raise ToolMissing(f"hipblaslt-bench {candidate!r} is not an executable file")
+    raise ToolMissing("hipblaslt-bench not found: pass --hipblaslt-bench PATH, set $HIPBLASLT_BENCH, or put "
+                      "hipblaslt-bench on PATH (ROCm installs it as /opt/rocm/bin/hipblaslt-bench)")
+
+
+def legacy_override_rows(run: BenchRun) -> str:
+    """The winner as legacy override rows: a header line and a value line (no Git Version line)."""
+    fields = run.fastest.fields
+    header = ",".join((*LEGACY_COLUMNS, "solution_index"))
+    values = ",".join((*(fields.get(c, "") for c in LEGACY_COLUMNS), str(run.fastest.index)))
+    return f"{header}\n{values}\n"
+
+
+def torch_validators() -> dict[str, str] | None:
+    """The validator block a ROCm torch on this machine writes (None without one): what TunableOp checks
+    before it loads a results file (``shared/spec/tunableop.md`` 2.2)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if getattr(torch.version, "hip", None) is None or not torch.cuda.is_available():
+        return None
+    return dict(torch.cuda.tunable.get_validators())
+
+
+class HipblasltBackend:
+    name = "hipblaslt"
+
+    def __init__(self, gpu: int = 0, bench: str | None = None, options: dict | None = None,
+                 timeout_s: float = 600.0, retries: int = 1) -> None:
+        self.gpu = gpu
+        self.bench = find_bench(bench)
+        self.options = BenchOptions(**(options or {}))
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._probe: BenchRun | None = None
+
+    def runtime(self) -> dict:
+        """What the bench reports of itself and the device (a small heuristic run)."""
+        if self._probe is None:
+            probe = GemmProblem("gemm", "N", "N", 256, 256, 256, a_type="float16", b_type="float16",
+                                c_type="float16")
+            self._probe = self.run(bench_args(probe, BenchOptions(cold_iters=1, iters=1, rotating_mb=0), self.gpu,
+                                              "heuristic"))
+        run = self._probe
+        return {"backend": self.name, "platform": "rocm", "bench": self.bench, "hipblaslt_version": run.version,
+                "hipblaslt_git": run.git_version, "name": run.device or "unknown", "arch": run.arch,
+                "bench_options": dataclasses.asdict(self.options),
+                "validators": torch_validators() or {"HIPBLASLT_VERSION": f"{run.version}-{run.git_version}"}}
+
+    def unsupported_reason(self, problem: GemmProblem) -> str | None:
+        return unsupported_reason(problem)
+
+    def run(self, args: Sequence[str], env: dict[str, str] | None = None) -> BenchRun:
+        """One bench run, retried ``retries`` times on a failure, a hang or output without a result."""
+        errors = []
+        for _ in range(self.retries + 1):
+            try:
+                proc = subprocess.run([self.bench, *args], capture_output=True, text=True, timeout=self.timeout_s,
+                                      env={**os.environ, **(env or {})}, check=False)
+            except subprocess.TimeoutExpired:
+                errors.append(f"no answer in {self.timeout_s:.0f} s")
+                continue
+            if proc.returncode != 0:
+                errors.append(f"exit code {proc.returncode}: {(proc.stderr.strip() or proc.stdout.strip())[-400:]}")
+                continue
+            try:
+                return parse_output(proc.stdout, "hipblaslt-bench")
+            except BenchFormatError as err:
+                errors.append(str(err))
+        raise BenchFailed(f"{self.bench} {' '.join(args)}: " + "; then ".join(errors))
+
+    def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
+        baseline = self.run(bench_args(problem, self.options, self.gpu, "heuristic")).fastest
+        with tempfile.TemporaryDirectory() as scratch:
+            tuning_file = Path(scratch) / "tuning.txt"
+            search = self.run(bench_args(problem, self.options, self.gpu, "all"),
+                              env={"HIPBLASLT_TUNING_FILE": str(tuning_file)})
+            written = tuning_file.read_text() if tuning_file.exists() else ""
+        best = search.fastest
+        candidates = [CandidateResult(f"Gemm_Hipblaslt_{s.index}", screen_us=s.us, final_us=s.us,
+                                      config={"SolutionIndex": s.index, "SolutionNameMin": s.name})
+                      for s in search.solutions]
+        result = ProblemResult(problem, default_us=baseline.us, candidates=candidates,
+                               phases={"solutions": float(len(search.solutions))})
+        if best.index is None:
+            result.errors.append("the bench printed no --Solution index: is --print_kernel_info honoured?")
+            return result
+        if baseline.us / best.us >= 1 + settings.margin and best.index != baseline.index:
+            rows = written.split("\n", 1)[1] if written.startswith("Git Version:") else legacy_override_rows(search)
+            result.winner, result.winner_us = f"Gemm_Hipblaslt_{best.index}", best.us
+            result.winner_config = {
+                "SolutionIndex": best.index, "SolutionNameMin": best.name, "KernelNameMin": best.kernel,
+                "HeuristicSolutionIndex": baseline.index, "GitVersion": search.git_version,
+                "OverrideSource": "hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written else "legacy layout",
+                "OverrideRows": rows}
+        else:
+            result.winner_us = baseline.us
+        return result
+
+    def measure_pair(self, problem: GemmProblem, index: int | None, rounds: int) -> dict[str, list[float]]:
+        """Per-call times of the heuristic pick and of solution ``index`` (None: the heuristic only), from
+        ``rounds`` alternating bench runs (A B, B A, ...)."""
+        times: dict[str, list[float]] = {"baseline": [], "tuned": []}
+        for r in range(rounds):
+            order = ["baseline", "tuned"] if r % 2 == 0 else ["tuned", "baseline"]
+            for name in order:
+                if name == "tuned" and index is None:
+                    continue
+                method = "heuristic" if name == "baseline" else "index"
+                run = self.run(bench_args(problem, self.options, self.gpu, method, index))
+                times[name].append(run.fastest.us)
+        return times
+

@@ -1,0 +1,209 @@
+"""hipblaslt-bench: its command line built from a ``GemmProblem``, and its output parsed.
+
+Contract: ``shared/spec/hipblaslt-tensilelite.md`` section 5 (hipBLASLt ``clients/benchmarks/client.cpp``,
+``clients/include/argument_model.hpp``, ``testing_matmul.hpp``), checked against bench output published
+for hipBLASLt 100200 (git ``de5c1aebb6``, MI350X) and 600 (``52776da``, MI300X):
+
+* ``hipBLASLt version: N`` and ``hipBLASLt git version: G`` come first, then device lines.
+* Per benchmarked solution: a header line ``[i]:transA,transB,...`` (``[i]transA,...`` without the colon in
+  older builds) and a value line (indented in newer builds; values may carry a leading space). Columns are
+  read by name: ``rotating_buffer``, ``flush``, ``splitK``, efficiency and adaptive-timing columns come and
+  go between versions. Grouped GEMMs print ``(a,b,...)`` values that contain commas.
+* With ``--print_kernel_info`` three lines follow: ``--Solution index: N``, ``--Solution name: S``,
+  ``--kernel name: K``.
+* When more than one solution ran, a ``Winner:`` line and the fastest solution's block close the output;
+  a run of one solution has none.
+
+The hipBLASLt frame is the BLAS frame TunableOp records (``formats/rocm.py``); leading dimensions are
+handed over as ``GemmProblem.blas_lds`` (the bench refuses ld < rows).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..problem import GemmProblem
+
+BENCH_TYPES = {"float16": "f16_r", "bfloat16": "bf16_r", "float32": "f32_r", "float64": "f64_r",
+               "float8_e4m3fn": "f8_r", "float8_e5m2": "bf8_r", "float8_e4m3fnuz": "f8_fnuz_r",
+               "float8_e5m2fnuz": "bf8_fnuz_r"}
+COMPUTE_TYPES = {"float32": "f32_r", "tf32": "xf32_r", "float64": "f64_r"}
+_HEADER = re.compile(r"^\s*\[(?P<index>\d+)\]:?(?P<columns>.*transA.*)$")
+_VERSION = re.compile(r"hipBLASLt version:\s*(?P<value>\S+)")
+_GIT = re.compile(r"hipBLASLt git version:\s*(?P<value>\S+)")
+_DEVICE = re.compile(r"Device ID \d+ : (?P<name>.*?)\s+(?P<arch>gfx[0-9a-f]+)\S*")
+_KERNEL_INFO = re.compile(r"^\s*-*\s*(?P<what>Solution index|Solution name|kernel name):\s*(?P<value>.*?)\s*$")
+
+
+class BenchFormatError(ValueError):
+    """Output that is not hipblaslt-bench's; the message starts with ``source:line:``."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How each problem is benchmarked (the settings find_exact's template uses, by default)."""
+
+    cold_iters: int = 20
+    iters: int = 100
+    rotating_mb: int = 512
+    flush: bool = False
+    splitk: tuple[int, ...] = ()
+
+
+def unsupported_reason(problem: GemmProblem) -> str | None:
+    """Why hipblaslt-bench cannot run ``problem`` as recorded (None when it can)."""
+    if problem.is_wildcard:
+        return "wildcard key: tune the concrete shapes it stands for"
+    if problem.op == "scaled_gemm":
+        return "scaled GEMMs (scale vectors, fp8 recipes) are not driven through hipblaslt-bench yet"
+    for name in ("a_type", "b_type", "c_type"):
+        if getattr(problem, name) not in BENCH_TYPES:
+            return f"{name} {getattr(problem, name)} has no hipblaslt-bench type"
+    if problem.compute_type not in COMPUTE_TYPES or problem.compute_suffix:
+        return f"compute type {problem.compute_type}{problem.compute_suffix or ''} has no hipblaslt-bench type"
+    return None
+
+
+def problem_args(problem: GemmProblem) -> list[str]:
+    """The problem's options: transposes, sizes, ld's, batch and strides, types, bias."""
+    lda, ldb, ldc = problem.blas_lds()
+    cols = (problem.k if problem.transa == "N" else problem.m, problem.n if problem.transb == "N" else problem.k,
+            problem.n)
+    args = ["--transA", problem.transa, "--transB", problem.transb, "-m", str(problem.m), "-n", str(problem.n),
+            "-k", str(problem.k), "--lda", str(lda), "--ldb", str(ldb), "--ldc", str(ldc), "--ldd", str(ldc),
+            "--batch_count", str(problem.batch)]
+    if problem.batch != 1:
+        strides = [ld * col for ld, col in zip((lda, ldb, ldc, ldc), (*cols, cols[2]), strict=True)]
+        args += [item for flag, s in zip(("a", "b", "c", "d"), strides, strict=True)
+                 for item in (f"--stride_{flag}", str(s))]
+    args += ["--a_type", BENCH_TYPES[problem.a_type], "--b_type", BENCH_TYPES[problem.b_type],
+             "--c_type", BENCH_TYPES[problem.c_type], "--d_type", BENCH_TYPES[problem.c_type],
+             "--compute_type", COMPUTE_TYPES[problem.compute_type]]
+    if problem.op == "gemm_and_bias":
+        args += ["--bias_vector", "--bias_type", BENCH_TYPES[problem.c_type]]
+    return args
+
+
+def bench_args(problem: GemmProblem, options: BenchOptions, device: int, method: str = "all",
+               solution_index: int | None = None) -> list[str]:
+    """Arguments of one hipblaslt-bench run: ``method`` is ``all`` (every solution, the search),
+    ``heuristic`` (the library's default pick, the baseline) or ``index`` (one solution by index)."""
+    selection = {"all": ["--algo_method", "all", "--requested_solution", "-1"],
+                 "heuristic": ["--algo_method", "heuristic", "--requested_solution", "1"],
+                 "index": ["--algo_method", "index", "--solution_index", str(solution_index)]}[method]
+    args = [*problem_args(problem), *selection, "--api_method", "cpp", "--print_kernel_info",
+            "--device", str(device), "-j", str(options.cold_iters), "-i", str(options.iters)]
+    if options.rotating_mb:
+        args += ["--rotating", str(options.rotating_mb)]
+    if options.flush:
+        args.append("--flush")
+    for value in options.splitk:
+        args += ["--splitk", str(value)]
+    return args
+
+
+@dataclass
+class BenchSolution:
+    """One benchmarked solution: its columns by name, and the kernel info lines."""
+
+    fields: dict[str, str]
+    index: int | None = None
+    name: str | None = None
+    kernel: str | None = None
+
+    @property
+    def us(self) -> float:
+        return float(self.fields["us"])
+
+    @property
+    def gflops(self) -> float | None:
+        value = self.fields.get("hipblaslt-Gflops")
+        return float(value) if value else None
+
+
+@dataclass
+class BenchRun:
+    version: str | None = None
+    git_version: str | None = None
+    device: str | None = None
+    arch: str | None = None
+    solutions: list[BenchSolution] = field(default_factory=list)
+    winner: BenchSolution | None = None
+
+    @property
+    def fastest(self) -> BenchSolution:
+        """The bench's ``Winner:`` block, or the only (or fastest) solution of a run without one."""
+        return self.winner or min(self.solutions, key=lambda s: s.us)
+
+
+def split_values(line: str) -> list[str]:
+    """Comma-separated values, where a parenthesised group ``(a,b,...)`` (grouped GEMM) stays one value."""
+    values, depth, current = [], 0, []
+    for char in line.strip():
+        if char == "," and depth == 0:
+            values.append("".join(current).strip())
+            current = []
+            continue
+        depth += char == "("
+        depth -= char == ")"
+        current.append(char)
+    values.append("".join(current).strip())
+    return values
+
+
+def parse_output(text: str, source: str = "<hipblaslt-bench>") -> BenchRun:
+    """Parse what one hipblaslt-bench run printed; ``BenchFormatError`` when it holds no result."""
+    run = BenchRun()
+    lines = text.splitlines()
+    in_winner = False
+    number = 0
+    while number < len(lines):
+        line = lines[number]
+        number += 1
+        if (match := _VERSION.search(line)) and run.version is None:
+            run.version = match["value"]
+        elif (match := _GIT.search(line)) and run.git_version is None:
+            run.git_version = match["value"]
+        elif (match := _DEVICE.search(line)) and run.device is None:
+            run.device, run.arch = match["name"].strip(), match["arch"]
+        elif line.strip().startswith("Winner:"):
+            in_winner = True
+        elif match := _HEADER.match(line):
+            columns = [c.strip() for c in match["columns"].split(",")]
+            if number >= len(lines):
+                raise BenchFormatError(f"{source}:{number}: a header line with no value line after it")
+            values = split_values(lines[number])
+            number += 1
+            if len(values) != len(columns) or "us" not in columns:
+                raise BenchFormatError(f"{source}:{number}: {len(values)} values for {len(columns)} columns "
+                                       f"({'no us column' if 'us' not in columns else 'a torn line'})")
+            solution = BenchSolution(dict(zip(columns, values, strict=True)))
+            try:
+                solution.us  # noqa: B018 (a number, or the output is corrupt)
+            except ValueError:
+                raise BenchFormatError(f"{source}:{number}: us {solution.fields['us']!r} is not a number") from None
+            number = _kernel_info(lines, number, solution)
+            if in_winner:
+                run.winner = solution
+            else:
+                run.solutions.append(solution)
+    if not run.solutions and run.winner is None:
+        raise BenchFormatError(f"{source}: no result line (no '[i]:transA,...' header and values)")
+    if run.winner is not None and not run.solutions:
+        run.solutions.append(run.winner)
+    return run
+
+
+def _kernel_info(lines: list[str], number: int, solution: BenchSolution) -> int:
+    """Read the ``--Solution index/name`` and ``--kernel name`` lines after a value line."""
+    while number < len(lines) and (match := _KERNEL_INFO.match(lines[number])):
+        if match["what"] == "Solution index":
+            found = re.search(r"-?\d+", match["value"])
+            solution.index = int(found[0]) if found else None
+        elif match["what"] == "Solution name":
+            solution.name = match["value"]
+        else:
+            solution.kernel = match["value"]
+        number += 1
+    return number

@@ -1,0 +1,96 @@
+"""The hipblaslt backend against the hipblaslt-bench double (tests/doubles/hipblaslt-bench)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends.base import DEFAULT, TuneSettings, tune
+from pipeline.backends.hipblaslt import HipblasltBackend, ToolMissing, find_bench
+from pipeline.formats.hipblaslt_override import parse_override
+from pipeline.problem import GemmProblem
+
+DOUBLE = str(Path(__file__).parent / "doubles" / "hipblaslt-bench")
+QKV = GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144)
+O_PROJ = GemmProblem("gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096)
+
+
+def test_the_double_refuses_options_the_real_bench_lacks():
+    proc = subprocess.run([DOUBLE, "-m", "8", "--bogus"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "unrecognized arguments: --bogus" in proc.stderr
+
+
+def test_bench_is_found_by_option_then_environment_then_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("HIPBLASLT_BENCH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolMissing) as err:
+        find_bench()
+    assert all(hint in str(err.value) for hint in ("--hipblaslt-bench PATH", "$HIPBLASLT_BENCH", "on PATH"))
+    on_path = tmp_path / "hipblaslt-bench"
+    on_path.symlink_to(DOUBLE)
+    assert find_bench() == str(on_path)
+    monkeypatch.setenv("HIPBLASLT_BENCH", DOUBLE)
+    assert find_bench() == DOUBLE
+    assert find_bench(os.path.relpath(DOUBLE)) == DOUBLE, "a relative path is handed on absolute"
+    with pytest.raises(ToolMissing, match="is not an executable file"):
+        find_bench(str(tmp_path / "nothing"))
+
+
+def test_winner_is_the_fastest_solution_and_the_override_row_is_written_in_legacy_layout(monkeypatch, tmp_path):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_FORMAT", "s24")  # no HIPBLASLT_TUNING_FILE support
+    backend = HipblasltBackend(0, DOUBLE)
+    result = backend.tune_one(QKV, TuneSettings())
+    fastest = min(result.candidates, key=lambda c: c.screen_us)
+    assert len(result.candidates) == 6 and result.default_us > 0
+    assert result.winner == fastest.name == f"Gemm_Hipblaslt_{fastest.config['SolutionIndex']}"
+    assert result.speedup >= 1.02 and result.winner_config["HeuristicSolutionIndex"] == 100
+    assert result.winner_config["OverrideSource"] == "legacy layout"
+    rows = parse_override("Git Version: x\n" + result.winner_config["OverrideRows"])
+    fields = dict(rows.entries[0].fields)
+    assert (fields["transA"], fields["m"], fields["n"], fields["k"], fields["a_type"]) == ("T", "6144", "128", "4096",
+                                                                                          "bf16_r")
+    assert fields["solution_index"] == str(fastest.config["SolutionIndex"])
+    runtime = backend.runtime()
+    assert runtime["hipblaslt_version"] == "100200" and runtime["arch"] == "gfx942"
+    assert runtime["validators"] == {"HIPBLASLT_VERSION": "100200-de5c1aebb6-dirty"}
+
+
+def test_a_bench_that_writes_the_tuning_file_writes_the_override_rows(monkeypatch):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_FORMAT", "rl")
+    result = HipblasltBackend(0, DOUBLE).tune_one(QKV, TuneSettings())
+    assert result.winner_config["OverrideSource"] == "hipblaslt-bench (HIPBLASLT_TUNING_FILE)"
+    fields = dict(parse_override("Git Version: x\n" + result.winner_config["OverrideRows"]).entries[0].fields)
+    assert fields["gcnArchName"] == "gfx942" and fields["solution_index"] == result.winner.rsplit("_", 1)[1]
+
+
+def test_a_single_solution_leaves_the_default(monkeypatch):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_SINGLE", "1")
+    result = HipblasltBackend(0, DOUBLE).tune_one(QKV, TuneSettings())
+    assert result.winner == DEFAULT and len(result.candidates) == 1 and not result.errors
+
+
+@pytest.mark.parametrize(("knob", "message"), [
+    ("HIPBLASLT_DOUBLE_FAIL", "exit code 1: hipBLASLt error: HIPBLAS_STATUS_EXECUTION_FAILED"),
+    ("HIPBLASLT_DOUBLE_HANG", "no answer in 1 s; then no answer in 1 s"),
+    ("HIPBLASLT_DOUBLE_GARBAGE", "values for"),
+])
+def test_a_broken_problem_is_retried_recorded_and_the_others_finish(knob, message, monkeypatch):
+    monkeypatch.setenv(knob, "6144")
+    backend = HipblasltBackend(0, DOUBLE, timeout_s=1.0)
+    results = {r.problem.m: r for r in tune(backend, [QKV, O_PROJ], TuneSettings())}
+    assert results[6144].errors and message in results[6144].errors[0]
+    assert not results[4096].errors and results[4096].default_us > 0
+
+
+def test_validation_runs_alternate_heuristic_and_the_winner(monkeypatch, tmp_path):
+    log = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_LOG", str(log))
+    times = HipblasltBackend(0, DOUBLE).measure_pair(QKV, 2061, rounds=3)
+    assert len(times["baseline"]) == len(times["tuned"]) == 3
+    methods = [argv[argv.index("--algo_method") + 1] for argv in map(json.loads, log.read_text().splitlines())]
+    assert methods == ["heuristic", "index", "index", "heuristic", "heuristic", "index"]
+    assert HipblasltBackend(0, DOUBLE).measure_pair(QKV, None, rounds=2)["tuned"] == []
