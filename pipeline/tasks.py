@@ -142,6 +142,11 @@ class Bench(PipelineTask):
                                     description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD")
     hipblaslt_bench = luigi.Parameter(default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, "
                                                               "then hipblaslt-bench on PATH)")
+    tunableop_iterations = luigi.IntParameter(default=100, description="tunableop: tuning iterations per candidate")
+    tunableop_duration_ms = luigi.IntParameter(default=30, description="tunableop: tuning ms per candidate")
+    tunableop_rotating_mb = luigi.IntParameter(default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
+    tunableop_numerical_check = luigi.BoolParameter(default=False, description="tunableop: check every candidate "
+                                                                               "against Default")
     gpus = luigi.IntParameter(default=0, description="GPUs to use (0: every visible one)")
     time_budget = luigi.FloatParameter(default=20.0, description="screening seconds per problem")
     margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
@@ -156,13 +161,16 @@ class Bench(PipelineTask):
         """Constructor arguments of the backend besides the GPU; the tool is checked here, before any work."""
         if self.backend == "hipblaslt":
             return {"bench": find_bench(self.hipblaslt_bench or None)}
+        if self.backend == "tunableop":
+            return {"iterations": self.tunableop_iterations, "duration_ms": self.tunableop_duration_ms,
+                    "rotating_mb": self.tunableop_rotating_mb, "numerical_check": self.tunableop_numerical_check}
         return {}
 
     def run(self) -> None:
         if self.backend not in bench.BACKENDS:
-            raise ValueError(f"backend {self.backend!r} is not available yet: use --backend cublaslt (NVIDIA) or "
-                             "--backend hipblaslt (AMD); find_exact, tensile and tunableop are being built, their "
-                             "configs are written by GenerateConfigs")
+            raise ValueError(f"backend {self.backend!r} is not available yet: use --backend cublaslt (NVIDIA), "
+                             "hipblaslt (AMD) or tunableop (torch's own tuner); find_exact and tensile are being "
+                             "built, their configs are written by GenerateConfigs")
         options = self.backend_options()
         problems = [record.problem for record in read_shapes_json(self.input().path)]
         out = self.stage_dir("bench")

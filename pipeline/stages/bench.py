@@ -31,7 +31,8 @@ from ..stats import geomean
 from .collect import tail_lines, with_package_on_path
 
 BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
-            "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend"}
+            "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
+            "tunableop": "pipeline.backends.tunableop:TunableOpBackend"}
 OVERRIDE = "hipblaslt_override.txt"
 RUNTIME = "runtime.json"
 

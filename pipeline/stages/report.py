@@ -147,6 +147,8 @@ def backend_notes(bench_summary: dict) -> list[str]:
                          "write HIPBLASLT_TUNING_FILE, so they were written here in the legacy layout (Git Version, "
                          "then transA..compute_type,solution_index); generate them with the bench of the target "
                          "build where it can")
+    if bench_summary.get("runtime", {}).get("note"):
+        notes.append(bench_summary["runtime"]["note"])
     if bench_summary.get("runtime", {}).get("backend") == "hipblaslt":
         notes.append("the hipblaslt logic files record each winner's solution index and name for the build that was "
                      "tuned (indices are not portable across hipBLASLt builds); the rows torch loads are the "

@@ -1,0 +1,48 @@
+"""The tunableop backend for real (run on the device machine: pytest -m gpu)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.tunableop import read_file
+
+from .conftest import FIXTURES
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
+    import torch
+
+    untuned = FIXTURES / "tunableop" / "torch2.11_hf_gpt2_untuned0.csv"
+    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+                           "--workdir", str(tmp_path), "--run-name", "gpu", "--untuned", str(untuned),
+                           "--backend", "tunableop", "--tunableop-iterations", "20", "--gpus", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    run = tmp_path / "gpu"
+    summary = json.loads((run / "bench" / "summary.json").read_text())
+    assert summary["problems"] == summary["tuned"] == 10 and not summary["errors"]
+    runtime = summary["runtime"]
+    assert runtime["backend"] == "tunableop" and runtime["tunableop_settings"]["iterations"] == 20
+    assert runtime["validators"]["PT_VERSION"] == torch.__version__.split("+")[0]
+    results = [json.loads(p.read_text()) for p in (run / "bench" / "problems").glob("*.json")]
+    assert all(r["default_us"] > 0 and r["candidates"][0]["name"] for r in results)
+    merged = read_file(run / "merge" / "tunableop_results.csv")
+    assert merged.validators == runtime["validators"] and len(merged.entries) == 10
+    report = json.loads((run / "report" / "summary.json").read_text())
+    chosen = sorted({r["candidates"][0]["name"] for r in results})
+    if torch.version.hip is None and tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 14):
+        assert chosen == ["Default"] and all(e.solution == "Default" for e in merged.entries)
+        assert any("--backend cublaslt" in note for note in report["notes"])
+    else:
+        assert any(name != "Default" for name in chosen)
+    print(f"\ntunableop: TunableOp chose {chosen}; {report['verdict']}")
