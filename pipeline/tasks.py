@@ -28,7 +28,7 @@ from .backends.base import TuneSettings
 from .backends.hipblaslt import find_bench
 from .backends.slots import amd_gpu_count
 from .formats import tunableop
-from .stages import bench, bundle, call_weights, configs, e2e, report, validate
+from .stages import bench, bundle, call_weights, configs, e2e, find_exact, report, validate
 from .stages.collect import MANIFEST, collect, embedded_command
 from .stages.gate import GateSettings, gate
 from .stages.logic_merge import MergeOptions, merge_dirs
@@ -133,7 +133,7 @@ class GenerateConfigs(PipelineTask):
         print(configs.summary(data), end="")
 
 
-@inherits(GatherShapes)
+@inherits(GenerateConfigs)
 class Bench(PipelineTask):
     """Tune every gathered GEMM on this machine's GPUs with the chosen backend."""
 
@@ -142,6 +142,8 @@ class Bench(PipelineTask):
                                     description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD")
     hipblaslt_bench = luigi.Parameter(default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, "
                                                               "then hipblaslt-bench on PATH)")
+    hipblaslt_root = luigi.Parameter(default="", description="find_exact: the hipBLASLt build directory "
+                                                             "(default: $HIPBLASLT_ROOT)")
     tunableop_iterations = luigi.IntParameter(default=100, description="tunableop: tuning iterations per candidate")
     tunableop_duration_ms = luigi.IntParameter(default=30, description="tunableop: tuning ms per candidate")
     tunableop_rotating_mb = luigi.IntParameter(default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
@@ -152,7 +154,7 @@ class Bench(PipelineTask):
     margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
 
     def requires(self) -> luigi.Task:
-        return self.clone(GatherShapes)
+        return self.clone(GenerateConfigs) if self.backend == "find_exact" else self.clone(GatherShapes)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
@@ -167,12 +169,13 @@ class Bench(PipelineTask):
         return {}
 
     def run(self) -> None:
-        if self.backend not in bench.BACKENDS:
+        if self.backend not in (*bench.BACKENDS, "find_exact"):
             raise ValueError(f"backend {self.backend!r} is not available yet: use --backend cublaslt (NVIDIA), "
-                             "hipblaslt (AMD) or tunableop (torch's own tuner); find_exact and tensile are being "
-                             "built, their configs are written by GenerateConfigs")
+                             "hipblaslt or find_exact (AMD), or tunableop (torch's own tuner); the TensileLite "
+                             "driver is being built, its configs are written by GenerateConfigs")
+        build = find_exact.locate(self.hipblaslt_root or None) if self.backend == "find_exact" else None
         options = self.backend_options()
-        problems = [record.problem for record in read_shapes_json(self.input().path)]
+        problems = [record.problem for record in read_shapes_json(self.stage_dir("shapes") / "shapes.json")]
         out = self.stage_dir("bench")
         settings = TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
 
@@ -181,7 +184,11 @@ class Bench(PipelineTask):
             self.set_progress_percentage(round(100 * done / max(total, 1)))
             bench.progress_bar("Bench", done, total)
 
-        bench.run_shards(problems, out, self.gpu_indices("Bench"), settings, self.backend, progress, options)
+        if build is not None:
+            find_exact.tune_configs(problems, self.stage_dir("configs"), out, build, settings,
+                                    self.gpu_indices("Bench")[0], progress=progress)
+        else:
+            bench.run_shards(problems, out, self.gpu_indices("Bench"), settings, self.backend, progress, options)
         bench.write_outputs(problems, out)
 
 

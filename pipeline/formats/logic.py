@@ -235,3 +235,18 @@ def record_equality(backend: str, problem_type: dict, architecture: str, device_
     logic = LogicFile(data, f"<{backend}>")
     validate(logic)
     return logic
+
+
+def tensile_ld_order(logic: LogicFile) -> int:
+    """Reorder find_exact's 8-value ExactLogic keys ``[M, N, B, K, lda, ldb, ldc, ldd]`` to Tensile's
+    ``[M, N, B, K, LDD, LDC, LDA, LDB]`` in place (hipBLASLt ``find_exact.py`` CreateExact writes the
+    former); return how many keys changed."""
+    rows = logic.exact_logic or []
+    changed = 0
+    for row in rows:
+        key = row[0]
+        if len(key) == 8:
+            m, n, b, k, lda, ldb, ldc, ldd = key
+            row[0] = [m, n, b, k, ldd, ldc, lda, ldb]
+            changed += 1
+    return changed
