@@ -25,10 +25,10 @@ from luigi.util import inherits
 
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import TuneSettings
-from .backends.hipblaslt import find_bench
+from .backends.hipblaslt import HipblasltBackend, find_bench
 from .backends.slots import amd_gpu_count
 from .formats import tunableop
-from .stages import bench, bundle, call_weights, configs, e2e, find_exact, report, validate
+from .stages import bench, bundle, call_weights, configs, e2e, find_exact, report, tensile, validate
 from .stages.collect import MANIFEST, collect, embedded_command
 from .stages.gate import GateSettings, gate
 from .stages.logic_merge import MergeOptions, merge_dirs
@@ -37,6 +37,7 @@ from .stages.shapes import apply_weights, expand_inputs, gather, read_shapes_jso
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 AMD_TOOLS = ("hipblaslt", "find_exact", "tensile")
+CONFIG_TOOLS = ("find_exact", "tensile")  # run on the configs GenerateConfigs writes
 
 
 class PipelineTask(luigi.Task):
@@ -144,6 +145,8 @@ class Bench(PipelineTask):
                                                               "then hipblaslt-bench on PATH)")
     hipblaslt_root = luigi.Parameter(default="", description="find_exact: the hipBLASLt build directory "
                                                              "(default: $HIPBLASLT_ROOT)")
+    tensile_root = luigi.Parameter(default="", description="tensile: hipBLASLt's tensilelite directory "
+                                                           "(default: $TENSILE_ROOT)")
     tunableop_iterations = luigi.IntParameter(default=100, description="tunableop: tuning iterations per candidate")
     tunableop_duration_ms = luigi.IntParameter(default=30, description="tunableop: tuning ms per candidate")
     tunableop_rotating_mb = luigi.IntParameter(default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
@@ -154,14 +157,14 @@ class Bench(PipelineTask):
     margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
 
     def requires(self) -> luigi.Task:
-        return self.clone(GenerateConfigs) if self.backend == "find_exact" else self.clone(GatherShapes)
+        return self.clone(GenerateConfigs) if self.backend in CONFIG_TOOLS else self.clone(GatherShapes)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
 
     def backend_options(self) -> dict:
         """Constructor arguments of the backend besides the GPU; the tool is checked here, before any work."""
-        if self.backend == "hipblaslt":
+        if self.backend in ("hipblaslt", "tensile"):
             return {"bench": find_bench(self.hipblaslt_bench or None)}
         if self.backend == "tunableop":
             return {"iterations": self.tunableop_iterations, "duration_ms": self.tunableop_duration_ms,
@@ -169,11 +172,8 @@ class Bench(PipelineTask):
         return {}
 
     def run(self) -> None:
-        if self.backend not in (*bench.BACKENDS, "find_exact"):
-            raise ValueError(f"backend {self.backend!r} is not available yet: use --backend cublaslt (NVIDIA), "
-                             "hipblaslt or find_exact (AMD), or tunableop (torch's own tuner); the TensileLite "
-                             "driver is being built, its configs are written by GenerateConfigs")
         build = find_exact.locate(self.hipblaslt_root or None) if self.backend == "find_exact" else None
+        tool = tensile.locate(self.tensile_root or None) if self.backend == "tensile" else None
         options = self.backend_options()
         problems = [record.problem for record in read_shapes_json(self.stage_dir("shapes") / "shapes.json")]
         out = self.stage_dir("bench")
@@ -187,6 +187,10 @@ class Bench(PipelineTask):
         if build is not None:
             find_exact.tune_configs(problems, self.stage_dir("configs"), out, build, settings,
                                     self.gpu_indices("Bench")[0], progress=progress)
+        elif tool is not None:
+            tensile.tune_configs(problems, self.stage_dir("configs"), out, tool,
+                                 HipblasltBackend(self.gpu_indices("Bench")[0], options["bench"]), settings,
+                                 progress=progress)
         else:
             bench.run_shards(problems, out, self.gpu_indices("Bench"), settings, self.backend, progress, options)
         bench.write_outputs(problems, out)

@@ -71,7 +71,7 @@ def test_tune_configs_through_find_exact(tmp_path):
     runtime = json.loads((out / "runtime.json").read_text())
     assert runtime["tuner"] == "find_exact" and runtime["backend"] == "hipblaslt"
     raw = yaml.safe_load(next((out / "find_exact").glob("*/1_LogicYaml/*.yaml")).read_text())
-    fixed = yaml.safe_load((out / "logic-find_exact" / "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
+    fixed = yaml.safe_load((out / "logic-tool" / "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
     assert raw[11] == fixed[11] == "Equality" and raw[8] is None
     lds = {tuple(row[0][:4]): row[0][4:] for row in fixed[7]}
     assert lds[(6144, 128, 1, 4096)] == [6144, 6144, 4096, 4096], "ldd, ldc, lda, ldb"

@@ -34,6 +34,7 @@ BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
             "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
             "tunableop": "pipeline.backends.tunableop:TunableOpBackend"}
 OVERRIDE = "hipblaslt_override.txt"
+TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 RUNTIME = "runtime.json"
 
 
@@ -166,6 +167,10 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
         "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],
         "errors": [{"problem": ",".join(format_key(r.problem)), "error": r.errors[0]} for r in results if r.errors],
         "tuning_s": sum(r.tuning_s for r in results),
+        "tensile": [{"problem": ",".join(format_key(r.problem)), "kernel": c.name, "tensile_us": c.final_us,
+                     "heuristic_us": r.default_us, "speedup": r.default_us / c.final_us}
+                    for r in results for c in r.candidates
+                    if (c.config or {}).get("Tuner") == "tensile" and r.default_us and c.final_us],
     }
 
 
@@ -177,7 +182,7 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
     validators = runtime.get("validators") or {"PT_VERSION": runtime.get("pt_version", "unknown")}
     write_file(out_dir / "tunableop_results.csv", validators, tunableop_entries(results))
     with atomic_directory(out_dir / "logic") as staging:
-        tool_logic = out_dir / "logic-find_exact"  # logic a tool wrote itself replaces the records of winners
+        tool_logic = out_dir / TOOL_LOGIC
         files = ({p.name: p.read_text() for p in sorted(tool_logic.glob("*.yaml"))} if tool_logic.is_dir()
                  else logic_files(results, runtime))
         for name, text in files.items():

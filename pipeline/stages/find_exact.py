@@ -16,14 +16,12 @@ cannot take (recorded with non-packed ld's, padded) are recorded as skipped, wit
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import ProblemResult, TuneSettings
 from ..backends.hipblaslt import HipblasltBackend, ToolMissing
 from ..formats.find_exact import parse_result_name
@@ -31,9 +29,10 @@ from ..formats.hipblaslt_bench import BenchFormatError, BenchOptions, bench_args
 from ..formats.logic import dump_logic, load_logic, tensile_ld_order
 from ..formats.rocm import is_packed, problem_type_name
 from ..problem import GemmProblem
-from .bench import RUNTIME, pending, result_path
-from .collect import tail_lines
+from .bench import RUNTIME, TOOL_LOGIC, pending, result_path
+from .configs import find_exact_reason
 from .logic_merge import remove_unused
+from .tool_run import run_into, tool_root
 
 ENV = "HIPBLASLT_ROOT"
 
@@ -48,11 +47,8 @@ class FindExactBuild:
 
 def locate(explicit: str | None = None) -> FindExactBuild:
     """The hipBLASLt build find_exact needs, every part checked; ``ToolMissing`` names what is absent."""
-    given = explicit or os.environ.get(ENV)
-    if not given:
-        raise ToolMissing("find_exact needs a hipBLASLt build: pass --hipblaslt-root DIR or set $HIPBLASLT_ROOT "
-                          "(the build directory, e.g. hipBLASLt/build/release)")
-    root = Path(given).absolute()
+    root = tool_root(explicit, ENV, "find_exact needs a hipBLASLt build: pass --hipblaslt-root DIR or set "
+                                   "$HIPBLASLT_ROOT (the build directory, e.g. hipBLASLt/build/release)")
     found = {
         "hipblaslt-bench": [root / "clients" / "staging" / "hipblaslt-bench", root / "clients" / "hipblaslt-bench"],
         "MatchTable.yaml": [root / "library" / "MatchTable.yaml", root / "device-library" / "MatchTable.yaml"],
@@ -67,17 +63,8 @@ def locate(explicit: str | None = None) -> FindExactBuild:
 
 def run_config(build: FindExactBuild, config: Path, out: Path, timeout_s: float) -> None:
     """Run find_exact.py on one config into ``out`` (emptied first); raise with its output's tail."""
-    with atomic_directory(out) as staging:
-        argv = [sys.executable, str(build.script), str(config.absolute()), str(build.root), str(staging)]
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                                  cwd=staging)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"find_exact.py on {config.name} ran past {timeout_s:.0f} s") from None
-        atomic_write_text(staging / "find_exact.log", proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            raise RuntimeError(f"find_exact.py on {config.name} exited with code {proc.returncode}:\n"
-                               f"{tail_lines(proc.stdout + proc.stderr, 15)}")
+    run_into([sys.executable, str(build.script), str(config.absolute()), str(build.root)], out, timeout_s,
+             f"find_exact.py on {config.name}")
 
 
 def winners(out: Path) -> dict[tuple, tuple[int | None, float, str | None]]:
@@ -96,15 +83,15 @@ def tune_configs(problems: Sequence[GemmProblem], configs_dir: Path, out_dir: Pa
                  settings: TuneSettings, gpu: int = 0, timeout_s: float = 7200.0,
                  progress: Callable[[int, int], None] | None = None) -> None:
     """find_exact on every config whose problems have no result yet; each problem's result written as it is
-    known, the fixed logic of every config kept under ``out_dir/logic-find_exact``."""
+    known, the fixed logic of every config kept under ``out_dir/logic-tool``."""
     out_dir = Path(out_dir).absolute()
     bench = HipblasltBackend(gpu, str(build.bench), {"cold_iters": 20, "iters": 100})
     atomic_write_json(out_dir / RUNTIME, {**bench.runtime(), "tuner": "find_exact", "hipblaslt_root": str(build.root)})
-    todo = pending(problems, out_dir)
-    for problem in [p for p in todo if not is_packed(p)]:
-        atomic_write_json(result_path(out_dir, problem), ProblemResult(problem, skipped=(
+    for problem in pending(problems, out_dir):
+        reason = find_exact_reason(problem) or (None if is_packed(problem) else (
             "find_exact cannot take leading dimensions (recorded non-packed or padded): use --backend hipblaslt"))
-            .to_json())
+        if reason:
+            atomic_write_json(result_path(out_dir, problem), ProblemResult(problem, skipped=reason).to_json())
     groups: dict[str, list[GemmProblem]] = {}
     for problem in pending(problems, out_dir):
         groups.setdefault(problem_type_name(problem), []).append(problem)
@@ -133,7 +120,7 @@ def tune_configs(problems: Sequence[GemmProblem], configs_dir: Path, out_dir: Pa
             done += 1
             if progress:
                 progress(done, len(problems))
-        _keep_logic(out, out_dir / "logic-find_exact", kept_sizes)
+        _keep_logic(out, out_dir / TOOL_LOGIC, kept_sizes)
 
 
 def _result(problem: GemmProblem, best: dict, bench: HipblasltBackend, settings: TuneSettings,

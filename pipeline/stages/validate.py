@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         atomic_write_json(out / "progress.json", {"done": done, "total": total})
 
     runtime = run_dir / "bench" / "runtime.json"
-    with_bench = runtime.exists() and json.loads(runtime.read_text()).get("backend") == "hipblaslt"
+    with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     data = (measure_with_bench if with_bench else measure)(run_dir, args.gpu, args.rounds, args.margin, progress)
     atomic_write_json(out / MEASUREMENTS, {"meta": data[0], "rows": data[1:]})
     return 0
