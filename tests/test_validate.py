@@ -217,3 +217,11 @@ def test_report_lists_leading_dimensions_normalised_for_blas(tmp_path):
     assert f"| `{rotary}` | ldc=1 < 32 rows: raised to 32 for BLAS |" in md
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert summary["ld_normalised"] == {rotary: ["ldc=1 < 32 rows: raised to 32 for BLAS"]}
+
+
+def test_nothing_kept_is_exactly_x1_whatever_the_shares_add_up_to():
+    rows = copy.deepcopy(RECORDED["rows"])
+    for row, share in zip(rows, (0.3, 0.3, 0.3, 0.1), strict=True):  # these add up to 1 - 2e-16 in floats
+        row.update(time_share=share, solution="Default")
+    result = gate(rows, GateSettings(min_speedup=1.0))
+    assert result.weighted_speedup == 1.0 and result.passed and not result.kept

@@ -19,6 +19,11 @@ from ..problem import GemmProblem
 DEFAULT = "Default"
 
 
+class ToolMissing(RuntimeError):
+    """A tool the chosen backend needs is not installed where the pipeline looks; the message says how to
+    point the pipeline at it."""
+
+
 @dataclass(frozen=True)
 class TuneSettings:
     """Search knobs shared by backends (each reads what applies to it)."""

@@ -37,15 +37,11 @@ from ..formats.hipblaslt_bench import (
     unsupported_reason,
 )
 from ..problem import GemmProblem
-from .base import CandidateResult, ProblemResult, TuneSettings
+from .base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
 
 ENV = "HIPBLASLT_BENCH"
 LEGACY_COLUMNS = ("transA", "transB", "batch_count", "m", "n", "k", "a_type", "b_type", "c_type", "d_type",
                   "compute_type")
-
-
-class ToolMissing(RuntimeError):
-    """A vendor tool the chosen backend needs is not installed where the pipeline looks."""
 
 
 class BenchFailed(RuntimeError):

@@ -10,6 +10,7 @@ logic files (``logic/``), plus ``summary.json``.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ..backends.base import DEFAULT, ProblemResult, TuneSettings
+from ..backends.base import DEFAULT, ProblemResult, ToolMissing, TuneSettings
 from ..formats.hipblaslt_override import parse_override, write_override
 from ..formats.logic import dump_logic, record_equality
 from ..formats.rocm import problem_type_name
@@ -36,6 +37,15 @@ BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
 OVERRIDE = "hipblaslt_override.txt"
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 RUNTIME = "runtime.json"
+
+
+def backend_class(backend: str) -> type:
+    """The class registered for ``backend`` (``BACKENDS``), imported; ``ToolMissing`` says what it lacks."""
+    module, _, name = BACKENDS.get(backend, backend).partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as err:
+        raise ToolMissing(f"--backend {backend} cannot load: {err}") from err
 
 
 def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write_json, atomic_write_text
-from ..backends.base import ProblemResult, TuneSettings
-from ..backends.hipblaslt import HipblasltBackend, ToolMissing
+from ..backends.base import ProblemResult, ToolMissing, TuneSettings
+from ..backends.hipblaslt import HipblasltBackend
 from ..formats.find_exact import parse_result_name
 from ..formats.hipblaslt_bench import BenchFormatError, BenchOptions, bench_args, parse_output
 from ..formats.logic import dump_logic, load_logic, tensile_ld_order

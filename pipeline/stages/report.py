@@ -13,7 +13,7 @@ from ..atomic import atomic_write_json, atomic_write_text
 from ..formats.tunableop import parse_key
 from ..stats import geomean
 from .configs import TEMPLATES
-from .gate import noise, speedup, weights
+from .gate import GateSettings, gate, noise, speedup, weights
 
 SUMMARY = "summary.json"
 TOP = 10  # GEMMs listed by time share
@@ -79,6 +79,12 @@ def build(run_dir: Path) -> dict:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
     e2e = _load(run_dir / "validate" / "e2e.json") or {}
     notes = backend_notes(_load(run_dir / "bench" / "summary.json") or {})
+    if measured.get("tunableop_ab"):
+        ab = measured["tunableop_ab"]["rows"]
+        tuned = [r for r in ab if r["solution"] != "Default"]
+        notes.append(f"TunableOp-level A/B with torch on this machine ({len(tuned)} tuned rows through the merged "
+                     "results file): weighted speedup "
+                     f"x{gate_of(ab).weighted_speedup:.3f}, before any gate; see validate/measurements.json")
     reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
     shares, untuned_share, basis = weights(measured["rows"])
     rows = []
@@ -133,6 +139,10 @@ def build(run_dir: Path) -> dict:
                "report": str(out / "report.html")}
     atomic_write_json(out / SUMMARY, summary)
     return summary
+
+
+def gate_of(rows: list[dict]):
+    return gate(rows, GateSettings(margin=0.0, min_speedup=0.0))
 
 
 def backend_notes(bench_summary: dict) -> list[str]:

@@ -22,8 +22,8 @@ from pathlib import Path
 import yaml
 
 from ..atomic import atomic_write_json, atomic_write_text
-from ..backends.base import CandidateResult, ProblemResult, TuneSettings
-from ..backends.hipblaslt import HipblasltBackend, ToolMissing
+from ..backends.base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
+from ..backends.hipblaslt import HipblasltBackend
 from ..formats.hipblaslt_bench import BenchFormatError, BenchOptions, bench_args
 from ..formats.logic import LogicFormatError, dump_logic, load_logic
 from ..formats.rocm import problem_type_name, to_amd

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from ..atomic import atomic_directory, atomic_write_text
-from ..backends.hipblaslt import ToolMissing
+from ..backends.base import ToolMissing
 from .collect import tail_lines
 
 

@@ -260,6 +260,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = run_dir / "bench" / "runtime.json"
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     data = (measure_with_bench if with_bench else measure)(run_dir, args.gpu, args.rounds, args.margin, progress)
-    atomic_write_json(out / MEASUREMENTS, {"meta": data[0], "rows": data[1:]})
+    measured = {"meta": data[0], "rows": data[1:]}
+    if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
+        torch_data = measure(run_dir, args.gpu, args.rounds, args.margin)
+        measured["tunableop_ab"] = {"meta": torch_data[0], "rows": torch_data[1:]}
+    atomic_write_json(out / MEASUREMENTS, measured)
     return 0
+
+
+def rocm_torch() -> bool:
+    """A ROCm build of torch that sees a GPU is importable here."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return getattr(torch.version, "hip", None) is not None and torch.cuda.is_available()
 
