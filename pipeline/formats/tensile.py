@@ -6,7 +6,9 @@ be empty; ``BenchmarkFinalParameters[0]`` must be ``{ProblemSizes: [...]}``; Exa
 integers, at most one MinStride), so a bad config is refused before a long run. ``benchmark_winners`` reads
 ``2_BenchmarkData/*.csv`` by column name: ``GFlops, Problem Index, SizeI, SizeJ, SizeK, SizeL, LDD, LDC,
 LDA, LDB, TotalFlops`` and, with ``CSVExportWinner``, ``WinnerGFlops, WinnerTimeUS, WinnerIdx, WinnerName``
-(TensileLite ``ResultFileReporter.cpp``; ``SizeK`` is the batch, ``SizeL`` the summation size K).
+(the header keys TensileLite's client ``ResultFileReporter.cpp`` sets, and the ``CSVExportWinner`` comment in
+``Tensile/Common.py``, as read in public TensileLite sources whose commit was not recorded; ``SizeK`` is the
+batch, ``SizeL`` the summation size K).
 """
 
 from __future__ import annotations
