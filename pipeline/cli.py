@@ -65,6 +65,46 @@ def _merge_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nightly(args: argparse.Namespace) -> int:
+    from .stages import nightly
+
+    workdir = Path(args.workdir)
+    if args.print_units:
+        for name, text in nightly.units(workdir, args.luigi_args, args.at).items():
+            print(f"==> {name} <==\n{text}")
+        return 0
+    try:
+        with nightly.workdir_lock(workdir.absolute(), args.wait, sys.argv):
+            succeeded, errors = _run_tune_workload(["--workdir", str(workdir.absolute()), *args.luigi_args])
+    except nightly.Locked as err:
+        print(f"gemm-tune nightly: {err}", file=sys.stderr)
+        return nightly.LOCKED
+    code = nightly.exit_code(errors) or (0 if succeeded else nightly.FAILED)
+    print(f"gemm-tune nightly: exit {code}" + "".join(f"\n  {type(e).__name__}: {str(e)[:300]}" for e in errors))
+    return code
+
+
+def _run_tune_workload(params: Sequence[str]) -> tuple[bool, list[BaseException]]:
+    """TuneWorkload through Luigi's own command line, in process; the exceptions its tasks failed with."""
+    import luigi
+
+    from . import tasks  # noqa: F401 (registers the tasks)
+
+    errors: list[BaseException] = []
+    handler = luigi.Task.event_handler(luigi.Event.FAILURE)(lambda task, error: errors.append(error))
+    try:
+        # the workdir lock guards the run; Luigi's pid lock (keyed on the command line) would refuse a second
+        # run in one process
+        succeeded = luigi.run(["TuneWorkload", "--local-scheduler", "--no-lock", *params])
+    except SystemExit as stop:  # Luigi's own parser refused a parameter (it has said which)
+        from .stages.nightly import BadArguments
+
+        return False, [BadArguments(f"TuneWorkload parameters {' '.join(params)} refused (exit {stop.code})")]
+    finally:
+        luigi.Task._event_callbacks.get(luigi.Task, {}).get(luigi.Event.FAILURE, set()).discard(handler)
+    return bool(succeeded), errors
+
+
 def _report(args: argparse.Namespace) -> int:
     from .stages import report
 
@@ -123,6 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
     results.set_defaults(func=_merge_results)
 
+    night = steps.add_parser("nightly", help="the nightly run: TuneWorkload under a workdir lock, scheduler exit codes",
+                             description="Run TuneWorkload (every other option goes to it, e.g. --backend "
+                                         "hipblaslt) holding WORKDIR's lock. Exit 0 accepted, 10 bundle refused, "
+                                         "11 tool failure, 12 bad input, 13 workdir in use, 1 other failure.")
+    night.add_argument("--workdir", default="workdir", help="root of the run directories (default: ./workdir)")
+    night.add_argument("--wait", type=float, default=0.0, help="seconds to wait for another run's lock (default: 0)")
+    night.add_argument("--print-units", action="store_true",
+                       help="print a crontab line and a systemd service and timer for this command, run nothing")
+    night.add_argument("--at", default="02:00", help="with --print-units: the time of day, HH:MM (default 02:00)")
+    night.set_defaults(func=_nightly, luigi_args=[])
+
     rep = steps.add_parser("report", help="rebuild report.md, report.html, plots and summary.json of a run",
                            description="Rebuild RUN_DIR/report from the run's validation, gate and e2e records.")
     rep.add_argument("run_dir", metavar="RUN_DIR", help="e.g. workdir/2026-11-22")
@@ -131,7 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.step != "nightly":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.luigi_args = [*getattr(args, "luigi_args", []), *extra]
     try:
         return args.func(args)
     except (ValueError, OSError) as err:  # format, input and settings errors all say what is wrong

@@ -30,7 +30,7 @@ from .backends.slots import amd_gpu_count
 from .formats import tunableop
 from .stages import bench, bundle, call_weights, configs, e2e, find_exact, report, tensile, validate
 from .stages.collect import MANIFEST, collect, embedded_command
-from .stages.gate import GateSettings, gate
+from .stages.gate import GateRefused, GateSettings, gate
 from .stages.logic_merge import MergeOptions, merge_dirs
 from .stages.results_merge import merge_results
 from .stages.shapes import apply_weights, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
@@ -291,10 +291,6 @@ class Validate(PipelineTask):
         summary = report.build(run_dir)
         if not result.passed:
             raise GateRefused(f"{result.message}. Report: {summary['report']}")
-
-
-class GateRefused(RuntimeError):
-    """The validated bundle did not pass the gate."""
 
 
 @inherits(Validate)

@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 DEFAULT = "Default"
 
 
+class GateRefused(RuntimeError):
+    """The validated bundle did not pass the gate."""
+
+
 @dataclass(frozen=True)
 class GateSettings:
     margin: float = 0.02
