@@ -32,6 +32,7 @@ from ..formats.hipblaslt_bench import (
     BenchFormatError,
     BenchOptions,
     BenchRun,
+    BenchSolution,
     bench_args,
     parse_output,
     unsupported_reason,
@@ -129,8 +130,12 @@ class HipblasltBackend:
                 errors.append(str(err))
         raise BenchFailed(f"{self.bench} {' '.join(args)}: " + "; then ".join(errors))
 
+    def heuristic(self, problem: GemmProblem) -> BenchSolution:
+        """The library's own pick for ``problem`` (what torch gets untuned), as this bench measures it."""
+        return self.run(bench_args(problem, self.options, self.gpu, "heuristic")).fastest
+
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
-        baseline = self.run(bench_args(problem, self.options, self.gpu, "heuristic")).fastest
+        baseline = self.heuristic(problem)
         with tempfile.TemporaryDirectory() as scratch:
             tuning_file = Path(scratch) / "tuning.txt"
             search = self.run(bench_args(problem, self.options, self.gpu, "all"),

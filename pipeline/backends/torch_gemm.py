@@ -121,6 +121,19 @@ def torch_launcher(problem: GemmProblem) -> Callable[[OperandSet], None]:
     return launch
 
 
+def with_tunableop(launch: Callable[[OperandSet], None]) -> Callable[[OperandSet], None]:
+    """``launch`` with TunableOp enabled (tuning stays as it is set: off for lookups): the results loaded or
+    tuned in this process pick the solution."""
+    def run(ops: OperandSet) -> None:
+        torch.cuda.tunable.enable(True)
+        try:
+            launch(ops)
+        finally:
+            torch.cuda.tunable.enable(False)
+
+    return run
+
+
 def reference(problem: GemmProblem, ops: OperandSet) -> torch.Tensor:
     """The product in float64 (float32 inputs) or float32 (16-bit inputs), torch frame ``[.., n, m]``."""
     x, y, _ = torch_views(problem, ops)

@@ -28,7 +28,7 @@ from ..formats.tunableop import format_key
 from ..problem import GemmProblem
 from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
 from .measure import TimingSettings, interleaved, rotating_operands
-from .torch_gemm import torch_launcher, unsupported_reason
+from .torch_gemm import torch_launcher, unsupported_reason, with_tunableop
 
 
 def only_default_reason() -> str | None:
@@ -90,7 +90,7 @@ class TunableOpBackend:
             return ProblemResult(problem, errors=[f"TunableOp recorded no result for {','.join(key)}: torch keyed "
                                                   "the call differently"])
         solution, tuned_ms = chosen[key]
-        stats = interleaved(problem, {"default": default, "tunableop": _with_tunableop(default)}, sets, self.timing)
+        stats = interleaved(problem, {"default": default, "tunableop": with_tunableop(default)}, sets, self.timing)
         result = ProblemResult(problem, default_us=stats["default"].median, winner_us=stats["default"].median,
                                candidates=[CandidateResult(solution, screen_us=tuned_ms * 1000.0,
                                                            final_us=stats["tunableop"].median)])
@@ -105,14 +105,3 @@ class TunableOpBackend:
         if getattr(self, "scratch", None) is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
-
-def _with_tunableop(launch):
-    """``launch`` with TunableOp enabled and tuning off: the result tuned in this process is used."""
-    def run(ops) -> None:
-        torch.cuda.tunable.enable(True)
-        try:
-            launch(ops)
-        finally:
-            torch.cuda.tunable.enable(False)
-
-    return run

@@ -36,7 +36,7 @@ from ..atomic import atomic_write_json
 CALLS = "calls.json"
 BASELINE = "baseline.json"
 VERBOSE_ENV = {"PYTORCH_TUNABLEOP_VERBOSE": "3", "PYTORCH_TUNABLEOP_VERBOSE_FILENAME": "err"}
-_CHATTER = ("no result, using default", "Untuned,")
+_NO_RESULT = "no result, using default"  # TunableOp's line after each lookup that found nothing
 _LOOKUP = re.compile(r"(?:returning null ResultEntry for|ResultEntry found for) (?P<key>\S+?,\S+?)\s*$")
 
 
@@ -55,7 +55,7 @@ def split_stderr(lines: Iterable[str], calls: Counter) -> Iterable[str]:
         key = lookup_key(line)
         if key is not None:
             calls[key] += 1
-        elif not (line.startswith(_CHATTER) and (line.startswith("Untuned,") or line.rstrip() == _CHATTER[0])):
+        elif not (line.startswith("Untuned,") or line.rstrip() == _NO_RESULT):
             yield line
 
 

@@ -11,7 +11,6 @@ makes torch log every GEMM call, counted into ``calls.json`` (``call_weights``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -53,6 +52,7 @@ class Collection:
     returncode: int
     seconds: float
     tokens_per_s: float | None
+    calls: dict[str, int]  # GEMM calls per TunableOp key, from torch's lookup log (empty: none logged)
 
 
 def with_package_on_path(env: Mapping[str, str]) -> dict[str, str]:
@@ -112,9 +112,8 @@ def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s:
     argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
     with atomic_directory(out_dir) as staging:  # record mode appends: never reuse old files
         collection = _run_and_record(staging, out_dir, argv, env, timeout_s)
-        counted = json.loads((staging / CALLS).read_text())["calls"]
-        if time_on is not None and counted:
-            run_worker(staging, list(counted), list(time_on() if callable(time_on) else time_on))
+        if time_on is not None and collection.calls:
+            run_worker(staging, list(collection.calls), list(time_on() if callable(time_on) else time_on))
         return collection
 
 
@@ -135,9 +134,10 @@ def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str
         raise CollectionError(
             f"workload {_show(argv)} succeeded but recorded no GEMM in {staging}: does it run its matrix "
             "products through torch on a GPU (TunableOp sees mm/addmm/bmm/linear/_scaled_mm only)?")
+    record = calls_record(calls)
     collection = Collection([out_dir / f.name for f in files], argv, returncode, seconds,
-                            parse_tokens_per_s(stdout_log.read_text(errors="replace")))
-    atomic_write_json(staging / CALLS, calls_record(calls))
+                            parse_tokens_per_s(stdout_log.read_text(errors="replace")), record["calls"])
+    atomic_write_json(staging / CALLS, record)
     atomic_write_json(staging / MANIFEST, {
         "command": argv, "cwd": os.getcwd(), "returncode": returncode, "seconds": round(seconds, 3),
         "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files], "calls": sum(calls.values())})

@@ -25,7 +25,7 @@ from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import ProblemResult, ToolMissing, TuneSettings
 from ..backends.hipblaslt import HipblasltBackend
 from ..formats.find_exact import parse_result_name
-from ..formats.hipblaslt_bench import BenchFormatError, BenchOptions, bench_args, parse_output
+from ..formats.hipblaslt_bench import BenchFormatError, parse_output
 from ..formats.logic import dump_logic, load_logic, tensile_ld_order
 from ..formats.rocm import is_packed, problem_type_name
 from ..problem import GemmProblem
@@ -85,7 +85,7 @@ def tune_configs(problems: Sequence[GemmProblem], configs_dir: Path, out_dir: Pa
     """find_exact on every config whose problems have no result yet; each problem's result written as it is
     known, the fixed logic of every config kept under ``out_dir/logic-tool``."""
     out_dir = Path(out_dir).absolute()
-    bench = HipblasltBackend(gpu, str(build.bench), {"cold_iters": 20, "iters": 100})
+    bench = HipblasltBackend(gpu, str(build.bench))
     atomic_write_json(out_dir / RUNTIME, {**bench.runtime(), "tuner": "find_exact", "hipblaslt_root": str(build.root)})
     for problem in pending(problems, out_dir):
         reason = find_exact_reason(problem) or (None if is_packed(problem) else (
@@ -131,7 +131,7 @@ def _result(problem: GemmProblem, best: dict, bench: HipblasltBackend, settings:
     if key not in best:
         return ProblemResult(problem, errors=["find_exact wrote no 0_Bench result for this size"])
     index, us, name = best[key]
-    heuristic = bench.run(bench_args(problem, BenchOptions(), bench.gpu, "heuristic")).fastest
+    heuristic = bench.heuristic(problem)
     result = ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us)
     if index is not None and index != heuristic.index and heuristic.us / us >= 1 + settings.margin:
         result.winner, result.winner_us = f"Gemm_Hipblaslt_{index}", us

@@ -24,7 +24,7 @@ import yaml
 from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
 from ..backends.hipblaslt import HipblasltBackend
-from ..formats.hipblaslt_bench import BenchFormatError, BenchOptions, bench_args
+from ..formats.hipblaslt_bench import BenchFormatError
 from ..formats.logic import LogicFormatError, dump_logic, load_logic
 from ..formats.rocm import problem_type_name, to_amd
 from ..formats.tensile import benchmark_winners, config_problems
@@ -111,7 +111,7 @@ def _result(problem: GemmProblem, winners: dict, bench: HipblasltBackend, error:
     if winner is None:
         return ProblemResult(problem, errors=["TensileLite's 2_BenchmarkData holds no row for this size"])
     try:
-        heuristic = bench.run(bench_args(problem, BenchOptions(), bench.gpu, "heuristic")).fastest
+        heuristic = bench.heuristic(problem)
     except (RuntimeError, BenchFormatError) as err:
         return ProblemResult(problem, errors=[f"timing the heuristic pick: {err}"])
     return ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us,

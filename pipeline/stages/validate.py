@@ -89,7 +89,7 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
     import torch
 
     from ..backends.measure import TimingSettings, device_info, interleaved, rotating_operands
-    from ..backends.torch_gemm import torch_launcher
+    from ..backends.torch_gemm import torch_launcher, with_tunableop
 
     timing = TimingSettings(rounds=rounds)
     rocm = torch.version.hip is not None
@@ -115,7 +115,7 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
         own, closer = {}, None
         if row["solution"] != DEFAULT:
             if rocm:
-                launchers["tuned"] = _tunableop_launcher(problem)
+                launchers["tuned"] = with_tunableop(torch_launcher(problem))  # the merged file picks
             else:
                 config = row["config"] or config_from_name(row["solution"])
                 launchers["tuned"], closer = backend.launcher_for(problem, config, workspace)
@@ -165,6 +165,7 @@ def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
     rows = rows_to_measure(run_dir)
     runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
     backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
+    peak = peak_of(runtime.get("name", ""))
     out = []
     for number, row in enumerate(rows):
         index = None if row["solution"] == DEFAULT else int(row["solution"].rsplit("_", 1)[1])
@@ -175,30 +176,12 @@ def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
         if tuned and baseline.median / tuned.median >= 1 + margin:
             again = backend.measure_pair(row["problem"], index, rounds)
             confirm = {name: Stats.of(values).to_json() for name, values in again.items()}
-        out.append(measured_row(row, baseline, tuned, confirm, peak=peak_of(runtime.get("name", ""))))
+        out.append(measured_row(row, baseline, tuned, confirm, peak=peak))
         if progress:
             progress(number + 1, len(rows))
     device = {"name": runtime.get("name", "unknown"), "arch": runtime.get("arch"), "tool": backend.bench,
               "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}"}
     return [{"device": device, "platform": "rocm", "measured_with": "hipblaslt-bench"}, *out]
-
-
-def _tunableop_launcher(problem) -> Callable:
-    """torch's call with TunableOp on (tuning off): the merged results file picks the solution."""
-    import torch
-
-    from ..backends.torch_gemm import torch_launcher
-
-    inner = torch_launcher(problem)
-
-    def launch(ops) -> None:
-        torch.cuda.tunable.enable(True)
-        try:
-            inner(ops)
-        finally:
-            torch.cuda.tunable.enable(False)
-
-    return launch
 
 
 def floor_us(problem, peak: tuple[float, float] = DEFAULT_PEAK) -> float:
