@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,12 +26,25 @@ import luigi
 from luigi.util import inherits
 
 from .atomic import atomic_write_json, atomic_write_text
-from .backends.base import TuneSettings
+from .backends.base import ToolMissing, TuneSettings
 from .backends.hipblaslt import HipblasltBackend, find_bench
 from .backends.slots import amd_gpu_count
 from .formats import tunableop
-from .stages import bench, bundle, call_weights, configs, e2e, find_exact, report, tensile, validate
+from .stages import (
+    bench,
+    bundle,
+    call_weights,
+    configs,
+    e2e,
+    find_exact,
+    package,
+    report,
+    tensile,
+    tuned_cache,
+    validate,
+)
 from .stages.collect import MANIFEST, collect, embedded_command
+from .stages.fingerprint import Stack, claim, current_stack, stamped
 from .stages.gate import GateRefused, GateSettings, gate
 from .stages.logic_merge import MergeOptions, merge_dirs
 from .stages.results_merge import merge_results
@@ -58,6 +73,42 @@ class PipelineTask(luigi.Task):
     def stage_dir(self, stage: str) -> Path:
         """Absolute: these paths reach subprocesses, environment variables and files other programs read."""
         return Path(self.workdir).absolute() / self.run_name / stage
+
+
+class StackBound(PipelineTask):
+    """A task whose outputs hold for one stack: complete only where its stage directories record this
+    machine's fingerprint (``stage/stack.json``); run under another one, it moves them aside and redoes them."""
+
+    stack_stages: tuple[str, ...] = ()
+    written_whole: tuple[str, ...] = ()  # stages whose writer puts the stamp in itself (only set aside here)
+
+    def tuning_settings(self) -> dict:
+        """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
+        settings = {"backend": self.backend, "margin": self.margin, "time_budget": self.time_budget}
+        if self.backend == "tunableop":
+            settings.update(iterations=self.tunableop_iterations, duration_ms=self.tunableop_duration_ms,
+                            rotating_mb=self.tunableop_rotating_mb, numerical_check=self.tunableop_numerical_check)
+        return settings
+
+    def stack(self) -> Stack:
+        if getattr(self, "_stack", None) is None:
+            bench_path = None
+            if self.backend in AMD_TOOLS:
+                try:
+                    bench_path = find_bench(self.hipblaslt_bench or None)
+                except ToolMissing:
+                    bench_path = None  # Bench itself names what is missing
+            self._stack = current_stack(Path(self.workdir), self.tuning_settings(), bench_path)
+        return self._stack
+
+    def complete(self) -> bool:
+        fp = self.stack().fingerprint
+        return super().complete() and all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
+
+    def claim_stages(self) -> None:
+        for stage in self.stack_stages:
+            claim(self.stage_dir(stage), self.stack().fingerprint, self.stack().facts,
+                  create=stage not in self.written_whole)
 
 
 class CollectShapes(PipelineTask):
@@ -135,8 +186,11 @@ class GenerateConfigs(PipelineTask):
 
 
 @inherits(GenerateConfigs)
-class Bench(PipelineTask):
-    """Tune every gathered GEMM on this machine's GPUs with the chosen backend."""
+class Bench(StackBound):
+    """Tune every gathered GEMM on this machine's GPUs with the chosen backend, through the per-fingerprint
+    cache of tuned problems (``<workdir>/cache/tuned/<fingerprint>``)."""
+
+    stack_stages = ("bench",)
 
     backend = luigi.ChoiceParameter(default="cublaslt",
                                     choices=["cublaslt", "hipblaslt", "find_exact", "tensile", "tunableop"],
@@ -155,8 +209,12 @@ class Bench(PipelineTask):
     gpus = luigi.IntParameter(default=0, description="GPUs to use (0: every visible one)")
     time_budget = luigi.FloatParameter(default=20.0, description="screening seconds per problem")
     margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
+    shards = luigi.IntParameter(default=0, description="split the tuning into this many BenchShard tasks, "
+                                                       "for Luigi workers on several hosts (0: one task)")
 
-    def requires(self) -> luigi.Task:
+    def requires(self) -> luigi.Task | list[luigi.Task]:
+        if self.shards and self.backend in bench.BACKENDS:
+            return [self.clone(BenchShard, shard_index=i) for i in range(self.shards)]
         return self.clone(GenerateConfigs) if self.backend in CONFIG_TOOLS else self.clone(GatherShapes)
 
     def output(self) -> luigi.LocalTarget:
@@ -173,13 +231,21 @@ class Bench(PipelineTask):
                     "rotating_mb": self.tunableop_rotating_mb, "numerical_check": self.tunableop_numerical_check}
         return {}
 
+    def problems(self) -> list:
+        return [record.problem for record in read_shapes_json(self.stage_dir("shapes") / "shapes.json")]
+
+    def tune_settings(self) -> TuneSettings:
+        return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
+
     def run(self) -> None:
+        if self.shards and self.backend in bench.BACKENDS:  # the BenchShard tasks did the tuning
+            bench.write_outputs(self.problems(), self.stage_dir("bench"))
+            return
+        self.claim_stages()
         build = find_exact.locate(self.hipblaslt_root or None) if self.backend == "find_exact" else None
         tool = tensile.locate(self.tensile_root or None) if self.backend == "tensile" else None
         options = self.backend_options()
-        problems = [record.problem for record in read_shapes_json(self.stage_dir("shapes") / "shapes.json")]
-        out = self.stage_dir("bench")
-        settings = TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
+        problems, out, settings = self.problems(), self.stage_dir("bench"), self.tune_settings()
 
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
@@ -194,12 +260,68 @@ class Bench(PipelineTask):
                                  HipblasltBackend(self.gpu_indices("Bench")[0], options["bench"]), settings,
                                  progress=progress)
         else:
-            bench.run_shards(problems, out, self.gpu_indices("Bench"), settings, self.backend, progress, options)
+            gpus = self.gpu_indices("Bench")
+
+            def tune_pending(previous: dict, previous_fp: str | None) -> None:
+                bench.run_shards(problems, out, gpus, settings, self.backend, progress, options, previous, previous_fp)
+
+            atomic_write_json(out / "cache.json", tuned_cache.tune_through_cache(
+                problems, out, Path(self.workdir), self.stack(), tune_pending))
         bench.write_outputs(problems, out)
 
 
 @inherits(Bench)
-class MergeResults(PipelineTask):
+class BenchPlan(StackBound):
+    """The shard plan of a sharded Bench: problems split by estimated cost into ``--shards`` parts, fixed
+    before any worker starts so every host agrees on it."""
+
+    stack_stages = ("bench",)
+
+    def requires(self) -> luigi.Task:
+        return self.clone(GatherShapes)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"plan{self.shards}.json")
+
+    def run(self) -> None:
+        self.claim_stages()
+        self.clone(Bench).backend_options()  # the tool is checked once, before any shard starts
+        atomic_write_json(self.output().path, bench.shard_plan(self.clone(Bench).problems(), self.shards))
+
+
+@inherits(Bench)
+class BenchShard(StackBound):
+    """One shard of a sharded Bench: any Luigi worker of any host may take it; it tunes on that host's GPU
+    slots, through the fingerprint's cache. Results land one problem at a time (atomically), the done
+    record last: a worker killed mid-shard leaves finished problems and no done record, and the next worker
+    that takes the shard tunes only what is missing."""
+
+    shard_index = luigi.IntParameter(description="which shard of --shards")
+    stack_stages = ("bench",)
+
+    def requires(self) -> luigi.Task:
+        return self.clone(BenchPlan)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"done{self.shard_index}of{self.shards}.json")
+
+    def run(self) -> None:
+        parent = self.clone(Bench)
+        problems = bench.plan_shard(Path(self.input().path), self.shard_index)
+        out, settings, options = self.stage_dir("bench"), parent.tune_settings(), parent.backend_options()
+        gpus = self.gpu_indices("BenchShard")
+
+        def tune_pending(previous: dict, previous_fp: str | None) -> None:
+            bench.run_shards(problems, out, gpus, settings, self.backend, None, options, previous, previous_fp,
+                             name=f"s{self.shard_index}of{self.shards}-")
+
+        done = tuned_cache.tune_through_cache(problems, out, Path(self.workdir), self.stack(), tune_pending)
+        atomic_write_json(self.output().path, {**done, "host": socket.gethostname(), "pid": os.getpid(),
+                                               "problems": [bench.problem_id(p) for p in problems]})
+
+
+@inherits(Bench)
+class MergeResults(StackBound):
     """Merge tuned ``tunableop_results*.csv`` files into ``merge/tunableop_results.csv``.
 
     Inputs: ``--results`` files, or the Bench stage's results when none are given.
@@ -214,7 +336,10 @@ class MergeResults(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("merge") / "tunableop_results.csv")
 
+    stack_stages = ("merge",)
+
     def run(self) -> None:
+        self.claim_stages()
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
         if not specs:
             specs = [str(self.stage_dir("bench") / "tunableop_results.csv")]
@@ -226,10 +351,11 @@ class MergeResults(PipelineTask):
 
 
 @inherits(Bench)
-class MergeLogic(PipelineTask):
+class MergeLogic(StackBound):
     """Merge tuned logic files into the base logic (``logic/`` or ``--base-logic``) under ``merge/logic``."""
 
-    base_logic = luigi.Parameter(default=str(REPO_LOGIC), description="directory of the base logic files")
+    base_logic = luigi.Parameter(default=str(REPO_LOGIC), description="directory of the base logic files "
+                                 "(default: what Package --publish put in logic/<fingerprint>, else logic/)")
     new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
     policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
     logic_margin = luigi.FloatParameter(default=0.02, description="faster policy: required speedup to replace")
@@ -240,15 +366,21 @@ class MergeLogic(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("merge") / "logic-merge.log")
 
+    stack_stages = ("merge",)
+
     def run(self) -> None:
+        self.claim_stages()
         new_logic = Path(self.new_logic) if self.new_logic else self.stage_dir("bench") / "logic"
-        merged = merge_dirs(Path(self.base_logic), new_logic, self.stage_dir("merge") / "logic",
+        base = Path(self.base_logic)
+        if base == REPO_LOGIC:
+            base = package.published_base(REPO_LOGIC, self.stack().fingerprint)
+        merged = merge_dirs(base, new_logic, self.stage_dir("merge") / "logic",
                             MergeOptions(policy=self.policy, margin=self.logic_margin))
         atomic_write_text(self.output().path, "\n".join(merged.lines) + "\n")
 
 
 @inherits(GenerateConfigs, MergeResults, MergeLogic)
-class Validate(PipelineTask):
+class Validate(StackBound):
     """Time the merged artifact against the baseline, gate it, bundle what passes, A/B the workload, report."""
 
     min_speedup = luigi.FloatParameter(default=1.0, description="refuse a bundle whose weighted GEMM speedup "
@@ -262,7 +394,15 @@ class Validate(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bundle") / bundle.MANIFEST)
 
+    stack_stages = ("validate", "bundle", "report")
+    written_whole = ("bundle",)
+
+    def complete(self) -> bool:
+        """The bundle and, written after it, the report (a run killed between them is not done)."""
+        return super().complete() and (self.stage_dir("report") / report.SUMMARY).exists()
+
     def run(self) -> None:
+        self.claim_stages()
         run_dir, out = self.stage_dir(""), self.stage_dir("validate")
         if not (out / validate.MEASUREMENTS).exists():
             self.set_status_message("validating GEMMs against the baseline")
@@ -278,7 +418,8 @@ class Validate(PipelineTask):
         atomic_write_json(out / "gate.json", result.to_json())
         runtime = validate.runtime_of(run_dir, measured)
         if result.passed:
-            bundle.write_bundle(run_dir, result, {"runtime": runtime})
+            bundle.write_bundle(run_dir, result, {"runtime": runtime, "fingerprint": self.stack().fingerprint,
+                                                  "stack": self.stack().facts})
         reason = e2e.skip_reason(runtime, result.passed, has_workload=bool(self.workload_cmd or not self.untuned))
         if reason:
             outcome = {"skipped": reason}
@@ -294,11 +435,14 @@ class Validate(PipelineTask):
 
 
 @inherits(Validate)
-class TuneWorkload(PipelineTask):
+class TuneWorkload(StackBound):
     """The nightly job: collect, gather, configs, bench, merge, validate; prints the key figures at the end."""
 
     def requires(self) -> luigi.Task:
         return self.clone(Validate)
+
+    def complete(self) -> bool:
+        return super().complete() and self.requires().complete()
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("") / "tune-workload.txt")
@@ -307,6 +451,41 @@ class TuneWorkload(PipelineTask):
         lines = report.key_lines(json.loads((self.stage_dir("report") / report.SUMMARY).read_text()))
         atomic_write_text(self.output().path, "\n".join(lines) + "\n")
         print("\n".join(lines))
+
+
+@inherits(TuneWorkload)
+class Package(StackBound):
+    """``dist/<fingerprint>/``: the accepted bundle as an image takes it (results, logic, override, env.sh,
+    Dockerfile fragment, README, manifest); ``--publish`` also puts its logic into ``logic/<fingerprint>``."""
+
+    dist = luigi.Parameter(default="dist", description="where package directories go (one per fingerprint)")
+    publish = luigi.BoolParameter(default=False, description="copy the logic tree to --publish-dir/<fp>/")
+    publish_dir = luigi.Parameter(default=str(REPO_LOGIC), description="where --publish puts logic (the repo's "
+                                                                       "logic/)")
+    package_devices = luigi.IntParameter(default=8, description="per-ordinal copies of the results file")
+    docker_builder = luigi.Parameter(default="rocm/dev-ubuntu-24.04",
+                                     description="image of the logic-compiling build stage (AMD)")
+    stack_stages = ("package",)
+
+    def requires(self) -> luigi.Task:
+        return self.clone(TuneWorkload)
+
+    def complete(self) -> bool:
+        return super().complete() and self.requires().complete()
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(self.stage_dir("package") / "package.json")
+
+    def run(self) -> None:
+        self.claim_stages()
+        manifest = package.write_package(self.stage_dir(""), Path(self.dist), self.stack(), self.package_devices,
+                                         self.docker_builder)
+        where = Path(self.dist).absolute() / manifest["fingerprint"]
+        published = str(package.publish(where, Path(self.publish_dir))) if self.publish else None
+        atomic_write_json(self.output().path, {"package": str(where), "published": published,
+                                               "serves": manifest["serves"], "files": manifest["files"]})
+        print(f"package: {where} (serves torch {manifest['serves']['torch']}, "
+              f"{manifest['serves']['tunableop_rows']} TunableOp rows)")
 
 
 def gpu_count(who: str) -> int:

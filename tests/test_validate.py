@@ -17,6 +17,7 @@ from pipeline.cli import main
 from pipeline.formats.logic import cublaslt_equality, dump_logic
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
 from pipeline.stages.e2e import ab_test, runtime_consumer, skip_reason
+from pipeline.stages.fingerprint import STAMP
 from pipeline.stages.gate import GateSettings, gate
 from pipeline.stages.validate import run_worker
 
@@ -108,6 +109,9 @@ def _run_dir(root: Path, measurements: dict) -> Path:
     (run / "bench" / "runtime.json").write_text(json.dumps({"pt_version": "2.11.0", "name": "NVIDIA H100 80GB HBM3"}))
     (run / "validate").mkdir()
     (run / "validate" / "measurements.json").write_text(json.dumps(measurements))
+    stack = TuneWorkload(workdir=str(root), run_name="night", untuned="x.csv").stack()
+    for stage in ("bench", "merge", "validate"):  # done under this machine's stack
+        (run / stage / STAMP).write_text(json.dumps({"fingerprint": stack.fingerprint}))
     return run
 
 

@@ -2,15 +2,17 @@
 default's time, every candidate's time, and the errors met. Plain data, JSON both ways.
 
 A backend implements ``Backend.tune_one``; ``tune`` runs it over problems and turns a failing problem
-into a recorded error so the others finish. Solution names are the TunableOp names the runtime loads
-(``Default``, ``Gemm_Cublaslt_id_..``, ``Gemm_Hipblaslt_<index>``...).
+into a recorded error so the others finish. A backend that can re-time a saved winner under a new stack
+implements ``retime`` too: after a library upgrade the previous winner is timed against the new default
+first and kept where it still wins by the margin; elsewhere the problem is tuned again. Solution names are
+the TunableOp names the runtime loads (``Default``, ``Gemm_Cublaslt_id_..``, ``Gemm_Hipblaslt_<index>``...).
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -59,6 +61,7 @@ class ProblemResult:
     tuning_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per search phase
     skipped: str | None = None
+    origin: str = ""  # how the result came: "" tuned here, "cache <fp>", "retimed ...", "retuned ..."
 
     @property
     def speedup(self) -> float | None:
@@ -88,19 +91,40 @@ class Backend(Protocol):
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult: ...
 
+    # optional: def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult
+    # (the previous winner against this stack's default; winner DEFAULT where it no longer wins)
 
-def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettings) -> Iterator[ProblemResult]:
-    """Tune each problem; an unsupported one is skipped with the reason, a failing one records its error."""
+
+def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettings,
+         previous: Mapping[GemmProblem, ProblemResult] | None = None, previous_from: str = ""
+         ) -> Iterator[ProblemResult]:
+    """Tune each problem; an unsupported one is skipped with the reason, a failing one records its error.
+    A problem with a ``previous`` winner (tuned under stack ``previous_from``) is re-timed first."""
     for problem in problems:
         reason = backend.unsupported_reason(problem)
         if reason:
             yield ProblemResult(problem, skipped=reason)
             continue
         start = time.monotonic()
-        try:
-            result = backend.tune_one(problem, settings)
-        except Exception as err:  # a broken problem must not stop the shard
-            result = ProblemResult(problem, errors=[f"{type(err).__name__}: {err}",
-                                                    traceback.format_exc(limit=3)])
+        result, why = None, ""
+        prior = (previous or {}).get(problem)
+        if prior is not None and hasattr(backend, "retime"):
+            try:
+                again = backend.retime(prior, settings)
+            except Exception as err:  # a winner the new stack cannot run is tuned again
+                again, why = None, f"{type(err).__name__}: {err}"
+            if again is not None and again.winner != DEFAULT:
+                result = again
+                result.origin = f"retimed: the {previous_from} winner still wins (x{again.speedup:.3f})"
+            elif again is not None:
+                why = f"x{again.default_us / again.candidates[0].final_us:.3f} under this stack"
+        if result is None:
+            try:
+                result = backend.tune_one(problem, settings)
+            except Exception as err:  # a broken problem must not stop the shard
+                result = ProblemResult(problem, errors=[f"{type(err).__name__}: {err}",
+                                                        traceback.format_exc(limit=3)])
+            if prior is not None:
+                result.origin = f"retuned: the {previous_from} winner {prior.winner} no longer wins ({why})"
         result.tuning_s = time.monotonic() - start
         yield result

@@ -361,6 +361,25 @@ class CublasLtBackend:
             self._decide(problem, result, pool, ranked, sets, ref, settings, self.timing.rounds)
             return result
 
+    def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
+        """The previous winner, rebuilt from its config under this cuBLASLt (an error where it no longer
+        passes cublasLtMatmulAlgoCheck), interleaved with torch's default."""
+        problem, name = previous.problem, previous.winner
+        with self._prepared(problem, settings) as (gemm, sets):
+            record = record_from_config(gemm, previous.winner_config or {})
+            launchers = {DEFAULT: torch_launcher(problem), name: gemm.launcher(record)}
+            ref = reference(problem, sets[0])
+            numerics = {n: check_numerics(problem, launch, sets[0], ref) for n, launch in launchers.items()}
+            final = interleaved(problem, launchers, sets, self.timing, rounds=self.timing.rounds)
+            base, tuned = final[DEFAULT].median, final[name].median
+            config = {**(previous.winner_config or {}), "AlgoBytes": read_config(record)["AlgoBytes"]}
+            result = ProblemResult(problem, default_us=base, winner_us=base, numerics={DEFAULT: numerics[DEFAULT]},
+                                   candidates=[CandidateResult(name, final_us=tuned, config=config)])
+            if base / tuned >= 1 + settings.margin:
+                result.winner, result.winner_us, result.winner_config = name, tuned, config
+                result.numerics[name] = numerics[name]
+            return result
+
     @contextlib.contextmanager
     def _prepared(self, problem: GemmProblem, settings: TuneSettings) -> Iterator[tuple[LtGemm, list[OperandSet]]]:
         workspace = torch.empty(settings.workspace_bytes, dtype=torch.uint8, device=self.device)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -160,6 +161,24 @@ class HipblasltBackend:
                 "OverrideRows": rows}
         else:
             result.winner_us = baseline.us
+        return result
+
+    def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
+        """The previous winner's solution index against this build's heuristic pick, in alternating runs. The
+        index must still name the same kernel: indices are not portable across builds (spec section 6)."""
+        problem, config = previous.problem, previous.winner_config or {}
+        index = config["SolutionIndex"]
+        probe = self.run(bench_args(problem, self.options, self.gpu, "index", index))
+        if probe.fastest.name != config.get("SolutionNameMin"):
+            raise ValueError(f"solution {index} is {probe.fastest.name or 'unnamed'} in this build, "
+                             f"was {config.get('SolutionNameMin')}")
+        times = self.measure_pair(problem, index, rounds=3)
+        base, tuned = statistics.median(times["baseline"]), statistics.median(times["tuned"])
+        result = ProblemResult(problem, default_us=base, winner_us=base,
+                               candidates=[CandidateResult(previous.winner, final_us=tuned, config=config)])
+        if base / tuned >= 1 + settings.margin:
+            result.winner, result.winner_us = previous.winner, tuned
+            result.winner_config = {**config, "GitVersion": probe.git_version}
         return result
 
     def measure_pair(self, problem: GemmProblem, index: int | None, rounds: int) -> dict[str, list[float]]:

@@ -426,3 +426,37 @@ def format_file(validators: dict[str, str], entries: Iterable[TunableOpEntry]) -
 def write_file(path: str | Path, validators: dict[str, str], entries: Iterable[TunableOpEntry]) -> None:
     """Write a results (validators given) or untuned (no validators) file atomically."""
     atomic_write_text(path, format_file(validators, entries))
+
+
+def validators_platform(validators: dict[str, str]) -> str:
+    """``rocm`` for a ROCm torch's validator block (HIP/ROCm/arch keys), else ``cuda`` (PT_VERSION only)."""
+    rocm_keys = {"HIP_VERSION", "ROCM_VERSION", "GCN_ARCH_NAME", "HIPBLASLT_VERSION", "ROCBLAS_VERSION"}
+    return "rocm" if rocm_keys & set(validators) else "cuda"
+
+
+def _release(version: str) -> tuple[int, int]:
+    numbers = [int(n) for n in re.findall(r"\d+", version)] + [0, 0]
+    return numbers[0], numbers[1]
+
+
+def unknown_solution(solution: str, platform: str, torch_version: str) -> str | None:
+    """Why torch ``torch_version`` on ``platform`` has no candidate named ``solution`` (None: it has one).
+    Such a row is a hard error at dispatch in torch <= 2.13 (shared/spec/tunableop.md 2.3-2.4)."""
+    release = _release(torch_version)
+    if solution == "Default":
+        return None
+    if solution.startswith("Gemm_Cublaslt_"):
+        if platform != "cuda":
+            return "a cuBLASLt solution on ROCm"
+        return None if release >= (2, 14) else f"cuBLASLt solutions arrive in torch 2.14 (this is {torch_version})"
+    if solution.startswith("Gemm_Rocblas_"):
+        return None if platform == "rocm" else "a rocBLAS solution on CUDA"
+    if solution.startswith("Gemm_Hipblaslt_"):
+        if platform != "rocm":
+            return "a hipBLASLt solution on CUDA"
+        legacy = re.fullmatch(r"Gemm_Hipblaslt_[NT]{2}_-?\d+", solution) is not None
+        if legacy != (release <= (2, 6)):
+            return (f"torch {torch_version} names hipBLASLt solutions "
+                    + ("Gemm_Hipblaslt_<AB>_<index>" if release <= (2, 6) else "Gemm_Hipblaslt_<index>"))
+        return None
+    return f"no torch names a solution {solution}"

@@ -3,6 +3,7 @@
     python -m pipeline.stages bench-worker SHARD.json OUT_DIR --gpus 0,1
     python -m pipeline.stages validate RUN_DIR --gpu 0 --rounds 7 --margin 0.02
     python -m pipeline.stages call-weights COLLECT_DIR --gpu 0 --rounds 3
+    python -m pipeline.stages stack-probe [--bench PATH]
 
 One entry point that the Luigi tasks never import, so a worker's module is imported once, not also run.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from . import bench_worker, call_weights, validate
+from . import bench_worker, call_weights, fingerprint, validate
 
-WORKERS = {"bench-worker": bench_worker.main, "validate": validate.main, "call-weights": call_weights.main}
+WORKERS = {"bench-worker": bench_worker.main, "validate": validate.main, "call-weights": call_weights.main,
+           "stack-probe": fingerprint.main}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -83,25 +83,42 @@ def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]
     return [s for s in shards if s]
 
 
+def shard_plan(problems: Sequence[GemmProblem], count: int) -> dict:
+    """The plan of a sharded Bench: ``count`` cost-balanced shards (empty ones kept, so every index exists)."""
+    shards = shard(problems, count)
+    shards += [[] for _ in range(count - len(shards))]
+    return {"shards": [[p.to_dict() for p in part] for part in shards]}
+
+
+def plan_shard(plan_path: Path, index: int) -> list[GemmProblem]:
+    return [GemmProblem.from_dict(d) for d in json.loads(Path(plan_path).read_text())["shards"][index]]
+
+
 def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]:
     return [p for p in problems if not result_path(out_dir, p).exists()]
 
 
 def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[int], settings: TuneSettings,
                backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None,
-               backend_options: dict | None = None) -> None:
+               backend_options: dict | None = None, previous: dict[str, dict] | None = None,
+               previous_from: str | None = None, name: str = "shard") -> None:
     """Tune every problem without a result yet: one worker process per shard, as many shards as GPUs.
-    ``backend_options`` are the backend's constructor arguments besides the GPU (e.g. ``bench``)."""
+    ``backend_options`` are the backend's constructor arguments besides the GPU (e.g. ``bench``);
+    ``previous`` the winners (by problem id) of stack ``previous_from`` to re-time first; ``name`` prefixes
+    the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
     out_dir = Path(out_dir).absolute()
     todo = pending(problems, out_dir)
     shards = shard(todo, len(gpus))
     workers = []
     for index, problems_of_shard in enumerate(shards):
-        shard_file = out_dir / "shards" / f"shard{index}.json"
+        shard_file = out_dir / "shards" / f"{name}{index}.json"
         atomic_write_json(shard_file, {"problems": [p.to_dict() for p in problems_of_shard],
                                        "settings": asdict(settings), "backend": BACKENDS.get(backend, backend),
-                                       "backend_options": backend_options or {}})
-        log = (out_dir / "shards" / f"shard{index}.log").open("w")
+                                       "backend_options": backend_options or {},
+                                       "previous": {problem_id(p): (previous or {})[problem_id(p)]
+                                                    for p in problems_of_shard if problem_id(p) in (previous or {})},
+                                       "previous_from": previous_from})
+        log = (out_dir / "shards" / f"{name}{index}.log").open("w")
         argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard_file), str(out_dir),
                 "--gpus", ",".join(map(str, gpus))]
         workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
@@ -114,7 +131,7 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
     for index, proc, log in workers:
         log.close()
         if proc.returncode != 0:
-            tail = tail_lines((out_dir / "shards" / f"shard{index}.log").read_text(), 15)
+            tail = tail_lines((out_dir / "shards" / f"{name}{index}.log").read_text(), 15)
             failed.append(f"shard {index} worker exited with code {proc.returncode}:\n{tail}")
     left = pending(problems, out_dir)
     if failed or left:
@@ -170,8 +187,10 @@ def override_text(results: Sequence[ProblemResult]) -> tuple[str | None, list[st
 def summarize(results: Sequence[ProblemResult]) -> dict:
     tuned = [r for r in results if not r.skipped and not r.errors and r.speedup]
     speedups = [r.speedup for r in tuned]
+    origins = [r.origin.split(":")[0].split(" ")[0] or "tuned" for r in results if not r.skipped and not r.errors]
     return {
         "problems": len(results), "tuned": len(tuned),
+        "origin": {name: origins.count(name) for name in ("tuned", "cache", "retimed", "retuned")},
         "improved": sum(r.winner != DEFAULT for r in tuned),
         "geomean_speedup": geomean(speedups),
         "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],

@@ -14,6 +14,7 @@ from ..formats.logic import RECORD_BACKENDS, dump_logic, load_logic
 from ..formats.rocm import problem_type_name
 from ..formats.tunableop import read_file, write_file
 from .bench import OVERRIDE
+from .fingerprint import STAMP
 from .gate import GateResult
 from .logic_merge import remove_unused
 
@@ -45,6 +46,8 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
         override = run_dir / "bench" / OVERRIDE
         if override.exists():
             meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}
+        if meta.get("fingerprint"):
+            atomic_write_json(staging / STAMP, {"fingerprint": meta["fingerprint"], "stack": meta.get("stack", {})})
         atomic_write_json(staging / MANIFEST, {
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "validators": merged.validators, "rows": len(entries), "weighted_gemm_speedup": result.weighted_speedup,

@@ -13,6 +13,9 @@ from ..atomic import atomic_write_json, atomic_write_text
 from ..formats.tunableop import parse_key
 from ..stats import geomean
 from .configs import TEMPLATES
+from .drift import compare, previous_run
+from .drift import lines as drift_lines
+from .fingerprint import stamped
 from .gate import GateSettings, gate, noise, speedup, weights
 
 SUMMARY = "summary.json"
@@ -110,7 +113,9 @@ def build(run_dir: Path) -> dict:
         e2e_line = "not measured"
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
+    drift = compare(run_dir, previous_run(run_dir))
     context = {
+        "fingerprint": stamped(run_dir / "validate"), "drift": drift, "drift_lines": drift_lines(drift),
         "run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
         "device": measured["meta"]["device"]["name"], "rows": rows, "kept": len(kept_speedups),
         "weighted": gate["weighted_speedup"], "kept_geomean": geomean(kept_speedups),
@@ -125,7 +130,8 @@ def build(run_dir: Path) -> dict:
     _plots(rows, out)
     atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(context))
     atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
-    summary = {"run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
+    summary = {"run": run_dir.name, "fingerprint": context["fingerprint"], "passed": gate["passed"],
+               "verdict": gate["message"], "drift": drift,
                "device": context["device"], "gemms": len(rows), "kept": len(kept_speedups),
                "weighted_gemm_speedup": gate["weighted_speedup"], "weight_basis": basis,
                "untuned_time_share": untuned_share, "notes": notes,
@@ -179,6 +185,7 @@ def key_lines(summary: dict) -> list[str]:
         *[f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {t['calls']} calls, "
           f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}" for t in summary.get("top_gemms", [])[:3]],
         f"end to end: {summary['e2e']}",
+        *[f"drift: {line}" for line in drift_lines(summary.get("drift") or {})],
         f"bundle: {summary['bundle']}",
         f"report: {summary['report']}",
     ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -80,11 +81,35 @@ def rows_to_measure(run_dir: Path) -> list[dict]:
     return rows
 
 
+class Checkpoints:
+    """Measured rows kept one file each as they finish (``<dir>/<id>.json``), so a killed validation resumes
+    at the first row it had not finished."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    def _path(self, row: dict) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / (hashlib.sha1(f"{row['key']}|{row['solution']}".encode()).hexdigest()[:16] + ".json")
+
+    def get(self, row: dict) -> dict | None:
+        path = self._path(row)
+        return json.loads(path.read_text()) if path is not None and path.exists() else None
+
+    def put(self, row: dict, measured: dict) -> dict:
+        path = self._path(row)
+        if path is not None:
+            atomic_write_json(path, measured)
+        return measured
+
+
 def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
-            progress: Callable[[int, int], None] | None = None) -> list[dict]:
+            progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None) -> list[dict]:
     """Time every row on this machine's GPU ``gpu`` (imports torch; run in a worker process). A row whose tuned
     time beats the baseline by ``margin`` is measured once more on fresh buffers (its ``confirm`` pair)."""
     rows = rows_to_measure(run_dir)  # the run's records first: a broken run fails here, on any machine
+    saved = Checkpoints(checkpoints)
 
     import torch
 
@@ -109,6 +134,11 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
     workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=device)
     out = []
     for index, row in enumerate(rows):
+        if (done := saved.get(row)) is not None:
+            out.append(done)
+            if progress:
+                progress(index + 1, len(rows))
+            continue
         problem = row["problem"]
         sets = rotating_operands(problem, device, timing)
         launchers = {"baseline": torch_launcher(problem)}
@@ -133,8 +163,8 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
         if closer:
             closer.close()
         padded = {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None
-        out.append(measured_row(row, stats["baseline"], stats.get("tuned"), confirm, padded,
-                                peak_of(torch.cuda.get_device_name(device))))
+        out.append(saved.put(row, measured_row(row, stats["baseline"], stats.get("tuned"), confirm, padded,
+                                               peak_of(torch.cuda.get_device_name(device)))))
         if progress:
             progress(index + 1, len(rows))
         del sets, own
@@ -156,7 +186,8 @@ def measured_row(row: dict, baseline: Stats, tuned: Stats | None, confirm: dict 
 
 
 def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
-                       progress: Callable[[int, int], None] | None = None) -> list[dict]:
+                       progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None
+                       ) -> list[dict]:
     """Every merged row re-measured with hipblaslt-bench itself: the winner (``--algo_method index
     --solution_index N``) against the heuristic pick, ``rounds`` alternating runs each, medians; a row that
     beats the baseline by ``margin`` is measured again (its ``confirm`` pair). No torch is needed."""
@@ -166,8 +197,13 @@ def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
     runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
     backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
     peak = peak_of(runtime.get("name", ""))
-    out = []
+    saved, out = Checkpoints(checkpoints), []
     for number, row in enumerate(rows):
+        if (done := saved.get(row)) is not None:
+            out.append(done)
+            if progress:
+                progress(number + 1, len(rows))
+            continue
         index = None if row["solution"] == DEFAULT else int(row["solution"].rsplit("_", 1)[1])
         times = backend.measure_pair(row["problem"], index, rounds)
         baseline = Stats.of(times["baseline"])
@@ -176,7 +212,7 @@ def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
         if tuned and baseline.median / tuned.median >= 1 + margin:
             again = backend.measure_pair(row["problem"], index, rounds)
             confirm = {name: Stats.of(values).to_json() for name, values in again.items()}
-        out.append(measured_row(row, baseline, tuned, confirm, peak=peak))
+        out.append(saved.put(row, measured_row(row, baseline, tuned, confirm, peak=peak)))
         if progress:
             progress(number + 1, len(rows))
     device = {"name": runtime.get("name", "unknown"), "arch": runtime.get("arch"), "tool": backend.bench,
@@ -242,10 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runtime = run_dir / "bench" / "runtime.json"
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
-    data = (measure_with_bench if with_bench else measure)(run_dir, args.gpu, args.rounds, args.margin, progress)
+    data = (measure_with_bench if with_bench else measure)(run_dir, args.gpu, args.rounds, args.margin, progress,
+                                                            out / "rows")
     measured = {"meta": data[0], "rows": data[1:]}
     if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
-        torch_data = measure(run_dir, args.gpu, args.rounds, args.margin)
+        torch_data = measure(run_dir, args.gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop")
         measured["tunableop_ab"] = {"meta": torch_data[0], "rows": torch_data[1:]}
     atomic_write_json(out / MEASUREMENTS, measured)
     return 0

@@ -1,0 +1,109 @@
+"""The per-fingerprint cache of tuned problems, shared by every run of a workdir.
+
+``<workdir>/cache/tuned/<fingerprint>/problems/<id>.json`` holds one Bench result per problem, exactly as
+Bench writes it, and ``stack.json`` the facts it was tuned under. A run takes what its fingerprint's cache
+holds instead of tuning again, and hands its new results back. After a library upgrade (a new fingerprint
+on the same device with the same settings), the newest older cache gives each problem its previous winner,
+which Bench re-times first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..atomic import atomic_write_json, atomic_write_text
+from ..backends.base import DEFAULT, ProblemResult
+from ..problem import GemmProblem
+from .bench import RUNTIME, pending, result_path
+from .fingerprint import STAMP, Stack, stamped
+
+TUNED = Path("cache") / "tuned"
+
+
+def cache_dir(workdir: Path, fp: str) -> Path:
+    return Path(workdir).absolute() / TUNED / fp
+
+
+def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
+    """Copy the cached result of every problem that has none in ``out_dir`` (and the backend's runtime
+    record, which a run with nothing left to tune would not write); returns how many."""
+    if (cache / RUNTIME).exists() and not (out_dir / RUNTIME).exists():
+        atomic_write_text(out_dir / RUNTIME, (cache / RUNTIME).read_text())
+    count = 0
+    for problem in problems:
+        source, target = result_path(cache, problem), result_path(out_dir, problem)
+        if source.exists() and not target.exists():
+            data = json.loads(source.read_text())
+            data["origin"] = f"cache {cache.name}" + (f" ({data['origin']})" if data.get("origin") else "")
+            atomic_write_json(target, data)
+            count += 1
+    return count
+
+
+def open_cache(workdir: Path, fp: str, facts: dict, settings: dict) -> Path:
+    """This fingerprint's cache directory, its stamp naming the facts and settings (touched: newest first)."""
+    cache = cache_dir(workdir, fp)
+    if not (cache / STAMP).exists():
+        atomic_write_json(cache / STAMP, {"fingerprint": fp, "stack": facts, "settings": settings})
+    os.utime(cache / STAMP)
+    return cache
+
+
+def store(problems: Sequence[GemmProblem], out_dir: Path, cache: Path) -> int:
+    """Hand the clean results of ``out_dir`` to the cache (an entry already there stays); returns how many."""
+    if (out_dir / RUNTIME).exists() and not (cache / RUNTIME).exists():
+        atomic_write_text(cache / RUNTIME, (out_dir / RUNTIME).read_text())
+    count = 0
+    for problem in problems:
+        source, target = result_path(out_dir, problem), result_path(cache, problem)
+        if source.exists() and not target.exists():
+            result = json.loads(source.read_text())
+            if not result.get("errors") and not result.get("skipped"):
+                atomic_write_text(target, source.read_text())
+                count += 1
+    return count
+
+
+def same_device(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("platform", "gpu", "arch", "sm_count"))
+
+
+def previous_results(workdir: Path, fp: str, facts: dict, settings: dict,
+                     problems: Sequence[GemmProblem]) -> tuple[str | None, dict[str, dict]]:
+    """The newest other cache of the same device and settings, and its non-Default winners among
+    ``problems`` (by problem id), to be re-timed under the new stack."""
+    root = Path(workdir).absolute() / TUNED
+    older = []
+    for stamp in root.glob(f"*/{STAMP}"):
+        data = json.loads(stamp.read_text())
+        if stamp.parent.name != fp and same_device(data.get("stack", {}), facts) \
+                and data.get("settings") == settings:
+            older.append((stamp.stat().st_mtime_ns, stamp.parent))
+    if not older:
+        return None, {}
+    _, newest = max(older)
+    found = {}
+    for problem in problems:
+        path = result_path(newest, problem)
+        if path.exists():
+            result = ProblemResult.from_json(json.loads(path.read_text()))
+            if result.winner != DEFAULT and result.winner_config and not result.errors:
+                found[path.stem] = result.to_json()
+    return stamped(newest) or newest.name, found
+
+
+def tune_through_cache(problems: Sequence[GemmProblem], out_dir: Path, workdir: Path, stack: Stack,
+                       tune_pending: Callable[[dict[str, dict], str | None], None]) -> dict:
+    """Bench through the cache: take this fingerprint's cached results, have ``tune_pending(previous,
+    previous_fp)`` tune the rest (re-timing the previous stack's winners first), hand new results back."""
+    cache = open_cache(workdir, stack.fingerprint, stack.facts, stack.settings)
+    restored = restore(problems, cache, out_dir)
+    previous_fp, previous = previous_results(workdir, stack.fingerprint, stack.facts, stack.settings,
+                                             pending(problems, out_dir))
+    tune_pending(previous, previous_fp)
+    stored = store(problems, out_dir, cache)
+    return {"cache": str(cache), "restored": restored, "previous_fingerprint": previous_fp,
+            "previous_winners": len(previous), "stored": stored}

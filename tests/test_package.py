@@ -1,0 +1,112 @@
+"""The ship package: dist/<fingerprint>/ with what an image needs, and only rows the target torch can load."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, unknown_solution, write_file
+from pipeline.stages.fingerprint import Stack
+from pipeline.stages.package import write_package
+
+from . import logic_factory
+from .test_stack import _run
+
+CUBLASLT = "Gemm_Cublaslt_id_21_tile_18_stages_21_splitk_1_red_0_swizzle_0_custom_0"
+
+
+def _bundle(run: Path, validators: dict, solutions: list[str], tensile_logic: bool = False) -> Path:
+    bundle = run / "bundle"
+    (bundle / "logic").mkdir(parents=True)
+    entries = [TunableOpEntry.from_problem(parse_key("GemmTunableOp_BFloat16_TN", f"tn_{4096 + i}_8_4096_ld_4096_"
+                                                     f"4096_{4096 + i}"), s, 0.01) for i, s in enumerate(solutions)]
+    write_file(bundle / "tunableop_results.csv", validators, entries)
+    if tensile_logic:
+        logic_factory.write(bundle / "logic", "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml",
+                            logic_factory.logic([[[4096, 8, 1, 4096], [0, 100.0]]], [logic_factory.solution(128)]))
+    (bundle / "manifest.json").write_text(json.dumps({"rows": len(entries), "weighted_gemm_speedup": 1.05}))
+    return run
+
+
+STACK = Stack("cuda-sm90-0123456789ab", {"platform": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "arch": "sm90",
+                                         "torch": "2.11.0+cu130", "cuda": "13.0", "sm_count": 132},
+              {"backend": "cublaslt"})
+
+
+@pytest.mark.parametrize(("solution", "platform", "torch", "known"), [
+    ("Default", "cuda", "2.11.0", True), (CUBLASLT, "cuda", "2.13.1", False), (CUBLASLT, "cuda", "2.14.0", True),
+    ("Gemm_Hipblaslt_572", "rocm", "2.7.0", True), ("Gemm_Hipblaslt_TN_572", "rocm", "2.6.0", True),
+    ("Gemm_Hipblaslt_TN_572", "rocm", "2.11.0", False), ("Gemm_Rocblas_-61", "rocm", "2.11.0", True),
+    ("Gemm_Hipblaslt_572", "cuda", "2.14.0", False), (CUBLASLT, "rocm", "2.14.0", False)])
+def test_which_solutions_a_torch_can_dispatch(solution, platform, torch, known):
+    assert (unknown_solution(solution, platform, torch) is None) == known
+
+
+def test_a_cuda_package_for_torch_before_2_14_leaves_out_what_it_cannot_dispatch(tmp_path):
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0"}, [CUBLASLT, CUBLASLT.replace("21", "6", 1)])
+    manifest = write_package(run, tmp_path / "dist", STACK, devices=2)
+    out = tmp_path / "dist" / STACK.fingerprint
+    assert read_file(out / "tunableop_results.csv").entries == [] and manifest["serves"]["tunableop_rows"] == 0
+    assert len(manifest["unservable"]) == 2 and "2.14" in manifest["unservable"][0]["why"]
+    env = (out / "env.sh").read_text()
+    assert "PYTORCH_TUNABLEOP_ENABLED" not in env and "TunableOp stays off" in env
+    assert "ENV" not in (out / "Dockerfile").read_text().split("final stage")[1]
+    assert "Serves torch 2.11.0" in (out / "README.md").read_text()
+
+
+def test_a_package_lists_every_file_with_its_hash_and_serves_its_torch_exactly(tmp_path):
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.14.0"}, [CUBLASLT])
+    manifest = write_package(run, tmp_path / "dist", STACK, devices=3)
+    out = tmp_path / "dist" / STACK.fingerprint
+    assert manifest["serves"] == {**manifest["serves"], "torch": "2.14.0", "tunableop_rows": 1, "platform": "cuda"}
+    on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert set(manifest["files"]) == on_disk
+    assert all(hashlib.sha256((out / f).read_bytes()).hexdigest() == h for f, h in manifest["files"].items())
+    assert [(out / f"tunableop_results{i}.csv").read_text() for i in range(3)] == \
+        [(out / "tunableop_results.csv").read_text()] * 3
+    env = (out / "env.sh").read_text()
+    install = f"/opt/gemm-tune/{STACK.fingerprint}"
+    assert f'GEMM_TUNE_PACKAGE="${{GEMM_TUNE_PACKAGE:-{install}}}"' in env and '= "2.14.0" ]' in env
+    assert subprocess.run(["sh", "-n", str(out / "env.sh")]).returncode == 0
+    fake_python = tmp_path / "bin"
+    fake_python.mkdir()
+    for version, applied in (("2.14.0", True), ("2.15.0", False)):
+        (fake_python / "python3").write_text(f"#!/bin/sh\necho {version}+cu130\n")
+        (fake_python / "python3").chmod(0o755)
+        shell = f'PATH={fake_python}:$PATH; . {out / "env.sh"}; echo "[$PYTORCH_TUNABLEOP_FILENAME]"'
+        proc = subprocess.run(["sh", "-c", shell], capture_output=True, text=True)
+        assert (f"[{install}/tunableop_results%d.csv]" in proc.stdout) == applied, proc.stdout + proc.stderr
+        assert applied or "serves torch 2.14.0; found 2.15.0" in proc.stderr
+    docker = (out / "Dockerfile").read_text()
+    assert f"PYTORCH_TUNABLEOP_FILENAME={install}/tunableop_results%d.csv" in docker
+    assert "TensileCreateLibrary" not in docker
+
+
+def test_tensile_logic_gets_a_compile_stage_and_the_library_path(tmp_path):
+    rocm = Stack("rocm-gfx942-0123456789ab", {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-",
+                                              "hipblaslt": "100300", "hipblaslt_git": "abc"}, {"backend": "tensile"})
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0", "HIP_VERSION": "70051831"}, ["Default"],
+                  tensile_logic=True)
+    manifest = write_package(run, tmp_path / "dist", rocm, devices=1)
+    docker = (tmp_path / "dist" / rocm.fingerprint / "Dockerfile").read_text()
+    assert manifest["compile_logic"] and "--architecture=gfx942 " in docker
+    assert "/gemm-tune/logic /gemm-tune/build HIP" in docker
+    assert f"HIPBLASLT_TENSILE_LIBPATH=/opt/gemm-tune/{rocm.fingerprint}/library" in docker
+
+
+def test_the_package_task_ships_the_amd_run_and_publishes_its_logic(tmp_path):
+    _run(tmp_path, "night", "", "Package", "--dist", str(tmp_path / "dist"), "--publish",
+         "--publish-dir", str(tmp_path / "repo-logic"))
+    record = json.loads((tmp_path / "w" / "night" / "package" / "package.json").read_text())
+    out = Path(record["package"])
+    assert out.parent == tmp_path / "dist" and out.name.startswith("rocm-gfx942-")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stack"]["hipblaslt_git"] == "de5c1aebb6-dirty" and manifest["serves"]["platform"] == "rocm"
+    assert manifest["serves"]["tunableop_rows"] == len(read_file(out / "tunableop_results.csv").entries) > 0
+    assert "HIPBLASLT_TUNING_OVERRIDE_FILE" in manifest["environment"] and (out / "hipblaslt_override.txt").exists()
+    published = sorted(p.name for p in (tmp_path / "repo-logic" / out.name).iterdir())
+    assert published == sorted(p.name for p in (out / "logic").iterdir()) and published

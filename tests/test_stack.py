@@ -1,0 +1,129 @@
+"""Runs keyed by the stack fingerprint: no-op reruns, the per-fingerprint cache, re-timing after a library
+upgrade and the drift report, on CPU with the hipblaslt backend against the bench double."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipeline.stages import fingerprint as fpmod
+from pipeline.stages.tuned_cache import TUNED
+
+from .conftest import FIXTURES
+
+DOUBLE = str(Path(__file__).parent / "doubles" / "hipblaslt-bench")
+UNTUNED = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
+TARGET = FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"
+
+
+def _run(tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str
+         ) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler",
+               "--workdir", str(tmp_path / "w"), "--run-name", run, "--untuned", str(UNTUNED),
+               "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
+               "--validate-rounds", "3", *extra]
+    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_FORMAT": "rl",
+           "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
+           "HIPBLASLT_DOUBLE_BUILD": build}
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _bench_runs(tmp_path: Path) -> list[list[str]]:
+    log = tmp_path / "bench.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _summary(tmp_path: Path, run: str) -> dict:
+    return json.loads((tmp_path / "w" / run / "bench" / "summary.json").read_text())
+
+
+def test_the_fingerprint_follows_the_stack_and_the_settings():
+    facts = {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-", "torch": "2.11.0", "hipblaslt": "100200"}
+    base = fpmod.fingerprint(facts, {"backend": "hipblaslt"})
+    assert base.startswith("rocm-gfx942-") and base == fpmod.fingerprint(dict(facts), {"backend": "hipblaslt"})
+    assert fpmod.fingerprint({**facts, "hipblaslt": "100300"}, {"backend": "hipblaslt"}) != base
+    assert fpmod.fingerprint(facts, {"backend": "hipblaslt", "margin": 0.03}) != base
+    assert fpmod.fingerprint({**facts, "probed_at": "ignored"}, {"backend": "hipblaslt"}) == base
+
+
+def test_the_cheap_signature_sees_the_tool_and_the_environment(tmp_path, monkeypatch):
+    tool = tmp_path / "bench"
+    tool.write_text("one")
+    first = fpmod.signature(str(tool))
+    assert fpmod.signature(str(tool)) == first
+    tool.write_text("a new build")
+    assert fpmod.signature(str(tool)) != first
+    second = fpmod.signature(str(tool))
+    monkeypatch.setenv("HIPBLASLT_TENSILE_LIBPATH", "/opt/other")
+    assert fpmod.signature(str(tool)) != second
+
+
+def test_claim_moves_another_stacks_directory_aside(tmp_path):
+    stage = tmp_path / "bench"
+    fpmod.claim(stage, "cuda-sm90-aaa")
+    (stage / "summary.json").write_text("{}")
+    fpmod.claim(stage, "cuda-sm90-aaa")
+    assert (stage / "summary.json").exists(), "the same stack keeps its outputs"
+    fpmod.claim(stage, "cuda-sm90-bbb")
+    assert not (stage / "summary.json").exists() and fpmod.stamped(stage) == "cuda-sm90-bbb"
+    assert (tmp_path / "bench.cuda-sm90-aaa" / "summary.json").exists()
+
+
+def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(tmp_path):
+    _run(tmp_path, "night1")
+    first = _summary(tmp_path, "night1")
+    assert first["origin"]["tuned"] == first["problems"] == 12
+    searches = sum("all" in argv for argv in _bench_runs(tmp_path))
+    assert searches == 12
+
+    # the same stack, the same shapes: Luigi finds everything complete and nothing runs
+    calls = len(_bench_runs(tmp_path))
+    start = time.monotonic()
+    proc = _run(tmp_path, "night1")
+    print(f"no-op rerun: {time.monotonic() - start:.2f} s")
+    assert len(_bench_runs(tmp_path)) == calls, "a no-op rerun ran the bench"
+    assert "complete ones were encountered" in proc.stderr + proc.stdout and "ran successfully" not in \
+        proc.stderr + proc.stdout
+
+    # a new run of the same stack takes every tuned problem from the fingerprint's cache
+    _run(tmp_path, "night2")
+    second = _summary(tmp_path, "night2")
+    assert second["origin"]["cache"] == 12 and sum("all" in a for a in _bench_runs(tmp_path)) == searches
+    caches = sorted(p.name for p in (tmp_path / "w" / TUNED).iterdir())
+    assert len(caches) == 1 and caches[0].startswith("rocm-gfx942-")
+
+    # a library upgrade: a new fingerprint; previous winners are re-timed first, kept or retuned
+    _run(tmp_path, "night3", build="7.1")
+    third = _summary(tmp_path, "night3")
+    results = {r["problem"]["m"]: r for r in json.loads((tmp_path / "w" / "night3" / "bench" /
+                                                           "results.json").read_text())}
+    winners_before = [r for r in json.loads((tmp_path / "w" / "night1" / "bench" / "results.json").read_text())
+                      if r["winner"] != "Default"]
+    assert winners_before, "the double's first build has winners to re-time"
+    assert third["origin"]["retimed"] + third["origin"]["retuned"] == len(winners_before)
+    assert third["origin"]["tuned"] == 12 - len(winners_before)
+    assert len(list((tmp_path / "w" / TUNED).iterdir())) == 2
+    for r in results.values():
+        if r["origin"].startswith("retimed"):
+            assert r["winner"] != "Default" and r["speedup"] >= 1.02
+    runs = _bench_runs(tmp_path)
+    assert any("index" in argv for argv in runs)
+    summary = json.loads((tmp_path / "w" / "night3" / "report" / "summary.json").read_text())
+    drift = summary["drift"]
+    assert drift["previous_run"] == "night2" and drift["previous_fingerprint"] != drift["fingerprint"]
+    assert drift["new_shapes"] == drift["gone_shapes"] == []
+    assert "Drift against the previous run" in (tmp_path / "w" / "night3" / "report" / "report.md").read_text()
+
+    # the same run name under a new stack: its stack-bound stages are moved aside and redone
+    _run(tmp_path, "night1", build="7.1")
+    night1 = tmp_path / "w" / "night1"
+    assert fpmod.stamped(night1 / "bench") == summary["fingerprint"]
+    aside = [p for p in night1.iterdir() if p.name.startswith("bench.")]
+    assert [p.name for p in aside] == [f"bench.{caches[0]}"] and fpmod.stamped(aside[0]) == caches[0]
+    assert _summary(tmp_path, "night1")["origin"]["cache"] == 12
