@@ -127,3 +127,36 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     aside = [p for p in night1.iterdir() if p.name.startswith("bench.")]
     assert [p.name for p in aside] == [f"bench.{caches[0]}"] and fpmod.stamped(aside[0]) == caches[0]
     assert _summary(tmp_path, "night1")["origin"]["cache"] == 12
+
+
+def _drift_run(root, name: str, fp: str, kept: list[str], speedups: dict[str, float]):
+    run = root / name
+    for stage in ("validate", "shapes"):
+        (run / stage).mkdir(parents=True)
+    (run / "validate" / fpmod.STAMP).write_text(json.dumps({"fingerprint": fp}))
+    rows = []
+    for key, x in speedups.items():
+        stat = {"median_us": 10.0 * x, "p25_us": 10.0 * x, "p75_us": 10.0 * x}
+        rows.append({"key": key, "solution": "Gemm_Hipblaslt_7", "op": "gemm", "m": 1, "n": 2, "k": 3,
+                     "baseline": stat, "tuned": {**stat, "median_us": 10.0, "p25_us": 10.0, "p75_us": 10.0}})
+    (run / "validate" / "measurements.json").write_text(json.dumps({"rows": rows}))
+    (run / "validate" / "gate.json").write_text(json.dumps(
+        {"kept": kept, "dropped": [{"key": k, "reason": "x1.010 does not beat the margin"}
+                                   for k in speedups if k not in kept]}))
+    (run / "shapes" / "shapes.json").write_text(json.dumps(
+        [{"op_signature": k.split(",")[0], "params_signature": k.split(",")[1]} for k in speedups]))
+    return run
+
+
+def test_drift_names_what_changed_and_why_a_row_was_dropped(tmp_path):
+    from pipeline.stages.drift import compare
+
+    a, b, c = "GemmTunableOp_Half_TN,tn_1_2_3_ld_3_3_1", "GemmTunableOp_Half_TN,tn_4_2_3_ld_3_3_4", \
+        "GemmTunableOp_Half_TN,tn_5_2_3_ld_3_3_5"
+    before = _drift_run(tmp_path, "night1", "fp1", [a, b], {a: 1.20, b: 1.10})
+    same = compare(_drift_run(tmp_path, "night2", "fp1", [a], {a: 1.05, b: 1.01, c: 1.0}), before)
+    assert [d["key"] for d in same["speedups_shrank"]] == [a] and same["new_shapes"] == [c]
+    assert [d["key"] for d in same["dropped"]] == [b] and "same stack" in same["dropped"][0]["why"]
+    upgraded = compare(_drift_run(tmp_path, "night3", "fp2", [a], {a: 1.19, b: 1.0}), before)
+    assert upgraded["speedups_shrank"] == [] and "library caught up" in upgraded["dropped"][0]["why"]
+    assert compare(_drift_run(tmp_path, "night4", "fp2", [], {a: 1.0}), before)["gone_shapes"] == [b]

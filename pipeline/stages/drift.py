@@ -3,8 +3,9 @@
 The previous run is the newest other run directory of the workdir that ran the same workload (the same
 collection command, or no collection for both) and reached a report. Compared: the shapes recorded, the
 winner of every GEMM both runs kept, and the speedups: a row kept before and not now is dropped because
-the library caught up with it (its default got as fast); a row kept by both whose speedup fell by more
-than the noise shrank.
+the library caught up with it (its default got as fast) when the stack changed, or, on the same stack, that
+this run's measurement did not confirm it (the gate's reason is given); a row kept by both whose speedup
+fell by more than the noise shrank.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ def previous_run(run_dir: Path) -> Path | None:
 
 def _rows(run_dir: Path) -> dict[str, dict]:
     measured = _json(run_dir / "validate" / "measurements.json") or {"rows": []}
-    kept = set((_json(run_dir / "validate" / "gate.json") or {}).get("kept", []))
+    gate = _json(run_dir / "validate" / "gate.json") or {}
+    kept, reasons = set(gate.get("kept", [])), {d["key"]: d["reason"] for d in gate.get("dropped", [])}
     return {r["key"]: {"solution": r["solution"], "speedup": speedup(r), "noise": noise(r), "kept": r["key"] in kept,
-                       "label": f"{r['op']} {r['m']}x{r['n']}x{r['k']}"} for r in measured["rows"]}
+                       "reason": reasons.get(r["key"], ""), "label": f"{r['op']} {r['m']}x{r['n']}x{r['k']}"}
+            for r in measured["rows"]}
 
 
 def _shapes(run_dir: Path) -> set[str]:
@@ -57,6 +60,7 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
     now, before = _rows(Path(run_dir)), _rows(previous)
     shapes_now, shapes_before = _shapes(Path(run_dir)), _shapes(previous)
     changed, shrank, dropped = [], [], []
+    upgraded = stamped(Path(run_dir) / "validate") != stamped(previous / "validate")
     for key, row in sorted(now.items()):
         old = before.get(key)
         if old is None or not old["kept"]:
@@ -64,7 +68,9 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
         entry = {"key": key, "label": row["label"], "before": old["solution"], "after": row["solution"],
                  "speedup_before": old["speedup"], "speedup_after": row["speedup"] if row["kept"] else 1.0}
         if not row["kept"]:
-            dropped.append({**entry, "why": "the library caught up: the default is as fast now, the row is dropped"})
+            why = ("the library caught up: under the new stack the default is as fast, the row is dropped"
+                   if upgraded else f"not kept this run, same stack (noise or the gate): {row['reason']}")
+            dropped.append({**entry, "why": why})
         elif row["solution"] != old["solution"]:
             changed.append(entry)
         if row["kept"] and row["speedup"] < old["speedup"] - max(SHRINK, row["noise"], old["noise"]):
@@ -83,5 +89,4 @@ def lines(drift: dict) -> list[str]:
              else f"stack {drift['previous_fingerprint']} -> {drift['fingerprint']}")
     return [f"against {drift['previous_run']} ({stack}): {len(drift['new_shapes'])} new shapes, "
             f"{len(drift['gone_shapes'])} gone, {len(drift['winners_changed'])} winners changed, "
-            f"{len(drift['speedups_shrank'])} speedups shrank, {len(drift['dropped'])} rows dropped "
-            "(library caught up)"]
+            f"{len(drift['speedups_shrank'])} speedups shrank, {len(drift['dropped'])} rows kept before and dropped now"]

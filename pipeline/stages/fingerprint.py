@@ -185,7 +185,7 @@ def probe_here(bench: str | None = None) -> dict:
             props = torch.cuda.get_device_properties(0)
             facts.update(platform="rocm" if facts["hip"] else "cuda", gpu=props.name,
                          gpu_count=torch.cuda.device_count(), sm_count=props.multi_processor_count,
-                         arch=getattr(props, "gcnArchName", None) or f"sm{props.major}{props.minor}")
+                         arch=props.gcnArchName if facts["hip"] else f"sm{props.major}{props.minor}")
             x = torch.ones(64, 64, device="cuda", dtype=torch.float16)
             torch.nn.functional.linear(x, x, torch.ones(64, device="cuda", dtype=torch.float16))  # loads cuBLASLt
             torch.cuda.synchronize()
