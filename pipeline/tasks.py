@@ -225,7 +225,7 @@ class Bench(StackBound):
         if self.backend in ("hipblaslt", "tensile"):
             return {"bench": find_bench(self.hipblaslt_bench or None)}
         if self.backend in bench.BACKENDS:
-            bench.backend_class(self.backend)  # its import needs what the backend needs (nvmath, torch)
+            bench.check_backend(self.backend)
         if self.backend == "tunableop":
             return {"iterations": self.tunableop_iterations, "duration_ms": self.tunableop_duration_ms,
                     "rotating_mb": self.tunableop_rotating_mb, "numerical_check": self.tunableop_numerical_check}

@@ -62,6 +62,7 @@ class ProblemResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per search phase
     skipped: str | None = None
     origin: str = ""  # how the result came: "" tuned here, "cache <fp>", "retimed ...", "retuned ..."
+    timeline: dict = field(default_factory=dict)  # where and when it was tuned: gpu, pid, start, end (epoch s)
 
     @property
     def speedup(self) -> float | None:
@@ -105,7 +106,7 @@ def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettin
         if reason:
             yield ProblemResult(problem, skipped=reason)
             continue
-        start = time.monotonic()
+        start, wall = time.monotonic(), time.time()
         result, why = None, ""
         prior = (previous or {}).get(problem)
         if prior is not None and hasattr(backend, "retime"):
@@ -127,4 +128,5 @@ def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettin
             if prior is not None:
                 result.origin = f"retuned: the {previous_from} winner {prior.winner} no longer wins ({why})"
         result.tuning_s = time.monotonic() - start
+        result.timeline = {"start": wall, "end": wall + result.tuning_s}
         yield result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -39,13 +40,18 @@ TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite)
 RUNTIME = "runtime.json"
 
 
-def backend_class(backend: str) -> type:
-    """The class registered for ``backend`` (``BACKENDS``), imported; ``ToolMissing`` says what it lacks."""
-    module, _, name = BACKENDS.get(backend, backend).partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as err:
-        raise ToolMissing(f"--backend {backend} cannot load: {err}") from err
+NEEDS = {"pipeline.backends.cublaslt": (("torch", "torch"), ("nvmath", "nvmath-python")),
+         "pipeline.backends.tunableop": (("torch", "torch"),)}  # backend module: (module, distribution) it needs
+
+
+def check_backend(backend: str) -> None:
+    """Raise ``ToolMissing`` naming what ``backend``'s workers need and this Python lacks. Found, not imported:
+    the scheduler process never pays for torch (the workers do, and report a broken install themselves)."""
+    needs = NEEDS.get(BACKENDS.get(backend, backend).partition(":")[0], ())
+    missing = [dist for module, dist in needs if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ToolMissing(f"--backend {backend} needs {' and '.join(missing)}, not installed for {sys.executable}: "
+                          "pip install -e '.[cuda]' (NVIDIA) or '.[rocm]' with a ROCm torch (AMD)")
 
 
 def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
@@ -102,31 +108,31 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
                backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None,
                backend_options: dict | None = None, previous: dict[str, dict] | None = None,
                previous_from: str | None = None, name: str = "shard") -> None:
-    """Tune every problem without a result yet: one worker process per shard, as many shards as GPUs.
-    ``backend_options`` are the backend's constructor arguments besides the GPU (e.g. ``bench``);
-    ``previous`` the winners (by problem id) of stack ``previous_from`` to re-time first; ``name`` prefixes
-    the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
+    """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
+    costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
+    and no GPU idles while another has a backlog). ``backend_options`` are the backend's constructor
+    arguments besides the GPU (e.g. ``bench``); ``previous`` the winners (by problem id) of stack
+    ``previous_from`` to re-time first; ``name`` prefixes the worker files under ``shards/`` (concurrent
+    callers on one directory use their own)."""
     out_dir = Path(out_dir).absolute()
-    todo = pending(problems, out_dir)
-    shards = shard(todo, len(gpus))
+    todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
+    queue = out_dir / "shards" / f"{name}queue.json"
+    atomic_write_json(queue, {"problems": [p.to_dict() for p in todo], "settings": asdict(settings),
+                              "backend": BACKENDS.get(backend, backend), "backend_options": backend_options or {},
+                              "previous": {problem_id(p): (previous or {})[problem_id(p)]
+                                           for p in todo if problem_id(p) in (previous or {})},
+                              "previous_from": previous_from})
     workers = []
-    for index, problems_of_shard in enumerate(shards):
-        shard_file = out_dir / "shards" / f"{name}{index}.json"
-        atomic_write_json(shard_file, {"problems": [p.to_dict() for p in problems_of_shard],
-                                       "settings": asdict(settings), "backend": BACKENDS.get(backend, backend),
-                                       "backend_options": backend_options or {},
-                                       "previous": {problem_id(p): (previous or {})[problem_id(p)]
-                                                    for p in problems_of_shard if problem_id(p) in (previous or {})},
-                                       "previous_from": previous_from})
+    for index in range(min(len(gpus), len(todo))):
         log = (out_dir / "shards" / f"{name}{index}.log").open("w")
-        argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard_file), str(out_dir),
-                "--gpus", ",".join(map(str, gpus))]
+        argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(queue), str(out_dir),
+                "--gpus", ",".join(map(str, gpus)), "--name", f"{name}{index}"]
         workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                                 env=with_package_on_path(os.environ)), log))
     while any(proc.poll() is None for _, proc, _ in workers):
         if progress:
             progress(len(problems) - len(pending(problems, out_dir)), len(problems))
-        time.sleep(1.0)
+        time.sleep(0.2)
     failed = []
     for index, proc, log in workers:
         log.close()

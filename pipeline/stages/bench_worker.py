@@ -1,21 +1,26 @@
-"""One Bench worker: claim a free GPU, tune a shard's problems, write each result as it finishes.
+"""One Bench worker: claim a free GPU, then take problems from the shared queue one at a time (each under a
+lock of its own, ``claims/<id>.lock``), write each result as it finishes.
 
-    python -m pipeline.stages bench-worker SHARD.json OUT_DIR --gpus 0,1
+    python -m pipeline.stages bench-worker QUEUE.json OUT_DIR --gpus 0,1 --name shard0
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib
 import json
-from collections.abc import Sequence
+import os
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..atomic import atomic_write_json
 from ..backends.base import ProblemResult, TuneSettings, tune
 from ..backends.slots import gpu_slot, lock_dir
 from ..problem import GemmProblem
-from .bench import RUNTIME, pending, result_path
+from .bench import RUNTIME, pending, problem_id, result_path
 
 
 def load_backend(path: str, gpu: int, options: dict | None = None):
@@ -23,11 +28,26 @@ def load_backend(path: str, gpu: int, options: dict | None = None):
     return getattr(importlib.import_module(module), name)(gpu, **(options or {}))
 
 
+@contextlib.contextmanager
+def claimed_problem(out_dir: Path, problem: GemmProblem) -> Iterator[bool]:
+    """Hold ``claims/<id>.lock`` for the block if no other worker holds it (yields False then)."""
+    path = out_dir / "claims" / f"{problem_id(problem)}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("shard")
     parser.add_argument("out_dir")
     parser.add_argument("--gpus", default="0")
+    parser.add_argument("--name", default="shard0", help="this worker's files under shards/")
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.shard).read_text())
     out_dir = Path(args.out_dir)
@@ -37,16 +57,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     for data in spec.get("previous", {}).values():
         result = ProblemResult.from_json(data)
         previous[result.problem] = result
+    spawned = time.time()
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
+        claimed = time.time()
         backend = load_backend(spec["backend"], gpu, spec.get("backend_options"))
         runtime = getattr(backend, "runtime", lambda: {})()
         if runtime:
             atomic_write_json(out_dir / RUNTIME, runtime)
-        for result in tune(backend, problems, settings, previous, spec.get("previous_from") or ""):
-            atomic_write_json(result_path(out_dir, result.problem), result.to_json())
-            speed = f" x{result.speedup:.3f}" if result.speedup else ""
-            status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
-            print(f"{result.problem.op} {result.problem.m}x{result.problem.n}x{result.problem.k}: {status}",
-                  flush=True)
+        ready, tuned = time.time(), 0
+        for problem in problems:
+            with claimed_problem(out_dir, problem) as mine:
+                if not mine or result_path(out_dir, problem).exists():
+                    continue
+                for result in tune(backend, [problem], settings, previous, spec.get("previous_from") or ""):
+                    result.timeline.update(gpu=gpu, pid=os.getpid())
+                    atomic_write_json(result_path(out_dir, result.problem), result.to_json())
+                    tuned += 1
+                    speed = f" x{result.speedup:.3f}" if result.speedup else ""
+                    status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
+                    print(f"{result.problem.op} {result.problem.m}x{result.problem.n}x{result.problem.k}: {status}",
+                          flush=True)
+    atomic_write_json(Path(args.shard).with_name(f"{args.name}.timeline.json"), {
+        "gpu": gpu, "pid": os.getpid(), "problems": tuned, "spawned": spawned, "slot_claimed": claimed,
+        "backend_ready": ready, "done": time.time()})
     return 0
 

@@ -89,4 +89,5 @@ def lines(drift: dict) -> list[str]:
              else f"stack {drift['previous_fingerprint']} -> {drift['fingerprint']}")
     return [f"against {drift['previous_run']} ({stack}): {len(drift['new_shapes'])} new shapes, "
             f"{len(drift['gone_shapes'])} gone, {len(drift['winners_changed'])} winners changed, "
-            f"{len(drift['speedups_shrank'])} speedups shrank, {len(drift['dropped'])} rows kept before and dropped now"]
+            f"{len(drift['speedups_shrank'])} speedups shrank, "
+            f"{len(drift['dropped'])} rows kept before and dropped now"]
