@@ -69,13 +69,14 @@ def _nightly(args: argparse.Namespace) -> int:
     from .stages import nightly
 
     workdir = Path(args.workdir)
+    task = "Package" if args.package else "TuneWorkload"
     if args.print_units:
-        for name, text in nightly.units(workdir, args.luigi_args, args.at).items():
+        for name, text in nightly.units(workdir, ["--package"] * args.package + args.luigi_args, args.at).items():
             print(f"==> {name} <==\n{text}")
         return 0
     try:
         with nightly.workdir_lock(workdir.absolute(), args.wait, sys.argv):
-            succeeded, errors = _run_tune_workload(["--workdir", str(workdir.absolute()), *args.luigi_args])
+            succeeded, errors = _run_tune_workload(["--workdir", str(workdir.absolute()), *args.luigi_args], task)
     except nightly.Locked as err:
         print(f"gemm-tune nightly: {err}", file=sys.stderr)
         return nightly.LOCKED
@@ -84,8 +85,9 @@ def _nightly(args: argparse.Namespace) -> int:
     return code
 
 
-def _run_tune_workload(params: Sequence[str]) -> tuple[bool, list[BaseException]]:
-    """TuneWorkload through Luigi's own command line, in process; the exceptions its tasks failed with."""
+def _run_tune_workload(params: Sequence[str], task: str = "TuneWorkload") -> tuple[bool, list[BaseException]]:
+    """``task`` (TuneWorkload, or Package after it) through Luigi's own command line, in process; the
+    exceptions its tasks failed with."""
     import luigi
 
     from . import tasks  # noqa: F401 (registers the tasks)
@@ -95,11 +97,11 @@ def _run_tune_workload(params: Sequence[str]) -> tuple[bool, list[BaseException]
     try:
         # the workdir lock guards the run; Luigi's pid lock (keyed on the command line) would refuse a second
         # run in one process
-        succeeded = luigi.run(["TuneWorkload", "--local-scheduler", "--no-lock", *params])
+        succeeded = luigi.run([task, "--local-scheduler", "--no-lock", *params])
     except SystemExit as stop:  # Luigi's own parser refused a parameter (it has said which)
         from .stages.nightly import BadArguments
 
-        return False, [BadArguments(f"TuneWorkload parameters {' '.join(params)} refused (exit {stop.code})")]
+        return False, [BadArguments(f"{task} parameters {' '.join(params)} refused (exit {stop.code})")]
     finally:
         luigi.Task._event_callbacks.get(luigi.Task, {}).get(luigi.Event.FAILURE, set()).discard(handler)
     return bool(succeeded), errors
@@ -172,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     night.add_argument("--print-units", action="store_true",
                        help="print a crontab line and a systemd service and timer for this command, run nothing")
     night.add_argument("--at", default="02:00", help="with --print-units: the time of day, HH:MM (default 02:00)")
+    night.add_argument("--package", action="store_true",
+                       help="end with the Package task: dist/<fingerprint>/ for the image (--dist DIR, --publish)")
     night.set_defaults(func=_nightly, luigi_args=[])
 
     rep = steps.add_parser("report", help="rebuild report.md, report.html, plots and summary.json of a run",

@@ -70,6 +70,17 @@ def test_nightly_exit_codes_against_the_bench_double(extra, code, tmp_path, monk
     assert f"gemm-tune nightly: exit {code}" in capsys.readouterr().out
 
 
+def test_nightly_package_ships_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
+    params = ["--untuned", str(UNTUNED), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
+              "--validators-from", str(TARGET), "--run-name", "night", "--dist", str(tmp_path / "dist")]
+    assert main(["nightly", "--package", "--workdir", str(tmp_path / "w"), *params]) == 0
+    (package,) = (tmp_path / "dist").iterdir()
+    assert (package / "manifest.json").exists() and (package / "env.sh").exists()
+    assert main(["nightly", "--print-units", "--package", "--workdir", str(tmp_path / "w"), *params]) == 0
+    assert f"nightly --workdir {tmp_path / 'w'} --package --untuned" in capsys.readouterr().out
+
+
 def test_a_second_run_on_a_held_workdir_exits_13(tmp_path, capsys):
     with nightly.workdir_lock(tmp_path / "w"):
         assert main(["nightly", "--workdir", str(tmp_path / "w"), "--untuned", str(UNTUNED)]) == 13
