@@ -164,6 +164,21 @@ def claim(stage_dir: Path, fp: str, facts: dict | None = None, create: bool = Tr
     return stage_dir
 
 
+def torch_build() -> dict | None:
+    """torch's version, CUDA and HIP versions, read from its ``version.py`` without importing torch (None:
+    no torch)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return None
+    found = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*'?([^'\n]*)'?", text, re.MULTILINE))
+    return {"torch": found.get("__version__"), "cuda": None if found.get("cuda") in (None, "None") else found["cuda"],
+            "hip": None if found.get("hip") in (None, "None") else found["hip"]}
+
+
 def _cublaslt_version() -> int | None:
     """cublasLtGetVersion() of the library torch loaded (found in this process's memory map)."""
     for line in Path("/proc/self/maps").read_text().splitlines():
@@ -175,10 +190,12 @@ def _cublaslt_version() -> int | None:
 def probe_here(bench: str | None = None) -> dict:
     """Probe in this process: torch and its GPU, its BLAS libraries, and hipblaslt-bench when given."""
     facts: dict = {"platform": "cpu", "torch": None, "driver": driver_version(), "gpu_count": 0}
-    try:
+    build = torch_build()
+    torch = None
+    if build is not None and (bench is None or build["hip"]):  # an AMD tool's stack is ROCm's: no CUDA torch
         import torch
-    except ImportError:
-        torch = None
+    elif build is not None:
+        facts.update(build)
     if torch is not None:
         facts.update(torch=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None))
         if torch.cuda.is_available():

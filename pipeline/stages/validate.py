@@ -289,10 +289,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def rocm_torch() -> bool:
-    """A ROCm build of torch that sees a GPU is importable here."""
-    try:
-        import torch
-    except ImportError:
+    """A ROCm build of torch that sees a GPU is importable here (a CUDA build is told from its version file,
+    without importing it)."""
+    from .fingerprint import torch_build
+
+    build = torch_build()
+    if build is None or not build["hip"]:
         return False
+    import torch
+
     return getattr(torch.version, "hip", None) is not None and torch.cuda.is_available()
 
