@@ -10,6 +10,10 @@
 ``workdir/<run>/validate/`` measurements.json, gate.json, e2e.json       (Validate)
 ``workdir/<run>/bundle/``   tunableop_results.csv, logic/, manifest.json   (Validate, when the gate passes)
 ``workdir/<run>/report/``   report.md, report.html, *.png, summary.json    (Validate)
+``workdir/<run>/package/``  package.json; the package itself in ``dist/<fingerprint>/``   (Package)
+
+``workdir/cache/stack/``    stack facts by cheap signature; ``workdir/cache/tuned/<fingerprint>/``: tuned
+problems shared by runs. Stages from Bench on stamp ``stack.json`` with the fingerprint they ran under.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import luigi
@@ -260,14 +265,20 @@ class Bench(StackBound):
                                  HipblasltBackend(self.gpu_indices("Bench")[0], options["bench"]), settings,
                                  progress=progress)
         else:
-            gpus = self.gpu_indices("Bench")
-
-            def tune_pending(previous: dict, previous_fp: str | None) -> None:
-                bench.run_shards(problems, out, gpus, settings, self.backend, progress, options, previous, previous_fp)
-
-            atomic_write_json(out / "cache.json", tuned_cache.tune_through_cache(
-                problems, out, Path(self.workdir), self.stack(), tune_pending))
+            atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
         bench.write_outputs(problems, out)
+
+    def tune_cached(self, problems: list, options: dict, progress: Callable[[int, int], None] | None = None,
+                    name: str = "shard") -> dict:
+        """Tune ``problems`` on this host's GPUs through the fingerprint's cache (``tuned_cache``)."""
+        gpus, settings = self.gpu_indices("Bench"), self.tune_settings()
+
+        def tune_pending(previous: dict, previous_fp: str | None) -> None:
+            bench.run_shards(problems, self.stage_dir("bench"), gpus, settings, self.backend, progress, options,
+                             previous, previous_fp, name=name)
+
+        return tuned_cache.tune_through_cache(problems, self.stage_dir("bench"), Path(self.workdir), self.stack(),
+                                              tune_pending)
 
 
 @inherits(Bench)
@@ -308,14 +319,7 @@ class BenchShard(StackBound):
     def run(self) -> None:
         parent = self.clone(Bench)
         problems = bench.plan_shard(Path(self.input().path), self.shard_index)
-        out, settings, options = self.stage_dir("bench"), parent.tune_settings(), parent.backend_options()
-        gpus = self.gpu_indices("BenchShard")
-
-        def tune_pending(previous: dict, previous_fp: str | None) -> None:
-            bench.run_shards(problems, out, gpus, settings, self.backend, None, options, previous, previous_fp,
-                             name=f"s{self.shard_index}of{self.shards}-")
-
-        done = tuned_cache.tune_through_cache(problems, out, Path(self.workdir), self.stack(), tune_pending)
+        done = parent.tune_cached(problems, parent.backend_options(), name=f"s{self.shard_index}of{self.shards}-")
         atomic_write_json(self.output().path, {**done, "host": socket.gethostname(), "pid": os.getpid(),
                                                "problems": [bench.problem_id(p) for p in problems]})
 

@@ -19,7 +19,11 @@ def _gpu_reason() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("gpu"))  # one process runs them all, one after another
     if not any("gpu" in item.keywords for item in items):
         return
     reason = _gpu_reason()

@@ -21,9 +21,11 @@ CUBLASLT = "Gemm_Cublaslt_id_21_tile_18_stages_21_splitk_1_red_0_swizzle_0_custo
 KEYS = [("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096"),  # F.linear(x[8,4096], W[4096,4096])
         ("GemmTunableOp_BFloat16_TN", "tn_11008_16_4096_ld_4096_4096_11008")]
 RUN = """
-import json, sys, torch
+import json, os, sys, torch
 import torch.nn.functional as F
-out = {}
+out, read = {}, None
+if torch.cuda.tunable.is_enabled():  # the file the package names, read explicitly as well (it must validate)
+    read = torch.cuda.tunable.read_file(os.environ["PYTORCH_TUNABLEOP_FILENAME"].replace("%d", "0"))
 for n, t, k in ((4096, 8, 4096), (11008, 16, 4096)):
     x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
@@ -34,7 +36,7 @@ for n, t, k in ((4096, 8, 4096), (11008, 16, 4096)):
     out[f"{n}x{t}x{k}"] = bool(torch.equal(y, F.linear(x, w)))
     torch.cuda.tunable.enable(enabled)
 results = torch.cuda.tunable.get_results() if torch.cuda.tunable.is_enabled() else []
-print(json.dumps({"equal": out, "enabled": torch.cuda.tunable.is_enabled(),
+print(json.dumps({"equal": out, "enabled": torch.cuda.tunable.is_enabled(), "read_file": read,
                   "results": [list(map(str, r[:3])) for r in results]}))
 """
 
@@ -91,7 +93,7 @@ def test_the_packaged_results_load_into_this_torch_and_run_its_gemms(tmp_path):
     proc = _run_with(tmp_path / "dist" / "test-stack" / "env.sh", None, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["enabled"] and all(result["equal"].values()), result
+    assert result["enabled"] and result["read_file"] is True and all(result["equal"].values()), result
     loaded = {(op, params): solution for op, params, solution in result["results"]}
     assert loaded[KEYS[0]] == DEFAULT, "torch did not load the packaged file"
     assert (loaded.get(KEYS[1]) == CUBLASLT) == (CUBLASLT in served)

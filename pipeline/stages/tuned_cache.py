@@ -27,22 +27,6 @@ def cache_dir(workdir: Path, fp: str) -> Path:
     return Path(workdir).absolute() / TUNED / fp
 
 
-def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
-    """Copy the cached result of every problem that has none in ``out_dir`` (and the backend's runtime
-    record, which a run with nothing left to tune would not write); returns how many."""
-    if (cache / RUNTIME).exists() and not (out_dir / RUNTIME).exists():
-        atomic_write_text(out_dir / RUNTIME, (cache / RUNTIME).read_text())
-    count = 0
-    for problem in problems:
-        source, target = result_path(cache, problem), result_path(out_dir, problem)
-        if source.exists() and not target.exists():
-            data = json.loads(source.read_text())
-            data["origin"] = f"cache {cache.name}" + (f" ({data['origin']})" if data.get("origin") else "")
-            atomic_write_json(target, data)
-            count += 1
-    return count
-
-
 def open_cache(workdir: Path, fp: str, facts: dict, settings: dict) -> Path:
     """This fingerprint's cache directory, its stamp naming the facts and settings (touched: newest first)."""
     cache = cache_dir(workdir, fp)
@@ -52,19 +36,36 @@ def open_cache(workdir: Path, fp: str, facts: dict, settings: dict) -> Path:
     return cache
 
 
-def store(problems: Sequence[GemmProblem], out_dir: Path, cache: Path) -> int:
-    """Hand the clean results of ``out_dir`` to the cache (an entry already there stays); returns how many."""
-    if (out_dir / RUNTIME).exists() and not (cache / RUNTIME).exists():
-        atomic_write_text(cache / RUNTIME, (out_dir / RUNTIME).read_text())
+def _hand_over(problems: Sequence[GemmProblem], source: Path, target: Path,
+               accept: Callable[[dict], dict | None]) -> int:
+    """Copy the backend's runtime record and each problem result ``source`` has and ``target`` lacks, as
+    ``accept`` returns it (None: left out); returns how many results."""
+    if (source / RUNTIME).exists() and not (target / RUNTIME).exists():
+        atomic_write_text(target / RUNTIME, (source / RUNTIME).read_text())
     count = 0
     for problem in problems:
-        source, target = result_path(out_dir, problem), result_path(cache, problem)
-        if source.exists() and not target.exists():
-            result = json.loads(source.read_text())
-            if not result.get("errors") and not result.get("skipped"):
-                atomic_write_text(target, source.read_text())
+        origin, destination = result_path(source, problem), result_path(target, problem)
+        if origin.exists() and not destination.exists():
+            data = accept(json.loads(origin.read_text()))
+            if data is not None:
+                atomic_write_json(destination, data)
                 count += 1
     return count
+
+
+def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
+    """Copy the cached result of every problem that has none in ``out_dir`` (and the runtime record, which a
+    run with nothing left to tune would not write); returns how many."""
+    def mark(data: dict) -> dict:
+        return {**data, "origin": f"cache {cache.name}" + (f" ({data['origin']})" if data.get("origin") else "")}
+
+    return _hand_over(problems, cache, out_dir, mark)
+
+
+def store(problems: Sequence[GemmProblem], out_dir: Path, cache: Path) -> int:
+    """Hand the clean results of ``out_dir`` to the cache (an entry already there stays); returns how many."""
+    return _hand_over(problems, out_dir, cache,
+                      lambda data: None if data.get("errors") or data.get("skipped") else data)
 
 
 def same_device(a: dict, b: dict) -> bool:
