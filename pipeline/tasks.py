@@ -86,6 +86,7 @@ class StackBound(PipelineTask):
 
     stack_stages: tuple[str, ...] = ()
     written_whole: tuple[str, ...] = ()  # stages whose writer puts the stamp in itself (only set aside here)
+    chained = False  # complete only while what it requires is (its output summarises theirs)
 
     def tuning_settings(self) -> dict:
         """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
@@ -108,7 +109,8 @@ class StackBound(PipelineTask):
 
     def complete(self) -> bool:
         fp = self.stack().fingerprint
-        return super().complete() and all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
+        return (super().complete() and all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
+                and (not self.chained or self.requires().complete()))
 
     def claim_stages(self) -> None:
         for stage in self.stack_stages:
@@ -445,8 +447,7 @@ class TuneWorkload(StackBound):
     def requires(self) -> luigi.Task:
         return self.clone(Validate)
 
-    def complete(self) -> bool:
-        return super().complete() and self.requires().complete()
+    chained = True
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("") / "tune-workload.txt")
@@ -474,8 +475,7 @@ class Package(StackBound):
     def requires(self) -> luigi.Task:
         return self.clone(TuneWorkload)
 
-    def complete(self) -> bool:
-        return super().complete() and self.requires().complete()
+    chained = True
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("package") / "package.json")
