@@ -10,7 +10,6 @@ logic files (``logic/``), plus ``summary.json``.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
 import json
 import os

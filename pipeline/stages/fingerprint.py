@@ -46,11 +46,15 @@ class ProbeFailed(RuntimeError):
     """The stack probe did not answer; the message carries its output."""
 
 
-def _library_dirs() -> list[Path]:
-    dirs = []
+def _torch_dir() -> Path | None:
+    """Where the torch package lies, found without importing it (None: no torch)."""
     spec = importlib.util.find_spec("torch")
-    if spec and spec.submodule_search_locations:
-        dirs.append(Path(next(iter(spec.submodule_search_locations))) / "lib")
+    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+
+
+def _library_dirs() -> list[Path]:
+    torch_dir = _torch_dir()
+    dirs = [torch_dir / "lib"] if torch_dir else []
     for entry in sys.path:
         dirs.extend(Path(entry).glob("nvidia/*/lib"))
     rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
@@ -167,11 +171,11 @@ def claim(stage_dir: Path, fp: str, facts: dict | None = None, create: bool = Tr
 def torch_build() -> dict | None:
     """torch's version, CUDA and HIP versions, read from its ``version.py`` without importing torch (None:
     no torch)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    torch_dir = _torch_dir()
+    if torch_dir is None:
         return None
     try:
-        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+        text = (torch_dir / "version.py").read_text()
     except OSError:
         return None
     found = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*'?([^'\n]*)'?", text, re.MULTILINE))

@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..atomic import atomic_write_json, atomic_write_text
-from ..backends.base import DEFAULT, ProblemResult
+from ..backends.base import DEFAULT
 from ..problem import GemmProblem
 from .bench import RUNTIME, pending, result_path
-from .fingerprint import STAMP, Stack, stamped
+from .fingerprint import STAMP, Stack
 
 TUNED = Path("cache") / "tuned"
 
@@ -72,28 +72,27 @@ def same_device(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in ("platform", "gpu", "arch", "sm_count"))
 
 
-def previous_results(workdir: Path, fp: str, facts: dict, settings: dict,
+def previous_results(workdir: Path, stack: Stack,
                      problems: Sequence[GemmProblem]) -> tuple[str | None, dict[str, dict]]:
     """The newest other cache of the same device and settings, and its non-Default winners among
     ``problems`` (by problem id), to be re-timed under the new stack."""
-    root = Path(workdir).absolute() / TUNED
     older = []
-    for stamp in root.glob(f"*/{STAMP}"):
+    for stamp in (Path(workdir).absolute() / TUNED).glob(f"*/{STAMP}"):
         data = json.loads(stamp.read_text())
-        if stamp.parent.name != fp and same_device(data.get("stack", {}), facts) \
-                and data.get("settings") == settings:
-            older.append((stamp.stat().st_mtime_ns, stamp.parent))
+        if stamp.parent.name != stack.fingerprint and same_device(data.get("stack", {}), stack.facts) \
+                and data.get("settings") == stack.settings:
+            older.append((stamp.stat().st_mtime_ns, stamp.parent, data.get("fingerprint") or stamp.parent.name))
     if not older:
         return None, {}
-    _, newest = max(older)
+    _, newest, newest_fp = max(older)
     found = {}
     for problem in problems:
         path = result_path(newest, problem)
         if path.exists():
-            result = ProblemResult.from_json(json.loads(path.read_text()))
-            if result.winner != DEFAULT and result.winner_config and not result.errors:
-                found[path.stem] = result.to_json()
-    return stamped(newest) or newest.name, found
+            result = json.loads(path.read_text())
+            if result.get("winner", DEFAULT) != DEFAULT and result.get("winner_config") and not result.get("errors"):
+                found[path.stem] = result
+    return newest_fp, found
 
 
 def tune_through_cache(problems: Sequence[GemmProblem], out_dir: Path, workdir: Path, stack: Stack,
@@ -102,8 +101,7 @@ def tune_through_cache(problems: Sequence[GemmProblem], out_dir: Path, workdir: 
     previous_fp)`` tune the rest (re-timing the previous stack's winners first), hand new results back."""
     cache = open_cache(workdir, stack.fingerprint, stack.facts, stack.settings)
     restored = restore(problems, cache, out_dir)
-    previous_fp, previous = previous_results(workdir, stack.fingerprint, stack.facts, stack.settings,
-                                             pending(problems, out_dir))
+    previous_fp, previous = previous_results(workdir, stack, pending(problems, out_dir))
     tune_pending(previous, previous_fp)
     stored = store(problems, out_dir, cache)
     return {"cache": str(cache), "restored": restored, "previous_fingerprint": previous_fp,
