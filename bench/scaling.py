@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from pipeline.atomic import atomic_write_json  # noqa: E402
 from pipeline.formats.tunableop import format_key  # noqa: E402
 from pipeline.problem import GemmProblem  # noqa: E402
 
@@ -125,7 +126,6 @@ def main() -> int:
               "date": datetime.date.today().isoformat(), "backend": args.backend, "time_budget": args.time_budget,
               "problems_file": str(args.problems.relative_to(ROOT)) if args.problems.is_relative_to(ROOT)
               else str(args.problems), "runs": runs, "not_run": skipped}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     stack = warm_stack_cache(workdir)
     for gpus in args.gpus:
         if gpus > count:
@@ -140,10 +140,10 @@ def main() -> int:
         run["stage_scaling_vs_1"] = base["bench_stage_s"] / run["bench_stage_s"] if one else None
         run["winners_vs_1"] = agreement(raw[base["gpus"]]["results"], raw[gpus]["results"], args.noise)
         runs.append(run)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")  # after every run: a cut-off call keeps them
+        atomic_write_json(args.out, result)  # after every run: a cut-off call keeps them
         print(f"{args.backend} gpus={gpus}: wall {run['wall_s']:.1f} s, stage {run['bench_stage_s']:.1f} s,"
               f" {run['problems_per_min']:.0f} problems/min", flush=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.out, result)
     for run in runs:
         print(f"gpus={run['gpus']}: x{run['scaling_vs_1'] or 0:.2f} wall, x{run['stage_scaling_vs_1'] or 0:.2f} stage; "
               + ", ".join(f"gpu{g['gpu']} busy {100 * g['busy_share']:.0f}% done@{g['done_at_s']:.0f}s"

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..atomic import atomic_write_json
+from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import DEFAULT, ProblemResult, TuneSettings
 from ..formats.tunableop import parse_key, read_file
 from ..stats import Stats
@@ -47,7 +47,7 @@ def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, st
     directory.mkdir(parents=True, exist_ok=True)
     text = results_csv.read_text()
     for gpu in range(max(gpus, 1)):
-        (directory / f"tunableop_results{gpu}.csv").write_text(text)
+        atomic_write_text(directory / f"tunableop_results{gpu}.csv", text)
     return {"PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
             "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "0",
             "PYTORCH_TUNABLEOP_FILENAME": str(directory / "tunableop_results%d.csv")}
