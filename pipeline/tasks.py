@@ -431,9 +431,12 @@ class Validate(StackBound):
             outcome = {"skipped": reason}
         else:
             self.set_status_message("end-to-end A/B of the workload")
-            command = ["bash", "-c", self.workload_cmd] if self.workload_cmd else embedded_command()
-            outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv", out / "e2e-tunableop",
-                                  self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count("Validate"))
+            command = (["bash", "-c", self.workload_cmd] if self.workload_cmd
+                       else [*embedded_command(), "--decode-mode", "graph"])  # decode as serving engines run it
+            via = e2e.consumer(runtime)
+            outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv", out / f"e2e-{via}",
+                                  self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count("Validate"),
+                                  via=via)
         atomic_write_json(out / "e2e.json", outcome)
         summary = report.build(run_dir)
         if not result.passed:

@@ -3,7 +3,8 @@
     problem, atomic, stats   the data model and two small helpers: import nothing of the package
     formats/                 one module per file format: the helpers alone
     backends/                tuners, timing harness, GPU slots: formats and helpers
-    stages/                  the pure core of each DAG stage: backends, formats, helpers, other stages
+    runtime/                 applies tuned rows inside torch at run time: backends, formats, helpers
+    stages/                  the pure core of each DAG stage: runtime, backends, formats, helpers, other stages
     tasks, cli               wiring: anything
     workloads/               standalone programs: nothing of the package
 """
@@ -21,7 +22,8 @@ ALLOWED = {  # layer -> the layers its modules may import
     "foundation": {"foundation"},
     "formats": {"foundation"},
     "backends": {"foundation", "formats", "backends"},
-    "stages": {"foundation", "formats", "backends", "stages"},
+    "runtime": {"foundation", "formats", "backends", "runtime"},
+    "stages": {"foundation", "formats", "backends", "runtime", "stages"},
     "workloads": set(),
 }
 
@@ -65,4 +67,4 @@ def test_every_module_belongs_to_a_layer():
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert top == ["__init__", "__main__", "atomic", "cli", "problem", "stats", "tasks"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
-        "backends", "formats", "stages", "workloads"]
+        "backends", "formats", "runtime", "stages", "workloads"]

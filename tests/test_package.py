@@ -55,7 +55,14 @@ def test_a_cuda_package_for_torch_before_2_14_leaves_out_what_it_cannot_dispatch
     env = (out / "env.sh").read_text()
     assert "PYTORCH_TUNABLEOP_ENABLED" not in env and "TunableOp stays off" in env
     assert "ENV" not in (out / "Dockerfile").read_text().split("final stage")[1]
-    assert "Serves torch 2.11.0" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert "Serves torch 2.11.0" in readme
+    # ... and hands them to pipeline.runtime, which applies them in that torch
+    assert manifest["serves"]["runtime_rows"] == 2 and len(read_file(out / "runtime_results.csv").entries) == 2
+    assert f"python -m pipeline.runtime --bundle /opt/gemm-tune/{STACK.fingerprint}" in readme
+    from pipeline.runtime.table import load_table
+
+    assert len(load_table(out)) == 2  # the runtime finds them in the package directory
 
 
 def test_a_package_lists_every_file_with_its_hash_and_serves_its_torch_exactly(tmp_path):

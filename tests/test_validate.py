@@ -16,7 +16,7 @@ from pipeline import TuneWorkload, Validate
 from pipeline.cli import main
 from pipeline.formats.logic import cublaslt_equality, dump_logic
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
-from pipeline.stages.e2e import ab_test, runtime_consumer, skip_reason
+from pipeline.stages.e2e import ab_test, consumer, runtime_command, runtime_consumer, skip_reason, summary_line
 from pipeline.stages.fingerprint import STAMP
 from pipeline.stages.gate import GateSettings, gate
 from pipeline.stages.validate import run_worker
@@ -70,6 +70,28 @@ def test_runtime_consumer_and_skip_reasons():
     assert "no runtime consumer" in runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"})
     assert runtime_consumer({"platform": "cuda", "pt_version": "2.14.1"}) is None
     assert runtime_consumer({"platform": "rocm", "pt_version": "2.11.0"}) is None
+    # CUDA torch < 2.14: pipeline.runtime applies the bundle where nvmath-python is there
+    assert consumer({"platform": "cuda", "pt_version": "2.11.0"}) == "runtime"
+    assert consumer({"platform": "cuda", "pt_version": "2.14.0"}) == consumer({"platform": "rocm"}) == "tunableop"
+    assert runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"}, has_runtime=True) is None
+    assert "nvmath-python" in runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"}, has_runtime=False)
+
+
+def test_runtime_arm_runs_the_command_under_pipeline_runtime(tmp_path):
+    command = runtime_command(["bash", "-c", "python3 w.py"], tmp_path / "bundle", tmp_path / "s.json")
+    assert command[:3] == [sys.executable, "-m", "pipeline.runtime"]
+    assert command[command.index("--bundle") + 1] == str((tmp_path / "bundle").absolute())
+    assert command[command.index("--") + 1:] == ["bash", "-c", "python3 w.py"]
+
+
+def test_e2e_summary_line_gives_tokens_per_s_with_the_noise():
+    e2e = {"reps": 3, "via": "runtime", "tokens_speedup": 1.031, "noise": 0.008,
+           "baseline": {"median_tokens_per_s": 1000.0}, "tuned": {"median_tokens_per_s": 1031.0}}
+    line = summary_line(e2e)
+    assert line.startswith("tokens/s 1000.0 -> 1031.0, x1.031, run-to-run spread 0.8%")
+    assert "through pipeline.runtime" in line
+    assert "(within noise)" in summary_line({**e2e, "noise": 0.05})
+    assert summary_line({"skipped": "why"}) == "not measured: why"
 
 
 def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
@@ -80,7 +102,7 @@ def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
     csv = tmp_path / "bundle.csv"
     csv.write_text("Validator,PT_VERSION,2.11.0\n")
     out = ab_test([sys.executable, str(script)], csv, tmp_path / "scratch", reps=3, timeout_s=60, gpus=2)
-    assert out["tokens_speedup"] == pytest.approx(2.0)
+    assert out["tokens_speedup"] == pytest.approx(2.0) and out["noise"] == 0.0 and out["via"] == "tunableop"
     assert len(out["runs"]["baseline"]) == len(out["runs"]["tuned"]) == 3
     assert (tmp_path / "scratch" / "tunableop_results1.csv").read_text() == csv.read_text()
     with pytest.raises(RuntimeError, match="exited with code 1"):

@@ -51,6 +51,31 @@ def test_cached_decode_matches_full_forward():
     torch.testing.assert_close(step6, full7)
 
 
+def test_static_decode_step_matches_the_dynamic_one():
+    """The capturable decode (fixed-size cache under a position mask) computes what the sliced one does."""
+    llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
+    import torch
+
+    torch.manual_seed(0)
+    cfg = llama.LlamaConfig(hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=101, layers=2)
+    model = llama.Llama(cfg).double().eval()
+    tokens = torch.randint(0, cfg.vocab, (2, 8))
+    with torch.inference_mode():
+        dynamic, static = model.new_cache(2, 8), model.new_cache(2, 8)
+        model(tokens[:, :5], dynamic, 0)
+        model(tokens[:, :5], static, 0)
+        for pos in (5, 6, 7):
+            expected = model(tokens[:, pos:pos + 1], dynamic, pos)
+            got = model.decode(tokens[:, pos:pos + 1], static, torch.tensor([pos]))
+            torch.testing.assert_close(got, expected)
+
+
+def test_graph_decode_needs_a_gpu(capsys):
+    llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
+    assert llama.main(_tiny_args("--decode-mode", "graph")) == 2
+    assert "needs a CUDA or ROCm GPU" in capsys.readouterr().err
+
+
 def expected_linear_keys(hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=128256,
                          batches=(1, 4), prompts=(128, 1024)) -> set[tuple[str, str]]:
     """The TunableOp keys the embedded workload's linear layers imply, in the BLAS frame."""

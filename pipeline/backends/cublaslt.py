@@ -143,10 +143,18 @@ class LtGemm:
         self.layouts = [self._layout(dtype, rows, cols, ld, s.batch)
                         for rows, cols, ld in ((s.rows_a, s.cols_a, s.lda), (s.rows_b, s.cols_b, s.ldb),
                                                (s.m, s.n, s.ldc))]
+        bias_attr = lt.MatmulDescAttribute.BIAS_POINTER
+        self._bias = (bias_attr, _buffer(lt.get_matmul_desc_attribute_dtype(bias_attr)))
         self.pref = lt.matmul_preference_create()
         attr = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
         buf = _buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
         lt.matmul_preference_set_attribute(self.pref, attr, buf.ctypes.data, buf.nbytes)
+
+    def set_bias(self, pointer: int) -> None:
+        """Point the bias epilogue at a device vector (read when the next matmul is launched or captured)."""
+        attr, buf = self._bias
+        buf[0] = pointer
+        lt.matmul_desc_set_attribute(self.desc, attr, buf.ctypes.data, buf.nbytes)
 
     def _desc_set(self, attr, value: int) -> None:
         buf = _buffer(lt.get_matmul_desc_attribute_dtype(attr), value)
@@ -236,14 +244,11 @@ class LtGemm:
 
     def launcher(self, record: np.ndarray) -> Callable[[OperandSet], None]:
         a, b, c, d = self._descs
-        bias_attr = lt.MatmulDescAttribute.BIAS_POINTER
-        bias_buf = _buffer(lt.get_matmul_desc_attribute_dtype(bias_attr))
         workspace, size = self.workspace.data_ptr(), self.workspace.numel()
 
         def launch(ops: OperandSet) -> None:
             if ops.bias is not None:
-                bias_buf[0] = ops.bias.data_ptr()
-                lt.matmul_desc_set_attribute(self.desc, bias_attr, bias_buf.ctypes.data, bias_buf.nbytes)
+                self.set_bias(ops.bias.data_ptr())
             lt.matmul(self.handle, self.desc, self.alpha.ctypes.data, ops.a.data_ptr(), a, ops.b.data_ptr(), b,
                       self.beta.ctypes.data, ops.c.data_ptr(), c, ops.c.data_ptr(), d, record.ctypes.data,
                       workspace, size, torch.cuda.current_stream().cuda_stream)

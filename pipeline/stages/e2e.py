@@ -1,15 +1,19 @@
-"""End-to-end A/B of the workload: baseline environment against the tuned one, alternating repetitions.
+"""End-to-end A/B of the workload: baseline against tuned, alternating repetitions, medians and spread.
 
-The tuned environment makes torch use the bundle through TunableOp (enabled, tuning off, the bundle's
-results file). On CUDA, torch before 2.14 knows only the ``Default`` solution, so the bundle has no
-runtime consumer there: the A/B is skipped with that reason rather than reporting noise as a result.
+Who applies the bundle in the tuned runs: TunableOp (enabled, tuning off, the bundle's results file) on ROCm
+and on CUDA torch >= 2.14; on CUDA torch < 2.14, whose TunableOp knows only ``Default``, ``pipeline.runtime``
+(the tuned command is ``python -m pipeline.runtime --bundle DIR -- <command>``). Where neither can run the
+A/B is skipped with the reason rather than reporting noise as a result.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,24 +21,35 @@ from .collect import parse_tokens_per_s
 from .validate import tunableop_env
 
 
-def runtime_consumer(runtime: dict) -> str | None:
-    """Why the tuned bundle cannot be applied by this runtime (None when TunableOp can load it)."""
-    version = runtime.get("pt_version", "")
-    if runtime.get("platform", "cuda") == "cuda":
-        try:
-            major, minor = (int(x) for x in version.split(".")[:2])
-        except ValueError:
-            return f"unknown torch version {version!r}"
-        if (major, minor) < (2, 14):
-            return (f"torch {version} on CUDA has no TunableOp cuBLASLt solutions (they arrive in 2.14), so the "
-                    "tuned bundle has no runtime consumer yet; the GEMM-level figures are the result")
+def consumer(runtime: dict) -> str:
+    """``tunableop`` where torch applies the bundle itself, ``runtime`` where pipeline.runtime must."""
+    if runtime.get("platform", "cuda") != "cuda":
+        return "tunableop"
+    try:
+        major, minor = (int(x) for x in runtime.get("pt_version", "").split(".")[:2])
+    except ValueError:
+        return "unknown"
+    return "tunableop" if (major, minor) >= (2, 14) else "runtime"
+
+
+def runtime_consumer(runtime: dict, has_runtime: bool | None = None) -> str | None:
+    """Why the tuned bundle cannot be applied to the workload here (None when it can)."""
+    who = consumer(runtime)
+    if who == "unknown":
+        return f"unknown torch version {runtime.get('pt_version')!r}"
+    if who == "runtime":
+        has_runtime = importlib.util.find_spec("nvmath") is not None if has_runtime is None else has_runtime
+        if not has_runtime:
+            return (f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA has no cuBLASLt solutions "
+                    "in TunableOp (2.14+), and pipeline.runtime, which applies them, needs nvmath-python "
+                    "(pip install -e '.[cuda]'); the GEMM-level figures are the result")
     return None
 
 
-def skip_reason(runtime: dict, passed: bool, has_workload: bool) -> str | None:
+def skip_reason(runtime: dict, passed: bool, has_workload: bool, has_runtime: bool | None = None) -> str | None:
     """Why the end-to-end A/B does not run (None when it does): no runtime consumer, a refused bundle, or no
     workload command."""
-    reason = runtime_consumer(runtime)
+    reason = runtime_consumer(runtime, has_runtime)
     if reason is None and not passed:
         reason = "the bundle was refused"
     if reason is None and not has_workload:
@@ -42,29 +57,71 @@ def skip_reason(runtime: dict, passed: bool, has_workload: bool) -> str | None:
     return reason
 
 
+def runtime_command(command: list[str], bundle_dir: Path, status_file: Path) -> list[str]:
+    """``command`` run under pipeline.runtime with the bundle applied (status written to ``status_file``)."""
+    return [sys.executable, "-m", "pipeline.runtime", "--bundle", str(Path(bundle_dir).absolute()),
+            "--status-file", str(Path(status_file).absolute()), "--", *command]
+
+
+def _spread(values: list[float]) -> float | None:
+    """(max - min) / median of repeated runs: the noise a difference must beat."""
+    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
+
+
 def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, timeout_s: float,
-            gpus: int = 1, env: dict[str, str] | None = None) -> dict:
-    """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians."""
+            gpus: int = 1, env: dict[str, str] | None = None, via: str = "tunableop") -> dict:
+    """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians and spread.
+    ``via``: ``tunableop`` points torch at the bundle's results, ``runtime`` runs under pipeline.runtime."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
-    tuned_env = {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
+    scratch = Path(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    if via == "runtime":
+        tuned_command, tuned_env = runtime_command(command, Path(bundle_csv).parent, scratch / "runtime.json"), base_env
+    else:
+        tuned_command, tuned_env = command, {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
     for rep in range(reps):
         order = ("baseline", "tuned") if rep % 2 == 0 else ("tuned", "baseline")
         for name in order:
+            argv = command if name == "baseline" else tuned_command
             start = time.monotonic()
-            proc = subprocess.run(command, env=base_env if name == "baseline" else tuned_env, capture_output=True,
+            proc = subprocess.run(argv, env=base_env if name == "baseline" else tuned_env, capture_output=True,
                                   text=True, timeout=timeout_s, check=False)
             wall = time.monotonic() - start
             if proc.returncode != 0:
-                raise RuntimeError(f"{name} run {rep} of {command} exited with code {proc.returncode}: "
+                raise RuntimeError(f"{name} run {rep} of {argv} exited with code {proc.returncode}: "
                                    f"{proc.stderr.strip()[-2000:]}")
             runs[name].append({"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout)})
-    out: dict = {"reps": reps, "runs": runs}
+    out: dict = {"reps": reps, "via": via, "runs": runs}
     for name, values in runs.items():
-        out[name] = {"median_wall_s": statistics.median(r["wall_s"] for r in values)}
+        walls = [r["wall_s"] for r in values]
         tokens = [r["tokens_per_s"] for r in values if r["tokens_per_s"] is not None]
-        out[name]["median_tokens_per_s"] = statistics.median(tokens) if tokens else None
+        out[name] = {"median_wall_s": statistics.median(walls), "wall_spread": _spread(walls),
+                     "median_tokens_per_s": statistics.median(tokens) if tokens else None,
+                     "tokens_spread": _spread(tokens) if tokens else None}
     out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
     if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
+        spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
+        out["noise"] = max(spreads) if spreads else None
+    status = scratch / "runtime.json"
+    if via == "runtime" and status.exists():
+        out["runtime"] = json.loads(status.read_text())
     return out
+
+
+def summary_line(e2e: dict) -> str:
+    """One line for the report: tokens/s baseline -> tuned with the noise, or the wall-time ratio."""
+    if "skipped" in e2e:
+        return f"not measured: {e2e['skipped']}"
+    if not e2e:
+        return "not measured"
+    how = f"medians of {e2e['reps']} alternating runs" + (", tuned through pipeline.runtime"
+                                                          if e2e.get("via") == "runtime" else "")
+    if e2e.get("tokens_speedup"):
+        noise = e2e.get("noise")
+        verdict = "" if noise is None else (" (within noise)" if abs(e2e["tokens_speedup"] - 1) <= noise else "")
+        return (f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
+                f"x{e2e['tokens_speedup']:.3f}{verdict}"
+                + (f", run-to-run spread {noise:.1%}" if noise is not None else "") + f" ({how})")
+    return f"wall x{e2e['wall_speedup']:.3f} ({how})"

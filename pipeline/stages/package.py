@@ -28,6 +28,7 @@ import jinja2
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ..formats.logic import RECORD_BACKENDS, load_logic
 from ..formats.tunableop import read_file, unknown_solution, validators_platform, write_file
+from ..runtime.table import RUNTIME_RESULTS
 from .bench import OVERRIDE
 from .configs import TEMPLATES
 from .fingerprint import Stack
@@ -72,6 +73,10 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
     with atomic_directory(target) as out:
         shutil.copytree(bundle / "logic", out / "logic")
         write_file(out / "tunableop_results.csv", results.validators, servable)
+        runtime_rows = [e for e in results.entries if platform == "cuda" and (e.solution or "").startswith(
+            "Gemm_Cublaslt_") and unknown_solution(e.solution, platform, torch_version)]
+        if runtime_rows:  # torch cannot dispatch them; pipeline.runtime can
+            write_file(out / RUNTIME_RESULTS, results.validators, runtime_rows)
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
         override = (bundle / OVERRIDE).exists()
@@ -93,7 +98,7 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
                    "lib_env": {k: v for k, v in env.items() if not k.startswith("PYTORCH_")},
                    "override": override, "compile": compile_logic, "builder": builder_image,
                    "arch": (stack.facts.get("arch") or "").split(":")[0], "devices": devices,
-                   "hipblaslt_git": stack.facts.get("hipblaslt_git")}
+                   "hipblaslt_git": stack.facts.get("hipblaslt_git"), "runtime_rows": len(runtime_rows)}
         templates = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
                                        lstrip_blocks=True, keep_trailing_newline=True)
         for name, template in (("env.sh", "package_env.sh.j2"), ("Dockerfile", "package_Dockerfile.j2"),
@@ -107,6 +112,7 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
             "inputs": {"run": str(Path(run_dir).absolute()), "bundle_manifest_sha256":
                        hashlib.sha256(bundle_manifest.encode()).hexdigest()},
             "serves": {"platform": platform, "torch": torch_version, "tunableop_rows": len(servable),
+                       "runtime_rows": len(runtime_rows),
                        "note": (f"torch {torch_version} exactly: TunableOp's PT_VERSION validator must equal the "
                                 "running torch's version, or the whole file is rejected")},
             "unservable": unservable, "environment": env, "compile_logic": compile_logic,

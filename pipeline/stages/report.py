@@ -15,6 +15,7 @@ from ..stats import geomean
 from .configs import TEMPLATES
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
+from .e2e import summary_line as e2e_summary
 from .fingerprint import stamped
 from .gate import GateSettings, gate, noise, speedup, weights
 
@@ -103,14 +104,7 @@ def build(run_dir: Path) -> dict:
                      "eff_after": row["floor_us"] / tuned_us})
     kept_speedups = [r["speedup"] for r in rows if r["kept"]]
     top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
-    if "skipped" in e2e:
-        e2e_line = f"not measured: {e2e['skipped']}"
-    elif e2e:
-        e2e_line = (f"wall x{e2e['wall_speedup']:.3f}" + (f", tokens/s x{e2e['tokens_speedup']:.3f}"
-                                                         if e2e.get("tokens_speedup") else "")
-                    + f" (medians of {e2e['reps']} alternating runs)")
-    else:
-        e2e_line = "not measured"
+    e2e_line = e2e_summary(e2e)
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     drift = compare(run_dir, previous_run(run_dir))
@@ -141,7 +135,8 @@ def build(run_dir: Path) -> dict:
                "kept_geomean_speedup": context["kept_geomean"],
                "eff_geomean_before": context["eff_before"], "eff_geomean_after": context["eff_after"],
                "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
-               "e2e_tokens_speedup": e2e.get("tokens_speedup"), "bundle": context["bundle"],
+               "e2e_tokens_speedup": e2e.get("tokens_speedup"), "e2e_noise": e2e.get("noise"),
+               "e2e_via": e2e.get("via"), "bundle": context["bundle"],
                "report": str(out / "report.html")}
     atomic_write_json(out / SUMMARY, summary)
     return summary

@@ -1,7 +1,10 @@
 """Embedded default workload: a Llama-style decoder in plain torch, random weights, no downloads.
 
 Run ``python -m pipeline.workloads.llama`` on a GPU. It prefills a few (batch, prompt length) pairs, then
-runs a short greedy decode for each, and prints tokens/s. Its GEMMs, in TunableOp's BLAS frame for
+runs a short greedy decode for each, and prints tokens/s. Decode runs as serving engines run it on a GPU:
+one step captured as a CUDA graph over static buffers (a fixed-size KV cache read under a position mask),
+replayed per token (``--decode-mode graph``, the default on CUDA); ``--decode-mode eager`` runs each step
+as Python calls, the cache sliced to the current length. Its GEMMs, in TunableOp's BLAS frame for
 ``T`` tokens (batch x sequence): fused qkv ``tn_{(heads + 2 kv_heads) head_dim}_T_{hidden}``, o
 ``tn_{hidden}_T_{hidden}``, gate_up ``tn_{2 intermediate}_T_{hidden}``, down ``tn_{hidden}_T_{intermediate}``
 and lm_head ``tn_{vocab}_{batch}_{hidden}`` (logits of the last position only).
@@ -82,6 +85,24 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(q, keys, values, is_causal=seq > 1, enable_gqa=True)
         return self.o(out.transpose(1, 2).reshape(batch, seq, cfg.heads * cfg.head_dim))
 
+    def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               cache: tuple[torch.Tensor, torch.Tensor], position: torch.Tensor) -> torch.Tensor:
+        """One token per sequence at ``position`` (a device tensor): static shapes, so it can be captured."""
+        cfg, batch = self.cfg, x.shape[0]
+        q, k, v = self.qkv(x).split(
+            [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim], dim=-1)
+        q = rotate(q.view(batch, 1, cfg.heads, cfg.head_dim).transpose(1, 2), cos, sin)
+        k = rotate(k.view(batch, 1, cfg.kv_heads, cfg.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(batch, 1, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        cache_k, cache_v = cache[0][:batch], cache[1][:batch]
+        cache_k.index_copy_(2, position, k)
+        cache_v.index_copy_(2, position, v)
+        visible = (torch.arange(cache_k.shape[2], device=x.device) <= position)[None, :]  # [1 query, keys]
+        groups = cfg.heads // cfg.kv_heads
+        out = F.scaled_dot_product_attention(q, cache_k.repeat_interleave(groups, 1),
+                                             cache_v.repeat_interleave(groups, 1), attn_mask=visible)
+        return self.o(out.transpose(1, 2).reshape(batch, 1, cfg.heads * cfg.head_dim))
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
@@ -106,6 +127,10 @@ class Block(nn.Module):
         x = x + self.attn(self.attn_norm(x), cos, sin, cache, start)
         return x + self.mlp(self.mlp_norm(x))
 
+    def decode(self, x, cos, sin, cache, position):
+        x = x + self.attn.decode(self.attn_norm(x), cos, sin, cache, position)
+        return x + self.mlp(self.mlp_norm(x))
+
 
 class Llama(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
@@ -123,21 +148,58 @@ class Llama(nn.Module):
         shape = (batch, cfg.kv_heads, length, cfg.head_dim)
         return [(ref.new_zeros(shape), ref.new_zeros(shape)) for _ in range(cfg.layers)]
 
-    def forward(self, tokens: torch.Tensor, cache: list, start: int) -> torch.Tensor:
-        """Logits of the last position for ``tokens[batch, seq]`` placed at ``start`` in the cache."""
-        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device).float()
-        angles = torch.outer(positions, self.inv_freq)
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = torch.outer(positions.float(), self.inv_freq)
         angles = torch.cat((angles, angles), dim=-1)
         dtype = self.lm_head.weight.dtype
-        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def forward(self, tokens: torch.Tensor, cache: list, start: int) -> torch.Tensor:
+        """Logits of the last position for ``tokens[batch, seq]`` placed at ``start`` in the cache."""
+        cos, sin = self._rotary(torch.arange(start, start + tokens.shape[1], device=tokens.device))
         x = self.embed(tokens)
         for block, layer_cache in zip(self.blocks, cache, strict=True):
             x = block(x, cos, sin, layer_cache, start)
         return self.lm_head(self.norm(x[:, -1, :]).contiguous())
 
+    def decode(self, tokens: torch.Tensor, cache: list, position: torch.Tensor) -> torch.Tensor:
+        """Logits for ``tokens[batch, 1]`` at ``position`` (a one-element device tensor): capturable."""
+        cos, sin = self._rotary(position)
+        x = self.embed(tokens)
+        for block, layer_cache in zip(self.blocks, cache, strict=True):
+            x = block.decode(x, cos, sin, layer_cache, position)
+        return self.lm_head(self.norm(x[:, -1, :]).contiguous())
 
-def generate(model: Llama, batch: int, prompt: int, steps: int, generator: torch.Generator) -> dict:
-    """Greedy generation; returns the prefill and decode times in seconds and the tokens made."""
+
+class GraphDecoder:
+    """One greedy decode step captured as a CUDA graph over static token/position buffers; ``step(token,
+    position)`` replays it. Warm-up runs write the cache at the first decode position, which the first
+    replay writes again with the same values."""
+
+    def __init__(self, model: Llama, cache: list, token: torch.Tensor, position: int) -> None:
+        self.tokens = token.clone()
+        self.position = torch.full((1,), position, dtype=torch.long, device=token.device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                model.decode(self.tokens, cache, self.position)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.next_token = model.decode(self.tokens, cache, self.position).argmax(-1, keepdim=True)
+
+    def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        self.tokens.copy_(token)
+        self.position.fill_(position)
+        self.graph.replay()
+        return self.next_token.clone()
+
+
+def generate(model: Llama, batch: int, prompt: int, steps: int, generator: torch.Generator,
+             mode: str = "eager") -> dict:
+    """Greedy generation; returns the prefill and decode times in seconds and the tokens made. In ``graph``
+    mode the decode step is captured after the prefill, outside the timed span (engines capture at start)."""
     device = model.lm_head.weight.device
     tokens = torch.randint(0, model.cfg.vocab, (batch, prompt), device=device, generator=generator)
     cache = model.new_cache(batch, prompt + steps)
@@ -146,13 +208,20 @@ def generate(model: Llama, batch: int, prompt: int, steps: int, generator: torch
     next_token = model(tokens, cache, 0).argmax(-1, keepdim=True)
     synchronize(device)
     t1 = time.perf_counter()
+    decoder = GraphDecoder(model, cache, next_token, prompt) if mode == "graph" and steps > 1 else None
+    synchronize(device)
+    t_capture = time.perf_counter()
     out = [next_token]
     for step in range(steps - 1):
-        next_token = model(next_token, cache, prompt + step).argmax(-1, keepdim=True)
+        if decoder is not None:
+            next_token = decoder.step(next_token, prompt + step)
+        else:
+            next_token = model(next_token, cache, prompt + step).argmax(-1, keepdim=True)
         out.append(next_token)
     synchronize(device)
     t2 = time.perf_counter()
-    return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "tokens": torch.cat(out, dim=1)}
+    return {"prefill_s": t1 - t0, "decode_s": t2 - t_capture, "capture_s": t_capture - t1,
+            "tokens": torch.cat(out, dim=1)}
 
 
 def synchronize(device: torch.device) -> None:
@@ -171,6 +240,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--decode-steps", type=int, default=16)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--device", default="cuda", help="cuda (ROCm GPUs are 'cuda' too) or cpu for a smoke run")
+    parser.add_argument("--decode-mode", choices=["graph", "eager"],
+                        help="graph: each decode step replays a captured CUDA graph (default on cuda); eager")
     parser.add_argument("--warmup", type=int, default=1, help="untimed generations before the timed ones")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -188,6 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hidden {cfg.hidden} must split into {cfg.heads} heads, and heads into {cfg.kv_heads} kv heads",
               file=sys.stderr)
         return 2
+    mode = args.decode_mode or ("graph" if device.type == "cuda" else "eager")
+    if mode == "graph" and device.type != "cuda":
+        print("--decode-mode graph needs a CUDA or ROCm GPU (CUDA graphs)", file=sys.stderr)
+        return 2
     torch.manual_seed(args.seed)
     with torch.device(device):
         model = Llama(cfg).to(getattr(torch, args.dtype)).eval()
@@ -195,13 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     total_tokens, total_s = 0, 0.0
     with torch.inference_mode():
         for _ in range(args.warmup):
-            generate(model, min(args.batch_sizes), min(args.prompt_lengths), args.decode_steps, generator)
+            generate(model, min(args.batch_sizes), min(args.prompt_lengths), args.decode_steps, generator, mode)
         for batch in args.batch_sizes:
             for prompt in args.prompt_lengths:
-                r = generate(model, batch, prompt, args.decode_steps, generator)
+                r = generate(model, batch, prompt, args.decode_steps, generator, mode)
                 decoded = batch * (args.decode_steps - 1)
                 print(f"batch={batch} prompt={prompt}: prefill {batch * prompt / r['prefill_s']:.1f} tokens/s, "
-                      f"decode {decoded / max(r['decode_s'], 1e-9):.1f} tokens/s")
+                      f"decode ({mode}) {decoded / max(r['decode_s'], 1e-9):.1f} tokens/s")
                 total_tokens += batch * (prompt + args.decode_steps - 1)
                 total_s += r["prefill_s"] + r["decode_s"]
     print(f"throughput: {total_tokens / total_s:.1f} tokens/s")

@@ -1,0 +1,120 @@
+"""Apply tuned cuBLASLt choices inside PyTorch at run time, where torch itself cannot (CUDA torch < 2.14).
+
+    import pipeline.runtime
+    pipeline.runtime.install("workdir/default/bundle")   # or a package dir, or a tunableop_results.csv
+    ...                                                   # mm, addmm, bmm, F.linear run the tuned algorithms
+    pipeline.runtime.uninstall()
+
+or, for any Python program: ``python -m pipeline.runtime --bundle DIR -- script.py ARGS`` (also ``-m module``,
+``-c code``, or a command such as ``bash run.sh``/``torchrun``, whose Python processes get it on importing torch).
+
+``install`` overrides the CUDA kernels of ``aten::mm``, ``aten::addmm`` and ``aten::bmm`` through
+``torch.library``. A call whose BLAS key has a tuned ``Gemm_Cublaslt_id_..`` row runs that algorithm through
+``nvmath.bindings.cublasLt.matmul`` on torch's current stream (descriptors, layouts, algorithm cached per
+problem; a workspace per stream that never moves, so CUDA-graph capture works); every other call, and every
+call made under settings the row was not tuned under, runs torch's own kernel (``dispatch.blocked``).
+On torch >= 2.14 (CUDA) and on ROCm, TunableOp reads the same rows itself: ``install`` says so and does
+nothing. The dispatcher is process-wide, so is the installed runtime: one at a time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .table import TunedTable, load_table, tuned_device
+
+__all__ = ["Runtime", "install", "installed", "tunableop_consumes", "uninstall"]
+
+
+class DeviceMismatch(RuntimeError):
+    """The rows were tuned on another GPU model."""
+
+
+def tunableop_consumes(torch_version: str, hip: str | None) -> str | None:
+    """Why TunableOp itself applies the rows in this torch (None: it cannot, the runtime is needed)."""
+    if hip:
+        return f"torch {torch_version} on ROCm: TunableOp reads the bundle's results itself (source env.sh)"
+    numbers = [int(n) for n in re.findall(r"\d+", torch_version)[:2]] + [0, 0]
+    if tuple(numbers[:2]) >= (2, 14):
+        return (f"torch {torch_version} has cuBLASLt solutions in TunableOp: it reads the bundle's results "
+                "itself (source env.sh); the runtime is for torch < 2.14 on CUDA")
+    return None
+
+
+@dataclass
+class Runtime:
+    """An installed runtime: the table, the router, and ``status()`` of what it did."""
+
+    table: TunedTable
+    router: object = None
+    executor: object = None
+    consumer: str | None = None  # set when TunableOp is the consumer and nothing was installed
+    notes: list[str] = field(default_factory=list)
+
+    def status(self) -> dict:
+        out = {"source": str(self.table.source), "tuned_rows": len(self.table),
+               "rows_left_out": dict(self.table.left_out), "notes": self.notes}
+        if self.consumer:
+            return {**out, "installed": False, "consumer": self.consumer}
+        router = self.router
+        return {**out, "installed": router is not None and router._lib is not None,
+                "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
+                "tuned_calls": router.tuned_calls(), "fallbacks": dict(router.fallbacks)}
+
+    def uninstall(self) -> None:
+        if self.router is not None:
+            self.router.uninstall()
+            self.router.close()
+        if self.executor is not None and hasattr(self.executor, "close"):
+            self.executor.close()
+        self.router = self.executor = None
+        if _ACTIVE and _ACTIVE[0] is self:
+            _ACTIVE.clear()
+
+
+_ACTIVE: list[Runtime] = []  # the dispatcher is process-wide: at most one installed runtime
+
+
+def install(bundle: str | Path, *, workspace_bytes: int | None = None, any_device: bool = False,
+            executor=None, dispatch_key: str = "CUDA") -> Runtime:
+    """Route tuned GEMMs of ``bundle`` (a bundle or package directory, or a results CSV) through cuBLASLt.
+
+    Raises ``DeviceMismatch`` when the bundle's manifest names another GPU model (``any_device`` overrides);
+    ``executor``/``dispatch_key`` exist for tests (the CPU double under ``tests/``)."""
+    import torch
+
+    from .dispatch import Router
+
+    table = load_table(bundle)
+    consumer = tunableop_consumes(torch.__version__, torch.version.hip)
+    if consumer and executor is None:
+        return Runtime(table, consumer=consumer, notes=[consumer])
+    if _ACTIVE:
+        raise RuntimeError(f"a runtime is already installed (from {_ACTIVE[0].table.source}); uninstall() first")
+    if executor is None:
+        from .cublaslt import DEFAULT_WORKSPACE, CublasLtExecutor
+
+        executor = CublasLtExecutor(workspace_bytes or DEFAULT_WORKSPACE)
+    runtime = Runtime(table, executor=executor)
+    tuned_on, here = tuned_device(table.meta), executor.device_name(executor.current_device())
+    if tuned_on and tuned_on != here:
+        message = f"{table.source}: tuned on {tuned_on}, this is {here}"
+        if not any_device:
+            raise DeviceMismatch(f"{message}; tune on this GPU, or pass any_device=True (--any-device)")
+        runtime.notes.append(message)
+    runtime.router = Router(table, executor, dispatch_key)
+    runtime.router.install()
+    _ACTIVE.append(runtime)
+    return runtime
+
+
+def installed() -> Runtime | None:
+    return _ACTIVE[0] if _ACTIVE else None
+
+
+def uninstall() -> None:
+    """Restore torch's own kernels (nothing happens when no runtime is installed)."""
+    if _ACTIVE:
+        _ACTIVE[0].uninstall()

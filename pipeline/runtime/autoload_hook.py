@@ -1,0 +1,49 @@
+"""Install the runtime right after ``import torch`` in a process started under ``python -m pipeline.runtime``
+(see ``autoload/sitecustomize.py``): a one-shot finder wraps torch's loader."""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+
+def _install_now() -> None:
+    from . import install
+    from .__main__ import BUNDLE_ENV, STATUS_ENV, report
+
+    try:
+        runtime = install(os.environ[BUNDLE_ENV], any_device=bool(os.environ.get("GEMM_TUNE_RUNTIME_ANY_DEVICE")))
+    except (RuntimeError, ImportError) as err:  # e.g. a CPU-only helper process of the command
+        print(f"gemm-tune runtime: not installed in process {os.getpid()}: {err}", file=sys.stderr)
+        return
+    status = os.environ.get(STATUS_ENV)
+    atexit.register(report, runtime, Path(status) if status else None)
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_install(module) -> None:
+            exec_module(module)
+            _install_now()
+
+        spec.loader.exec_module = exec_then_install
+        return spec
+
+
+def arm() -> None:
+    if "torch" in sys.modules:
+        _install_now()
+    else:
+        sys.meta_path.insert(0, _AfterTorch())

@@ -1,0 +1,98 @@
+"""The runtime's executor on NVIDIA GPUs: one cuBLASLt plan per tuned problem (descriptors, layouts and the
+algorithm built once and checked with ``cublasLtMatmulAlgoCheck``), run with ``nvmath.bindings.cublasLt.matmul``
+on torch's current stream with a workspace per (device, stream) that is never freed or moved, so a CUDA
+graph that captured a call replays it safely (``shared/spec/nvidia-cublaslt.md`` sections 2 and 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..backends.base import TuneSettings
+from ..backends.cublaslt import LtGemm, config_from_name, lt, read_config, record_from_config
+from ..problem import GemmProblem
+
+DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it
+# Workspaces outlive their executor: a CUDA graph captured under the runtime keeps launching into them.
+_KEEP_ALIVE: list[torch.Tensor] = []
+
+
+class LtPlan:
+    """One tuned problem on one device: ``run(x, y, bias)`` returns ``x @ y (+ bias)`` in a new tensor."""
+
+    __slots__ = ("_gemm", "_record", "algo_bytes", "calls", "device", "executor", "name", "out_shape")
+
+    def __init__(self, problem: GemmProblem, solution: str, device: int, executor: CublasLtExecutor) -> None:
+        self.name, self.device, self.executor, self.calls = solution, device, executor, 0
+        limit = torch.empty(executor.workspace_bytes, dtype=torch.uint8, device="meta")  # the limit, no memory
+        self._gemm = LtGemm(problem, executor.handle(device), limit)
+        try:
+            self._record = record_from_config(self._gemm, config_from_name(solution))
+        except Exception:
+            self._gemm.close()
+            raise
+        self.algo_bytes = read_config(self._record)["AlgoBytes"]
+        batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
+        self.out_shape = (*batch, problem.n, problem.m)
+
+    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        gemm, executor = self._gemm, self.executor
+        out = x.new_empty(self.out_shape)
+        stream = torch._C._cuda_getCurrentRawStream(self.device)
+        workspace = executor.workspaces.get((self.device, stream)) or executor.new_workspace(self.device, stream)
+        if bias is not None:
+            gemm.set_bias(bias.data_ptr())
+        a, b, c = gemm.layouts
+        lt.matmul(gemm.handle, gemm.desc, gemm.alpha.ctypes.data, y.data_ptr(), a, x.data_ptr(), b,
+                  gemm.beta.ctypes.data, out.data_ptr(), c, out.data_ptr(), c, self._record.ctypes.data,
+                  workspace.data_ptr(), executor.workspace_bytes, stream)
+        self.calls += 1
+        return out
+
+    def close(self) -> None:
+        self._gemm.close()
+
+
+class CublasLtExecutor:
+    """cuBLASLt handles per device and workspaces per (device, stream), kept until ``close``."""
+
+    errors = (lt.cuBLASLtError, ValueError)
+
+    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("the cuBLASLt runtime needs a CUDA GPU, and torch.cuda.is_available() is False "
+                               f"(torch {torch.__version__})")
+        self.workspace_bytes = workspace_bytes
+        self.workspaces: dict[tuple[int, int], torch.Tensor] = {}
+        self._handles: dict[int, int] = {}
+        self.cublaslt_version = lt.get_version()
+
+    def handle(self, device: int) -> int:
+        if device not in self._handles:
+            with torch.cuda.device(device):
+                self._handles[device] = lt.create()
+        return self._handles[device]
+
+    def new_workspace(self, device: int, stream: int) -> torch.Tensor:
+        """The stream's workspace (under CUDA-graph capture it comes from the graph's pool and stays)."""
+        workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=torch.device("cuda", device))
+        self.workspaces[(device, stream)] = workspace
+        _KEEP_ALIVE.append(workspace)
+        return workspace
+
+    def plan(self, problem: GemmProblem, solution: str, device: int) -> LtPlan:
+        return LtPlan(problem, solution, device, self)
+
+    @staticmethod
+    def current_device() -> int:
+        return torch._C._cuda_getDevice()
+
+    @staticmethod
+    def device_name(device: int) -> str:
+        return torch.cuda.get_device_name(device)
+
+    def close(self) -> None:
+        torch.cuda.synchronize()
+        self.workspaces.clear()
+        for handle in self._handles.values():
+            lt.destroy(handle)
+        self._handles.clear()

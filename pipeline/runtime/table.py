@@ -1,0 +1,102 @@
+"""The tuned rows the runtime applies, read from a bundle or a TunableOp results file (no torch needed).
+
+A row is applied only where its solution names a cuBLASLt algorithm (``Gemm_Cublaslt_id_..``) and its op is
+one the runtime routes (``mm``: ``gemm``, ``addmm`` with a vector bias: ``gemm_and_bias``, ``bmm``:
+``gemm_strided_batched``). Every other row is counted with the reason it is not applied.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..formats.tunableop import read_file
+from ..problem import GemmProblem
+
+RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
+RESULTS = "tunableop_results.csv"
+MANIFEST = "manifest.json"
+ROUTED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+_CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
+
+# (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it
+RuntimeKey = tuple[str, str, str, str, str, int, int, int, int, int, int, int]
+
+
+def runtime_key(problem: GemmProblem) -> RuntimeKey:
+    """The key a problem is found under: its recorded ld's, or packed ones where the key has none (2.6)."""
+    lds = (problem.lda, problem.ldb, problem.ldc)
+    if problem.lda is None:
+        lds = problem.stored_rows()
+    return (problem.op, problem.a_type, problem.compute_type, problem.transa, problem.transb,
+            problem.m, problem.n, problem.k, *lds, problem.batch)  # type: ignore[return-value]
+
+
+@dataclass
+class TunedTable:
+    """Tuned cuBLASLt solutions by runtime key, where they came from, and what was left out and why."""
+
+    source: Path
+    solutions: dict[RuntimeKey, tuple[GemmProblem, str]] = field(default_factory=dict)
+    left_out: Counter = field(default_factory=Counter)
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.solutions)
+
+
+def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
+    if solution is None:
+        return "untuned row (no solution)"
+    if not _CUBLASLT.match(solution):
+        return "Default (torch's own kernel)" if solution == "Default" else "not a cuBLASLt solution"
+    if problem.is_wildcard:
+        return "wildcard key"
+    if problem.op not in ROUTED_OPS:
+        return f"{problem.op} is not routed"
+    if problem.a_type not in DTYPES or problem.c_type != problem.a_type or problem.b_type != problem.a_type:
+        return f"dtype {problem.a_type} -> {problem.c_type} is not routed"
+    if problem.compute_suffix:
+        return f"compute mode {problem.compute_suffix} is not routed"
+    return None
+
+
+def results_file(path: str | Path) -> Path:
+    """The results file of ``path``: the file itself, or a bundle/package directory's runtime or results CSV."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (RUNTIME_RESULTS, RESULTS):
+            if (path / name).is_file():
+                return path / name
+        raise FileNotFoundError(f"{path}: no {RUNTIME_RESULTS} or {RESULTS} in this directory; pass a bundle "
+                                f"(RUN_DIR/bundle), a package (dist/<fingerprint>) or a results CSV")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such bundle directory or results file")
+    return path
+
+
+def load_table(path: str | Path) -> TunedTable:
+    """The tuned rows of a bundle/package directory or a results CSV (strict: a corrupt line is an error
+    naming the file and line). A directory's ``manifest.json`` becomes ``meta`` (what the rows were tuned on)."""
+    csv = results_file(path)
+    parsed = read_file(csv)
+    table = TunedTable(csv.absolute())
+    manifest = csv.parent / MANIFEST
+    if manifest.is_file():
+        table.meta = json.loads(manifest.read_text())
+    for entry in parsed.entries:
+        reason = _why_not_routed(entry.problem, entry.solution)
+        if reason:
+            table.left_out[reason] += 1
+        else:
+            table.solutions[runtime_key(entry.problem)] = (entry.problem, entry.solution)  # type: ignore[assignment]
+    return table
+
+
+def tuned_device(meta: dict) -> str | None:
+    """The GPU name the rows were tuned on, where the manifest (a bundle's or a package's) says it."""
+    return (meta.get("runtime") or {}).get("name") or (meta.get("stack") or {}).get("gpu")

@@ -1,0 +1,46 @@
+"""A CPU stand-in for the runtime's cuBLASLt executor: plans compute the product without any aten GEMM (so
+they never re-enter the overridden kernels), count their calls, and a solution with algorithm id 999 is
+refused the way ``cublasLtMatmulAlgoCheck`` refuses one this library does not have."""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.problem import GemmProblem
+
+
+class DoublePlan:
+    def __init__(self, problem: GemmProblem, solution: str, device: int) -> None:
+        self.problem, self.name, self.device, self.calls = problem, solution, device, 0
+
+    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        wide = (x.double().unsqueeze(-1) * y.double().unsqueeze(-3)).sum(-2)  # elementwise: no mm/bmm
+        if bias is not None:
+            wide = wide + bias.double()
+        self.calls += 1
+        return wide.to(x.dtype)
+
+    def close(self) -> None:
+        pass
+
+
+class DoubleExecutor:
+    errors = (ValueError,)
+
+    def __init__(self, name: str = "CPU double") -> None:
+        self.name, self.closed = name, False
+
+    def plan(self, problem: GemmProblem, solution: str, device: int) -> DoublePlan:
+        if solution.startswith("Gemm_Cublaslt_id_999_"):
+            raise ValueError(f"{solution} does not pass cublasLtMatmulAlgoCheck with this cuBLASLt")
+        return DoublePlan(problem, solution, device)
+
+    @staticmethod
+    def current_device() -> int:
+        return -1  # what Tensor.get_device() says for CPU tensors
+
+    def device_name(self, device: int) -> str:
+        return self.name
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,251 @@
+"""The runtime consumer (pipeline.runtime): BLAS frame of torch calls, the tuned table, routing with torch's
+kernel as fallback (on the CPU dispatch key with a double executor), the CLI and the autoload hook."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.tunableop import TunableOpEntry, parse_key, write_file
+from pipeline.runtime import DeviceMismatch, tunableop_consumes
+from pipeline.runtime.frame import gemm_key, operand
+from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, load_table, runtime_key
+
+SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
+REFUSED = "Gemm_Cublaslt_id_999_tile_1_stages_1_splitk_1_red_0_swizzle_0_custom_0"
+
+
+def _rows(path: Path, rows: list[tuple[str, str, str]], validators: dict | None = None) -> Path:
+    entries = [TunableOpEntry.from_problem(parse_key(op, params), solution, 0.01) for op, params, solution in rows]
+    write_file(path, validators if validators is not None else {"PT_VERSION": "2.11.0"}, entries)
+    return path
+
+
+# -- frame -------------------------------------------------------------------------------------------------
+def test_operand_layouts():
+    assert operand((64, 4096), (4096, 1)) == ("N", 4096)          # row-major
+    assert operand((4096, 11008), (1, 4096)) == ("T", 4096)       # W.t() of a row-major W
+    assert operand((64, 4096), (6144, 1)) == ("N", 6144)          # a column slice of a wider matrix (qkv split)
+    assert operand((64, 1), (1, 1)) == ("N", 1)                   # one column: torch records ld 1
+    assert operand((64, 4096), (2, 128)) is None                  # torch copies this first
+    assert operand((64, 4096), (8192, 2)) is None
+
+
+def test_linear_key_matches_what_torch_records():
+    # x[64, 4096] @ W.t(), W[11008, 4096]: torch records tn_11008_64_4096_ld_4096_4096_11008 (h100-measurements)
+    key = gemm_key("gemm_and_bias", "bfloat16", "float32", (64, 4096), (4096, 1), (4096, 11008), (1, 4096))
+    recorded = runtime_key(parse_key("GemmAndBiasTunableOp_BFloat16_TN", "tn_11008_64_4096_ld_4096_4096_11008"))
+    assert key == recorded
+    # [8,128,64] @ [8,64,128] bf16: nn_128_128_64_B_8_ld_128_64_128
+    key = gemm_key("gemm_strided_batched", "bfloat16", "float32", (8, 128, 64), (8192, 64, 1), (8, 64, 128),
+                   (8192, 128, 1))
+    assert key == runtime_key(parse_key("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_128_128_64_B_8_ld_128_64_128"))
+
+
+def test_batched_operands_must_be_evenly_packed():
+    base = ("gemm_strided_batched", "float16", "float32", (8, 128, 64))
+    assert gemm_key(*base, (8192, 64, 1), (8, 64, 128), (8192, 128, 1)) is not None
+    assert gemm_key(*base, (9000, 64, 1), (8, 64, 128), (8192, 128, 1)) is None   # padded batch stride
+    assert gemm_key(*base, (8192, 64, 1), (8, 64, 128), (0, 128, 1)) is None      # broadcast (expanded) weight
+
+
+# -- table -------------------------------------------------------------------------------------------------
+def test_table_keeps_cublaslt_rows_and_counts_the_rest(tmp_path):
+    csv = _rows(tmp_path / RESULTS, [
+        ("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", SOLUTION),
+        ("GemmTunableOp_BFloat16_TN", "tn_4096_16_4096_ld_4096_4096_4096", "Default"),
+        ("GemmTunableOp_float_NN", "nn_512_128_256_ld_512_256_512", SOLUTION),
+        ("GemmTunableOp_Half_TN", "tn_4096_8_4096_ld_4096_4096_4096", "Gemm_Hipblaslt_1234")])
+    table = load_table(tmp_path)
+    assert len(table) == 2
+    assert table.left_out == {"Default (torch's own kernel)": 1, "not a cuBLASLt solution": 1}
+    assert ("gemm", "float32", "float32", "N", "N", 512, 128, 256, 512, 256, 512, 1) in table.solutions
+    assert load_table(csv).solutions == table.solutions
+
+
+def test_table_prefers_a_packages_runtime_rows(tmp_path):
+    _rows(tmp_path / RESULTS, [])
+    _rows(tmp_path / RUNTIME_RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", SOLUTION)])
+    assert len(load_table(tmp_path)) == 1
+
+
+def test_table_errors_name_the_file_and_line(tmp_path):
+    csv = _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", SOLUTION)])
+    csv.write_text(csv.read_text() + "GemmTunableOp_BFloat16_TN,tn_x_8_4096,Default,0.1\n")
+    with pytest.raises(ValueError, match=rf"{RESULTS}:3"):
+        load_table(csv)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty: no runtime_results\.csv or tunableop_results\.csv"):
+        load_table(tmp_path / "empty")
+
+
+@pytest.mark.parametrize(("version", "hip", "consumer"), [
+    ("2.11.0+cu130", None, False), ("2.13.1", None, False), ("2.14.0", None, True), ("2.15.0.dev20261101", None, True),
+    ("2.11.0+rocm7.0", "7.0.1", True)])
+def test_who_consumes_the_rows(version, hip, consumer):
+    assert (tunableop_consumes(version, hip) is not None) == consumer
+
+
+# -- routing on the CPU dispatch key with the double executor -----------------------------------------------
+torch = pytest.importorskip("torch", reason="routing tests need torch (the cuda/rocm extra; CPU torch will do)")
+
+
+@pytest.fixture
+def routed(tmp_path):
+    """A runtime installed on the CPU key for: linear 64x4096 -> 512 (bf16, bias), its fp32 and tf32 twins
+    (fp32 only as 'float'), a bmm, and a row this 'library' refuses."""
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    _rows(tmp_path / RESULTS, [
+        ("GemmAndBiasTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
+        ("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
+        ("GemmTunableOp_float_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
+        ("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_32_16_8_B_4_ld_32_8_32", SOLUTION),
+        ("GemmTunableOp_BFloat16_TN", "tn_512_32_256_ld_256_256_512", REFUSED)])
+    (tmp_path / "manifest.json").write_text(json.dumps({"runtime": {"name": "CPU double"}}))
+    executor = DoubleExecutor()
+    runtime = rt.install(tmp_path, executor=executor, dispatch_key="CPU")
+    try:
+        yield runtime
+    finally:
+        rt.uninstall()
+    assert executor.closed and rt.installed() is None
+
+
+def _tuned(runtime) -> int:
+    return sum(runtime.status()["tuned_calls"].values())
+
+
+def test_tuned_calls_take_the_plan_and_match_torch(routed):
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=g).bfloat16()
+    w, b = torch.randn(512, 256, generator=g).bfloat16(), torch.randn(512, generator=g).bfloat16()
+    out = F.linear(x, w, b)   # addmm, gemm_and_bias
+    out2 = F.linear(x, w)     # mm
+    batched = torch.bmm(torch.randn(4, 16, 8, generator=g).bfloat16(), torch.randn(4, 8, 32, generator=g).bfloat16())
+    assert _tuned(routed) == 3
+    assert routed.status()["fallbacks"] == {}
+    import pipeline.runtime as rt
+
+    rt.uninstall()
+    assert torch.allclose(out.float(), F.linear(x, w, b).float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(out2.float(), F.linear(x, w).float(), rtol=2e-2, atol=2e-2)
+    assert batched.shape == (4, 16, 32)
+
+
+def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
+    F = torch.nn.functional
+    x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
+    F.linear(torch.randn(63, 256).bfloat16(), w)                        # no tuned row
+    torch.mm(x, w.t().contiguous())                                   # same shape, NN layout: no row
+    torch.addmm(torch.randn(512).bfloat16(), x, w.t(), beta=0.5)         # beta != 1
+    torch.mm(x[:, ::2], torch.randn(128, 512).bfloat16())               # torch copies a strided operand
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        F.linear(x, w)
+    finally:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+    torch.use_deterministic_algorithms(True)
+    try:
+        F.linear(x, w)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    F.linear(torch.randn(32, 256).bfloat16(), w)                         # tuned row this library refuses
+    fallbacks = routed.status()["fallbacks"]
+    assert _tuned(routed) == 0
+    assert fallbacks["no tuned row"] == 2
+    assert sum(n for reason, n in fallbacks.items() if reason.startswith("tuned row rejected")) == 1
+    assert fallbacks["alpha or beta not 1"] == 1
+    assert fallbacks["layout torch copies first"] == 1
+    assert fallbacks["bf16 reduced-precision reduction off"] == 1
+    assert fallbacks["deterministic algorithms on"] == 1
+    assert len(routed.status()["rows_rejected"]) == 1
+    assert "cublasLtMatmulAlgoCheck" in next(iter(routed.status()["rows_rejected"].values()))
+
+
+def test_autocast_calls_arrive_cast_and_compute_as_torch_does(routed):
+    x, w = torch.randn(64, 256), torch.randn(512, 256)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        routed_out = torch.nn.functional.linear(x, w)   # autocast casts to bf16 first: the bf16 tuned key
+    assert _tuned(routed) == 1 and routed_out.dtype == torch.bfloat16
+    import pipeline.runtime as rt
+
+    rt.uninstall()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        own = torch.nn.functional.linear(x, w)
+    assert torch.allclose(routed_out.float(), own.float(), rtol=2e-2, atol=5e-2)
+
+
+def test_fp32_rows_apply_only_under_the_tf32_setting_they_were_tuned_with(routed):
+    x, w = torch.randn(64, 256), torch.randn(512, 256)
+    torch.nn.functional.linear(x, w)
+    assert _tuned(routed) == 1
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        torch.nn.functional.linear(x, w)   # now a tf32 key: no row
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    assert _tuned(routed) == 1 and routed.status()["fallbacks"] == {"no tuned row": 1}
+
+
+def test_uninstall_restores_torchs_kernels(routed):
+    import pipeline.runtime as rt
+
+    x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
+    torch.nn.functional.linear(x, w)
+    assert _tuned(routed) == 1
+    with pytest.raises(RuntimeError, match="already installed"):
+        rt.install(routed.table.source, executor=routed.executor, dispatch_key="CPU")
+    rt.uninstall()
+    assert torch.equal(torch.nn.functional.linear(x, w), torch.nn.functional.linear(x, w))
+    assert rt.installed() is None
+
+
+def test_rows_tuned_on_another_gpu_are_refused(tmp_path):
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])
+    (tmp_path / "manifest.json").write_text(json.dumps({"runtime": {"name": "NVIDIA H100 80GB HBM3"}}))
+    with pytest.raises(DeviceMismatch, match="tuned on NVIDIA H100 80GB HBM3, this is CPU double"):
+        rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU")
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
+    try:
+        assert runtime.status()["notes"] and runtime.status()["installed"]
+    finally:
+        rt.uninstall()
+
+
+# -- CLI and autoload (no GPU here: they must say so clearly, and the hook must fire on 'import torch') --------
+def _cli(tmp_path, *command: str) -> subprocess.CompletedProcess:
+    csv = _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])
+    return subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(csv), "--", *command],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cli_without_a_gpu_says_what_is_missing(tmp_path):
+    proc = _cli(tmp_path, "-c", "print('ran')")
+    assert proc.returncode != 0 and "ran" not in proc.stdout
+    assert "nvmath-python" in proc.stderr or "torch.cuda.is_available() is False" in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cli_child_processes_install_on_importing_torch(tmp_path):
+    proc = _cli(tmp_path, "bash", "-c", f"{sys.executable} -c 'import torch; print(torch.__name__)'")
+    assert proc.returncode == 0 and proc.stdout.strip() == "torch"
+    assert "gemm-tune runtime: not installed in process" in proc.stderr
+
+
+def test_cli_needs_a_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "usage" in proc.stderr

@@ -1,0 +1,220 @@
+"""GPU tests of pipeline.runtime (run on the device machine: pytest -m gpu): torch's calls routed through
+tuned cuBLASLt algorithms give torch's results, keys match what torch's TunableOp records, CUDA graphs, the
+CLI in-process and through a child process, and graph decode of the embedded workload."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.tunableop import TunableOpEntry, read_file, write_file
+from pipeline.problem import GemmProblem
+from pipeline.runtime.table import runtime_key
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    importlib.util.find_spec("nvmath") is None,
+    reason="nvmath-python is not installed: the runtime comes with the 'cuda' extra (pip install -e '.[cuda,test]')")]
+
+CALLS = '''
+import torch
+import torch.nn.functional as F
+
+def calls():
+    """(name, thunk) for each GEMM call the tests route; fixed seeds, so every process makes the same ones."""
+    g = torch.Generator("cuda").manual_seed(0)
+    r = lambda *s, dtype=torch.bfloat16: torch.randn(*s, device="cuda", generator=g).to(dtype)
+    w1, w2, b2, w3 = r(6144, 4096), r(11008, 4096), r(11008), r(3072, 1024)
+    x1, x2, x3, qkv = r(1, 4096), r(64, 4096), r(2, 32, 1024), r(48, 3072)
+    ba, bb = r(8, 128, 64), r(8, 64, 128)
+    ha, hb = r(256, 512, dtype=torch.float16), r(512, 1024, dtype=torch.float16)
+    fx, fw = r(128, 512, dtype=torch.float32), r(1024, 512, dtype=torch.float32)
+    return [
+        ("decode M=1 linear", lambda: F.linear(x1, w1)),
+        ("linear with bias (addmm)", lambda: F.linear(x2, w2, b2)),
+        ("3-D linear (mm on the folded input)", lambda: F.linear(x3, w3)),
+        ("bmm", lambda: torch.bmm(ba, bb)),
+        ("fp16 NN mm", lambda: torch.mm(ha, hb)),
+        ("fp32 linear", lambda: F.linear(fx, fw)),
+        ("q slice of a fused qkv (ld 3072)", lambda: F.linear(qkv[:, :1024], w3)),
+    ]
+'''
+
+
+def _calls_module(tmp_path: Path):
+    path = tmp_path / "gemm_calls.py"
+    path.write_text(CALLS)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import gemm_calls
+    finally:
+        sys.path.remove(str(tmp_path))
+    sys.modules.pop("gemm_calls", None)
+    return gemm_calls
+
+
+def _recorded_keys(tmp_path: Path) -> list[GemmProblem]:
+    """The keys torch's TunableOp records for CALLS (a separate process, recording on)."""
+    script = tmp_path / "record.py"
+    script.write_text(CALLS + "\nfor _, call in calls():\n    call()\ntorch.cuda.synchronize()\n")
+    env = {**os.environ, "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
+           "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1", "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv")}
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=300)
+    return [e.problem for e in read_file(tmp_path / "untuned0.csv").entries]
+
+
+def _tuned_rows(problems: list[GemmProblem], path: Path) -> Path:
+    """A results file that gives each problem a cuBLASLt algorithm other than the heuristic's first."""
+    import torch
+
+    from pipeline.backends.cublaslt import LtGemm, lt, read_config
+
+    handle, workspace = lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+    entries = []
+    for problem in problems:
+        gemm = LtGemm(problem, handle, workspace)
+        records = gemm.heuristic(8)
+        gemm.close()
+        assert records, f"no cuBLASLt algorithm for {problem}"
+        entries.append(TunableOpEntry.from_problem(problem, read_config(records[-1])["SolutionNameMin"], 0.01))
+    write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, entries)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("runtime")
+    recorded = _recorded_keys(tmp_path)
+    return tmp_path, _tuned_rows(recorded, tmp_path / "tunableop_results.csv"), recorded
+
+
+def test_keys_are_the_ones_torch_records(tuned):
+    """frame.gemm_key mirrors torch: every routed call finds the key TunableOp recorded for it."""
+    tmp_path, csv, recorded = tuned
+    import pipeline.runtime as rt
+
+    module = _calls_module(tmp_path)
+    runtime = rt.install(csv)
+    try:
+        for _, call in module.calls():
+            call()
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert len({runtime_key(p) for p in recorded}) == len(module.calls())
+    assert sum(status["tuned_calls"].values()) == len(module.calls()), status
+    assert status["fallbacks"] == {} and status["rows_rejected"] == {}
+
+
+def test_routed_calls_equal_torchs_within_the_dtype_tolerance(tuned):
+    import torch
+
+    import pipeline.runtime as rt
+    from pipeline.backends.measure import TOLERANCES
+
+    tmp_path, csv, _ = tuned
+    module = _calls_module(tmp_path)
+    expected = [(name, call()) for name, call in module.calls()]
+    rt.install(csv)
+    try:
+        got = [call() for _, call in module.calls()]
+    finally:
+        rt.uninstall()
+    for (name, want), out in zip(expected, got, strict=True):
+        assert out.shape == want.shape and out.dtype == want.dtype and out.is_contiguous(), name
+        error = float(torch.linalg.vector_norm((out - want).double()) / torch.linalg.vector_norm(want.double()))
+        dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[want.dtype]
+        assert error <= TOLERANCES[(dtype, "float32")], f"{name}: relative error {error:.3g}"
+
+
+def test_settings_the_rows_were_not_tuned_under_fall_back(tuned):
+    import torch
+
+    import pipeline.runtime as rt
+
+    tmp_path, csv, _ = tuned
+    calls = dict(_calls_module(tmp_path).calls())
+    runtime = rt.install(csv)
+    try:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        try:
+            calls["decode M=1 linear"]()
+        finally:
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            calls["fp32 linear"]()   # a tf32 key: the row is 'float'
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert sum(status["tuned_calls"].values()) == 0
+    assert status["fallbacks"] == {"bf16 reduced-precision reduction off": 1, "no tuned row": 1}
+
+
+def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned):
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    _tmp_path, csv, _ = tuned
+    x, w = torch.randn(1, 4096, device="cuda").bfloat16(), torch.randn(6144, 4096, device="cuda").bfloat16()
+    runtime = rt.install(csv)
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            F.linear(x, w)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = F.linear(x, w)
+        calls_after_capture = sum(runtime.status()["tuned_calls"].values())
+        results = []
+        for _ in range(2):
+            x.normal_()
+            graph.replay()
+            results.append((x.clone(), out.clone()))
+        assert sum(runtime.status()["tuned_calls"].values()) == calls_after_capture == 2  # replays: no host call
+    finally:
+        rt.uninstall()
+    for xi, got in results:
+        want = F.linear(xi, w)
+        assert float((got.float() - want.float()).norm() / want.float().norm()) < 1e-2
+
+
+def test_cli_in_process_and_in_child_processes(tuned):
+    tmp_path, csv, _ = tuned
+    script = tmp_path / "workload.py"
+    script.write_text(CALLS + "\nfor _, call in calls():\n    call()\ntorch.cuda.synchronize()\nprint('done')\n")
+    for name, command in (("in-process", [str(script)]), ("child", ["bash", "-c", f"{sys.executable} {script}"])):
+        status = tmp_path / f"status-{name}.json"
+        proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(csv), "--status-file",
+                               str(status), "--", *command], capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+        assert "calls ran a tuned algorithm" in proc.stderr
+        record = json.loads(status.read_text())
+        assert sum(record["tuned_calls"].values()) == 7, (name, record)
+
+
+def test_graph_decode_makes_the_same_tokens_as_eager_decode():
+    import torch
+
+    from pipeline.workloads import llama
+
+    cfg = llama.LlamaConfig(hidden=256, heads=4, kv_heads=2, intermediate=512, vocab=1000, layers=2)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = llama.Llama(cfg).float().eval()
+    runs = {}
+    with torch.inference_mode():
+        for mode in ("eager", "graph"):
+            runs[mode] = llama.generate(model, 2, 12, 6, torch.Generator("cuda").manual_seed(1), mode)["tokens"]
+    assert torch.equal(runs["eager"], runs["graph"])
