@@ -38,7 +38,9 @@ class LtPlan:
         gemm, executor = self._gemm, self.executor
         out = x.new_empty(self.out_shape)
         stream = torch._C._cuda_getCurrentRawStream(self.device)
-        workspace = executor.workspaces.get((self.device, stream)) or executor.new_workspace(self.device, stream)
+        workspace = executor.workspaces.get((self.device, stream))
+        if workspace is None:
+            workspace = executor.new_workspace(self.device, stream)
         if bias is not None:
             gemm.set_bias(bias.data_ptr())
         a, b, c = gemm.layouts

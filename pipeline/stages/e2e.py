@@ -32,13 +32,18 @@ def consumer(runtime: dict) -> str:
     return "tunableop" if (major, minor) >= (2, 14) else "runtime"
 
 
+def has_nvmath() -> bool:
+    """Whether pipeline.runtime can run here (nvmath-python installed; found without importing it)."""
+    return importlib.util.find_spec("nvmath") is not None
+
+
 def runtime_consumer(runtime: dict, has_runtime: bool | None = None) -> str | None:
     """Why the tuned bundle cannot be applied to the workload here (None when it can)."""
     who = consumer(runtime)
     if who == "unknown":
         return f"unknown torch version {runtime.get('pt_version')!r}"
     if who == "runtime":
-        has_runtime = importlib.util.find_spec("nvmath") is not None if has_runtime is None else has_runtime
+        has_runtime = has_nvmath() if has_runtime is None else has_runtime
         if not has_runtime:
             return (f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA has no cuBLASLt solutions "
                     "in TunableOp (2.14+), and pipeline.runtime, which applies them, needs nvmath-python "

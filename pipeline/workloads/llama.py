@@ -3,8 +3,9 @@
 Run ``python -m pipeline.workloads.llama`` on a GPU. It prefills a few (batch, prompt length) pairs, then
 runs a short greedy decode for each, and prints tokens/s. Decode runs as serving engines run it on a GPU:
 one step captured as a CUDA graph over static buffers (a fixed-size KV cache read under a position mask),
-replayed per token (``--decode-mode graph``, the default on CUDA); ``--decode-mode eager`` runs each step
-as Python calls, the cache sliced to the current length. Its GEMMs, in TunableOp's BLAS frame for
+replayed per token (``--decode-mode graph``); ``--decode-mode eager`` (the default, which the pipeline
+collects and weights calls with: every step's calls go through the host) runs each step as Python calls,
+the cache sliced to the current length. Both run the same GEMMs. Its GEMMs, in TunableOp's BLAS frame for
 ``T`` tokens (batch x sequence): fused qkv ``tn_{(heads + 2 kv_heads) head_dim}_T_{hidden}``, o
 ``tn_{hidden}_T_{hidden}``, gate_up ``tn_{2 intermediate}_T_{hidden}``, down ``tn_{hidden}_T_{intermediate}``
 and lm_head ``tn_{vocab}_{batch}_{hidden}`` (logits of the last position only).
@@ -240,8 +241,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--decode-steps", type=int, default=16)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--device", default="cuda", help="cuda (ROCm GPUs are 'cuda' too) or cpu for a smoke run")
-    parser.add_argument("--decode-mode", choices=["graph", "eager"],
-                        help="graph: each decode step replays a captured CUDA graph (default on cuda); eager")
+    parser.add_argument("--decode-mode", choices=["eager", "graph"], default="eager",
+                        help="eager: Python calls per step; graph: each step replays a captured CUDA graph")
     parser.add_argument("--warmup", type=int, default=1, help="untimed generations before the timed ones")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -259,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hidden {cfg.hidden} must split into {cfg.heads} heads, and heads into {cfg.kv_heads} kv heads",
               file=sys.stderr)
         return 2
-    mode = args.decode_mode or ("graph" if device.type == "cuda" else "eager")
+    mode = args.decode_mode
     if mode == "graph" and device.type != "cuda":
         print("--decode-mode graph needs a CUDA or ROCm GPU (CUDA graphs)", file=sys.stderr)
         return 2
