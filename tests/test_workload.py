@@ -95,8 +95,8 @@ def expected_linear_calls(hidden=4096, qkv=6144, intermediate=14336, vocab=12825
                           prompts=(128, 1024), steps=16, warmup=1) -> dict[str, int]:
     """Calls of each linear GEMM in the embedded workload's default run: every generation prefills once and
     decodes ``steps - 1`` times through every layer, with the logits of one position per step; the warm-up
-    is one more generation at the smallest batch and prompt."""
-    runs = [(b, p) for b in batches for p in prompts] + [(min(batches), min(prompts))] * warmup
+    generates every (batch, prompt) pair once more."""
+    runs = [(b, p) for b in batches for p in prompts] * (1 + warmup)
     tokens: dict[int, int] = {}
     heads: dict[int, int] = {}
     for b, p in runs:

@@ -243,7 +243,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda (ROCm GPUs are 'cuda' too) or cpu for a smoke run")
     parser.add_argument("--decode-mode", choices=["eager", "graph"], default="eager",
                         help="eager: Python calls per step; graph: each step replays a captured CUDA graph")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed generations before the timed ones")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed generations of every (batch, prompt) pair before the timed ones")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -270,8 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     generator = torch.Generator(device).manual_seed(args.seed)
     total_tokens, total_s = 0, 0.0
     with torch.inference_mode():
-        for _ in range(args.warmup):
-            generate(model, min(args.batch_sizes), min(args.prompt_lengths), args.decode_steps, generator, mode)
+        for _ in range(args.warmup):  # every shape once: first calls (library heuristics, kernel loading) untimed
+            for batch in args.batch_sizes:
+                for prompt in args.prompt_lengths:
+                    generate(model, batch, prompt, args.decode_steps, generator, mode)
         for batch in args.batch_sizes:
             for prompt in args.prompt_lengths:
                 r = generate(model, batch, prompt, args.decode_steps, generator, mode)
