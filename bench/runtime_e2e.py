@@ -31,7 +31,8 @@ EMBEDDED = "pipeline.workloads.llama"
 def commands(run: Path) -> dict[str, list[str]]:
     argv = json.loads((run / "collect" / "manifest.json").read_text())["command"]
     if EMBEDDED in argv:
-        return {f"{run.name} decode {mode}": [*argv, "--decode-mode", mode] for mode in ("eager", "graph")}
+        return {f"{run.name} decode {mode}": [*argv, "--decode-mode", mode, "--repeat", "5"]
+                for mode in ("eager", "graph")}
     return {run.name: argv}
 
 

@@ -432,7 +432,7 @@ class Validate(StackBound):
         else:
             self.set_status_message("end-to-end A/B of the workload")
             command = (["bash", "-c", self.workload_cmd] if self.workload_cmd
-                       else [*embedded_command(), "--decode-mode", "graph"])  # decode as serving engines run it
+                       else [*embedded_command(), "--decode-mode", "graph", "--repeat", "5"])  # decode as engines do
             via = e2e.consumer(runtime)
             outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv", out / f"e2e-{via}",
                                   self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count("Validate"),

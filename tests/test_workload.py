@@ -23,7 +23,9 @@ def test_cpu_smoke_run_prints_throughput(capsys):
     llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
     assert llama.main(_tiny_args()) == 0
     out = capsys.readouterr().out
-    assert out.count("batch=") == 4 and out.strip().splitlines()[-1].startswith("throughput: ")
+    lines = out.strip().splitlines()
+    assert out.count("batch=") == 4 and lines[-2].startswith("throughput: ")
+    assert lines[-1].startswith("decode throughput: ") and lines[-1].endswith(" tokens/s")
 
 
 def test_bad_head_split_is_refused(capsys):

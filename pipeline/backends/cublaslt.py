@@ -144,7 +144,8 @@ class LtGemm:
                         for rows, cols, ld in ((s.rows_a, s.cols_a, s.lda), (s.rows_b, s.cols_b, s.ldb),
                                                (s.m, s.n, s.ldc))]
         bias_attr = lt.MatmulDescAttribute.BIAS_POINTER
-        self._bias = (bias_attr, _buffer(lt.get_matmul_desc_attribute_dtype(bias_attr)))
+        bias_buf = _buffer(lt.get_matmul_desc_attribute_dtype(bias_attr))
+        self._bias = (bias_attr, bias_buf, bias_buf.ctypes.data, bias_buf.nbytes)
         self.pref = lt.matmul_preference_create()
         attr = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
         buf = _buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
@@ -152,9 +153,9 @@ class LtGemm:
 
     def set_bias(self, pointer: int) -> None:
         """Point the bias epilogue at a device vector (read when the next matmul is launched or captured)."""
-        attr, buf = self._bias
+        attr, buf, address, size = self._bias
         buf[0] = pointer
-        lt.matmul_desc_set_attribute(self.desc, attr, buf.ctypes.data, buf.nbytes)
+        lt.matmul_desc_set_attribute(self.desc, attr, address, size)
 
     def _desc_set(self, attr, value: int) -> None:
         buf = _buffer(lt.get_matmul_desc_attribute_dtype(attr), value)

@@ -19,34 +19,37 @@ _KEEP_ALIVE: list[torch.Tensor] = []
 class LtPlan:
     """One tuned problem on one device: ``run(x, y, bias)`` returns ``x @ y (+ bias)`` in a new tensor."""
 
-    __slots__ = ("_gemm", "_record", "algo_bytes", "calls", "device", "executor", "name", "out_shape")
+    __slots__ = ("_gemm", "_pointers", "_record", "algo_bytes", "calls", "device", "executor", "name", "out_shape")
 
     def __init__(self, problem: GemmProblem, solution: str, device: int, executor: CublasLtExecutor) -> None:
         self.name, self.device, self.executor, self.calls = solution, device, executor, 0
         limit = torch.empty(executor.workspace_bytes, dtype=torch.uint8, device="meta")  # the limit, no memory
-        self._gemm = LtGemm(problem, executor.handle(device), limit)
+        self._gemm = gemm = LtGemm(problem, executor.handle(device), limit)
         try:
-            self._record = record_from_config(self._gemm, config_from_name(solution))
+            self._record = record_from_config(gemm, config_from_name(solution))
         except Exception:
-            self._gemm.close()
+            gemm.close()
             raise
         self.algo_bytes = read_config(self._record)["AlgoBytes"]
         batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
         self.out_shape = (*batch, problem.n, problem.m)
+        a, b, c = gemm.layouts  # numpy's .ctypes costs ~1 us a call: every address is read once, here
+        self._pointers = (gemm.handle, gemm.desc, gemm.alpha.ctypes.data, a, b, gemm.beta.ctypes.data, c,
+                          self._record.ctypes.data)
 
     def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        gemm, executor = self._gemm, self.executor
+        handle, desc, alpha, a, b, beta, c, algo = self._pointers
+        executor = self.executor
         out = x.new_empty(self.out_shape)
         stream = torch._C._cuda_getCurrentRawStream(self.device)
         workspace = executor.workspaces.get((self.device, stream))
         if workspace is None:
             workspace = executor.new_workspace(self.device, stream)
         if bias is not None:
-            gemm.set_bias(bias.data_ptr())
-        a, b, c = gemm.layouts
-        lt.matmul(gemm.handle, gemm.desc, gemm.alpha.ctypes.data, y.data_ptr(), a, x.data_ptr(), b,
-                  gemm.beta.ctypes.data, out.data_ptr(), c, out.data_ptr(), c, self._record.ctypes.data,
-                  workspace.data_ptr(), executor.workspace_bytes, stream)
+            self._gemm.set_bias(bias.data_ptr())
+        pointer = out.data_ptr()
+        lt.matmul(handle, desc, alpha, y.data_ptr(), a, x.data_ptr(), b, beta, pointer, c, pointer, c, algo,
+                  workspace, executor.workspace_bytes, stream)
         self.calls += 1
         return out
 
@@ -64,7 +67,7 @@ class CublasLtExecutor:
             raise RuntimeError("the cuBLASLt runtime needs a CUDA GPU, and torch.cuda.is_available() is False "
                                f"(torch {torch.__version__})")
         self.workspace_bytes = workspace_bytes
-        self.workspaces: dict[tuple[int, int], torch.Tensor] = {}
+        self.workspaces: dict[tuple[int, int], int] = {}  # (device, stream) -> workspace address
         self._handles: dict[int, int] = {}
         self.cublaslt_version = lt.get_version()
 
@@ -74,12 +77,13 @@ class CublasLtExecutor:
                 self._handles[device] = lt.create()
         return self._handles[device]
 
-    def new_workspace(self, device: int, stream: int) -> torch.Tensor:
-        """The stream's workspace (under CUDA-graph capture it comes from the graph's pool and stays)."""
+    def new_workspace(self, device: int, stream: int) -> int:
+        """The stream's workspace address (under CUDA-graph capture it comes from the graph's pool); the tensor
+        is kept for the life of the process."""
         workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=torch.device("cuda", device))
-        self.workspaces[(device, stream)] = workspace
         _KEEP_ALIVE.append(workspace)
-        return workspace
+        self.workspaces[(device, stream)] = workspace.data_ptr()
+        return workspace.data_ptr()
 
     def plan(self, problem: GemmProblem, solution: str, device: int) -> LtPlan:
         return LtPlan(problem, solution, device, self)

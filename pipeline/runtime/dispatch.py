@@ -35,7 +35,7 @@ MAX_SIGNATURES = 65536
 
 
 def blocked(dtype: torch.dtype) -> str | None:
-    """Why a call of ``dtype`` must not take a tuned plan now (None: it may)."""
+    """Why a call of ``dtype`` must not take a tuned plan now (None: it may); fp32 is keyed by its TF32 flag."""
     if torch.are_deterministic_algorithms_enabled():
         return "deterministic algorithms on"
     if dtype is torch.bfloat16 and not _allowed(torch._C._get_cublas_allow_bf16_reduced_precision_reduction()):
@@ -73,6 +73,7 @@ class Router:
         self.fallbacks: Counter = Counter()
         self._lib: torch.library.Library | None = None
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
+        self._route = self._router()
 
     # -- registration --------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -128,28 +129,38 @@ class Router:
         return addmm
 
     # -- routing -------------------------------------------------------------------------------------------
-    def _route(self, op: str, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None):
-        """The plan for this call, or why it falls back."""
-        dtype = x.dtype
-        reason = blocked(dtype)
-        if reason:
-            return reason
-        device = x.get_device()
-        if device != self.executor.current_device():
-            return "operands not on the current device"
-        signature = (op, x.shape, x.stride(), y.shape, y.stride(), dtype, y.dtype, device, y.get_device(),
-                     compute_type(dtype),
-                     None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
-        plan = self.plans.get(signature, _MISSING)
-        if plan is _MISSING:
-            if len(self.plans) >= MAX_SIGNATURES:
-                self.plans.clear()
-            plan = self.plans[signature] = self._resolve(signature)
-        return plan
+    def _router(self) -> Callable:
+        """``route(op, x, y, bias)``: the plan for this call, or why it falls back (a str). The hot path of
+        every GEMM in the process: names bound once, one tuple and one dict lookup per call."""
+        plans, resolve, current_device = self.plans, self._resolve, self.executor.current_device
+        deterministic, tf32 = torch.are_deterministic_algorithms_enabled, torch._C._get_cublas_allow_tf32
+        fp32 = torch.float32
+
+        def route(op: str, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None):
+            dtype = x.dtype
+            if dtype is not fp32 or deterministic():
+                reason = blocked(dtype)
+                if reason:
+                    return reason
+            device = x.get_device()
+            if device != current_device():
+                return "operands not on the current device"
+            signature = (op, x.shape, x.stride(), y.shape, y.stride(), dtype, y.dtype, device, y.get_device(),
+                         dtype is fp32 and tf32(),
+                         None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
+            plan = plans.get(signature, _MISSING)
+            if plan is _MISSING:
+                if len(plans) >= MAX_SIGNATURES:
+                    plans.clear()
+                plan = plans[signature] = resolve(signature)
+            return plan
+
+        return route
 
     def _resolve(self, signature: tuple):
-        op, x_shape, x_stride, y_shape, y_stride, dtype, y_dtype, device, y_device, compute, bias = signature
+        op, x_shape, x_stride, y_shape, y_stride, dtype, y_dtype, device, y_device, tf32, bias = signature
         name = DTYPE_NAMES.get(dtype)
+        compute = "tf32" if tf32 else compute_type(dtype)
         if name is None or y_dtype != dtype or y_device != device:
             return "dtype or device not routed"
         if len(x_shape) != (3 if op == "gemm_strided_batched" else 2) or 0 in x_shape or 0 in y_shape:

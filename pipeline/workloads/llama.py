@@ -1,11 +1,15 @@
 """Embedded default workload: a Llama-style decoder in plain torch, random weights, no downloads.
 
 Run ``python -m pipeline.workloads.llama`` on a GPU. It prefills a few (batch, prompt length) pairs, then
-runs a short greedy decode for each, and prints tokens/s. Decode runs as serving engines run it on a GPU:
-one step captured as a CUDA graph over static buffers (a fixed-size KV cache read under a position mask),
-replayed per token (``--decode-mode graph``); ``--decode-mode eager`` (the default, which the pipeline
-collects and weights calls with: every step's calls go through the host) runs each step as Python calls,
-the cache sliced to the current length. Both run the same GEMMs. Its GEMMs, in TunableOp's BLAS frame for
+runs a short greedy decode for each, and prints tokens/s: per pair, overall (``throughput:``), and last the
+decode throughput, which an end-to-end A/B compares (``--repeat N`` times each pair, medians).
+
+Decode runs as serving engines run it with ``--decode-mode graph``: one step captured as a CUDA graph over
+static buffers (a fixed-size KV cache read under a position mask), replayed per token. ``--decode-mode
+eager`` (the default, which the pipeline collects and weights calls with: every step's calls go through
+the host) runs each step as Python calls, the cache sliced to the current length. Both run the same GEMMs.
+
+Its GEMMs, in TunableOp's BLAS frame for
 ``T`` tokens (batch x sequence): fused qkv ``tn_{(heads + 2 kv_heads) head_dim}_T_{hidden}``, o
 ``tn_{hidden}_T_{hidden}``, gate_up ``tn_{2 intermediate}_T_{hidden}``, down ``tn_{hidden}_T_{intermediate}``
 and lm_head ``tn_{vocab}_{batch}_{hidden}`` (logits of the last position only).
@@ -14,6 +18,7 @@ and lm_head ``tn_{vocab}_{batch}_{hidden}`` (logits of the last position only).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -245,6 +250,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="eager: Python calls per step; graph: each step replays a captured CUDA graph")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed generations of every (batch, prompt) pair before the timed ones")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="timed generations per (batch, prompt) pair; the medians are reported")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -269,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with torch.device(device):
         model = Llama(cfg).to(getattr(torch, args.dtype)).eval()
     generator = torch.Generator(device).manual_seed(args.seed)
-    total_tokens, total_s = 0, 0.0
+    total_tokens = total_s = decoded_tokens = decode_s = 0.0
     with torch.inference_mode():
         for _ in range(args.warmup):  # every shape once: first calls (library heuristics, kernel loading) untimed
             for batch in args.batch_sizes:
@@ -277,13 +284,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     generate(model, batch, prompt, args.decode_steps, generator, mode)
         for batch in args.batch_sizes:
             for prompt in args.prompt_lengths:
-                r = generate(model, batch, prompt, args.decode_steps, generator, mode)
+                runs = [generate(model, batch, prompt, args.decode_steps, generator, mode) for _ in range(args.repeat)]
+                prefill = statistics.median(r["prefill_s"] for r in runs)
+                decode = statistics.median(r["decode_s"] for r in runs)
                 decoded = batch * (args.decode_steps - 1)
-                print(f"batch={batch} prompt={prompt}: prefill {batch * prompt / r['prefill_s']:.1f} tokens/s, "
-                      f"decode ({mode}) {decoded / max(r['decode_s'], 1e-9):.1f} tokens/s")
+                print(f"batch={batch} prompt={prompt}: prefill {batch * prompt / prefill:.1f} tokens/s, "
+                      f"decode ({mode}) {decoded / max(decode, 1e-9):.1f} tokens/s")
                 total_tokens += batch * (prompt + args.decode_steps - 1)
-                total_s += r["prefill_s"] + r["decode_s"]
+                total_s += prefill + decode
+                decoded_tokens += decoded
+                decode_s += decode
     print(f"throughput: {total_tokens / total_s:.1f} tokens/s")
+    print(f"decode throughput: {decoded_tokens / max(decode_s, 1e-9):.1f} tokens/s")
     return 0
 
 
