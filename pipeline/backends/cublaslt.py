@@ -5,8 +5,10 @@ default call (the baseline, and a candidate); the cuBLASLt heuristic list reques
 ``heuristic_count`` (nvmath's ``Matmul`` stops at 8); and an enumeration of algorithm ids x tiles x
 stages x split-K x reduction scheme x swizzle x custom option, each passed through
 ``cublasLtMatmulAlgoCheck`` with the runtime's workspace, up to ``enumerate_budget`` valid configs.
-Every candidate is screened quickly; the best few are re-measured against the default, interleaved;
-a winner must beat the default by ``margin`` or the answer is ``Default``.
+Every candidate is screened quickly (a time under the device's measured floor is a harness error, never
+a candidate); the best few of every prefix tier of the pool (``selection``) are re-measured against the
+default, interleaved, on fresh operand buffers; a winner must beat the default by ``margin`` or the
+answer is ``Default``.
 """
 
 from __future__ import annotations
@@ -29,13 +31,17 @@ except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import GemmProblem
+from . import selection
 from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
 from .measure import (
+    BelowFloor,
+    DeviceLimits,
     NumericsError,
     TimingSettings,
     check_numerics,
     device_info,
     interleaved,
+    measure_limits,
     rotating_operands,
     screen,
 )
@@ -302,6 +308,14 @@ class CublasLtBackend:
         self.timing = timing or TimingSettings()
         self.screen_timing = dataclasses.replace(self.timing, screen_samples=1)
         self.handle = lt.create()
+        self._limits: DeviceLimits | None = None
+
+    @property
+    def limits(self) -> DeviceLimits:
+        """The device's measured bandwidth and peak (about a second, once per backend)."""
+        if self._limits is None:
+            self._limits = measure_limits(self.device)
+        return self._limits
 
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
         return unsupported_reason(problem)
@@ -337,14 +351,17 @@ class CublasLtBackend:
                     candidates[name].error = "not screened: time budget spent"
                     continue
                 try:
-                    candidates[name].screen_us = screen(problem, pool.launchers[name], sets, self.screen_timing).median
+                    screened = screen(problem, pool.launchers[name], sets, self.screen_timing).median
+                    self.limits.check(problem, screened, f"{name} screened")
+                    candidates[name].screen_us = screened
                 except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
                     candidates[name].error = f"{type(err).__name__}: {err}"
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
-            ranked = sorted((c for c in result.candidates if c.screen_us is not None and c.name != DEFAULT),
-                            key=lambda c: c.screen_us)
-            finalists = self._numerically_sound(problem, pool, ranked, sets, ref, settings.finalists)
+            chosen = selection.finalists([None, *(candidates[n].screen_us for n in pool.names[1:])],
+                                         max(1, settings.finalists // 2))
+            finalists = self._numerically_sound(problem, pool, [candidates[pool.names[i]] for i in chosen], sets,
+                                                ref, len(chosen))
             result.phases["screen_s"] = time.monotonic() - start
             self._decide(problem, result, pool, finalists, sets, ref, settings, self.timing.rounds)
             return result
@@ -415,9 +432,17 @@ class CublasLtBackend:
         """Interleave the default and the finalists; the fastest wins only by ``margin``."""
         start = time.monotonic()
         names = [DEFAULT, *(c.name for c in finalists)]
-        final = interleaved(problem, {n: pool.launchers[n] for n in names}, sets, self.timing, rounds=rounds)
-        for candidate in finalists:
+        fresh = rotating_operands(problem, self.device, dataclasses.replace(self.timing, seed=self.timing.seed + 1))
+        final = interleaved(problem, {n: pool.launchers[n] for n in names}, fresh, self.timing, rounds=rounds)
+        del fresh  # screened on one set of buffers, judged on others: no winner's curse from lucky buffers
+        self.limits.check(problem, final[DEFAULT].median, "torch's default")
+        for candidate in list(finalists):
             candidate.final_us = final[candidate.name].median
+            try:
+                self.limits.check(problem, candidate.final_us, candidate.name)
+            except BelowFloor as err:
+                candidate.error = f"{type(err).__name__}: {err}"
+                finalists.remove(candidate)
         result.default_us = final[DEFAULT].median
         for candidate in result.candidates:
             if candidate.name == DEFAULT:

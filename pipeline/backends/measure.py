@@ -1,7 +1,11 @@
 """The one GPU timing harness (``shared/spec/nvidia-cublaslt.md`` section 6).
 
-* Inputs rotate through copies that total at least ``l2_factor`` x L2 (L2 read from the device), so
-  every call reads cold operands; inputs are random, never zeros.
+* Inputs rotate through copies that total at least ``l2_factor`` x L2 (L2 read from the device), and never
+  fewer than two, so no launch reads what the launch before it left in L2 (a weight larger than L2 keeps
+  its tail there); inputs are random, never zeros.
+* Every time is checked against the device's floor, measured on the device (bytes over its best copy or
+  read bandwidth, flops over the best large GEMM torch runs): a time under it (by more than the floor's own
+  measurement slack) is a harness error, reported, never a winner.
 * Each candidate is captured once in a CUDA graph that calls it over every copy, repeated until the graph
   holds enough work to time with events (this also removes launch gaps for kernels under ~20 us).
   Screening many candidates skips the graph: eager passes queued behind a GPU spin, a few samples each.
@@ -19,14 +23,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ..problem import GemmProblem
+from ..problem import GemmProblem, dtype_bytes
 from ..stats import Stats
-from .torch_gemm import OperandSet, allocate, reference, result, set_bytes
+from .torch_gemm import TORCH_DTYPES, OperandSet, allocate, reference, result, set_bytes
 
 # Relative Frobenius error allowed against the reference, by (dtype, compute type).
 TOLERANCES = {("bfloat16", "float32"): 1e-2, ("float16", "float32"): 2e-3, ("float32", "float32"): 1e-4,
               ("float32", "tf32"): 5e-3, ("float64", "float64"): 1e-10}
 MAX_COPIES = 64
+MIN_COPIES = 2
+FLOOR_SLACK = 0.07  # how far under the measured floor a time may fall before it is called impossible
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,81 @@ def l2_bytes(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).L2_cache_size
 
 
+def copies_needed(problem: GemmProblem, l2: int, l2_factor: float) -> int:
+    """Operand copies that total ``l2_factor`` x L2, at least two whatever the size, at most ``MAX_COPIES``."""
+    return max(MIN_COPIES, min(math.ceil(l2_factor * l2 / max(set_bytes(problem), 1)), MAX_COPIES))
+
+
 def rotating_operands(problem: GemmProblem, device: torch.device, settings: TimingSettings) -> list[OperandSet]:
-    """Enough operand copies to total ``l2_factor`` x L2 (one copy if a single set is already that large)."""
-    copies = math.ceil(settings.l2_factor * l2_bytes(device) / max(set_bytes(problem), 1))
-    return allocate(problem, max(1, min(copies, MAX_COPIES)), device, settings.seed)
+    """The operand copies calls rotate through (``copies_needed``)."""
+    return allocate(problem, copies_needed(problem, l2_bytes(device), settings.l2_factor), device, settings.seed)
+
+
+class BelowFloor(RuntimeError):
+    """A measured time the device cannot deliver: the harness measured something else (e.g. an L2 hit)."""
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What the device was measured to sustain: bytes/s (best of copy and read) and flop/s per dtype."""
+
+    bandwidth: float
+    flops: dict
+
+    def floor_us(self, problem: GemmProblem) -> float:
+        """The least time one call can take: the operands touched once at the measured bandwidth, or its flops
+        at the measured peak, whichever is longer."""
+        size = dtype_bytes(problem.a_type)
+        touched = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * problem.batch * size
+        peak = self.flops.get((problem.a_type, problem.compute_type), max(self.flops.values()))
+        return max(touched / self.bandwidth, problem.flops() / peak) * 1e6
+
+    def check(self, problem: GemmProblem, us: float, what: str) -> None:
+        floor = self.floor_us(problem)
+        if us < floor * (1 - FLOOR_SLACK):
+            raise BelowFloor(f"{what}: {us:.2f} us is under the device's floor of {floor:.2f} us (measured "
+                             f"{self.bandwidth / 1e12:.2f} TB/s, peak flops of the dtype): the harness measured "
+                             "something other than this GEMM")
+
+
+LIMIT_DTYPES = (("bfloat16", "float32"), ("float16", "float32"))
+
+
+def _best_us(fn, reps: int = 5) -> float:
+    """The fastest of ``reps`` event-timed runs of ``fn`` after one warm-up."""
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return min(times)
+
+
+def _bandwidth(device: torch.device, size: int = 1 << 30) -> float:
+    """Bytes/s: the better of a copy (read + write) and a reduction (read) over ``size`` bytes."""
+    src = torch.empty(size, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    copy_us = _best_us(lambda: dst.copy_(src))
+    read_us = _best_us(lambda: src.view(torch.float32).sum())
+    return max(2 * size / copy_us, size / read_us) * 1e6
+
+
+def measure_limits(device: torch.device, dtypes: tuple[tuple[str, str], ...] = LIMIT_DTYPES) -> DeviceLimits:
+    """The device's bandwidth, and torch's best 8192^3 GEMM per (dtype, compute type) given."""
+    bandwidth, flops, n = _bandwidth(device), {}, 8192
+    for dtype, compute in dtypes:
+        x = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+        allow = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = compute == "tf32"
+        try:
+            flops[(dtype, compute)] = 2 * n ** 3 / _best_us(lambda x=x: torch.mm(x, x)) * 1e6
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allow
+    return DeviceLimits(bandwidth, flops)
 
 
 class GraphTimer:
