@@ -86,6 +86,18 @@ def _tuned_rows(problems: list[GemmProblem], path: Path) -> Path:
     return path
 
 
+def test_torchs_launcher_leaves_the_tf32_setting_as_it_found_it():
+    import torch
+
+    from pipeline.backends.torch_gemm import allocate, torch_launcher
+
+    problem = GemmProblem("gemm", "N", "N", 64, 64, 64, 64, 64, 64, a_type="float32", b_type="float32",
+                          c_type="float32", compute_type="tf32")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch_launcher(problem)(allocate(problem, 1, torch.device("cuda"))[0])
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("runtime")

@@ -109,14 +109,18 @@ def torch_launcher(problem: GemmProblem) -> Callable[[OperandSet], None]:
     tf32 = problem.compute_type == "tf32"
 
     def launch(ops: OperandSet) -> None:
+        saved = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 problems record "float" or "tf32" by this flag
-        x, y, out = torch_views(problem, ops)
-        if problem.op == "gemm_and_bias":
-            torch.addmm(ops.bias, x, y, out=out)
-        elif problem.op == "gemm_strided_batched":
-            torch.bmm(x, y, out=out)
-        else:
-            torch.mm(x, y, out=out)
+        try:
+            x, y, out = torch_views(problem, ops)
+            if problem.op == "gemm_and_bias":
+                torch.addmm(ops.bias, x, y, out=out)
+            elif problem.op == "gemm_strided_batched":
+                torch.bmm(x, y, out=out)
+            else:
+                torch.mm(x, y, out=out)
+        finally:  # the process's own setting back: a tf32 problem must not leak TF32 into what runs next
+            torch.backends.cuda.matmul.allow_tf32 = saved
 
     return launch
 
