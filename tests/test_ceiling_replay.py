@@ -1,0 +1,61 @@
+"""The ceiling dataset measured on the H100 (bench/results/cublaslt_ceiling_*.json.gz), replayed on CPU: the
+search the pipeline runs is judged against it offline, as bench/ceiling_replay.py does."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends.selection import finalists, tier_sizes
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASET = ROOT / "bench" / "results" / "cublaslt_ceiling_h100_2026-11-22.json.gz"
+
+
+@pytest.fixture(scope="module")
+def replay():
+    spec = importlib.util.spec_from_file_location("ceiling_replay", ROOT / "bench" / "ceiling_replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def data(replay):
+    return replay.load(DATASET)
+
+
+def test_the_dataset_covers_the_53_problems_with_thousands_of_configs(data):
+    rows = data["problems"]
+    assert len(rows) == 53
+    assert all(len(r["screened_us"]) == len(r["configs"]) == r["pool"] for r in rows)
+    assert sum(r["pool"] for r in rows) > 50_000
+    assert all(r["below_floor"] == 0 for r in rows)  # with >= 2 operand copies nothing beats the memory
+
+
+def test_recorded_screens_keep_every_tier_finalist_in_the_larger_pool(data):
+    for row in data["problems"]:
+        screened = [None, *(t if t is not None and t > 0 else None for t in row["screened_us"][1:])]
+        whole = set(finalists(screened, 4))
+        for size in tier_sizes(len(screened))[:-1]:
+            assert set(finalists(screened[:size], 4)) <= whole, (row["label"], size)
+
+
+def test_the_heuristic_list_alone_reaches_99_percent_of_the_ceiling(data, replay):
+    results = replay.replay(data)
+    cheap = results["heuristic list only"]
+    ceiling = results["everything screened (the ceiling's pool)"]
+    assert cheap["geomean"] >= 0.99 * ceiling["geomean"]
+    assert cheap["screened"] <= 0.2 * ceiling["screened"]
+    assert min(cheap["per_problem"]) >= 1.0  # never slower than torch's default
+    summary = data["summary"]  # and measured so on the H100, in one run against the exhaustive search
+    assert summary["cheap_geomean"] >= 0.99 * summary["ceiling_geomean"]
+    assert summary["cheap_s"] <= 0.2 * summary["exhaustive_s"]
+
+
+def test_no_winners_curse_left_between_screen_and_fresh_buffers(data, replay):
+    bias = replay.screen_bias(data)
+    assert abs(bias["finalists_median"] - 1) < 0.01
+    assert bias["winners_median"] > 0.98  # the chosen ones confirm at their screened time, not 1-3% slower
