@@ -11,6 +11,7 @@ from pipeline.backends.base import ToolMissing
 from pipeline.cli import main
 from pipeline.formats.tunableop import TunableOpFormatError
 from pipeline.stages import nightly
+from pipeline.stages.fingerprint import ProbeFailed
 from pipeline.stages.gate import GateRefused
 
 from .conftest import FIXTURES
@@ -22,6 +23,7 @@ def test_exit_codes_by_what_failed():
     assert nightly.exit_code([GateRefused("x")]) == 10
     assert nightly.exit_code([ToolMissing("x"), GateRefused("y")]) == 10, "a refusal outranks the rest"
     assert nightly.exit_code([ToolMissing("x")]) == 11
+    assert nightly.exit_code([ProbeFailed("the stack probe failed")]) == 11, "the probe is a tool"
     assert nightly.exit_code([TunableOpFormatError("f:1: x")]) == 12
     assert nightly.exit_code([KeyError("x")]) == 1
 

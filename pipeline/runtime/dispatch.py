@@ -81,9 +81,9 @@ class Router:
         lib = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
-            lib.impl("mm", self._mm(kernels["mm"].call_boxed), self.dispatch_key)
+            lib.impl("mm", self._product("gemm", kernels["mm"].call_boxed), self.dispatch_key)
             lib.impl("addmm", self._addmm(kernels["addmm"].call_boxed), self.dispatch_key)
-            lib.impl("bmm", self._bmm(kernels["bmm"].call_boxed), self.dispatch_key)
+            lib.impl("bmm", self._product("gemm_strided_batched", kernels["bmm"].call_boxed), self.dispatch_key)
         self._lib = lib
 
     def uninstall(self) -> None:
@@ -92,29 +92,18 @@ class Router:
             self._lib = None
 
     # -- the kernels ---------------------------------------------------------------------------------------
-    def _mm(self, fallback: Callable) -> Callable:
+    def _product(self, op: str, fallback: Callable) -> Callable:
+        """The kernel of ``mm`` (op ``gemm``) or ``bmm`` (``gemm_strided_batched``): ``x @ y``."""
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
 
-        def mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            plan = route("gemm", x, y, None)
+        def kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            plan = route(op, x, y, None)
             if type(plan) is str:
                 fallbacks[plan] += 1
                 return fallback(keyset, x, y)
             return plan.run(x, y, None)
 
-        return mm
-
-    def _bmm(self, fallback: Callable) -> Callable:
-        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
-
-        def bmm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            plan = route("gemm_strided_batched", x, y, None)
-            if type(plan) is str:
-                fallbacks[plan] += 1
-                return fallback(keyset, x, y)
-            return plan.run(x, y, None)
-
-        return bmm
+        return kernel
 
     def _addmm(self, fallback: Callable) -> Callable:
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route

@@ -36,6 +36,7 @@ from ..formats.tunableop import TunableOpFormatError
 from .bench import BenchError
 from .collect import CollectionError
 from .configs import TEMPLATES
+from .fingerprint import ProbeFailed
 from .gate import GateRefused
 from .logic_merge import ProblemTypeMismatch
 from .results_merge import ValidatorMismatch
@@ -50,7 +51,7 @@ class BadArguments(ValueError):
 
 LOCK_NAME = ".gemm-tune.lock"
 _KINDS = ((REFUSED, (GateRefused,)),
-          (TOOL, (ToolMissing, BenchFailed, BenchFormatError, NoFreeGpu, BenchError, CollectionError)),
+          (TOOL, (ToolMissing, BenchFailed, BenchFormatError, NoFreeGpu, BenchError, CollectionError, ProbeFailed)),
           (INPUT, (TunableOpFormatError, ShapeInputError, LogicFormatError, OverrideFormatError, ValidatorMismatch,
                    ProblemTypeMismatch, FileNotFoundError, BadArguments)))
 
