@@ -234,8 +234,15 @@ def _cli(tmp_path, *command: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_cli_without_a_gpu_says_what_is_missing(tmp_path):
     proc = _cli(tmp_path, "-c", "print('ran')")
-    assert proc.returncode != 0 and "ran" not in proc.stdout
+    assert proc.returncode == 11 and "ran" not in proc.stdout and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("gemm-tune runtime: cannot apply ")
     assert "nvmath-python" in proc.stderr or "torch.cuda.is_available() is False" in proc.stderr
+
+
+def test_cli_names_a_bundle_that_is_not_there(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path / "nope"), "--",
+                           "-c", "pass"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 11 and f"{tmp_path / 'nope'}: no such bundle directory or results file" in proc.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")

@@ -22,6 +22,7 @@ from ..atomic import atomic_write_json
 BUNDLE_ENV = "GEMM_TUNE_RUNTIME_BUNDLE"
 STATUS_ENV = "GEMM_TUNE_RUNTIME_STATUS"
 AUTOLOAD = Path(__file__).parent / "autoload"
+TOOL_EXIT = 11  # as gemm-tune nightly: a tool (the GPU, nvmath-python) is missing or failed
 
 
 def child_env(bundle: Path, status_file: Path | None, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -99,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return subprocess.run(command, env=env, check=False).returncode
     from . import install
 
-    runtime = install(args.bundle, any_device=args.any_device)
+    try:
+        runtime = install(args.bundle, any_device=args.any_device)
+    except (ImportError, RuntimeError, OSError, ValueError) as err:  # missing GPU/nvmath, bad bundle, other GPU
+        print(f"gemm-tune runtime: cannot apply {args.bundle}: {err}", file=sys.stderr)
+        return TOOL_EXIT
     try:
         return _run_in_process(command)
     finally:
