@@ -24,10 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.backends.selection import finalists
 
 Strategy = Callable[[dict], int]  # problem row -> how many candidates (a prefix of the order) it screens
-STRATEGIES: dict[str, Strategy] = {
+STRATEGIES: dict[str, Strategy] = {  # a dataset made with --neighbours has them right after the heuristic's
     "heuristic list only": lambda r: 1 + r["heuristic"],
-    "heuristic + 96 enumerated (the pipeline's pool)": lambda r: 1 + r["heuristic"] + 96,
-    "heuristic + 512 enumerated": lambda r: 1 + r["heuristic"] + 512,
+    "heuristic + its neighbours": lambda r: 1 + r["heuristic"] + r.get("neighbours", 0),
+    "heuristic + neighbours + 96 drawn (the pipeline's pool size)": lambda r: 1 + r["heuristic"]
+    + r.get("neighbours", 0) + 96,
+    "heuristic + neighbours + 512 drawn": lambda r: 1 + r["heuristic"] + r.get("neighbours", 0) + 512,
     "everything screened (the ceiling's pool)": lambda r: len(r["screened_us"]),
 }
 

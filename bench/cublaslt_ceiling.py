@@ -4,7 +4,8 @@
         [--enum-s 2] [--screen-s 4] [--max-configs 2500] [--shard 0/1]
 
 Per problem (the 53 of ``bench/cublaslt_search.py``): the candidate order is torch's default, the cuBLASLt
-heuristic's list (128 requested), then the enumeration: algorithm ids x tiles x stages x cluster shapes x
+heuristic's list (128 requested), with ``--neighbours N`` the valid configs one axis away from each of its
+results (``pipeline.backends.space``), then the enumeration: algorithm ids x tiles x stages x cluster shapes x
 custom options (all the caps allow) x swizzle x {no split, split-K in 2..32 x each reduction scheme}, drawn
 at random without replacement, round-robin over ids, each through ``cublasLtMatmulAlgoCheck`` under torch's
 32 MiB workspace, until ``--enum-s`` or ``--max-configs``. The size of the whole space is recorded, so the
@@ -59,6 +60,8 @@ from pipeline.backends.measure import (
     poison,
     rotating_operands,
 )
+from pipeline.backends.space import decode, neighbours
+from pipeline.backends.space import size as space_size
 from pipeline.backends.torch_gemm import reference, torch_launcher
 from pipeline.stages.validate import floor_us
 from pipeline.stats import geomean
@@ -113,9 +116,7 @@ def enumerate_space(gemm: LtGemm, seconds: float, cap: int, seed: int) -> tuple[
         if axes is None:
             continue
         base, lists = axes
-        total = 1
-        for axis in lists:
-            total *= len(axis)
+        total = space_size(lists)
         size += total
         order = rng.sample(range(total), min(total, cap * 4))  # more than enough draws for one id
         streams.append((algo_id, base, lists, iter(order)))
@@ -127,15 +128,32 @@ def enumerate_space(gemm: LtGemm, seconds: float, cap: int, seed: int) -> tuple[
             if index is None:
                 streams.remove(stream)
                 continue
-            combo = []
-            for axis in reversed(lists):
-                index, pick = divmod(index, len(axis))
-                combo.append(axis[pick])
-            record = _record(base, algo_id, tuple(reversed(combo)))
+            record = _record(base, algo_id, decode(index, lists))
             checked += 1
             if gemm.check(record):
                 found.append(record)
     return found, {"space": size, "checked": checked, "ids": list(map(int, ids))}
+
+
+def neighbourhood(gemm: LtGemm, records: list, per_config: int) -> list:
+    """Valid configs one axis away from each of ``records`` (the heuristic's), nearest values first, up to
+    ``per_config`` tried around each: the way into families random draws miss (nvjet, algorithm 66)."""
+    found = []
+    for record in records:
+        config = read_config(record)
+        axes = _axes(gemm, config["AlgoId"])
+        if axes is None:
+            continue
+        base, lists = axes
+        combo = (config["Tile"], config["Stages"], (config["SplitK"], config["ReductionScheme"]), config["Swizzle"],
+                 config["CustomOption"], config["ClusterShape"])
+        for tried, near in enumerate(neighbours(combo, lists)):
+            if tried >= per_config:
+                break
+            candidate = _record(base, config["AlgoId"], near)
+            if gemm.check(candidate):
+                found.append(candidate)
+    return found
 
 
 def screen_batch(launchers: list, sets: list, limits, problem, spin_us: float = 20000.0) -> list[float | None]:
@@ -222,10 +240,11 @@ def run_problem(label: str, problem, handle, limits, timing: TimingSettings, arg
     cheap = cheap_search(problem, gemm, limits, timing, device)
     start = time.monotonic()
     heuristic = gemm.heuristic(128)
+    near = neighbourhood(gemm, heuristic, args.neighbours) if args.neighbours else []
     enumerated, space = enumerate_space(gemm, args.enum_s, args.max_configs, seed=0)
     names, configs, launchers = [DEFAULT], [None], [torch_launcher(problem)]
     seen = {DEFAULT}
-    for record in heuristic + enumerated:
+    for record in heuristic + near + enumerated:
         config = read_config(record)
         if config["SolutionNameMin"] in seen:
             continue
@@ -270,7 +289,7 @@ def run_problem(label: str, problem, handle, limits, timing: TimingSettings, arg
     row = {"label": label, "default_us": default_us, "ceiling_us": ceiling_us,
            "ceiling_speedup": default_us / ceiling_us,
            "winner": winner, "floor_us": floor_us(problem), "measured_floor_us": limits.floor_us(problem),
-           "pool": len(names), "heuristic": len(heuristic), **space,
+           "pool": len(names), "heuristic": len(heuristic), "neighbours": len(near), **space,
            "below_floor": sum(1 for t in screened if t is not None and t < 0),
            "seconds": {"enumerate": enum_s, "screen": screen_s, "final": final_s}, "cheap": cheap,
            "fields": list(FIELDS), "configs": configs,  # configs[i] is what screened_us[i] timed; 0: default
@@ -293,6 +312,9 @@ def main() -> int:
     parser.add_argument("--enum-s", type=float, default=2.0)
     parser.add_argument("--max-configs", type=int, default=2500)
     parser.add_argument("--shard", default="0/1")
+    parser.add_argument("--neighbours", type=int, default=0,
+                        help="also try up to N configs one axis away from each heuristic result, before the draws "
+                             "(0: as the 2026-11-22 dataset was made)")
     parser.add_argument("--deadline-s", type=float, default=1e9, help="stop starting problems after this")
     args = parser.parse_args()
     index, count = (int(x) for x in args.shard.split("/"))
@@ -317,7 +339,7 @@ def write(out: str, rows: list, limits, args, started: float, device) -> None:
             "versions": {"torch": torch.__version__, "cublasLt": lt.get_version()},
             "limits": {"bandwidth_Bps": limits.bandwidth,
                        "flops": {f"{d}/{c}": v for (d, c), v in limits.flops.items()}},
-            "settings": {k: getattr(args, k) for k in ("enum_s", "max_configs", "shard")},
+            "settings": {k: getattr(args, k) for k in ("enum_s", "max_configs", "shard", "neighbours")},
             "wall_s": time.monotonic() - started,
             "summary": {"problems": len(rows), "ceiling_geomean": geomean(speedups) if rows else None,
                         "cheap_geomean": geomean([r["cheap"]["speedup"] for r in rows]) if rows else None,

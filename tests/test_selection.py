@@ -91,3 +91,24 @@ def test_operands_rotate_through_at_least_two_copies():
     small = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
     assert copies_needed(lm_head, 50 << 20, 3.0) == 2
     assert copies_needed(small, 50 << 20, 3.0) == 5
+
+
+def test_the_space_decodes_every_combo_once():
+    from pipeline.backends.space import decode, size
+
+    axes = [[10, 12], [35], [(1, 0), (2, 1), (2, 4)], [0, 1]]
+    combos = [decode(i, axes) for i in range(size(axes))]
+    assert size(axes) == 12 and len(set(combos)) == 12
+    assert combos[0] == (10, 35, (1, 0), 0) and combos[-1] == (12, 35, (2, 4), 1)
+
+
+def test_neighbours_change_one_axis_nearest_first():
+    from pipeline.backends.space import neighbours
+
+    axes = [[10, 12, 80], [35, 36], [(1, 0), (2, 1)], [0, 1], [0, 1, 2, 3], [0, 4, 6]]
+    combo = (12, 35, (1, 0), 0, 1, 4)
+    found = list(neighbours(combo, axes))
+    assert len(found) == sum(len(a) - 1 for a in axes) == len(set(found))
+    assert all(sum(a != b for a, b in zip(n, combo, strict=True)) == 1 for n in found)
+    customs = [n[4] for n in found if n[4] != combo[4]]
+    assert customs == [0, 2, 3]   # nearest first: 0 and 2 are one step from 1, then 3
