@@ -149,6 +149,11 @@ class GemmProblem:
             return 0
         return 2 * self.m * self.n * self.k * self.batch
 
+    def touched_bytes(self) -> float:
+        """Bytes one call must move at least: A, B and C once each (no ld padding; bias and scales ignored)."""
+        m, n, k = self.m, self.n, self.k
+        return (m * k + k * n + m * n) * self.batch * dtype_bytes(self.a_type)
+
     def sort_key(self) -> tuple:
         """A total order over problems (wildcards sort after numbers)."""
         return tuple((1, 0) if v == WILDCARD else (0, v) if isinstance(v, int) else (2, str(v)) for v in

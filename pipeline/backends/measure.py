@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..problem import GemmProblem, dtype_bytes
+from ..problem import GemmProblem
 from ..stats import Stats
 from .torch_gemm import TORCH_DTYPES, OperandSet, allocate, reference, result, set_bytes
 
@@ -79,10 +79,8 @@ class DeviceLimits:
     def floor_us(self, problem: GemmProblem) -> float:
         """The least time one call can take: the operands touched once at the measured bandwidth, or its flops
         at the measured peak, whichever is longer."""
-        size = dtype_bytes(problem.a_type)
-        touched = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * problem.batch * size
         peak = self.flops.get((problem.a_type, problem.compute_type), max(self.flops.values()))
-        return max(touched / self.bandwidth, problem.flops() / peak) * 1e6
+        return max(problem.touched_bytes() / self.bandwidth, problem.flops() / peak) * 1e6
 
     def check(self, problem: GemmProblem, us: float, what: str) -> None:
         floor = self.floor_us(problem)
