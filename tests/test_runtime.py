@@ -118,6 +118,13 @@ def routed(tmp_path):
     assert executor.closed and rt.installed() is None
 
 
+def test_the_routed_dtypes_are_those_torchs_path_runs():
+    from pipeline.backends.base import SUPPORTED_DTYPES
+    from pipeline.backends.torch_gemm import TORCH_DTYPES
+
+    assert set(TORCH_DTYPES) == set(SUPPORTED_DTYPES)
+
+
 def _tuned(runtime) -> int:
     return sum(runtime.status()["tuned_calls"].values())
 

@@ -26,6 +26,23 @@ class ToolMissing(RuntimeError):
     point the pipeline at it."""
 
 
+SUPPORTED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
+SUPPORTED_DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+
+def unsupported_reason(problem: GemmProblem) -> str | None:
+    """Why torch's own GEMM path, and the cuBLASLt backend that times against it, cannot run ``problem``
+    (None when they can). Torch-free, so the runtime's table reads it without a GPU stack."""
+    if problem.is_wildcard:
+        return "wildcard key: tune the concrete shapes it stands for"
+    if problem.op not in SUPPORTED_OPS:
+        return f"{problem.op} is not tuned on NVIDIA yet (plain, bias and strided-batched GEMMs are)"
+    if problem.a_type not in SUPPORTED_DTYPES or problem.c_type != problem.a_type:
+        return f"dtype {problem.a_type} -> {problem.c_type} is not supported (fp16, bf16, fp32/tf32, fp64)"
+    if problem.compute_suffix:
+        return f"compute mode {problem.compute_suffix!r} is not supported"
+    return None
+
 @dataclass(frozen=True)
 class TuneSettings:
     """Search knobs shared by backends (each reads what applies to it)."""

@@ -32,7 +32,7 @@ except ImportError as err:  # the cuda extra is what brings it
 
 from ..problem import GemmProblem
 from . import selection
-from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
+from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, unsupported_reason
 from .measure import (
     BelowFloor,
     DeviceLimits,
@@ -45,7 +45,7 @@ from .measure import (
     rotating_operands,
     screen,
 )
-from .torch_gemm import OperandSet, Shape, reference, torch_launcher, unsupported_reason
+from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70

@@ -18,20 +18,6 @@ from ..problem import GemmProblem, dtype_bytes
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
                 "float64": torch.float64}
-SUPPORTED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
-
-
-def unsupported_reason(problem: GemmProblem) -> str | None:
-    """Why this backend cannot run ``problem`` (None when it can)."""
-    if problem.is_wildcard:
-        return "wildcard key: tune the concrete shapes it stands for"
-    if problem.op not in SUPPORTED_OPS:
-        return f"{problem.op} is not tuned on NVIDIA yet (plain, bias and strided-batched GEMMs are)"
-    if problem.a_type not in TORCH_DTYPES or problem.c_type != problem.a_type:
-        return f"dtype {problem.a_type} -> {problem.c_type} is not supported (fp16, bf16, fp32/tf32, fp64)"
-    if problem.compute_suffix:
-        return f"compute mode {problem.compute_suffix!r} is not supported"
-    return None
 
 
 @dataclass

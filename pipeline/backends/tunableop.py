@@ -26,9 +26,9 @@ import torch
 
 from ..formats.tunableop import format_key
 from ..problem import GemmProblem
-from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
+from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, unsupported_reason
 from .measure import TimingSettings, interleaved, rotating_operands
-from .torch_gemm import torch_launcher, unsupported_reason, with_tunableop
+from .torch_gemm import torch_launcher, with_tunableop
 
 
 def only_default_reason() -> str | None:

@@ -13,14 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..backends.base import unsupported_reason
 from ..formats.tunableop import read_file
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
 RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
-ROUTED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
-DTYPES = ("bfloat16", "float16", "float32", "float64")
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
 
 # (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it
@@ -54,15 +53,10 @@ def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
         return "untuned row (no solution)"
     if not _CUBLASLT.match(solution):
         return "Default (torch's own kernel)" if solution == "Default" else "not a cuBLASLt solution"
-    if problem.is_wildcard:
-        return "wildcard key"
-    if problem.op not in ROUTED_OPS:
-        return f"{problem.op} is not routed"
-    if problem.a_type not in DTYPES or problem.c_type != problem.a_type or problem.b_type != problem.a_type:
-        return f"dtype {problem.a_type} -> {problem.c_type} is not routed"
-    if problem.compute_suffix:
-        return f"compute mode {problem.compute_suffix} is not routed"
-    return None
+    reason = unsupported_reason(problem)  # what torch's path and the cuBLASLt backend take, the runtime routes
+    if reason is None and problem.b_type != problem.a_type:
+        reason = f"dtypes {problem.a_type} x {problem.b_type} are not routed"
+    return reason
 
 
 def results_file(path: str | Path) -> Path:

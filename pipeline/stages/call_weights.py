@@ -86,8 +86,9 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
     """torch's default time per call of every key on GPU ``gpu`` (imports torch; run in a worker)."""
     import torch
 
+    from ..backends.base import unsupported_reason
     from ..backends.measure import TimingSettings, device_info, interleaved, rotating_operands
-    from ..backends.torch_gemm import torch_launcher, unsupported_reason
+    from ..backends.torch_gemm import torch_launcher
     from ..formats.tunableop import parse_key
     from .validate import floor_us
 
