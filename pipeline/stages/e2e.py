@@ -8,7 +8,6 @@ A/B is skipped with the reason rather than reporting noise as a result.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -17,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..backends.base import ToolMissing
+from .bench import check_backend
 from .collect import parse_tokens_per_s
 from .validate import tunableop_env
 
@@ -33,8 +34,13 @@ def consumer(runtime: dict) -> str:
 
 
 def has_nvmath() -> bool:
-    """Whether pipeline.runtime can run here (nvmath-python installed; found without importing it)."""
-    return importlib.util.find_spec("nvmath") is not None
+    """Whether pipeline.runtime can run here: it needs what the cuBLASLt backend needs (torch, nvmath-python),
+    found without importing them."""
+    try:
+        check_backend("cublaslt")
+    except ToolMissing:
+        return False
+    return True
 
 
 def runtime_consumer(runtime: dict, has_runtime: bool | None = None) -> str | None:
@@ -80,8 +86,9 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
+    status = scratch / "runtime.json"
     if via == "runtime":
-        tuned_command, tuned_env = runtime_command(command, Path(bundle_csv).parent, scratch / "runtime.json"), base_env
+        tuned_command, tuned_env = runtime_command(command, Path(bundle_csv).parent, status), base_env
     else:
         tuned_command, tuned_env = command, {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
@@ -109,7 +116,6 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
         spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
         out["noise"] = max(spreads) if spreads else None
-    status = scratch / "runtime.json"
     if via == "runtime" and status.exists():
         out["runtime"] = json.loads(status.read_text())
     return out

@@ -59,12 +59,14 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
     results = read_file(bundle / "tunableop_results.csv")
     platform = validators_platform(results.validators)
     torch_version = results.validators.get("PT_VERSION", "unknown")
-    servable, unservable = [], []
+    servable, unservable, runtime_rows = [], [], []
     for entry in results.entries:
         why = unknown_solution(entry.solution or "", platform, torch_version)
         if why:
             unservable.append({"key": f"{entry.op_signature},{entry.params_signature}",
                                "solution": entry.solution, "why": why})
+            if platform == "cuda" and (entry.solution or "").startswith("Gemm_Cublaslt_"):
+                runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
         else:
             servable.append(entry)
     fp = stack.fingerprint
@@ -73,9 +75,7 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
     with atomic_directory(target) as out:
         shutil.copytree(bundle / "logic", out / "logic")
         write_file(out / "tunableop_results.csv", results.validators, servable)
-        runtime_rows = [e for e in results.entries if platform == "cuda" and (e.solution or "").startswith(
-            "Gemm_Cublaslt_") and unknown_solution(e.solution, platform, torch_version)]
-        if runtime_rows:  # torch cannot dispatch them; pipeline.runtime can
+        if runtime_rows:
             write_file(out / RUNTIME_RESULTS, results.validators, runtime_rows)
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
