@@ -76,38 +76,39 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden, cfg.qkv_width, bias=False)
         self.o = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: tuple[torch.Tensor, torch.Tensor], start: int) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v as ``[batch, heads, seq, head_dim]``, q and k rotated."""
         cfg, (batch, seq, _) = self.cfg, x.shape
         q, k, v = self.qkv(x).split(
             [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim], dim=-1)
         q = rotate(q.view(batch, seq, cfg.heads, cfg.head_dim).transpose(1, 2), cos, sin)
         k = rotate(k.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2), cos, sin)
-        v = v.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        return q, k, v.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+
+    def _project(self, out: torch.Tensor) -> torch.Tensor:
+        batch, _, seq, _ = out.shape
+        return self.o(out.transpose(1, 2).reshape(batch, seq, self.cfg.heads * self.cfg.head_dim))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: tuple[torch.Tensor, torch.Tensor], start: int) -> torch.Tensor:
+        (batch, seq, _), (q, k, v) = x.shape, self._heads(x, cos, sin)
         cache_k, cache_v = cache
         cache_k[:batch, :, start:start + seq] = k
         cache_v[:batch, :, start:start + seq] = v
         keys, values = cache_k[:batch, :, :start + seq], cache_v[:batch, :, :start + seq]
-        out = F.scaled_dot_product_attention(q, keys, values, is_causal=seq > 1, enable_gqa=True)
-        return self.o(out.transpose(1, 2).reshape(batch, seq, cfg.heads * cfg.head_dim))
+        return self._project(F.scaled_dot_product_attention(q, keys, values, is_causal=seq > 1, enable_gqa=True))
 
     def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                cache: tuple[torch.Tensor, torch.Tensor], position: torch.Tensor) -> torch.Tensor:
         """One token per sequence at ``position`` (a device tensor): static shapes, so it can be captured."""
-        cfg, batch = self.cfg, x.shape[0]
-        q, k, v = self.qkv(x).split(
-            [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim], dim=-1)
-        q = rotate(q.view(batch, 1, cfg.heads, cfg.head_dim).transpose(1, 2), cos, sin)
-        k = rotate(k.view(batch, 1, cfg.kv_heads, cfg.head_dim).transpose(1, 2), cos, sin)
-        v = v.view(batch, 1, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        batch, (q, k, v) = x.shape[0], self._heads(x, cos, sin)
         cache_k, cache_v = cache[0][:batch], cache[1][:batch]
         cache_k.index_copy_(2, position, k)
         cache_v.index_copy_(2, position, v)
         visible = (torch.arange(cache_k.shape[2], device=x.device) <= position)[None, :]  # [1 query, keys]
-        groups = cfg.heads // cfg.kv_heads
-        out = F.scaled_dot_product_attention(q, cache_k.repeat_interleave(groups, 1),
-                                             cache_v.repeat_interleave(groups, 1), attn_mask=visible)
-        return self.o(out.transpose(1, 2).reshape(batch, 1, cfg.heads * cfg.head_dim))
+        groups = self.cfg.heads // self.cfg.kv_heads
+        return self._project(F.scaled_dot_product_attention(q, cache_k.repeat_interleave(groups, 1),
+                                                            cache_v.repeat_interleave(groups, 1), attn_mask=visible))
 
 
 class MLP(nn.Module):
