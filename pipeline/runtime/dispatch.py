@@ -56,9 +56,10 @@ def _fp16_accumulation() -> bool:
     return bool(getter()) if getter else False
 
 
-def compute_type(dtype: torch.dtype) -> str:
+def compute_type(dtype: torch.dtype, tf32: bool) -> str:
+    """TunableOp's compute type of a call: fp32 by the TF32 flag read for its signature."""
     if dtype is torch.float32:
-        return "tf32" if torch._C._get_cublas_allow_tf32() else "float32"
+        return "tf32" if tf32 else "float32"
     return "float64" if dtype is torch.float64 else "float32"
 
 
@@ -149,7 +150,7 @@ class Router:
     def _resolve(self, signature: tuple):
         op, x_shape, x_stride, y_shape, y_stride, dtype, y_dtype, device, y_device, tf32, bias = signature
         name = DTYPE_NAMES.get(dtype)
-        compute = "tf32" if tf32 else compute_type(dtype)
+        compute = compute_type(dtype, tf32)
         if name is None or y_dtype != dtype or y_device != device:
             return "dtype or device not routed"
         if len(x_shape) != (3 if op == "gemm_strided_batched" else 2) or 0 in x_shape or 0 in y_shape:
