@@ -34,14 +34,20 @@ def test_bad_head_split_is_refused(capsys):
     assert "must split into 5 heads" in capsys.readouterr().err
 
 
-def test_cached_decode_matches_full_forward():
+@pytest.fixture
+def tiny():
+    """A 2-layer model in float64 with seeded weights, and the torch module."""
     llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
     import torch
 
     torch.manual_seed(0)
     cfg = llama.LlamaConfig(hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=101, layers=2)
-    model = llama.Llama(cfg).double().eval()
-    tokens = torch.randint(0, cfg.vocab, (2, 7))
+    return llama.Llama(cfg).double().eval(), torch
+
+
+def test_cached_decode_matches_full_forward(tiny):
+    model, torch = tiny
+    tokens = torch.randint(0, model.cfg.vocab, (2, 7))
     with torch.inference_mode():
         cache = model.new_cache(2, 7)
         model(tokens[:, :5], cache, 0)
@@ -53,15 +59,10 @@ def test_cached_decode_matches_full_forward():
     torch.testing.assert_close(step6, full7)
 
 
-def test_static_decode_step_matches_the_dynamic_one():
+def test_static_decode_step_matches_the_dynamic_one(tiny):
     """The capturable decode (fixed-size cache under a position mask) computes what the sliced one does."""
-    llama = pytest.importorskip("pipeline.workloads.llama", reason="the workload needs torch")
-    import torch
-
-    torch.manual_seed(0)
-    cfg = llama.LlamaConfig(hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=101, layers=2)
-    model = llama.Llama(cfg).double().eval()
-    tokens = torch.randint(0, cfg.vocab, (2, 8))
+    model, torch = tiny
+    tokens = torch.randint(0, model.cfg.vocab, (2, 8))
     with torch.inference_mode():
         dynamic, static = model.new_cache(2, 8), model.new_cache(2, 8)
         model(tokens[:, :5], dynamic, 0)
