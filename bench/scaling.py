@@ -69,8 +69,23 @@ def run_bench(workdir: Path, backend: str, gpus: int, time_budget: float, proble
     return {"wall_s": wall, "started": start, "results": results, "workers": workers}
 
 
+STARTUP_PHASES = (("python_s", "spawned", "started"), ("slot_wait_s", "started", "slot_claimed"),
+                  ("import_s", "slot_claimed", "backend_imported"), ("init_s", "backend_imported", "backend_ready"),
+                  ("prepare_s", "backend_ready", "prepared"))
+
+
+def startup(worker: dict) -> dict:
+    """Where a worker's start-up went: Python and the pipeline, the GPU slot, importing the backend (torch,
+    bindings), constructing it (CUDA context, handles), its once-per-process measurements."""
+    phases = {name: worker[b] - worker[a] for name, a, b in STARTUP_PHASES if a in worker and b in worker}
+    ready = worker.get("prepared", worker["backend_ready"])
+    return {"startup_s": ready - worker["spawned"], "startup_phases_s": phases, "ready": ready}
+
+
 def summarize(gpus: int, data: dict) -> dict:
-    """Stage wall, throughput and the per-GPU timeline of one run (times relative to the first spawn)."""
+    """Stage wall, throughput and the per-GPU timeline of one run (times relative to the first spawn).
+    Outside the stage: ``before_stage_s`` (luigi's start, the shapes, the cache lookups) and
+    ``after_stage_s`` (merging the results into the stage's outputs, luigi's exit)."""
     workers, results = data["workers"], data["results"]
     t0, t1 = min(w["spawned"] for w in workers), max(w["done"] for w in workers)
     stage = t1 - t0
@@ -78,13 +93,16 @@ def summarize(gpus: int, data: dict) -> dict:
     for w in sorted(workers, key=lambda w: w["gpu"]):
         mine = [r for r in results if r.get("timeline", {}).get("pid") == w["pid"]]
         busy = sum(r["tuning_s"] for r in mine)
-        per_gpu.append({"gpu": w["gpu"], "problems": len(mine), "startup_s": w["backend_ready"] - w["spawned"],
-                        "slot_wait_s": w["slot_claimed"] - w["spawned"], "busy_s": busy,
-                        "busy_share": busy / stage, "ready_at_s": w["backend_ready"] - t0, "done_at_s": w["done"] - t0})
+        start = startup(w)
+        per_gpu.append({"gpu": w["gpu"], "problems": len(mine), "startup_s": start["startup_s"],
+                        "startup_phases_s": start["startup_phases_s"], "busy_s": busy, "busy_share": busy / stage,
+                        "ready_at_s": start["ready"] - t0, "done_at_s": w["done"] - t0})
     seconds = {",".join(format_key(GemmProblem.from_dict(r["problem"]))): [r.get("timeline", {}).get("gpu"),
                                                                         round(r["tuning_s"], 3)] for r in results}
     return {"gpus": gpus, "problems": len(results), "wall_s": data["wall_s"], "bench_stage_s": stage,
-            "outside_stage_s": data["wall_s"] - stage, "problems_per_min": 60 * len(results) / data["wall_s"],
+            "outside_stage_s": data["wall_s"] - stage, "before_stage_s": t0 - data["started"],
+            "after_stage_s": data["started"] + data["wall_s"] - t1,
+            "problems_per_min": 60 * len(results) / data["wall_s"],
             "stage_problems_per_min": 60 * len(results) / stage,
             "finish_spread_s": max(g["done_at_s"] for g in per_gpu) - min(g["done_at_s"] for g in per_gpu),
             "per_gpu": per_gpu, "problem_gpu_and_s": seconds}
@@ -148,6 +166,10 @@ def main() -> int:
         print(f"gpus={run['gpus']}: x{run['scaling_vs_1'] or 0:.2f} wall, x{run['stage_scaling_vs_1'] or 0:.2f} stage; "
               + ", ".join(f"gpu{g['gpu']} busy {100 * g['busy_share']:.0f}% done@{g['done_at_s']:.0f}s"
                           for g in run["per_gpu"]))
+        phases = run["per_gpu"][0]["startup_phases_s"]
+        print(f"  outside the stage: {run['before_stage_s']:.1f} s before, {run['after_stage_s']:.1f} s after; gpu0 "
+              f"start-up {run['per_gpu'][0]['startup_s']:.1f} s = "
+              + " + ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in phases.items()))
     return 0
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import luigi
+import luigi.configuration
 from luigi.util import inherits
 
 from .atomic import atomic_write_json, atomic_write_text
@@ -58,6 +59,18 @@ from .stages.shapes import apply_weights, expand_inputs, gather, read_shapes_jso
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 AMD_TOOLS = ("hipblaslt", "find_exact", "tensile")
 CONFIG_TOOLS = ("find_exact", "tensile")  # run on the configs GenerateConfigs writes
+
+
+def _default_exit_codes() -> None:
+    """Make ``luigi --module pipeline ...`` exit non-zero when a task fails, unless luigi.cfg says otherwise."""
+    config = luigi.configuration.get_config()
+    for key, code in (("unhandled_exception", 4), ("missing_data", 3), ("task_failed", 2),
+                      ("scheduling_error", 5)):
+        if not config.has_option("retcode", key):
+            config.set("retcode", key, str(code))
+
+
+_default_exit_codes()
 
 
 class PipelineTask(luigi.Task):

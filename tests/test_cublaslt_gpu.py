@@ -80,6 +80,10 @@ def test_interrupted_shard_resumes(tmp_path):
     assert all(result_path(tmp_path, p).exists() for p in problems)
     assert all(result_path(tmp_path, p).stat().st_mtime_ns == t for p, t in done.items())
     assert first.exists()
+    timeline = json.loads((tmp_path / "shards" / "shard0.timeline.json").read_text())
+    marks = ["spawned", "started", "slot_claimed", "backend_imported", "backend_ready", "prepared", "done"]
+    assert [timeline[m] for m in marks] == sorted(timeline[m] for m in marks)
+    assert timeline["prepared"] - timeline["backend_ready"] > 0.01, "the device limits are measured before problem 1"
 
 
 def test_tune_workload_dag_through_bench(tmp_path):

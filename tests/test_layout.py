@@ -68,3 +68,17 @@ def test_every_module_belongs_to_a_layer():
     assert top == ["__init__", "__main__", "atomic", "cli", "problem", "stats", "tasks"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "backends", "formats", "runtime", "stages", "workloads"]
+
+
+@pytest.mark.parametrize("module", ["pipeline.stages.bench_worker", "pipeline.stages.validate", "pipeline.runtime"])
+def test_worker_processes_do_not_import_luigi(module):
+    """A GPU worker (or a user's program under the runtime) starts without Luigi and the task modules;
+    the ``luigi`` command still finds every task of ``--module pipeline`` by name."""
+    import subprocess
+    import sys
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m == 'luigi' or m == 'pipeline.tasks'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    code = "import luigi, luigi.task_register as r, pipeline; print(r.Register.get_task_cls('TuneWorkload').__module__)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "pipeline.tasks"

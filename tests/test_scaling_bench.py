@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .test_stack import DOUBLE, UNTUNED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +33,11 @@ def test_scaling_reports_each_gpu_count_with_its_timeline(tmp_path):
     assert all(g["problems"] > 0 and 0 < g["busy_share"] <= 1 for g in two["per_gpu"]), "a GPU idled"
     assert two["winners_vs_1"]["same_winner"] == 12, "the double's times are exact: the winners must agree"
     assert len(two["problem_gpu_and_s"]) == 12 and {v[0] for v in two["problem_gpu_and_s"].values()} == {0, 1}
+    for run in (one, two):
+        assert run["before_stage_s"] > 0 and run["after_stage_s"] > 0
+        assert run["before_stage_s"] + run["bench_stage_s"] + run["after_stage_s"] == pytest.approx(run["wall_s"])
+        for gpu in run["per_gpu"]:  # where each worker's start-up went, phase by phase, from the stage's spawn
+            phases = gpu["startup_phases_s"]
+            assert list(phases) == ["python_s", "slot_wait_s", "import_s", "init_s", "prepare_s"]
+            assert all(v >= 0 for v in phases.values()) and phases["python_s"] > 0
+            assert sum(phases.values()) == pytest.approx(gpu["startup_s"])

@@ -111,6 +111,8 @@ class Backend(Protocol):
 
     # optional: def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult
     # (the previous winner against this stack's default; winner DEFAULT where it no longer wins)
+    # optional: def prepare(self) -> None
+    # (once-per-process measurements, taken before the first problem so no problem's time carries them)
 
 
 def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettings,

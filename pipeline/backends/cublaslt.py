@@ -317,6 +317,10 @@ class CublasLtBackend:
             self._limits = measure_limits(self.device)
         return self._limits
 
+    def prepare(self) -> None:
+        """Measure the device's limits now rather than inside the first problem's tuning time."""
+        _ = self.limits
+
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
         return unsupported_reason(problem)
 

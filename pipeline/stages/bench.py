@@ -125,7 +125,7 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
     for index in range(min(len(gpus), len(todo))):
         log = (out_dir / "shards" / f"{name}{index}.log").open("w")
         argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(queue), str(out_dir),
-                "--gpus", ",".join(map(str, gpus)), "--name", f"{name}{index}"]
+                "--gpus", ",".join(map(str, gpus)), "--name", f"{name}{index}", "--spawned-at", repr(time.time())]
         workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                                 env=with_package_on_path(os.environ)), log))
     while any(proc.poll() is None for _, proc, _ in workers):

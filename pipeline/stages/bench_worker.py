@@ -2,6 +2,11 @@
 lock of its own, ``claims/<id>.lock``), write each result as it finishes.
 
     python -m pipeline.stages bench-worker QUEUE.json OUT_DIR --gpus 0,1 --name shard0
+
+Its timeline (``shards/<name>.timeline.json``, epoch seconds) says where its start-up went: ``spawned`` (the
+stage started the process), ``started`` (Python and the pipeline imported), ``slot_claimed``,
+``backend_imported`` (torch, vendor bindings), ``backend_ready`` (CUDA context, handles), ``prepared`` (the
+backend's once-per-process measurements), ``done``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,16 @@ from ..problem import GemmProblem
 from .bench import RUNTIME, pending, problem_id, result_path
 
 
-def load_backend(path: str, gpu: int, options: dict | None = None):
+def load_backend(path: str, gpu: int, options: dict | None = None, marks: dict[str, float] | None = None):
+    """Construct backend ``module:Class`` on ``gpu``; ``marks`` gets when its module was imported
+    (``backend_imported``: torch and the vendor bindings) and when it was constructed (``backend_ready``)."""
+    marks = {} if marks is None else marks
     module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)(gpu, **(options or {}))
+    cls = getattr(importlib.import_module(module), name)
+    marks["backend_imported"] = time.time()
+    backend = cls(gpu, **(options or {}))
+    marks["backend_ready"] = time.time()
+    return backend
 
 
 @contextlib.contextmanager
@@ -48,7 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out_dir")
     parser.add_argument("--gpus", default="0")
     parser.add_argument("--name", default="shard0", help="this worker's files under shards/")
+    parser.add_argument("--spawned-at", type=float, default=None,
+                        help="when the stage started this process (epoch s), for the timeline")
     args = parser.parse_args(argv)
+    started = time.time()
     spec = json.loads(Path(args.shard).read_text())
     out_dir = Path(args.out_dir)
     problems = pending([GemmProblem.from_dict(p) for p in spec["problems"]], out_dir)
@@ -57,14 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for data in spec.get("previous", {}).values():
         result = ProblemResult.from_json(data)
         previous[result.problem] = result
-    spawned = time.time()
+    marks = {"spawned": args.spawned_at or started, "started": started}
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
-        claimed = time.time()
-        backend = load_backend(spec["backend"], gpu, spec.get("backend_options"))
+        marks["slot_claimed"] = time.time()
+        backend = load_backend(spec["backend"], gpu, spec.get("backend_options"), marks)
         runtime = getattr(backend, "runtime", lambda: {})()
         if runtime:
             atomic_write_json(out_dir / RUNTIME, runtime)
-        ready, tuned = time.time(), 0
+        getattr(backend, "prepare", lambda: None)()
+        marks["prepared"], tuned = time.time(), 0
         for problem in problems:
             with claimed_problem(out_dir, problem) as mine:
                 if not mine or result_path(out_dir, problem).exists():
@@ -78,7 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{result.problem.op} {result.problem.m}x{result.problem.n}x{result.problem.k}: {status}",
                           flush=True)
     atomic_write_json(Path(args.shard).with_name(f"{args.name}.timeline.json"), {
-        "gpu": gpu, "pid": os.getpid(), "problems": tuned, "spawned": spawned, "slot_claimed": claimed,
-        "backend_ready": ready, "done": time.time()})
+        "gpu": gpu, "pid": os.getpid(), "problems": tuned, **marks, "done": time.time()})
     return 0
 
