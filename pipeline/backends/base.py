@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from ..problem import GemmProblem
@@ -88,8 +88,11 @@ class ProblemResult:
         return None
 
     def to_json(self) -> dict:
-        data = asdict(self)
+        """A JSON-ready view; it shares the configs, phases and timeline dicts (``asdict`` deep-copied them, which
+        was most of the Bench parent's time on results of a few hundred candidates each)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problem"] = self.problem.to_dict()
+        data["candidates"] = [{f.name: getattr(c, f.name) for f in fields(c)} for c in self.candidates]
         data["speedup"] = self.speedup
         return data
 

@@ -210,9 +210,10 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
 
 def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
     """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results."""
-    results = load_results(problems, out_dir)
+    texts = [result_path(out_dir, p).read_text() for p in problems]
+    results = [ProblemResult.from_json(json.loads(text)) for text in texts]
     runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
-    atomic_write_json(out_dir / "results.json", [r.to_json() for r in results])
+    atomic_write_text(out_dir / "results.json", "[\n" + ",\n".join(t.strip() for t in texts) + "\n]\n")
     validators = runtime.get("validators") or {"PT_VERSION": runtime.get("pt_version", "unknown")}
     write_file(out_dir / "tunableop_results.csv", validators, tunableop_entries(results))
     with atomic_directory(out_dir / "logic") as staging:

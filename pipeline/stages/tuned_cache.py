@@ -46,10 +46,14 @@ def _hand_over(problems: Sequence[GemmProblem], source: Path, target: Path,
     for problem in problems:
         origin, destination = result_path(source, problem), result_path(target, problem)
         if origin.exists() and not destination.exists():
-            data = accept(json.loads(origin.read_text()))
-            if data is not None:
-                atomic_write_json(destination, data)
-                count += 1
+            text = origin.read_text()
+            data = json.loads(text)
+            kept = accept(data)
+            if kept is data:  # unchanged: the bytes as they are
+                atomic_write_text(destination, text)
+            elif kept is not None:
+                atomic_write_json(destination, kept)
+            count += kept is not None
     return count
 
 
