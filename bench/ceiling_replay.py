@@ -1,6 +1,7 @@
 """Replay searches offline on the ceiling dataset of ``bench/cublaslt_ceiling.py`` (CPU, no GPU needed).
 
     python bench/ceiling_replay.py bench/results/cublaslt_ceiling_h100_2026-11-22.json.gz
+    python bench/ceiling_replay.py --merge OUT.json.gz PART1.json.gz PART2.json.gz   # runs split by --start
 
 A strategy is a set of candidate indices per problem (a prefix of the recorded candidate order: torch's
 default, the heuristic's list, the enumeration). Its finalists are chosen from the *recorded* screen with
@@ -41,24 +42,89 @@ def load(path: str | Path) -> dict:
 
 def confirmed_speedup(row: dict, prefix: int, per_tier: int = 4) -> float:
     """The replayed result of screening the first ``prefix`` candidates of ``row``."""
-    screened = [t if t is not None and t > 0 else None for t in row["screened_us"][:prefix]]
+    return speedup_of(row, list(range(prefix)), per_tier)
+
+
+def speedup_of(row: dict, indices: list[int], per_tier: int = 4) -> float:
+    """The replayed result of screening the candidates ``indices`` (0, torch's default, first) of ``row``."""
+    screened = [row["screened_us"][i] if (row["screened_us"][i] or 0) > 0 else None for i in indices]
     final = {f["index"]: f["final_us"] for f in row["finalists"].values() if f["final_us"]}
     chosen = finalists([None, *screened[1:]], per_tier)
-    best = min((final.get(i, screened[i]) for i in chosen), default=row["default_us"])
+    best = min((final.get(indices[i], screened[i]) for i in chosen), default=row["default_us"])
     return row["default_us"] / min(best, row["default_us"])
+
+
+def _axes_apart(a: list, b: list) -> int:
+    """How many of the space's axes two configs (``FIELDS`` order) differ on; split-K and its reduction are one."""
+    return sum((a[0] != b[0], a[1] != b[1], a[2] != b[2], (a[3], a[4]) != (b[3], b[4]), a[5] != b[5], a[6] != b[6],
+                a[7] != b[7]))
+
+
+def neighbour_pool(row: dict, keep: int) -> list[int]:
+    """The product's pool replayed (``TuneSettings.neighbours``): the default, the heuristic's list, and per
+    heuristic result the first ``keep`` recorded neighbours one axis away from it, in the order the run
+    found them (nearest first)."""
+    heuristic = list(range(1, 1 + row["heuristic"]))
+    configs, kept, pool = row["configs"], dict.fromkeys(heuristic, 0), [0, *heuristic]
+    for j in range(1 + row["heuristic"], 1 + row["heuristic"] + row.get("neighbours", 0)):
+        if j >= len(configs):
+            break
+        source = next((i for i in heuristic if _axes_apart(configs[i], configs[j]) == 1), None)
+        if source is not None and kept[source] < keep:
+            kept[source] += 1
+            pool.append(j)
+    return pool
 
 
 def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def replay(data: dict) -> dict[str, dict]:
+def summarize(rows: list[dict]) -> dict:
+    """The dataset's headline figures: the ceiling, the searches measured in the same run, efficiencies."""
+    def mean(values: list[float]) -> float | None:
+        return geomean(values) if values else None
+
+    measured = [r for r in rows if "product" in r]
+    speedups = [r["ceiling_speedup"] for r in rows]
+    return {"problems": len(rows), "ceiling_geomean": mean(speedups),
+            "cheap_geomean": mean([r["cheap"]["speedup"] for r in rows]),
+            "cheap_s": sum(r["cheap"]["seconds"] for r in rows),
+            "product_geomean": mean([r["product"]["speedup"] for r in measured]),
+            "product_shipped_geomean": mean([r["product"]["shipped"] for r in measured]),
+            "product_s": sum(r["product"]["seconds"] for r in measured),
+            "exhaustive_s": sum(sum(r["seconds"].values()) for r in rows),
+            "ceiling_min": min(speedups, default=None),
+            "eff_default": mean([r["floor_us"] / r["default_us"] for r in rows]),
+            "eff_ceiling": mean([r["floor_us"] / r["ceiling_us"] for r in rows])}
+
+
+def merge(parts: list[dict]) -> dict:
+    """One dataset from runs over disjoint problem ranges of the same settings (``--start``)."""
+    rows = [row for part in parts for row in part["problems"]]
+    labels = [r["label"] for r in rows]
+    if len(set(labels)) != len(labels):
+        raise ValueError("the parts overlap: a problem appears twice")
+    settings = {k: v for k, v in parts[0]["settings"].items() if k != "start"}
+    if any({k: v for k, v in p["settings"].items() if k != "start"} != settings for p in parts):
+        raise ValueError("the parts were made with different settings")
+    return {**parts[0], "settings": settings, "wall_s": sum(p["wall_s"] for p in parts), "parts": len(parts),
+            "summary": summarize(rows), "problems": rows}
+
+
+def replay(data: dict, keeps: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, dict]:
+    """Each prefix strategy, and (on a dataset with neighbours) the product's pool for each ``keeps``."""
     rows = data["problems"]
+    pools = {name: lambda r, s=strategy: list(range(min(s(r), len(r["screened_us"]))))
+             for name, strategy in STRATEGIES.items()}
+    if any(r.get("neighbours") for r in rows):
+        pools |= {f"heuristic + its {k} nearest valid neighbours each": lambda r, k=k: neighbour_pool(r, k)
+                  for k in keeps}
     out = {}
-    for name, strategy in STRATEGIES.items():
-        speedups = [confirmed_speedup(r, min(strategy(r), len(r["screened_us"]))) for r in rows]
-        screened = sum(min(strategy(r), len(r["screened_us"])) for r in rows)
-        out[name] = {"geomean": geomean(speedups), "min": min(speedups), "screened": screened,
+    for name, pool in pools.items():
+        chosen = [pool(r) for r in rows]
+        speedups = [speedup_of(r, indices) for r, indices in zip(rows, chosen, strict=True)]
+        out[name] = {"geomean": geomean(speedups), "min": min(speedups), "screened": sum(map(len, chosen)),
                      "per_problem": speedups}
     return out
 
@@ -87,4 +153,10 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--merge":  # --merge OUT.json.gz PART.json.gz ...
+        merged = merge([load(p) for p in sys.argv[3:]])
+        with gzip.open(sys.argv[2] + ".tmp", "wt") as f:
+            json.dump(merged, f, separators=(",", ":"))
+        Path(sys.argv[2] + ".tmp").replace(sys.argv[2])
+        raise SystemExit(main(sys.argv[2]))
     raise SystemExit(main(sys.argv[1]))

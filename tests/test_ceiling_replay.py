@@ -59,3 +59,34 @@ def test_no_winners_curse_left_between_screen_and_fresh_buffers(data, replay):
     bias = replay.screen_bias(data)
     assert abs(bias["finalists_median"] - 1) < 0.01
     assert bias["winners_median"] > 0.98  # the chosen ones confirm at their screened time, not 1-3% slower
+
+
+NEIGHBOURS = ROOT / "bench" / "results" / "cublaslt_ceiling_neighbours_h100_2026-11-23.json.gz"
+MIXED = ROOT / "bench" / "results" / "cublaslt_ceiling_mixed_h100_2026-11-23.json.gz"
+
+
+def test_random_draws_add_nothing_to_the_heuristic_neighbourhood(replay):
+    """Run with both (37 problems: neighbours, then 1,500 draws each): the draws never win."""
+    results = replay.replay(replay.load(MIXED))
+    near, everything = results["heuristic + its neighbours"], results["everything screened (the ceiling's pool)"]
+    assert everything["screened"] > 5 * near["screened"]
+    assert near["geomean"] >= 0.999 * everything["geomean"]
+
+
+def test_the_products_local_search_reaches_99_percent_of_the_neighbourhood_ceiling(replay):
+    """The pool CublasLtBackend screens (the heuristic's list and the 4 nearest valid neighbours of each of
+    its results), replayed on the run that screened up to 200 neighbours of each; and the product's search as
+    measured in that run."""
+    from pipeline.backends.base import TuneSettings
+
+    data = replay.load(NEIGHBOURS)
+    keep = TuneSettings().neighbours
+    results = replay.replay(data, keeps=(keep,))
+    ours = results[f"heuristic + its {keep} nearest valid neighbours each"]
+    ceiling, heuristic = results["everything screened (the ceiling's pool)"], results["heuristic list only"]
+    assert ours["geomean"] >= 0.99 * ceiling["geomean"] and ours["geomean"] > heuristic["geomean"] + 0.005
+    assert ours["screened"] <= 0.2 * ceiling["screened"]
+    assert min(ours["per_problem"]) >= 1.0
+    summary = data["summary"]
+    assert summary["product_geomean"] >= 0.99 * summary["ceiling_geomean"]
+    assert summary["ceiling_geomean"] > 1.045 and summary["problems"] >= 40

@@ -112,3 +112,6 @@ def test_neighbours_change_one_axis_nearest_first():
     assert all(sum(a != b for a, b in zip(n, combo, strict=True)) == 1 for n in found)
     customs = [n[4] for n in found if n[4] != combo[4]]
     assert customs == [0, 2, 3]   # nearest first: 0 and 2 are one step from 1, then 3
+    # one step on every axis comes before two steps on any: a small budget spans all axes
+    changed = [next(i for i, (a, b) in enumerate(zip(n, combo, strict=True)) if a != b) for n in found[:9]]
+    assert sorted(set(changed)) == [0, 1, 2, 3, 4, 5] and found[-1] == (12, 35, (1, 0), 0, 3, 4)

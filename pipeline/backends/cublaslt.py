@@ -31,7 +31,7 @@ except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import GemmProblem
-from . import selection
+from . import selection, space
 from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, unsupported_reason
 from .measure import (
     BelowFloor,
@@ -43,7 +43,7 @@ from .measure import (
     interleaved,
     measure_limits,
     rotating_operands,
-    screen,
+    screen_batch,
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
@@ -60,7 +60,8 @@ CONFIG_FIELDS = {  # config key -> cuBLASLt algo config attribute
     "InnerShape": lt.MatmulAlgoConfigAttribute.INNER_SHAPE_ID,
     "ClusterShape": lt.MatmulAlgoConfigAttribute.CLUSTER_SHAPE_ID,
 }
-SPLITS = (2, 3, 4, 6, 8, 16)
+SPLITS = (2, 3, 4, 5, 6, 8, 12, 16, 32)  # split-K values drawn where an algorithm's caps allow split-K
+NEIGHBOUR_TRIES = 40  # configs checked around each heuristic result, at most
 
 
 def solution_name(config: dict) -> str:
@@ -125,8 +126,18 @@ def _cap(record: np.ndarray, attr) -> np.ndarray:
     return buf[: int(written[0]) // np.dtype(dtype).itemsize]
 
 
+def set_config(record: np.ndarray, values: dict) -> None:
+    """Write config attributes (``CONFIG_FIELDS`` keys) into an algorithm record."""
+    for key, value in values.items():
+        attr = CONFIG_FIELDS[key]
+        buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr), value)
+        lt.matmul_algo_config_set_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes)
+
+
 class LtGemm:
-    """cuBLASLt descriptors, workspace and launchers for one problem."""
+    """cuBLASLt descriptors, workspace and launchers for one problem, and its config space: per algorithm id
+    the axes its caps allow (``pipeline.backends.space`` walks them), random draws over them, and the
+    neighbours of known-valid configs."""
 
     def __init__(self, problem: GemmProblem, handle: int, workspace: torch.Tensor) -> None:
         self.problem, self.handle, self.workspace = problem, handle, workspace
@@ -203,51 +214,100 @@ class LtGemm:
         record["workspace_size"] = checked["workspace_size"]
         return True
 
-    def enumerate(self, budget: int, seed: int = 0) -> list[np.ndarray]:
-        """Up to ``budget`` valid configs from ids x caps, sampled round-robin over algorithm ids."""
-        ids = lt.matmul_algo_get_ids(self.handle, self.compute, self.scale, *self.types, 64)
-        rng = random.Random(seed)
-        streams = [self._configs(algo_id, rng) for algo_id in ids]
-        found, attempts = [], 0
-        while streams and len(found) < budget and attempts < 40 * max(budget, 1):
-            for stream in list(streams):
-                record = next(stream, None)
-                attempts += 1
-                if record is None:
-                    streams.remove(stream)
-                elif self.check(record):
-                    found.append(record)
-                    if len(found) >= budget:
-                        break
-        return found
-
-    def _configs(self, algo_id: int, rng: random.Random) -> Iterator[np.ndarray]:
+    def axes(self, algo_id: int) -> tuple[np.ndarray, list[list]] | None:
+        """The initialised algorithm and its axes, in ``space``'s combo order: tiles, stages, (split-K,
+        reduction) pairs, swizzles, custom options, cluster shapes; None if this problem's types refuse the id."""
         base = new_record()
         try:
             lt.matmul_algo_init(self.handle, self.compute, self.scale, *self.types, algo_id, base.ctypes.data)
         except lt.cuBLASLtError:
-            return
+            return None
         caps = lt.MatmulAlgoCapAttribute
         tiles = [int(t) for t in _cap(base, caps.TILE_IDS)] or [0]
         stages = [int(s) for s in _cap(base, caps.STAGES_IDS)] or [0]
-        splits = [1, *SPLITS] if _cap_int(base, caps.SPLITK_SUPPORT) else [1]
+        cluster_cap = getattr(caps, "CLUSTER_SHAPE_IDS", None)
+        try:
+            clusters = ([int(c) for c in _cap(base, cluster_cap)] if cluster_cap is not None else []) or [0]
+        except lt.cuBLASLtError:
+            clusters = [0]
+        customs = list(range(_cap_int(base, caps.CUSTOM_OPTION_MAX) + 1))
+        swizzles = [0, 1] if _cap_int(base, caps.CTA_SWIZZLING_SUPPORT) else [0]
         red_mask = _cap_int(base, caps.REDUCTION_SCHEME_MASK)
         reductions = [bit for bit in (1, 2, 4) if red_mask & bit] or [0]
-        swizzles = [0, 1] if _cap_int(base, caps.CTA_SWIZZLING_SUPPORT) else [0]
-        customs = list(range(min(_cap_int(base, caps.CUSTOM_OPTION_MAX), 3) + 1))
-        combos = list(itertools.product(tiles, stages, swizzles, customs))
-        rng.shuffle(combos)
-        for tile, stage, swizzle, custom in combos:
-            for split in splits:
-                for reduction in ([0] if split == 1 else reductions):
-                    record = base.copy()
-                    for key, value in (("Tile", tile), ("Stages", stage), ("SplitK", split),
-                                       ("ReductionScheme", reduction), ("Swizzle", swizzle),
-                                       ("CustomOption", custom)):
-                        attr = CONFIG_FIELDS[key]
-                        buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr), value)
-                        lt.matmul_algo_config_set_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes)
-                    yield record
+        splits = [(1, 0)] + ([(s, r) for s in SPLITS for r in reductions] if _cap_int(base, caps.SPLITK_SUPPORT)
+                             else [])
+        return base, [tiles, stages, splits, swizzles, customs, clusters]
+
+    @staticmethod
+    def with_combo(base: np.ndarray, combo: tuple) -> np.ndarray:
+        """A copy of ``base`` set to one combo of its axes (cluster shape 0 left as initialised)."""
+        tile, stage, (split, reduction), swizzle, custom, cluster = combo
+        values = {"Tile": tile, "Stages": stage, "SplitK": split, "ReductionScheme": reduction, "Swizzle": swizzle,
+                  "CustomOption": custom}
+        record = base.copy()
+        set_config(record, {**values, "ClusterShape": cluster} if cluster else values)
+        return record
+
+    def sample(self, budget: int, seed: int = 0, seconds: float | None = None) -> tuple[list[np.ndarray], dict]:
+        """Up to ``budget`` valid configs drawn at random without replacement from each algorithm's whole
+        space, round-robin over the ids (at most 40 draws per wanted config, or until ``seconds``); and the
+        space's size, the draws checked and the ids."""
+        ids = lt.matmul_algo_get_ids(self.handle, self.compute, self.scale, *self.types, 128)
+        rng, streams, total = random.Random(seed), [], 0
+        for algo_id in ids:
+            axes = self.axes(algo_id)
+            if axes is None:
+                continue
+            base, lists = axes
+            count = space.size(lists)
+            total += count
+            order = rng.sample(range(count), min(count, budget * 4))  # more than enough draws for one id
+            streams.append((base, lists, iter(order)))
+        found, checked = [], 0
+        deadline = time.monotonic() + seconds if seconds is not None else None
+        while streams and len(found) < budget and checked < 40 * max(budget, 1):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            for stream in list(streams):
+                base, lists, order = stream
+                index = next(order, None)
+                if index is None:
+                    streams.remove(stream)
+                    continue
+                record = self.with_combo(base, space.decode(index, lists))
+                checked += 1
+                if self.check(record):
+                    found.append(record)
+                    if len(found) >= budget:
+                        break
+        return found, {"space": total, "checked": checked, "ids": [int(i) for i in ids]}
+
+    def enumerate(self, budget: int, seed: int = 0) -> list[np.ndarray]:
+        """Up to ``budget`` valid configs drawn from the whole space (``sample``)."""
+        return self.sample(budget, seed)[0]
+
+    def neighbours(self, records: list[np.ndarray], keep: int, tries: int = NEIGHBOUR_TRIES) -> list[np.ndarray]:
+        """Up to ``keep`` valid configs one axis away from each of ``records`` (nearest first across the axes,
+        at most ``tries`` checked around each): the local search around the heuristic's results that reaches
+        what random draws miss (on the H100, nvjet: algorithm 66; ``bench/README.md``, the ceiling)."""
+        found = []
+        for record in records:
+            config = read_config(record)
+            axes = self.axes(config["AlgoId"])
+            if axes is None:
+                continue
+            base, lists = axes
+            combo = (config["Tile"], config["Stages"], (config["SplitK"], config["ReductionScheme"]),
+                     config["Swizzle"], config["CustomOption"], config["ClusterShape"])
+            kept = 0
+            for near in itertools.islice(space.neighbours(combo, lists), tries):
+                candidate = self.with_combo(base, near)
+                if kept < keep and self.check(candidate):
+                    found.append(candidate)
+                    kept += 1
+                if kept >= keep:
+                    break
+        return found
 
     def launcher(self, record: np.ndarray) -> Callable[[OperandSet], None]:
         a, b, c, d = self._descs
@@ -278,10 +338,7 @@ def record_from_config(gemm: LtGemm, config: dict) -> np.ndarray:
             return record
     record = new_record()
     lt.matmul_algo_init(gemm.handle, gemm.compute, gemm.scale, *gemm.types, config["AlgoId"], record.ctypes.data)
-    for key, attr in CONFIG_FIELDS.items():
-        if key != "AlgoId":
-            buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr), config[key])
-            lt.matmul_algo_config_set_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes)
+    set_config(record, {key: config[key] for key in CONFIG_FIELDS if key != "AlgoId"})
     if not gemm.check(record):
         raise ValueError(f"{config['SolutionNameMin']} does not pass cublasLtMatmulAlgoCheck with this cuBLASLt")
     return record
@@ -306,7 +363,6 @@ class CublasLtBackend:
         self.device = torch.device("cuda", device)
         torch.cuda.set_device(self.device)
         self.timing = timing or TimingSettings()
-        self.screen_timing = dataclasses.replace(self.timing, screen_samples=1)
         self.handle = lt.create()
         self._limits: DeviceLimits | None = None
 
@@ -332,7 +388,9 @@ class CublasLtBackend:
     def pool(self, problem: GemmProblem, gemm: LtGemm, settings: TuneSettings) -> Pool:
         start = time.monotonic()
         names, configs, launchers = [DEFAULT], {DEFAULT: None}, {DEFAULT: torch_launcher(problem)}
-        records = gemm.heuristic(settings.heuristic_count) + gemm.enumerate(settings.enumerate_budget)
+        heuristic = gemm.heuristic(settings.heuristic_count)
+        near = gemm.neighbours(heuristic, settings.neighbours)
+        records = heuristic + near + gemm.enumerate(settings.enumerate_budget)
         for record in records:
             config = read_config(record)
             name = config["SolutionNameMin"]
@@ -342,7 +400,8 @@ class CublasLtBackend:
         return Pool(names, configs, launchers, time.monotonic() - start)
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
-        """Screen the pool cheaply within the time budget, re-measure the best few against the default."""
+        """Screen the pool in batches within the time budget, re-measure the tier finalists against the default
+        on fresh buffers."""
         with self._prepared(problem, settings) as (gemm, sets):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})
@@ -350,16 +409,18 @@ class CublasLtBackend:
             candidates = {n: CandidateResult(n, config=pool.configs[n]) for n in pool.names}
             result.candidates = list(candidates.values())
             deadline = time.monotonic() + settings.time_budget_s
-            for name in pool.names:
-                if name != DEFAULT and time.monotonic() > deadline:
+            screened = screen_batch([pool.launchers[n] for n in pool.names], sets, deadline)
+            for name, outcome in zip(pool.names, screened, strict=True):
+                if outcome is None:
                     candidates[name].error = "not screened: time budget spent"
-                    continue
-                try:
-                    screened = screen(problem, pool.launchers[name], sets, self.screen_timing).median
-                    self.limits.check(problem, screened, f"{name} screened")
-                    candidates[name].screen_us = screened
-                except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
-                    candidates[name].error = f"{type(err).__name__}: {err}"
+                elif isinstance(outcome, Exception):
+                    candidates[name].error = f"{type(outcome).__name__}: {outcome}"
+                else:
+                    try:
+                        self.limits.check(problem, outcome, f"{name} screened")
+                        candidates[name].screen_us = outcome
+                    except BelowFloor as err:
+                        candidates[name].error = f"{type(err).__name__}: {err}"
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
             chosen = selection.finalists([None, *(candidates[n].screen_us for n in pool.names[1:])],

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ TOLERANCES = {("bfloat16", "float32"): 1e-2, ("float16", "float32"): 2e-3, ("flo
 MAX_COPIES = 64
 MIN_COPIES = 2
 SPIN_CYCLES_PER_LAUNCH = 60_000  # ~30 us of GPU spin per queued launch: more than the host takes to issue one
+MIN_SPIN_US = 500.0  # the shortest spin ahead of a screened chunk
 FLOOR_SLACK = 0.07  # how far under the measured floor a time may fall before it is called impossible
 
 
@@ -41,8 +43,6 @@ class TimingSettings:
     l2_factor: float = 3.0
     min_graph_us: float = 2000.0  # work per replay, so event overhead stays under ~1%
     warmup_replays: int = 2
-    screen_samples: int = 3
-    spin_cycles: int = 400_000  # ~200 us at H100 clocks: long enough to queue a pass of launches
     rounds: int = 7
     seed: int = 0
 
@@ -200,25 +200,42 @@ def check_numerics(problem: GemmProblem, launch: Callable[[OperandSet], None], o
     return error
 
 
-def screen(problem: GemmProblem, launch: Callable[[OperandSet], None], sets: Sequence[OperandSet],
-           settings: TimingSettings) -> Stats:
-    """A quick measurement of one candidate, without a graph: one warm-up call, then eager passes over the
-    sets queued behind a GPU spin (so host launch gaps are not timed), on poisoned outputs checked after."""
-    poison(sets)
-    launch(sets[0])  # kernel loading, workspace
-    events = []
-    spin = max(settings.spin_cycles, len(sets) * SPIN_CYCLES_PER_LAUNCH)  # covers the host's enqueueing
-    for _ in range(settings.screen_samples):
-        torch.cuda._sleep(spin)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for ops in sets:
-            launch(ops)
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    check_written(problem, sets)
-    return Stats.of([s.elapsed_time(e) * 1000.0 / len(sets) for s, e in events])
+def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequence[OperandSet],
+                 deadline: float | None = None, chunk: int = 16) -> list[float | Exception | None]:
+    """A quick time per launcher: one event-timed pass over ``sets`` each (after one untimed call that loads
+    its kernel), ``chunk`` launchers enqueued back to back behind a GPU spin that covers the host's enqueueing
+    (sized from the previous chunk's), one sync per chunk; thousands of configs cost little more than their
+    kernels. Per launcher: microseconds per call, the exception its launch raised, or None where
+    ``deadline`` (``time.monotonic``) passed first (the first chunk always runs). Outputs are not checked
+    here: whoever is kept goes through ``check_numerics``."""
+    out: list[float | Exception | None] = [None] * len(launchers)
+    cycles = chunk * (len(sets) + 1) * SPIN_CYCLES_PER_LAUNCH  # first chunk: a generous guess
+    for first in range(0, len(launchers), chunk):
+        if first and deadline is not None and time.monotonic() > deadline:
+            break
+        spin = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        spin[0].record()
+        torch.cuda._sleep(cycles)
+        spin[1].record()
+        host, timed = time.perf_counter(), []
+        for j in range(first, min(first + chunk, len(launchers))):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            try:
+                launchers[j](sets[-1])
+                start.record()
+                for ops in sets:
+                    launchers[j](ops)
+                end.record()
+                timed.append((j, start, end))
+            except Exception as err:  # a config the library refuses at launch
+                out[j] = err
+        host_us = (time.perf_counter() - host) * 1e6
+        torch.cuda.synchronize()
+        for j, start, end in timed:
+            out[j] = start.elapsed_time(end) * 1000.0 / len(sets)
+        per_us = cycles / max(spin[0].elapsed_time(spin[1]) * 1000.0, 1.0)  # the spin's clock
+        cycles = int(per_us * max(1.5 * host_us, MIN_SPIN_US))
+    return out
 
 
 def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet], None]],

@@ -31,11 +31,16 @@ def size(axes: Sequence[Sequence]) -> int:
 
 
 def neighbours(combo: Combo, axes: Sequence[Sequence]) -> Iterator[Combo]:
-    """Every combo that differs from ``combo`` on exactly one axis, nearest values first on each axis."""
+    """Every combo that differs from ``combo`` on exactly one axis, nearest first across all axes: the values
+    one step away on each axis, then two steps, ... (so a budget of a few dozen tries spreads over every axis
+    instead of spending itself on the first one's values)."""
+    centres = []
     for position, axis in enumerate(axes):
-        here = combo[position]
         values = list(axis)
-        centre = values.index(here) if here in values else 0
-        for value in sorted(values, key=lambda v: abs(values.index(v) - centre)):
-            if value != here:
-                yield (*combo[:position], value, *combo[position + 1:])
+        centres.append(values.index(combo[position]) if combo[position] in values else 0)
+    reach = max((len(axis) for axis in axes), default=0)
+    for step in range(1, reach):
+        for position, axis in enumerate(axes):
+            for index in (centres[position] - step, centres[position] + step):
+                if 0 <= index < len(axis) and axis[index] != combo[position]:
+                    yield (*combo[:position], axis[index], *combo[position + 1:])
