@@ -43,6 +43,7 @@ def unsupported_reason(problem: GemmProblem) -> str | None:
         return f"compute mode {problem.compute_suffix!r} is not supported"
     return None
 
+
 @dataclass(frozen=True)
 class TuneSettings:
     """Search knobs shared by backends (each reads what applies to it)."""

@@ -2,10 +2,11 @@
 
 Candidates for one problem (``shared/spec/nvidia-cublaslt.md`` sections 1.6, 1.7 and 7): torch's own
 default call (the baseline, and a candidate); the cuBLASLt heuristic list requested at
-``heuristic_count`` (nvmath's ``Matmul`` stops at 8); and an enumeration of algorithm ids x tiles x
-stages x split-K x reduction scheme x swizzle x custom option, each passed through
-``cublasLtMatmulAlgoCheck`` with the runtime's workspace, up to ``enumerate_budget`` valid configs.
-Every candidate is screened quickly (a time under the device's measured floor is a harness error, never
+``heuristic_count`` (nvmath's ``Matmul`` stops at 8); a local search around it, the ``neighbours`` nearest
+valid configs one axis away from each heuristic result (tile, stages, split-K and reduction, swizzle,
+custom option, cluster shape); and, with ``enumerate_budget``, configs drawn at random from the whole space.
+Each config passes ``cublasLtMatmulAlgoCheck`` with the runtime's workspace. Every candidate is screened
+in batches (a time under the device's measured floor is a harness error, never
 a candidate); the best few of every prefix tier of the pool (``selection``) are re-measured against the
 default, interleaved, on fresh operand buffers; a winner must beat the default by ``margin`` or the
 answer is ``Default``.

@@ -8,7 +8,8 @@
   measurement slack) is a harness error, reported, never a winner.
 * Each candidate is captured once in a CUDA graph that calls it over every copy, repeated until the graph
   holds enough work to time with events (this also removes launch gaps for kernels under ~20 us).
-  Screening many candidates skips the graph: eager passes queued behind a GPU spin, a few samples each.
+  Screening many candidates skips the graph: one eager pass each, chunks of candidates queued behind a
+  GPU spin that covers the host's enqueueing, one sync per chunk (``screen_batch``).
 * Warm-up replays first; then samples, each one replay timed with events, divided by the calls in it.
 * Comparisons interleave candidates round by round (A, B, C, B, C, A, ...) and report medians and spread.
 * Outputs are poisoned with NaN before a candidate runs and checked afterwards, so a kernel that wrote

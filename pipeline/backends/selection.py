@@ -1,12 +1,12 @@
 """Choosing finalists from one noisy screen so that a larger pool never does worse than a pool it contains.
 
-Candidates come in a fixed order (torch's default, the heuristic's list, then the enumeration in its seeded
-order), so every smaller pool the search could have used is a prefix of a larger one. Picking the best
-``k`` of the whole screen lets lucky outliers of a large pool crowd out the true best of a small one (the
-measured case: 1,500 configs confirmed *worse* than 104 of them). Taking the best ``k`` of every prefix
+Candidates come in a fixed order (torch's default, the heuristic's list, its neighbours, then any random draws
+in their seeded order), so every smaller pool the search could have used is a prefix of a larger one. Picking
+the best ``k`` of the whole screen lets lucky outliers of a large pool crowd out the true best of a small one
+(the measured case: 1,500 configs confirmed *worse* than 104 of them). Taking the best ``k`` of every prefix
 tier instead makes the finalists of a pool contain the finalists of each tier inside it, so the final
-comparison (the full harness, interleaved with the default) always sees what the smaller pool would have
-sent it. Pure functions: ``bench`` replays recorded screens through them, and a test does too.
+comparison (the full harness, interleaved with the default) always sees what the smaller pool would have sent
+it. Pure functions: ``bench`` replays recorded screens through them, and a test does too.
 """
 
 from __future__ import annotations

@@ -143,10 +143,6 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
         raise BenchError("\n".join(failed) + f"\n{len(left)} problems have no result; rerun to resume")
 
 
-def load_results(problems: Sequence[GemmProblem], out_dir: Path) -> list[ProblemResult]:
-    return [ProblemResult.from_json(json.loads(result_path(out_dir, p).read_text())) for p in problems]
-
-
 def tunableop_entries(results: Sequence[ProblemResult]) -> list[TunableOpEntry]:
     """One results row per tuned problem: the winner (or ``Default``) and its time in ms."""
     return [TunableOpEntry.from_problem(r.problem, r.winner, r.winner_us / 1000.0) for r in results
