@@ -2,12 +2,15 @@
 
     python bench/ceiling_replay.py bench/results/cublaslt_ceiling_h100_2026-11-22.json.gz
     python bench/ceiling_replay.py --merge OUT.json.gz PART1.json.gz PART2.json.gz   # runs split by --start
+    python bench/ceiling_replay.py --table DATASET.json.gz                             # per problem, markdown
 
 A strategy is a set of candidate indices per problem (a prefix of the recorded candidate order: torch's
 default, the heuristic's list, the enumeration). Its finalists are chosen from the *recorded* screen with
-``pipeline.backends.selection.finalists``; a finalist counts at its confirmed (full-harness) time where the
-run measured it, else at its screened time (the dataset's median confirmed/screened ratio is 1.0003, so the
-proxy is unbiased). The replayed speedup is the default's confirmed time over the best of those.
+``pipeline.backends.selection.finalists`` under the tiers the run confirmed its finalists with (a row's
+``tiers``; before they were recorded, ``selection.TIERS``); a finalist counts at its confirmed (full-harness)
+time where the run measured it, else at its screened time (the dataset's median confirmed/screened ratio is
+1.0003, but a proxy chosen for being fastest is lucky: replay a rule only on a run that confirmed its
+tiers). The replayed speedup is the default's confirmed time over the best of those.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.backends.selection import finalists
+from pipeline.backends.selection import TIERS, finalists
 
 Strategy = Callable[[dict], int]  # problem row -> how many candidates (a prefix of the order) it screens
 STRATEGIES: dict[str, Strategy] = {  # a dataset made with --neighbours has them right after the heuristic's
@@ -49,7 +52,7 @@ def speedup_of(row: dict, indices: list[int], per_tier: int = 4) -> float:
     """The replayed result of screening the candidates ``indices`` (0, torch's default, first) of ``row``."""
     screened = [row["screened_us"][i] if (row["screened_us"][i] or 0) > 0 else None for i in indices]
     final = {f["index"]: f["final_us"] for f in row["finalists"].values() if f["final_us"]}
-    chosen = finalists([None, *screened[1:]], per_tier)
+    chosen = finalists([None, *screened[1:]], per_tier, row.get("tiers", TIERS))  # the run's own rule
     best = min((final.get(indices[i], screened[i]) for i in chosen), default=row["default_us"])
     return row["default_us"] / min(best, row["default_us"])
 
@@ -93,6 +96,9 @@ def summarize(rows: list[dict]) -> dict:
             "product_geomean": mean([r["product"]["speedup"] for r in measured]),
             "product_shipped_geomean": mean([r["product"]["shipped"] for r in measured]),
             "product_s": sum(r["product"]["seconds"] for r in measured),
+            "nvmath_geomean": mean([r["nvmath"]["speedup"] for r in rows if "speedup" in r.get("nvmath", {})]),
+            "nvmath_shipped_geomean": mean([r["nvmath"]["shipped"] for r in rows
+                                            if "shipped" in r.get("nvmath", {})]),
             "exhaustive_s": sum(sum(r["seconds"].values()) for r in rows),
             "ceiling_min": min(speedups, default=None),
             "eff_default": mean([r["floor_us"] / r["default_us"] for r in rows]),
@@ -139,6 +145,26 @@ def screen_bias(data: dict) -> dict[str, float]:
             "finalists": len(ratios)}
 
 
+def table(data: dict) -> list[str]:
+    """The per-problem table of ``bench/README.md``: each search as measured in the run, against torch's default."""
+    def nvmath(row: dict) -> str:
+        return f"x{row['nvmath']['speedup']:.3f}" if "speedup" in row.get("nvmath", {}) else "-"
+
+    lines = ["| problem | default us | ceiling | ours, measured (its time) | heuristic list only | nvmath autotune "
+             "| efficiency default -> ceiling | pool |", "|---|---|---|---|---|---|---|---|"]
+    for r in data["problems"]:
+        lines.append(f"| {r['label']} | {r['default_us']:.1f} | x{r['ceiling_speedup']:.3f} | "
+                     f"x{r['product']['speedup']:.3f} ({r['product']['seconds']:.1f} s) | x{r['cheap']['speedup']:.3f} "
+                     f"| {nvmath(r)} | {r['floor_us'] / r['default_us']:.2f} -> {r['floor_us'] / r['ceiling_us']:.2f} "
+                     f"| {r['pool']} |")
+    s = data["summary"]
+    nv = f"x{s['nvmath_geomean']:.3f}" if s.get("nvmath_geomean") else "-"
+    lines.append(f"| **geomean** | | **x{s['ceiling_geomean']:.3f}** | **x{s['product_geomean']:.3f}** "
+                 f"({s['product_s']:.0f} s) | x{s['cheap_geomean']:.3f} | {nv} | {s['eff_default']:.3f} -> "
+                 f"{s['eff_ceiling']:.3f} | {sum(r['pool'] for r in data['problems'])} |")
+    return lines
+
+
 def main(path: str) -> int:
     data = load(path)
     s = data["summary"]
@@ -153,6 +179,9 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--table":  # --table DATASET.json.gz: the per-problem markdown table
+        print("\n".join(table(load(sys.argv[2]))))
+        raise SystemExit(0)
     if sys.argv[1] == "--merge":  # --merge OUT.json.gz PART.json.gz ...
         merged = merge([load(p) for p in sys.argv[3:]])
         with gzip.open(sys.argv[2] + ".tmp", "wt") as f:

@@ -1,7 +1,7 @@
 """The ceiling of cuBLASLt tuning on a GPU: every config that passes cublasLtMatmulAlgoCheck, screened.
 
     python bench/cublaslt_ceiling.py --set all --out bench/results/cublaslt_ceiling_<gpu>_<date>.json.gz \\
-        [--enum-s 2] [--max-configs 2500] [--neighbours 40] [--shard 0/1] [--deadline-s S]
+        [--enum-s 2] [--max-configs 2500] [--neighbours 40] [--nvmath] [--shard 0/1] [--deadline-s S] [--start N]
 
 Per problem (the 53 of ``bench/cublaslt_search.py``): the candidate order is torch's default, the cuBLASLt
 heuristic's list (128 requested), with ``--neighbours N`` the valid configs one axis away from each of its
@@ -15,12 +15,15 @@ Screening is the product's batched screen (``measure.screen_batch``): configs en
 GPU spin long enough to cover the host's enqueueing, each timed by events over one pass through the rotating
 operand copies (>= 2, >= 3x L2), so thousands of configs cost little more than their kernels. Times under the
 measured floor are recorded as harness errors. Finalists: the best 16 screened plus the tier finalists
-(``pipeline.backends.selection``), numerics-checked, then the full harness (CUDA-graph replays, 7 interleaved
-rounds with torch's default) on fresh operand buffers. The ceiling is the best confirmed finalist.
+(``pipeline.backends.selection``; the heuristic's list is a tier, as in the product; recorded as ``tiers``),
+numerics-checked, then the full harness (CUDA-graph replays, 7 interleaved rounds with torch's default) on
+fresh operand buffers. The ceiling is the best confirmed finalist.
 
 In the same run, per problem, the product's own search (``CublasLtBackend.tune_one``) is timed twice: on the
 heuristic's list alone (``cheap``) and on its default pool, the heuristic's list and the nearest valid configs
 one axis away from each of its results (``product``); both without the shipping margin, ``shipped`` with it.
+With ``--nvmath``, nvmath's ``Matmul.autotune`` pick joins the ceiling's final rounds (same buffers, same
+interleaving), so ours, the ceiling, nvmath and torch's default are compared in one run.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from ceiling_replay import summarize
-from cublaslt_search import problem_sets
+from cublaslt_search import nvmath_pick, problem_sets
 from nvmath.bindings import cublasLt as lt
 
 from pipeline.backends import selection
 from pipeline.backends.base import DEFAULT, TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend, LtGemm, read_config
+from pipeline.backends.cublaslt import CublasLtBackend, LtGemm
+from pipeline.backends.cublaslt_algo import read_config
 from pipeline.backends.measure import (
     BelowFloor,
     NumericsError,
@@ -93,6 +97,36 @@ def product_search(backend: CublasLtBackend, problem, settings: TuneSettings) ->
             "screened": sum(c.screen_us is not None for c in result.candidates)}
 
 
+NVMATH = "nvmath autotune"  # its pick's name among the contenders (it may also be a finalist of ours)
+
+
+def nvmath_contender(problem, gemm: LtGemm, ops, ref, contenders: dict) -> dict:
+    """nvmath's ``Matmul.autotune`` pick (``cublaslt_search.nvmath_pick``) added to the contenders of the final
+    comparison, so it is judged in the same interleaved rounds as the ceiling's finalists."""
+    try:
+        record, tuning_s, count = nvmath_pick(problem, ops)
+        if not gemm.check(record):
+            return {"error": "its algorithm does not pass AlgoCheck under the BLAS-frame descriptors",
+                    "tuning_s": tuning_s}
+        launcher = gemm.launcher(record)
+        check_numerics(problem, launcher, ops, ref)
+    except Exception as err:  # reported in the row, the ceiling goes on
+        return {"error": f"{type(err).__name__}: {err}"}
+    contenders[NVMATH] = launcher
+    return {"winner": read_config(record)["SolutionNameMin"], "tuning_s": tuning_s, "candidates": count}
+
+
+def nvmath_result(problem, final: dict, default_us: float, limits) -> dict:
+    """nvmath's pick against torch's default in the final rounds: raw, and as shipped (the same margin)."""
+    us = final[NVMATH].median
+    try:
+        limits.check(problem, us, NVMATH)
+    except BelowFloor as err:
+        return {"error": str(err), "final_us": us}
+    speedup = default_us / us
+    return {"final_us": us, "speedup": speedup, "shipped": speedup if speedup >= 1 + SHIPPING_MARGIN else 1.0}
+
+
 def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSettings, args) -> dict:
     device, limits = backend.device, backend.limits
     cheap = product_search(backend, problem, TuneSettings(margin=0.0, neighbours=0, enumerate_budget=0))
@@ -101,8 +135,8 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
     gemm = LtGemm(problem, backend.handle, workspace)
     start = time.monotonic()
     heuristic = gemm.heuristic(128)
-    near = gemm.neighbours(heuristic, keep=args.neighbours, tries=args.neighbours) if args.neighbours else []
-    enumerated, space = gemm.sample(args.max_configs, seed=0, seconds=args.enum_s)
+    near = gemm.space.neighbours(heuristic, keep=args.neighbours, tries=args.neighbours) if args.neighbours else []
+    enumerated, space = gemm.space.sample(args.max_configs, seed=0, seconds=args.enum_s)
     names, configs, launchers = [DEFAULT], [None], [torch_launcher(problem)]
     seen = {DEFAULT}
     for record in heuristic + near + enumerated:
@@ -121,7 +155,8 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
     screen_s = time.monotonic() - start
     valid = [t if t is not None and t > 0 else None for t in screened]
     best = sorted((i for i in range(1, len(valid)) if valid[i] is not None), key=lambda i: valid[i])[:TOP]
-    chosen = sorted(set(best) | set(selection.finalists([None, *valid[1:]], 4)), key=lambda i: valid[i])
+    tiers = (1 + len(heuristic), *selection.TIERS)  # the heuristic's list is a tier, as in the product
+    chosen = sorted(set(best) | set(selection.finalists([None, *valid[1:]], 4, tiers)), key=lambda i: valid[i])
     ref = reference(problem, sets[0])
     sound, errors = [], {}
     for i in chosen:
@@ -130,10 +165,12 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
             sound.append(i)
         except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
             errors[names[i]] = f"{type(err).__name__}: {err}"
+    contenders = {names[i]: launchers[i] for i in [0, *sound]}
+    nvmath = nvmath_contender(problem, gemm, sets[0], ref, contenders) if args.nvmath else None
     del sets
     start = time.monotonic()
     fresh = rotating_operands(problem, device, dataclasses.replace(timing, seed=timing.seed + 1))
-    final = interleaved(problem, {names[i]: launchers[i] for i in [0, *sound]}, fresh, timing)
+    final = interleaved(problem, contenders, fresh, timing)
     final_s = time.monotonic() - start
     del fresh
     gemm.close()
@@ -146,13 +183,16 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
             errors[name] = str(err)
             del finals[name]
     winner = min(finals, key=finals.get, default=None)
+    if nvmath and "error" not in nvmath:
+        nvmath |= nvmath_result(problem, final, default_us, limits)
     ceiling_us = min(default_us, finals[winner]) if winner else default_us
     row = {"label": label, "default_us": default_us, "ceiling_us": ceiling_us,
            "ceiling_speedup": default_us / ceiling_us,
            "winner": winner, "floor_us": floor_us(problem), "measured_floor_us": limits.floor_us(problem),
-           "pool": len(names), "heuristic": len(heuristic), "neighbours": len(near), **space,
+           "pool": len(names), "tiers": list(tiers), "heuristic": len(heuristic), "neighbours": len(near), **space,
            "below_floor": sum(1 for t in screened if t is not None and t < 0),
            "seconds": {"enumerate": enum_s, "screen": screen_s, "final": final_s}, "cheap": cheap, "product": product,
+           **({"nvmath": nvmath} if nvmath else {}),
            "fields": list(FIELDS), "configs": configs,  # configs[i] is what screened_us[i] timed; 0: default
            "screened_us": [None if t is None else round(t, 3) for t in screened],
            "finalists": {names[i]: {"index": i, "screened_us": screened[i], "final_us": finals.get(names[i])}
@@ -162,8 +202,8 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
           f"{default_us:9.2f}  ceiling {ceiling_us:9.2f}  x{row['ceiling_speedup']:.3f}  eff "
           f"{row['floor_us'] / default_us:.2f}->{row['floor_us'] / ceiling_us:.2f}  "
           f"{enum_s:4.1f}+{screen_s:4.1f}+{final_s:4.1f} s | heuristic-only x{cheap['speedup']:.3f} "
-          f"{cheap['seconds']:.1f} s | product x{product['speedup']:.3f} {product['seconds']:.1f} s",
-          flush=True)
+          f"{cheap['seconds']:.1f} s | product x{product['speedup']:.3f} {product['seconds']:.1f} s"
+          + (f" | nvmath x{nvmath.get('speedup', float('nan')):.3f}" if nvmath else ""), flush=True)
     return row
 
 
@@ -177,6 +217,8 @@ def main() -> int:
     parser.add_argument("--neighbours", type=int, default=0,
                         help="also try up to N configs one axis away from each heuristic result, before the draws "
                              "(0: as the 2026-11-22 dataset was made)")
+    parser.add_argument("--nvmath", action="store_true",
+                        help="also judge nvmath's Matmul.autotune pick in the ceiling's final rounds")
     parser.add_argument("--deadline-s", type=float, default=1e9, help="stop starting problems after this")
     parser.add_argument("--start", type=int, default=0, help="skip the first N problems (a run cut by its "
                         "deadline goes on; bench/ceiling_replay.py --merge joins the parts)")
@@ -203,7 +245,8 @@ def write(out: str, rows: list, limits, args, started: float, device) -> None:
             "versions": {"torch": torch.__version__, "cublasLt": lt.get_version()},
             "limits": {"bandwidth_Bps": limits.bandwidth,
                        "flops": {f"{d}/{c}": v for (d, c), v in limits.flops.items()}},
-            "settings": {k: getattr(args, k) for k in ("enum_s", "max_configs", "shard", "neighbours", "start")},
+            "settings": {k: getattr(args, k)
+                         for k in ("enum_s", "max_configs", "shard", "neighbours", "start", "nvmath")},
             "wall_s": time.monotonic() - started, "summary": summarize(rows),
             "problems": rows}
     with gzip.open(out + ".tmp", "wt") as f:

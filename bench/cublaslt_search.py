@@ -19,15 +19,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np
 import nvmath
 import torch
 from nvmath.bindings import cublasLt as lt
 from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 
 from pipeline.backends.base import DEFAULT, TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend, LtGemm, new_record, read_config
+from pipeline.backends.cublaslt import CublasLtBackend, LtGemm
+from pipeline.backends.cublaslt_algo import new_record, read_config
 from pipeline.backends.measure import device_info, interleaved, rotating_operands
-from pipeline.backends.torch_gemm import torch_launcher, torch_views
+from pipeline.backends.torch_gemm import OperandSet, torch_launcher, torch_views
 from pipeline.formats.tunableop import format_key
 from pipeline.problem import GemmProblem
 from pipeline.stages.validate import floor_us
@@ -54,22 +56,26 @@ def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
     return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": [llama[1], llama[10], llama[-1]]}
 
 
-def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSettings) -> dict:
-    """nvmath's own pick: ``Matmul(x, y)`` in torch's frame (which cuBLASLt sees as our BLAS frame), plan with
-    its 8 heuristic algorithms, ``autotune``; its best algorithm then runs under our descriptors and is timed
-    in our harness against torch's default."""
-    sets = rotating_operands(p, backend.device, backend.timing)
-    x, y, _ = torch_views(p, sets[0])
+def nvmath_pick(p: GemmProblem, ops: OperandSet) -> tuple[np.ndarray, float, int]:
+    """nvmath's own pick: ``Matmul(x, y)`` in torch's frame (which cuBLASLt sees as our BLAS frame), planned
+    with its 8 heuristic algorithms, ``autotune``d; its best algorithm as a record, the seconds it took and
+    how many it compared."""
+    x, y, _ = torch_views(p, ops)
     start = time.monotonic()
     mm = Matmul(x, y)
     mm.plan(preferences=MatmulPlanPreferences(limit=8))
     mm.autotune(iterations=10)
-    best = mm.algorithms[0]
-    tuning_s = time.monotonic() - start
     record = new_record()
-    record["algo"] = best.as_numpy()["algo"]
+    record["algo"] = mm.algorithms[0].as_numpy()["algo"]
     count = len(mm.algorithms)
     mm.free()
+    return record, time.monotonic() - start, count
+
+
+def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSettings) -> dict:
+    """nvmath's pick (``nvmath_pick``) run under our descriptors, timed in our harness against torch's default."""
+    sets = rotating_operands(p, backend.device, backend.timing)
+    record, tuning_s, count = nvmath_pick(p, sets[0])
     workspace = torch.empty(settings.workspace_bytes, dtype=torch.uint8, device=backend.device)
     gemm = LtGemm(p, backend.handle, workspace)
     try:

@@ -61,7 +61,8 @@ def host_cost(rounds: int, calls: int) -> dict:
     import torch.nn.functional as F
 
     import pipeline.runtime as rt
-    from pipeline.backends.cublaslt import LtGemm, lt, read_config
+    from pipeline.backends.cublaslt import LtGemm, lt
+    from pipeline.backends.cublaslt_algo import read_config
     from pipeline.formats.tunableop import TunableOpEntry, write_file
     from pipeline.problem import GemmProblem
     from pipeline.runtime.frame import gemm_key

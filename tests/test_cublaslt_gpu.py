@@ -61,6 +61,38 @@ def test_every_winner_is_numerically_sound():
               f"({len(result.candidates)} candidates, {result.tuning_s:.1f} s)")
 
 
+def test_the_config_space_walks_one_axis_from_the_heuristics_results():
+    """AlgoSpace: neighbours pass AlgoCheck and differ from a heuristic result on exactly one axis; an id's
+    caps are read once; no draws without a budget; the pool marks where the heuristic's list ends."""
+    import torch
+
+    from pipeline.backends.cublaslt import CublasLtBackend, LtGemm
+    from pipeline.backends.cublaslt_algo import read_config
+
+    backend = CublasLtBackend(0)
+    problem = PROBLEMS[0]
+    workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device="cuda")
+    gemm = LtGemm(problem, backend.handle, workspace)
+    try:
+        assert gemm.space.enumerate(0) == [] and not gemm.space._axes
+        heuristic = gemm.heuristic(8)
+        near = gemm.space.neighbours(heuristic, keep=3)
+        assert 0 < len(near) <= 3 * len(heuristic)
+        keys = ("Tile", "Stages", "SplitK", "ReductionScheme", "Swizzle", "CustomOption", "ClusterShape")
+        sources = [read_config(r) for r in heuristic]
+        for record in near:
+            assert gemm.check(record)
+            config = read_config(record)
+            moved = [{k for k in keys if s[k] != config[k]} for s in sources if s["AlgoId"] == config["AlgoId"]]
+            assert any(len(m) == 1 or m == {"SplitK", "ReductionScheme"} for m in moved), moved  # one axis
+        assert set(gemm.space._axes) == {read_config(r)["AlgoId"] for r in heuristic}
+        pool = backend.pool(problem, gemm, TuneSettings())
+        names = {read_config(r)["SolutionNameMin"] for r in gemm.heuristic(TuneSettings().heuristic_count)}
+        assert set(pool.names[1:pool.heuristic_end]) == names and len(pool.names) > pool.heuristic_end
+    finally:
+        gemm.close()
+
+
 def test_interrupted_shard_resumes(tmp_path):
     problems = PROBLEMS[:3]
     shard = tmp_path / "shard.json"

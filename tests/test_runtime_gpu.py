@@ -72,7 +72,8 @@ def _tuned_rows(problems: list[GemmProblem], path: Path) -> Path:
     """A results file that gives each problem a cuBLASLt algorithm other than the heuristic's first."""
     import torch
 
-    from pipeline.backends.cublaslt import LtGemm, lt, read_config
+    from pipeline.backends.cublaslt import LtGemm, lt
+    from pipeline.backends.cublaslt_algo import read_config
 
     handle, workspace = lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
     entries = []

@@ -93,6 +93,21 @@ def test_operands_rotate_through_at_least_two_copies():
     assert copies_needed(small, 50 << 20, 3.0) == 5
 
 
+def test_the_screens_gpu_spin_stays_bounded_when_the_host_waits_on_it():
+    """A kernel's first load synchronises with the GPU, so the host's enqueue time then includes the spin
+    itself: sized from it (1.5x), the spin grew geometrically and a cold process spun for minutes."""
+    from pipeline.backends.measure import MAX_SPIN_US, MIN_SPIN_US, next_spin_us
+
+    spin, spins = 31_000.0, []
+    for _ in range(40):  # every chunk loads new kernels: the host returns only after the spin, plus the load
+        spin = next_spin_us(spin + 5_000.0, spin)
+        spins.append(spin)
+    assert max(spins) == MAX_SPIN_US and all(b <= 2 * a for a, b in zip([31_000.0, *spins[:-1]], spins, strict=True))
+    assert next_spin_us(2_000.0, MAX_SPIN_US) == 3_000.0  # a host that stops waiting: back to what it needs
+    assert next_spin_us(100.0, 3_000.0) == MIN_SPIN_US
+    assert next_spin_us(4_000.0, 3_000.0) == 6_000.0  # too short a spin grows (at most 2x per chunk)
+
+
 def test_the_space_decodes_every_combo_once():
     from pipeline.backends.space import decode, size
 

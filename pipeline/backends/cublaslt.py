@@ -6,19 +6,16 @@ default call (the baseline, and a candidate); the cuBLASLt heuristic list reques
 valid configs one axis away from each heuristic result (tile, stages, split-K and reduction, swizzle,
 custom option, cluster shape); and, with ``enumerate_budget``, configs drawn at random from the whole space.
 Each config passes ``cublasLtMatmulAlgoCheck`` with the runtime's workspace. Every candidate is screened
-in batches (a time under the device's measured floor is a harness error, never
-a candidate); the best few of every prefix tier of the pool (``selection``) are re-measured against the
-default, interleaved, on fresh operand buffers; a winner must beat the default by ``margin`` or the
-answer is ``Default``.
+in batches (a time under the device's measured floor is a harness error, never a candidate); the best few
+of every prefix tier of the pool (``selection``; the heuristic's list is one) are re-measured against the
+default, interleaved, on fresh operand buffers; a winner must beat the default by ``margin`` or the answer
+is ``Default``. The config space itself (records, names, axes, draws, neighbours) is ``cublaslt_algo``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import random
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,8 +29,9 @@ except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import GemmProblem
-from . import selection, space
+from . import selection
 from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, unsupported_reason
+from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
 from .measure import (
     BelowFloor,
     DeviceLimits,
@@ -50,95 +48,11 @@ from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
-CONFIG_FIELDS = {  # config key -> cuBLASLt algo config attribute
-    "AlgoId": lt.MatmulAlgoConfigAttribute.ID,
-    "Tile": lt.MatmulAlgoConfigAttribute.TILE_ID,
-    "Stages": lt.MatmulAlgoConfigAttribute.STAGES_ID,
-    "SplitK": lt.MatmulAlgoConfigAttribute.SPLITK_NUM,
-    "ReductionScheme": lt.MatmulAlgoConfigAttribute.REDUCTION_SCHEME,
-    "Swizzle": lt.MatmulAlgoConfigAttribute.CTA_SWIZZLING,
-    "CustomOption": lt.MatmulAlgoConfigAttribute.CUSTOM_OPTION,
-    "InnerShape": lt.MatmulAlgoConfigAttribute.INNER_SHAPE_ID,
-    "ClusterShape": lt.MatmulAlgoConfigAttribute.CLUSTER_SHAPE_ID,
-}
-SPLITS = (2, 3, 4, 5, 6, 8, 12, 16, 32)  # split-K values drawn where an algorithm's caps allow split-K
-NEIGHBOUR_TRIES = 40  # configs checked around each heuristic result, at most
-
-
-def solution_name(config: dict) -> str:
-    """torch >= 2.14's TunableOp name for a cuBLASLt algorithm (``shared/spec/tunableop.md`` 2.3)."""
-    name = (f"Gemm_Cublaslt_id_{config['AlgoId']}_tile_{config['Tile']}_stages_{config['Stages']}"
-            f"_splitk_{config['SplitK']}_red_{config['ReductionScheme']}_swizzle_{config['Swizzle']}"
-            f"_custom_{config['CustomOption']}")
-    if config.get("InnerShape") or config.get("ClusterShape"):
-        name += f"_inner_{config['InnerShape']}_cluster_{config['ClusterShape']}"
-    return name
-
-
-_NAME_RE = re.compile(r"Gemm_Cublaslt_id_(?P<AlgoId>\d+)_tile_(?P<Tile>\d+)_stages_(?P<Stages>\d+)"
-                      r"_splitk_(?P<SplitK>\d+)_red_(?P<ReductionScheme>\d+)_swizzle_(?P<Swizzle>\d+)"
-                      r"_custom_(?P<CustomOption>\d+)(?:_inner_(?P<InnerShape>\d+)_cluster_(?P<ClusterShape>\d+))?")
-
-
-def config_from_name(name: str) -> dict:
-    """The algorithm attributes a ``Gemm_Cublaslt_id_..`` solution name spells out (no saved bytes)."""
-    match = _NAME_RE.fullmatch(name)
-    if not match:
-        raise ValueError(f"{name!r} is not a Gemm_Cublaslt_id_... solution name")
-    config = {k: int(v or 0) for k, v in match.groupdict().items()}
-    return {**config, "SolutionNameMin": name, "AlgoBytes": None}
-
-
-def _buffer(dtype, value=0) -> np.ndarray:
-    return np.array([value], dtype=dtype)
-
-
-def new_record() -> np.ndarray:
-    """One ``cublasLtMatmulHeuristicResult_t``; its first field is the algorithm, so its address is the algo's."""
-    return np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
-
-
-def read_config(record: np.ndarray) -> dict:
-    config = {}
-    written = _buffer(np.uint64)
-    for key, attr in CONFIG_FIELDS.items():
-        buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr))
-        lt.matmul_algo_config_get_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes,
-                                            written.ctypes.data)
-        config[key] = int(buf[0])
-    config["SolutionNameMin"] = solution_name(config)
-    config["AlgoBytes"] = record["algo"]["data_"][0].tobytes().hex()
-    config["WorkspaceBytes"] = int(record["workspace_size"][0])
-    return config
-
-
-def _cap_int(record: np.ndarray, attr) -> int:
-    values = _cap(record, attr)
-    return int(values[0]) if len(values) else 0
-
-
-def _cap(record: np.ndarray, attr) -> np.ndarray:
-    dtype = lt.get_matmul_algo_cap_attribute_dtype(attr)
-    written = _buffer(np.uint64)
-    lt.matmul_algo_cap_get_attribute(record.ctypes.data, attr, 0, 0, written.ctypes.data)
-    count = max(1, int(written[0]) // np.dtype(dtype).itemsize)
-    buf = np.zeros(count, dtype=dtype)
-    lt.matmul_algo_cap_get_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data)
-    return buf[: int(written[0]) // np.dtype(dtype).itemsize]
-
-
-def set_config(record: np.ndarray, values: dict) -> None:
-    """Write config attributes (``CONFIG_FIELDS`` keys) into an algorithm record."""
-    for key, value in values.items():
-        attr = CONFIG_FIELDS[key]
-        buf = _buffer(lt.get_matmul_algo_config_attribute_dtype(attr), value)
-        lt.matmul_algo_config_set_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes)
 
 
 class LtGemm:
-    """cuBLASLt descriptors, workspace and launchers for one problem, and its config space: per algorithm id
-    the axes its caps allow (``pipeline.backends.space`` walks them), random draws over them, and the
-    neighbours of known-valid configs."""
+    """cuBLASLt descriptors, workspace and launchers for one problem; ``space`` is its config space
+    (``cublaslt_algo.AlgoSpace``: axes, random draws, neighbours of known-valid configs)."""
 
     def __init__(self, problem: GemmProblem, handle: int, workspace: torch.Tensor) -> None:
         self.problem, self.handle, self.workspace = problem, handle, workspace
@@ -162,12 +76,13 @@ class LtGemm:
                         for rows, cols, ld in ((s.rows_a, s.cols_a, s.lda), (s.rows_b, s.cols_b, s.ldb),
                                                (s.m, s.n, s.ldc))]
         bias_attr = lt.MatmulDescAttribute.BIAS_POINTER
-        bias_buf = _buffer(lt.get_matmul_desc_attribute_dtype(bias_attr))
+        bias_buf = value_buffer(lt.get_matmul_desc_attribute_dtype(bias_attr))
         self._bias = (bias_attr, bias_buf, bias_buf.ctypes.data, bias_buf.nbytes)
         self.pref = lt.matmul_preference_create()
         attr = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
-        buf = _buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
+        buf = value_buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
         lt.matmul_preference_set_attribute(self.pref, attr, buf.ctypes.data, buf.nbytes)
+        self.space = AlgoSpace(handle, self.compute, self.scale, self.types, self.check)
 
     def set_bias(self, pointer: int) -> None:
         """Point the bias epilogue at a device vector (read when the next matmul is launched or captured)."""
@@ -176,7 +91,7 @@ class LtGemm:
         lt.matmul_desc_set_attribute(self.desc, attr, address, size)
 
     def _desc_set(self, attr, value: int) -> None:
-        buf = _buffer(lt.get_matmul_desc_attribute_dtype(attr), value)
+        buf = value_buffer(lt.get_matmul_desc_attribute_dtype(attr), value)
         lt.matmul_desc_set_attribute(self.desc, attr, buf.ctypes.data, buf.nbytes)
 
     @staticmethod
@@ -185,7 +100,7 @@ class LtGemm:
         if batch > 1:
             for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, batch),
                                 (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, ld * cols)):
-                buf = _buffer(lt.get_matrix_layout_attribute_dtype(attr), value)
+                buf = value_buffer(lt.get_matrix_layout_attribute_dtype(attr), value)
                 lt.matrix_layout_set_attribute(layout, attr, buf.ctypes.data, buf.nbytes)
         return layout
 
@@ -196,7 +111,7 @@ class LtGemm:
 
     def heuristic(self, count: int) -> list[np.ndarray]:
         results = np.zeros(count, dtype=lt.matmul_heuristic_result_dtype)
-        returned = _buffer(np.int32)
+        returned = value_buffer(np.int32)
         a, b, c, d = self._descs
         lt.matmul_algo_get_heuristic(self.handle, self.desc, a, b, c, d, self.pref, count, results.ctypes.data,
                                      returned.ctypes.data)
@@ -214,101 +129,6 @@ class LtGemm:
             return False
         record["workspace_size"] = checked["workspace_size"]
         return True
-
-    def axes(self, algo_id: int) -> tuple[np.ndarray, list[list]] | None:
-        """The initialised algorithm and its axes, in ``space``'s combo order: tiles, stages, (split-K,
-        reduction) pairs, swizzles, custom options, cluster shapes; None if this problem's types refuse the id."""
-        base = new_record()
-        try:
-            lt.matmul_algo_init(self.handle, self.compute, self.scale, *self.types, algo_id, base.ctypes.data)
-        except lt.cuBLASLtError:
-            return None
-        caps = lt.MatmulAlgoCapAttribute
-        tiles = [int(t) for t in _cap(base, caps.TILE_IDS)] or [0]
-        stages = [int(s) for s in _cap(base, caps.STAGES_IDS)] or [0]
-        cluster_cap = getattr(caps, "CLUSTER_SHAPE_IDS", None)
-        try:
-            clusters = ([int(c) for c in _cap(base, cluster_cap)] if cluster_cap is not None else []) or [0]
-        except lt.cuBLASLtError:
-            clusters = [0]
-        customs = list(range(_cap_int(base, caps.CUSTOM_OPTION_MAX) + 1))
-        swizzles = [0, 1] if _cap_int(base, caps.CTA_SWIZZLING_SUPPORT) else [0]
-        red_mask = _cap_int(base, caps.REDUCTION_SCHEME_MASK)
-        reductions = [bit for bit in (1, 2, 4) if red_mask & bit] or [0]
-        splits = [(1, 0)] + ([(s, r) for s in SPLITS for r in reductions] if _cap_int(base, caps.SPLITK_SUPPORT)
-                             else [])
-        return base, [tiles, stages, splits, swizzles, customs, clusters]
-
-    @staticmethod
-    def with_combo(base: np.ndarray, combo: tuple) -> np.ndarray:
-        """A copy of ``base`` set to one combo of its axes (cluster shape 0 left as initialised)."""
-        tile, stage, (split, reduction), swizzle, custom, cluster = combo
-        values = {"Tile": tile, "Stages": stage, "SplitK": split, "ReductionScheme": reduction, "Swizzle": swizzle,
-                  "CustomOption": custom}
-        record = base.copy()
-        set_config(record, {**values, "ClusterShape": cluster} if cluster else values)
-        return record
-
-    def sample(self, budget: int, seed: int = 0, seconds: float | None = None) -> tuple[list[np.ndarray], dict]:
-        """Up to ``budget`` valid configs drawn at random without replacement from each algorithm's whole
-        space, round-robin over the ids (at most 40 draws per wanted config, or until ``seconds``); and the
-        space's size, the draws checked and the ids."""
-        ids = lt.matmul_algo_get_ids(self.handle, self.compute, self.scale, *self.types, 128)
-        rng, streams, total = random.Random(seed), [], 0
-        for algo_id in ids:
-            axes = self.axes(algo_id)
-            if axes is None:
-                continue
-            base, lists = axes
-            count = space.size(lists)
-            total += count
-            order = rng.sample(range(count), min(count, budget * 4))  # more than enough draws for one id
-            streams.append((base, lists, iter(order)))
-        found, checked = [], 0
-        deadline = time.monotonic() + seconds if seconds is not None else None
-        while streams and len(found) < budget and checked < 40 * max(budget, 1):
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            for stream in list(streams):
-                base, lists, order = stream
-                index = next(order, None)
-                if index is None:
-                    streams.remove(stream)
-                    continue
-                record = self.with_combo(base, space.decode(index, lists))
-                checked += 1
-                if self.check(record):
-                    found.append(record)
-                    if len(found) >= budget:
-                        break
-        return found, {"space": total, "checked": checked, "ids": [int(i) for i in ids]}
-
-    def enumerate(self, budget: int, seed: int = 0) -> list[np.ndarray]:
-        """Up to ``budget`` valid configs drawn from the whole space (``sample``)."""
-        return self.sample(budget, seed)[0]
-
-    def neighbours(self, records: list[np.ndarray], keep: int, tries: int = NEIGHBOUR_TRIES) -> list[np.ndarray]:
-        """Up to ``keep`` valid configs one axis away from each of ``records`` (nearest first across the axes,
-        at most ``tries`` checked around each): the local search around the heuristic's results that reaches
-        what random draws miss (on the H100, nvjet: algorithm 66; ``bench/README.md``, the ceiling)."""
-        found = []
-        for record in records:
-            config = read_config(record)
-            axes = self.axes(config["AlgoId"])
-            if axes is None:
-                continue
-            base, lists = axes
-            combo = (config["Tile"], config["Stages"], (config["SplitK"], config["ReductionScheme"]),
-                     config["Swizzle"], config["CustomOption"], config["ClusterShape"])
-            kept = 0
-            for near in itertools.islice(space.neighbours(combo, lists), tries):
-                candidate = self.with_combo(base, near)
-                if kept < keep and self.check(candidate):
-                    found.append(candidate)
-                    kept += 1
-                if kept >= keep:
-                    break
-        return found
 
     def launcher(self, record: np.ndarray) -> Callable[[OperandSet], None]:
         a, b, c, d = self._descs
@@ -337,8 +157,7 @@ def record_from_config(gemm: LtGemm, config: dict) -> np.ndarray:
         record["algo"]["data_"][0] = np.frombuffer(bytes.fromhex(config["AlgoBytes"]), dtype=np.uint64)
         if gemm.check(record):
             return record
-    record = new_record()
-    lt.matmul_algo_init(gemm.handle, gemm.compute, gemm.scale, *gemm.types, config["AlgoId"], record.ctypes.data)
+    record = gemm.space.init(config["AlgoId"])
     set_config(record, {key: config[key] for key in CONFIG_FIELDS if key != "AlgoId"})
     if not gemm.check(record):
         raise ValueError(f"{config['SolutionNameMin']} does not pass cublasLtMatmulAlgoCheck with this cuBLASLt")
@@ -353,6 +172,7 @@ class Pool:
     configs: dict[str, dict | None]
     launchers: dict[str, Callable[[OperandSet], None]]
     build_s: float
+    heuristic_end: int = 1  # names[:heuristic_end]: the default and the heuristic's list, a finalist tier
 
 
 class CublasLtBackend:
@@ -390,15 +210,18 @@ class CublasLtBackend:
         start = time.monotonic()
         names, configs, launchers = [DEFAULT], {DEFAULT: None}, {DEFAULT: torch_launcher(problem)}
         heuristic = gemm.heuristic(settings.heuristic_count)
-        near = gemm.neighbours(heuristic, settings.neighbours)
-        records = heuristic + near + gemm.enumerate(settings.enumerate_budget)
-        for record in records:
+        near = gemm.space.neighbours(heuristic, settings.neighbours)
+        records = heuristic + near + gemm.space.enumerate(settings.enumerate_budget)
+        heuristic_end = 0
+        for position, record in enumerate(records):
             config = read_config(record)
             name = config["SolutionNameMin"]
             if name not in configs:
                 names.append(name)
                 configs[name], launchers[name] = config, gemm.launcher(record)
-        return Pool(names, configs, launchers, time.monotonic() - start)
+            if position == len(heuristic) - 1:
+                heuristic_end = len(names)
+        return Pool(names, configs, launchers, time.monotonic() - start, heuristic_end or 1)
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """Screen the pool in batches within the time budget, re-measure the tier finalists against the default
@@ -425,7 +248,7 @@ class CublasLtBackend:
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
             chosen = selection.finalists([None, *(candidates[n].screen_us for n in pool.names[1:])],
-                                         max(1, settings.finalists // 2))
+                                         max(1, settings.finalists // 2), (pool.heuristic_end, *selection.TIERS))
             finalists = self._numerically_sound(problem, pool, [candidates[pool.names[i]] for i in chosen], sets,
                                                 ref, len(chosen))
             result.phases["screen_s"] = time.monotonic() - start

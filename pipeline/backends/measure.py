@@ -36,6 +36,7 @@ MAX_COPIES = 64
 MIN_COPIES = 2
 SPIN_CYCLES_PER_LAUNCH = 60_000  # ~30 us of GPU spin per queued launch: more than the host takes to issue one
 MIN_SPIN_US = 500.0  # the shortest spin ahead of a screened chunk
+MAX_SPIN_US = 100_000.0  # the longest: 16 configs x 65 launches are enqueued in ~10 ms
 FLOOR_SLACK = 0.07  # how far under the measured floor a time may fall before it is called impossible
 
 
@@ -201,6 +202,16 @@ def check_numerics(problem: GemmProblem, launch: Callable[[OperandSet], None], o
     return error
 
 
+def next_spin_us(host_us: float, spin_us: float) -> float:
+    """The GPU spin ahead of the next screened chunk: 1.5x the host's enqueueing of this one, within
+    ``MIN_SPIN_US``..``MAX_SPIN_US``. A host slower than the spin may have *waited* on it (a kernel's first
+    load synchronises with the GPU), so its time then says how long the spin was, not how long enqueueing
+    takes: the spin at most doubles per chunk. Sized from a blocked host, each spin was 1.5x the last and a
+    cold process spun for minutes on one problem."""
+    target = 1.5 * host_us if host_us < spin_us else min(1.5 * host_us, 2.0 * spin_us)
+    return min(max(target, MIN_SPIN_US), MAX_SPIN_US)
+
+
 def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequence[OperandSet],
                  deadline: float | None = None, chunk: int = 16) -> list[float | Exception | None]:
     """A quick time per launcher: one event-timed pass over ``sets`` each (after one untimed call that loads
@@ -210,7 +221,7 @@ def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequen
     ``deadline`` (``time.monotonic``) passed first (the first chunk always runs). Outputs are not checked
     here: whoever is kept goes through ``check_numerics``."""
     out: list[float | Exception | None] = [None] * len(launchers)
-    cycles = chunk * (len(sets) + 1) * SPIN_CYCLES_PER_LAUNCH  # first chunk: a generous guess
+    cycles = chunk * (len(sets) + 1) * SPIN_CYCLES_PER_LAUNCH  # first chunk: a generous guess, then measured
     for first in range(0, len(launchers), chunk):
         if first and deadline is not None and time.monotonic() > deadline:
             break
@@ -234,8 +245,8 @@ def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequen
         torch.cuda.synchronize()
         for j, start, end in timed:
             out[j] = start.elapsed_time(end) * 1000.0 / len(sets)
-        per_us = cycles / max(spin[0].elapsed_time(spin[1]) * 1000.0, 1.0)  # the spin's clock
-        cycles = int(per_us * max(1.5 * host_us, MIN_SPIN_US))
+        spin_us = max(spin[0].elapsed_time(spin[1]) * 1000.0, 1.0)
+        cycles = int(cycles / spin_us * next_spin_us(host_us, spin_us))  # cycles per us: the spin's clock
     return out
 
 

@@ -6,7 +6,9 @@ the best ``k`` of the whole screen lets lucky outliers of a large pool crowd out
 (the measured case: 1,500 configs confirmed *worse* than 104 of them). Taking the best ``k`` of every prefix
 tier instead makes the finalists of a pool contain the finalists of each tier inside it, so the final
 comparison (the full harness, interleaved with the default) always sees what the smaller pool would have sent
-it. Pure functions: ``bench`` replays recorded screens through them, and a test does too.
+it. A search adds its own natural prefixes as tiers (the default and the heuristic's list: the cheap search),
+so its larger pool cannot lose to them either. Pure functions: ``bench`` replays recorded screens through
+them, and a test does too.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from ..backends.base import TuneSettings
-from ..backends.cublaslt import LtGemm, config_from_name, lt, read_config, record_from_config
+from ..backends.cublaslt import LtGemm, lt, record_from_config
+from ..backends.cublaslt_algo import config_from_name, read_config
 from ..problem import GemmProblem
 
 DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it

@@ -120,7 +120,8 @@ def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
     rocm = torch.version.hip is not None
     backend = None
     if not rocm:
-        from ..backends.cublaslt import CublasLtBackend, config_from_name
+        from ..backends.cublaslt import CublasLtBackend
+        from ..backends.cublaslt_algo import config_from_name
 
         backend = CublasLtBackend(gpu, timing)
     else:
