@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import statistics
 import sys
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.backends.selection import TIERS, finalists
+from pipeline.stats import geomean
 
 Strategy = Callable[[dict], int]  # problem row -> how many candidates (a prefix of the order) it screens
 STRATEGIES: dict[str, Strategy] = {  # a dataset made with --neighbours has them right after the heuristic's
@@ -79,30 +79,23 @@ def neighbour_pool(row: dict, keep: int) -> list[int]:
     return pool
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
 def summarize(rows: list[dict]) -> dict:
     """The dataset's headline figures: the ceiling, the searches measured in the same run, efficiencies."""
-    def mean(values: list[float]) -> float | None:
-        return geomean(values) if values else None
-
     measured = [r for r in rows if "product" in r]
     speedups = [r["ceiling_speedup"] for r in rows]
-    return {"problems": len(rows), "ceiling_geomean": mean(speedups),
-            "cheap_geomean": mean([r["cheap"]["speedup"] for r in rows]),
+    return {"problems": len(rows), "ceiling_geomean": geomean(speedups),
+            "cheap_geomean": geomean([r["cheap"]["speedup"] for r in rows]),
             "cheap_s": sum(r["cheap"]["seconds"] for r in rows),
-            "product_geomean": mean([r["product"]["speedup"] for r in measured]),
-            "product_shipped_geomean": mean([r["product"]["shipped"] for r in measured]),
+            "product_geomean": geomean([r["product"]["speedup"] for r in measured]),
+            "product_shipped_geomean": geomean([r["product"]["shipped"] for r in measured]),
             "product_s": sum(r["product"]["seconds"] for r in measured),
-            "nvmath_geomean": mean([r["nvmath"]["speedup"] for r in rows if "speedup" in r.get("nvmath", {})]),
-            "nvmath_shipped_geomean": mean([r["nvmath"]["shipped"] for r in rows
-                                            if "shipped" in r.get("nvmath", {})]),
+            "nvmath_geomean": geomean([r["nvmath"]["speedup"] for r in rows if "speedup" in r.get("nvmath", {})]),
+            "nvmath_shipped_geomean": geomean([r["nvmath"]["shipped"] for r in rows
+                                               if "shipped" in r.get("nvmath", {})]),
             "exhaustive_s": sum(sum(r["seconds"].values()) for r in rows),
             "ceiling_min": min(speedups, default=None),
-            "eff_default": mean([r["floor_us"] / r["default_us"] for r in rows]),
-            "eff_ceiling": mean([r["floor_us"] / r["ceiling_us"] for r in rows])}
+            "eff_default": geomean([r["floor_us"] / r["default_us"] for r in rows]),
+            "eff_ceiling": geomean([r["floor_us"] / r["ceiling_us"] for r in rows])}
 
 
 def merge(parts: list[dict]) -> dict:

@@ -154,6 +154,11 @@ class GemmProblem:
         m, n, k = self.m, self.n, self.k
         return (m * k + k * n + m * n) * self.batch * dtype_bytes(self.a_type)
 
+    def roofline_us(self, flop_rate: float, byte_rate: float) -> float:
+        """The least time one call can take at these rates (flop/s, bytes/s): its flops or its bytes, whichever
+        is longer, in us."""
+        return max(self.flops() / flop_rate, self.touched_bytes() / byte_rate) * 1e6
+
     def sort_key(self) -> tuple:
         """A total order over problems (wildcards sort after numbers)."""
         return tuple((1, 0) if v == WILDCARD else (0, v) if isinstance(v, int) else (2, str(v)) for v in

@@ -210,18 +210,19 @@ class CublasLtBackend:
         start = time.monotonic()
         names, configs, launchers = [DEFAULT], {DEFAULT: None}, {DEFAULT: torch_launcher(problem)}
         heuristic = gemm.heuristic(settings.heuristic_count)
-        near = gemm.space.neighbours(heuristic, settings.neighbours)
-        records = heuristic + near + gemm.space.enumerate(settings.enumerate_budget)
-        heuristic_end = 0
-        for position, record in enumerate(records):
-            config = read_config(record)
-            name = config["SolutionNameMin"]
-            if name not in configs:
-                names.append(name)
-                configs[name], launchers[name] = config, gemm.launcher(record)
-            if position == len(heuristic) - 1:
-                heuristic_end = len(names)
-        return Pool(names, configs, launchers, time.monotonic() - start, heuristic_end or 1)
+
+        def add(records: list[np.ndarray]) -> int:
+            for record in records:
+                config = read_config(record)
+                name = config["SolutionNameMin"]
+                if name not in configs:
+                    names.append(name)
+                    configs[name], launchers[name] = config, gemm.launcher(record)
+            return len(names)
+
+        heuristic_end = add(heuristic)
+        add(gemm.space.neighbours(heuristic, settings.neighbours) + gemm.space.enumerate(settings.enumerate_budget))
+        return Pool(names, configs, launchers, time.monotonic() - start, heuristic_end)
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """Screen the pool in batches within the time budget, re-measure the tier finalists against the default

@@ -82,7 +82,7 @@ class DeviceLimits:
         """The least time one call can take: the operands touched once at the measured bandwidth, or its flops
         at the measured peak, whichever is longer."""
         peak = self.flops.get((problem.a_type, problem.compute_type), max(self.flops.values()))
-        return max(problem.touched_bytes() / self.bandwidth, problem.flops() / peak) * 1e6
+        return problem.roofline_us(peak, self.bandwidth)
 
     def check(self, problem: GemmProblem, us: float, what: str) -> None:
         floor = self.floor_us(problem)

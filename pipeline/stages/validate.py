@@ -223,7 +223,7 @@ def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
 
 def floor_us(problem, peak: tuple[float, float] = DEFAULT_PEAK) -> float:
     """Roofline floor of one call: max(flops / peak flop/s, minimum bytes / peak bandwidth), in us."""
-    return max(problem.flops() / peak[0], problem.touched_bytes() / peak[1]) * 1e6
+    return problem.roofline_us(*peak)
 
 
 def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
