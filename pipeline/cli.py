@@ -1,13 +1,21 @@
-"""``gemm-tune``: the steps people run by hand, on the same core as the Luigi tasks."""
+"""gemm-tune: the steps people run by hand, on the same core as the Luigi tasks.
+
+Exit codes: 0 success, 2 a malformed command line, 10 bundle refused, 11 tool failure, 12 bad input,
+13 busy (workdir or GPUs held by another run), 1 anything else (pipeline/errors.py).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import errors
+from .atomic import atomic_write_text
 from .formats import hipblaslt_override, tunableop
 from .stages import configs
 from .stages.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
@@ -25,7 +33,7 @@ def _shapes(args: argparse.Namespace) -> int:
 
 
 def _configs(args: argparse.Namespace) -> int:
-    settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.preset)
+    settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.tensile_preset)
     problems = [record.problem for record in read_shapes_json(args.shapes)]
     sys.stdout.write(configs.summary(configs.write_configs(Path(args.out), problems, settings)))
     return 0
@@ -48,7 +56,8 @@ def _merge_results(args: argparse.Namespace) -> int:
     texts = {path: Path(path).read_text(encoding="utf-8") for path in args.inputs}
     kinds = {hipblaslt_override.is_override_text(text) for text in texts.values()}
     if len(kinds) > 1:
-        raise ValueError("inputs mix TunableOp results and hipBLASLt override files; merge each kind separately")
+        raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind "
+                              "separately")
     if kinds == {True}:
         files = [hipblaslt_override.parse_override(text, path) for path, text in texts.items()]
         target = hipblaslt_override.read_override(args.validators_from).git_version if args.validators_from else None
@@ -66,45 +75,29 @@ def _merge_results(args: argparse.Namespace) -> int:
 
 
 def _nightly(args: argparse.Namespace) -> int:
+    from . import tasks
     from .stages import nightly
 
-    workdir = Path(args.workdir)
+    workdir = Path(os.path.abspath(args.workdir))
     task = "Package" if args.package else "TuneWorkload"
+    tasks.check_parameters(task, ["--workdir", str(workdir), *args.luigi_args])
     if args.print_units:
-        for name, text in nightly.units(workdir, ["--package"] * args.package + args.luigi_args, args.at).items():
+        texts = nightly.units(workdir, ["--package"] * args.package + args.luigi_args, args.at)
+        env_file = workdir / nightly.ENV_FILE
+        try:
+            atomic_write_text(env_file, texts.pop(nightly.ENV_FILE))
+        except OSError as err:
+            raise errors.BadInput(f"workdir {workdir} cannot be written: {err.strerror or err}") from None
+        print(f"==> {env_file} <==\n(written: the environment the crontab line reads)\n")
+        for name, text in texts.items():
             print(f"==> {name} <==\n{text}")
         return 0
-    try:
-        with nightly.workdir_lock(workdir.absolute(), args.wait, sys.argv):
-            succeeded, errors = _run_tune_workload(["--workdir", str(workdir.absolute()), *args.luigi_args], task)
-    except nightly.Locked as err:
-        print(f"gemm-tune nightly: {err}", file=sys.stderr)
-        return nightly.LOCKED
-    code = nightly.exit_code(errors) or (0 if succeeded else nightly.FAILED)
-    print(f"gemm-tune nightly: exit {code}" + "".join(f"\n  {type(e).__name__}: {str(e)[:300]}" for e in errors))
+    start = time.monotonic()
+    code, failures = nightly.run(workdir, task, args.luigi_args, args.wait, sys.argv)
+    print(f"gemm-tune nightly: exit {code} ({errors.KINDS.get(code, 'failure')}) after "
+          f"{time.monotonic() - start:.1f} s" + "".join(f"\n  {f['task']}: {f['error']}: {f['message'][:300]}"
+                                                      for f in failures))
     return code
-
-
-def _run_tune_workload(params: Sequence[str], task: str = "TuneWorkload") -> tuple[bool, list[BaseException]]:
-    """``task`` (TuneWorkload, or Package after it) through Luigi's own command line, in process; the
-    exceptions its tasks failed with."""
-    import luigi
-
-    from . import tasks  # noqa: F401 (registers the tasks)
-
-    errors: list[BaseException] = []
-    handler = luigi.Task.event_handler(luigi.Event.FAILURE)(lambda task, error: errors.append(error))
-    try:
-        # the workdir lock guards the run; Luigi's pid lock (keyed on the command line) would refuse a second
-        # run in one process
-        succeeded = luigi.run([task, "--local-scheduler", "--no-lock", *params])
-    except SystemExit as stop:  # Luigi's own parser refused a parameter (it has said which)
-        from .stages.nightly import BadArguments
-
-        return False, [BadArguments(f"{task} parameters {' '.join(params)} refused (exit {stop.code})")]
-    finally:
-        luigi.Task._event_callbacks.get(luigi.Task, {}).get(luigi.Event.FAILURE, set()).discard(handler)
-    return bool(succeeded), errors
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -115,8 +108,37 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _time_of_day(text: str) -> str:
+    from .stages.nightly import parse_at
+
+    try:
+        parse_at(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+class _NightlyHelp(argparse.Action):
+    """``nightly --help``: its own options, then the TuneWorkload and Package parameters it passes on."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values, option_string=None
+                 ) -> None:
+        from . import tasks
+
+        parser.print_help()
+        print("\nTuneWorkload and Package parameters (passed on to Luigi as given):")
+        for name, param in tasks.Package.get_params():
+            if name != "workdir":
+                print(f"  --{name.replace('_', '-'):28} {param.description or ''}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gemm-tune", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gemm-tune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
     shapes = steps.add_parser("shapes", help="gather and dedupe GEMMs from TunableOp CSV files",
                               description="Read TunableOp untuned/results files (torch 2.6-2.15), dedupe by "
@@ -136,14 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, metavar="DIR", help="output directory (replaced as a whole)")
     gen.add_argument("--arch", default="gfx942", help="target arch: " + ", ".join(configs.ARCH_NAMES))
     gen.add_argument("--padding", choices=["auto", "off"], default="auto")
-    gen.add_argument("--preset", default="mi300x", help="TensileLite parameter preset (templates/tensile_presets.yaml)")
+    gen.add_argument("--tensile-preset", "--preset", dest="tensile_preset", default="mi300x",
+                     help="TensileLite parameter preset (templates/tensile_presets.yaml), as TuneWorkload's "
+                          "--tensile-preset")
     gen.set_defaults(func=_configs)
 
     merge = steps.add_parser("merge-logic", help="merge a directory of tuned logic YAMLs into the base logic",
                              description="Merge NEW_DIR's logic files into BASE_DIR's, by basename, into OUT_DIR.")
-    merge.add_argument("base")
-    merge.add_argument("new")
-    merge.add_argument("out")
+    merge.add_argument("base", metavar="BASE_DIR", help="the base logic directory (e.g. the library's)")
+    merge.add_argument("new", metavar="NEW_DIR", help="the tuned logic files")
+    merge.add_argument("out", metavar="OUT_DIR", help="where the merged logic goes (replaced as a whole)")
     merge.add_argument("--policy", choices=["upstream", "faster"], default="faster",
                        help="upstream: S24 merge.py exactly; faster (default): keep the faster entry, report all")
     merge.add_argument("--notrim", dest="trim", action="store_false",
@@ -166,16 +190,23 @@ def build_parser() -> argparse.ArgumentParser:
     results.set_defaults(func=_merge_results)
 
     night = steps.add_parser("nightly", help="the nightly run: TuneWorkload under a workdir lock, scheduler exit codes",
-                             description="Run TuneWorkload (every other option goes to it, e.g. --backend "
-                                         "hipblaslt) holding WORKDIR's lock. Exit 0 accepted, 10 bundle refused, "
-                                         "11 tool failure, 12 bad input, 13 workdir in use, 1 other failure.")
+                             description="Run TuneWorkload (or, with --package, the Package task after it) holding "
+                                         "WORKDIR's lock. Every option not listed here is a TuneWorkload/Package "
+                                         "parameter passed on, e.g. --backend hipblaslt (listed below). Exit 0 "
+                                         "accepted, 10 bundle refused, 11 tool failure, 12 bad input, 13 workdir in "
+                                         "use, 2 a malformed command line, 1 other failure.",
+                             add_help=False)
+    night.add_argument("-h", "--help", action=_NightlyHelp, help="show this help and the TuneWorkload parameters")
     night.add_argument("--workdir", default="workdir", help="root of the run directories (default: ./workdir)")
     night.add_argument("--wait", type=float, default=0.0, help="seconds to wait for another run's lock (default: 0)")
     night.add_argument("--print-units", action="store_true",
-                       help="print a crontab line and a systemd service and timer for this command, run nothing")
-    night.add_argument("--at", default="02:00", help="with --print-units: the time of day, HH:MM (default 02:00)")
+                       help="write WORKDIR/nightly.env and print a crontab line and a systemd service and timer "
+                            "for this command; run nothing")
+    night.add_argument("--at", default="02:00", type=_time_of_day,
+                       help="with --print-units: the time of day, HH:MM from 00:00 to 23:59 (default 02:00)")
     night.add_argument("--package", action="store_true",
-                       help="end with the Package task: dist/<fingerprint>/ for the image (--dist DIR, --publish)")
+                       help="end with the Package task: WORKDIR/dist/<fingerprint>/ for the image (--dist DIR, "
+                            "--publish)")
     night.set_defaults(func=_nightly, luigi_args=[])
 
     rep = steps.add_parser("report", help="rebuild report.md, report.html, plots and summary.json of a run",
@@ -193,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.luigi_args = [*getattr(args, "luigi_args", []), *extra]
     try:
         return args.func(args)
-    except (ValueError, OSError) as err:  # format, input and settings errors all say what is wrong
-        print(f"gemm-tune {args.step}: error: {err}", file=sys.stderr)
-        return 2
+    except (errors.PipelineError, OSError) as err:  # the error says what is wrong, and its exit code which kind
+        print(f"gemm-tune {args.step}: {errors.one_line(err)}", file=sys.stderr)
+        if "\n" in str(err).strip():
+            print(str(err).strip(), file=sys.stderr)
+        return errors.exit_code(err)

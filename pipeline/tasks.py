@@ -18,23 +18,32 @@ problems shared by runs. Stages from Bench on stamp ``stack.json`` with the fing
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
+import io
 import json
+import operator
 import os
 import socket
-import subprocess
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import luigi
 import luigi.configuration
+import luigi.interface
+from luigi.cmdline_parser import CmdlineParser
+from luigi.task_register import Register, TaskClassException
 from luigi.util import inherits
 
+from . import procs
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import ToolMissing, TuneSettings
 from .backends.hipblaslt import HipblasltBackend, find_bench
 from .backends.slots import amd_gpu_count
+from .errors import BadInput, PipelineError, ToolError, one_line
 from .formats import tunableop
 from .stages import (
     bench,
@@ -43,18 +52,28 @@ from .stages import (
     configs,
     e2e,
     find_exact,
+    nightly,
     package,
     report,
     tensile,
+    timings,
     tuned_cache,
     validate,
 )
 from .stages.collect import MANIFEST, collect, embedded_command
-from .stages.fingerprint import Stack, claim, current_stack, stamped
+from .stages.fingerprint import Stack, claim, current_stack, stamped, torch_build
 from .stages.gate import GateRefused, GateSettings, gate
 from .stages.logic_merge import MergeOptions, merge_dirs
-from .stages.results_merge import merge_results
-from .stages.shapes import apply_weights, expand_inputs, gather, read_shapes_json, summary_table, write_shapes_json
+from .stages.results_merge import check_target, merge_results, require_target
+from .stages.shapes import (
+    apply_weights,
+    expand_inputs,
+    gather,
+    read_shapes_json,
+    require_gemms,
+    summary_table,
+    write_shapes_json,
+)
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 AMD_TOOLS = ("hipblaslt", "find_exact", "tensile")
@@ -73,6 +92,31 @@ def _default_exit_codes() -> None:
 _default_exit_codes()
 
 
+class BadArguments(BadInput):
+    """Parameters the job does not take, or values it cannot use."""
+
+
+def counted(kind: type = int, low: float = 0, high: float = float("inf"), low_included: bool = True, **kwargs
+            ) -> luigi.NumericalParameter:
+    """A number parameter refused outside ``[low, high]`` (``low_included=False``: above ``low``)."""
+    return luigi.NumericalParameter(var_type=kind, min_value=low, max_value=high,
+                                    left_op=operator.le if low_included else operator.lt, **kwargs)
+
+
+def holding_workdir(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
+    """Run a task's ``run`` holding its workdir's lock shared (so never beside a ``gemm-tune nightly``), unless
+    Luigi runs with ``--no-lock`` (a fleet's workers, and the nightly's own Luigi process, which holds it)."""
+
+    @functools.wraps(run)
+    def held(self: PipelineTask) -> None:
+        lock = (contextlib.nullcontext() if luigi.interface.core().no_lock
+                else nightly.workdir_lock(Path(self.workdir), shared=True))
+        with lock:
+            run(self)
+
+    return held
+
+
 class PipelineTask(luigi.Task):
     """Common parameters: where runs live and which run this is."""
 
@@ -80,6 +124,16 @@ class PipelineTask(luigi.Task):
     run_name = luigi.Parameter(default=datetime.date.today().isoformat(),
                                description="run directory under --workdir (default: today's date); "
                                            "a rerun with the same name resumes")
+
+    def timing_name(self) -> str:
+        """The name of this task's record in ``<run>/timings/``."""
+        return self.task_family
+
+    def on_failure(self, exception: BaseException) -> str:
+        """What the scheduler shows: the error's class, exit code and message; a traceback only for a bug."""
+        if isinstance(exception, PipelineError):
+            return f"{one_line(exception)}\n{exception}"
+        return f"{one_line(exception)}\n{traceback.format_exc()}"
 
     def gpu_indices(self, who: str) -> list[int]:
         """``--gpus`` GPUs, else every visible one (through torch for cuBLASLt, the AMD tools' own count)."""
@@ -90,7 +144,22 @@ class PipelineTask(luigi.Task):
 
     def stage_dir(self, stage: str) -> Path:
         """Absolute: these paths reach subprocesses, environment variables and files other programs read."""
-        return Path(self.workdir).absolute() / self.run_name / stage
+        return Path(os.path.abspath(self.workdir)) / self.run_name / stage
+
+
+@PipelineTask.event_handler(luigi.Event.FAILURE)
+def _failed(task: PipelineTask, error: BaseException) -> None:
+    nightly.record_failure(task.task_family, error)
+
+
+@PipelineTask.event_handler(luigi.Event.BROKEN_TASK)
+def _refused_before_running(task: PipelineTask, error: BaseException) -> None:
+    nightly.record_failure(f"{task.task_family} (checked before any work)", error)
+
+
+@PipelineTask.event_handler(luigi.Event.PROCESSING_TIME)
+def _timed(task: PipelineTask, seconds: float) -> None:
+    timings.record(task.stage_dir(""), task.timing_name(), seconds)
 
 
 class StackBound(PipelineTask):
@@ -121,9 +190,18 @@ class StackBound(PipelineTask):
         return self._stack
 
     def complete(self) -> bool:
-        fp = self.stack().fingerprint
+        """Done under this stack's fingerprint. A stack that cannot be probed is not complete here; the error
+        comes from the preflight (or the run) with its exit code."""
+        try:
+            fp = self.stack().fingerprint
+        except PipelineError:
+            return False
         return (super().complete() and all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
-                and (not self.chained or self.requires().complete()))
+                and (not self.chained or self.upstream().complete()))
+
+    def upstream(self) -> luigi.Task:
+        """What a chained task summarises (its requirement, without the preflight)."""
+        raise NotImplementedError
 
     def claim_stages(self) -> None:
         for stage in self.stack_stages:
@@ -136,7 +214,8 @@ class CollectShapes(PipelineTask):
 
     workload_cmd = luigi.Parameter(default="", description="shell command of the workload "
                                                            "(default: the embedded Llama decoder)")
-    workload_timeout = luigi.FloatParameter(default=3600.0, description="seconds before the workload is stopped")
+    workload_timeout = counted(float, 0, low_included=False, default=3600.0,
+                               description="seconds before the workload is stopped")
     call_times = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING,
                                      description="time each recorded GEMM once at baseline on the GPU, for its "
                                                  "share of the workload's GEMM time (--call-times false: calls only)")
@@ -144,6 +223,7 @@ class CollectShapes(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("collect") / MANIFEST)
 
+    @holding_workdir
     def run(self) -> None:
         self.set_status_message("running the workload with TunableOp recording")
         time_on = (lambda: range(gpu_count("Timing the recorded GEMMs (--call-times false skips it)"))) \
@@ -173,8 +253,11 @@ class GatherShapes(PipelineTask):
         manifest = Path(self.input().path)
         return [str(manifest.parent / name) for name in json.loads(manifest.read_text())["files"]]
 
+    @holding_workdir
     def run(self) -> None:
-        result = gather(self.input_specs(), lenient=self.lenient)
+        specs = self.input_specs()
+        result = gather(specs, lenient=self.lenient)
+        require_gemms(result, specs)
         collected = None if self.untuned else Path(self.input().path).parent
         apply_weights(result, *(None, None) if collected is None else (
             read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)))
@@ -198,6 +281,7 @@ class GenerateConfigs(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("configs") / configs.MANIFEST)
 
+    @holding_workdir
     def run(self) -> None:
         settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset)
         problems = [record.problem for record in read_shapes_json(self.input().path)]
@@ -221,18 +305,19 @@ class Bench(StackBound):
                                                              "(default: $HIPBLASLT_ROOT)")
     tensile_root = luigi.Parameter(default="", description="tensile: hipBLASLt's tensilelite directory "
                                                            "(default: $TENSILE_ROOT)")
-    tunableop_iterations = luigi.IntParameter(default=100, description="tunableop: tuning iterations per candidate")
-    tunableop_duration_ms = luigi.IntParameter(default=30, description="tunableop: tuning ms per candidate")
-    tunableop_rotating_mb = luigi.IntParameter(default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
+    tunableop_iterations = counted(int, 0, default=100, description="tunableop: tuning iterations per candidate")
+    tunableop_duration_ms = counted(int, 0, default=30, description="tunableop: tuning ms per candidate")
+    tunableop_rotating_mb = counted(int, -1, default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
     tunableop_numerical_check = luigi.BoolParameter(default=False, description="tunableop: check every candidate "
                                                                                "against Default")
-    gpus = luigi.IntParameter(default=0, description="GPUs to use (0: every visible one)")
-    time_budget = luigi.FloatParameter(default=20.0, description="screening seconds per problem")
-    margin = luigi.FloatParameter(default=0.02, description="a winner must beat the default by this fraction")
-    shards = luigi.IntParameter(default=0, description="split the tuning into this many BenchShard tasks, "
-                                                       "for Luigi workers on several hosts (0: one task)")
+    gpus = counted(int, 0, 4096, default=0, description="GPUs to use (0: every visible one)")
+    time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
+    margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
+    shards = counted(int, 0, 100000, default=0, description="split the tuning into this many BenchShard tasks, "
+                                                          "for Luigi workers on several hosts (0: one task)")
 
     def requires(self) -> luigi.Task | list[luigi.Task]:
+        preflight(self)
         if self.shards and self.backend in bench.BACKENDS:
             return [self.clone(BenchShard, shard_index=i) for i in range(self.shards)]
         return self.clone(GenerateConfigs) if self.backend in CONFIG_TOOLS else self.clone(GatherShapes)
@@ -257,6 +342,7 @@ class Bench(StackBound):
     def tune_settings(self) -> TuneSettings:
         return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
 
+    @holding_workdir
     def run(self) -> None:
         if self.shards and self.backend in bench.BACKENDS:  # the BenchShard tasks did the tuning
             bench.write_outputs(self.problems(), self.stage_dir("bench"))
@@ -309,6 +395,7 @@ class BenchPlan(StackBound):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"plan{self.shards}.json")
 
+    @holding_workdir
     def run(self) -> None:
         self.claim_stages()
         self.clone(Bench).backend_options()  # the tool is checked once, before any shard starts
@@ -325,12 +412,16 @@ class BenchShard(StackBound):
     shard_index = luigi.IntParameter(description="which shard of --shards")
     stack_stages = ("bench",)
 
+    def timing_name(self) -> str:
+        return f"BenchShard-{self.shard_index}"
+
     def requires(self) -> luigi.Task:
         return self.clone(BenchPlan)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"done{self.shard_index}of{self.shards}.json")
 
+    @holding_workdir
     def run(self) -> None:
         parent = self.clone(Bench)
         problems = bench.plan_shard(Path(self.input().path), self.shard_index)
@@ -357,6 +448,7 @@ class MergeResults(StackBound):
 
     stack_stages = ("merge",)
 
+    @holding_workdir
     def run(self) -> None:
         self.claim_stages()
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
@@ -377,7 +469,7 @@ class MergeLogic(StackBound):
                                  "(default: what Package --publish put in logic/<fingerprint>, else logic/)")
     new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
     policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
-    logic_margin = luigi.FloatParameter(default=0.02, description="faster policy: required speedup to replace")
+    logic_margin = counted(float, 0, 10, default=0.02, description="faster policy: required speedup to replace")
 
     def requires(self) -> list[luigi.Task]:
         return [] if self.new_logic else [self.clone(Bench)]
@@ -387,6 +479,7 @@ class MergeLogic(StackBound):
 
     stack_stages = ("merge",)
 
+    @holding_workdir
     def run(self) -> None:
         self.claim_stages()
         new_logic = Path(self.new_logic) if self.new_logic else self.stage_dir("bench") / "logic"
@@ -402,10 +495,10 @@ class MergeLogic(StackBound):
 class Validate(StackBound):
     """Time the merged artifact against the baseline, gate it, bundle what passes, A/B the workload, report."""
 
-    min_speedup = luigi.FloatParameter(default=1.0, description="refuse a bundle whose weighted GEMM speedup "
-                                                                "is under this")
-    validate_rounds = luigi.IntParameter(default=7, description="interleaved rounds per GEMM")
-    e2e_reps = luigi.IntParameter(default=3, description="alternating end-to-end runs per environment")
+    min_speedup = counted(float, 0, 1000, default=1.0, description="refuse a bundle whose weighted GEMM speedup "
+                                                                  "is under this")
+    validate_rounds = counted(int, 1, 10000, default=7, description="interleaved rounds per GEMM")
+    e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
 
     def requires(self) -> list[luigi.Task]:
         return [self.clone(GenerateConfigs), self.clone(MergeResults), self.clone(MergeLogic)]
@@ -420,6 +513,7 @@ class Validate(StackBound):
         """The bundle and, written after it, the report (a run killed between them is not done)."""
         return super().complete() and (self.stage_dir("report") / report.SUMMARY).exists()
 
+    @holding_workdir
     def run(self) -> None:
         self.claim_stages()
         run_dir, out = self.stage_dir(""), self.stage_dir("validate")
@@ -430,8 +524,9 @@ class Validate(StackBound):
                 self.set_progress_percentage(round(100 * done / max(total, 1)))
                 bench.progress_bar("Validate", done, total)
 
-            validate.run_worker(run_dir, self.gpu_indices("Validate"), self.validate_rounds, self.margin,
-                                progress)
+            with timings.timed(run_dir, "validate-gemms"):
+                validate.run_worker(run_dir, self.gpu_indices("Validate"), self.validate_rounds, self.margin,
+                                    progress)
         measured = json.loads((out / validate.MEASUREMENTS).read_text())
         result = gate(measured["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
         atomic_write_json(out / "gate.json", result.to_json())
@@ -447,9 +542,10 @@ class Validate(StackBound):
             command = (["bash", "-c", self.workload_cmd] if self.workload_cmd
                        else [*embedded_command(), "--decode-mode", "graph", "--repeat", "5"])  # decode as engines do
             via = e2e.consumer(runtime)
-            outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv", out / f"e2e-{via}",
-                                  self.e2e_reps, self.workload_timeout, gpus=self.gpus or gpu_count("Validate"),
-                                  via=via)
+            with timings.timed(run_dir, "validate-e2e"):
+                outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv",
+                                      out / f"e2e-{via}", self.e2e_reps, self.workload_timeout,
+                                      gpus=self.gpus or gpu_count("Validate"), via=via)
         atomic_write_json(out / "e2e.json", outcome)
         summary = report.build(run_dir)
         if not result.passed:
@@ -461,6 +557,10 @@ class TuneWorkload(StackBound):
     """The nightly job: collect, gather, configs, bench, merge, validate; prints the key figures at the end."""
 
     def requires(self) -> luigi.Task:
+        preflight(self)
+        return self.upstream()
+
+    def upstream(self) -> luigi.Task:
         return self.clone(Validate)
 
     chained = True
@@ -468,8 +568,9 @@ class TuneWorkload(StackBound):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("") / "tune-workload.txt")
 
+    @holding_workdir
     def run(self) -> None:
-        lines = report.key_lines(json.loads((self.stage_dir("report") / report.SUMMARY).read_text()))
+        lines = report.key_lines(report.add_stage_times(self.stage_dir("")))
         atomic_write_text(self.output().path, "\n".join(lines) + "\n")
         print("\n".join(lines))
 
@@ -479,16 +580,20 @@ class Package(StackBound):
     """``dist/<fingerprint>/``: the accepted bundle as an image takes it (results, logic, override, env.sh,
     Dockerfile fragment, README, manifest); ``--publish`` also puts its logic into ``logic/<fingerprint>``."""
 
-    dist = luigi.Parameter(default="dist", description="where package directories go (one per fingerprint)")
+    dist = luigi.Parameter(default="", description="where package directories go, one per fingerprint "
+                                                   "(default: <workdir>/dist)")
     publish = luigi.BoolParameter(default=False, description="copy the logic tree to --publish-dir/<fp>/")
     publish_dir = luigi.Parameter(default=str(REPO_LOGIC), description="where --publish puts logic (the repo's "
                                                                        "logic/)")
-    package_devices = luigi.IntParameter(default=8, description="per-ordinal copies of the results file")
+    package_devices = counted(int, 1, 1024, default=8, description="per-ordinal copies of the results file")
     docker_builder = luigi.Parameter(default="rocm/dev-ubuntu-24.04",
                                      description="image of the logic-compiling build stage (AMD)")
     stack_stages = ("package",)
 
     def requires(self) -> luigi.Task:
+        return self.upstream()
+
+    def upstream(self) -> luigi.Task:
         return self.clone(TuneWorkload)
 
     chained = True
@@ -496,11 +601,15 @@ class Package(StackBound):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("package") / "package.json")
 
+    def dist_root(self) -> Path:
+        return Path(os.path.abspath(self.dist)) if self.dist else Path(os.path.abspath(self.workdir)) / "dist"
+
+    @holding_workdir
     def run(self) -> None:
         self.claim_stages()
-        manifest = package.write_package(self.stage_dir(""), Path(self.dist), self.stack(), self.package_devices,
+        manifest = package.write_package(self.stage_dir(""), self.dist_root(), self.stack(), self.package_devices,
                                          self.docker_builder)
-        where = Path(self.dist).absolute() / manifest["fingerprint"]
+        where = self.dist_root() / manifest["fingerprint"]
         published = str(package.publish(where, Path(self.publish_dir))) if self.publish else None
         atomic_write_json(self.output().path, {"package": str(where), "published": published,
                                                "serves": manifest["serves"], "files": manifest["files"]})
@@ -511,10 +620,10 @@ class Package(StackBound):
 def gpu_count(who: str) -> int:
     """GPUs torch sees, asked in a subprocess so this process never initialises CUDA; ``who`` needs them."""
     probe = "import torch; print(torch.cuda.device_count())"
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    proc = procs.run([sys.executable, "-c", probe])
     count = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
     if count == 0:
-        raise RuntimeError(f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
+        raise ToolError(f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
                            f"visible ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}"
                            "). The AMD tool configs are written by GenerateConfigs without one.")
     return count
@@ -522,3 +631,68 @@ def gpu_count(who: str) -> int:
 
 def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def preflight(task: luigi.Task) -> None:
+    """What would fail the run after its costly stages, checked before any of them starts (in ``requires``,
+    so Luigi runs nothing): the tool the backend needs and the stack probe where Bench is still to run, and
+    the validator block the rows will carry while MergeResults is (where ``task`` has its parameters).
+    ``task`` is Bench or a task that inherits its parameters."""
+    tuner = task.clone(Bench)
+    merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
+    if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):
+        tuner.backend_options()
+        if task.backend == "find_exact":
+            find_exact.locate(task.hipblaslt_root or None)
+        elif task.backend == "tensile":
+            tensile.locate(task.tensile_root or None)
+        tuner.stack()
+    if not hasattr(task, "validators_from") or task.results or task.clone(MergeResults).complete():
+        return
+    build = torch_build()
+    rocm = task.backend in AMD_TOOLS or (task.backend == "tunableop" and bool(build and build["hip"]))
+    if task.validators_from:
+        check_target("rocm" if rocm else "cuda", tunableop.read_file(task.validators_from).validators,
+                     task.validators_from)
+    elif task.backend in AMD_TOOLS:
+        require_target(task.backend, bool(build and build["hip"]), task.validators_from)
+
+
+def check_parameters(task: str, arguments: Sequence[str]) -> None:
+    """Parse ``arguments`` as Luigi would for ``task``; raise ``BadArguments`` naming the option that it
+    refuses (an unknown name, a value of the wrong type or out of range)."""
+    try:
+        Register.get_task_cls(task)
+    except TaskClassException as err:
+        raise BadArguments(str(err)) from None
+    refusal = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(refusal), CmdlineParser.global_instance([task, *arguments]) as parser:
+            parser.get_task_obj()
+    except SystemExit:  # argparse's own refusal (it wrote why)
+        said = [line for line in refusal.getvalue().splitlines() if "error:" in line]
+        raise BadArguments(f"{task}: {said[-1].split('error:', 1)[1].strip() if said else 'parameters refused'} "
+                           f"(see luigi --module pipeline {task} --help)") from None
+    except ValueError as err:
+        raise BadArguments(f"{task}: {_culprit(task, arguments) or err}") from None
+
+
+def _culprit(task: str, arguments: Sequence[str]) -> str | None:
+    """``--name 'value': why`` for the first argument whose value its parameter refuses."""
+    params = dict(Register.get_task_cls(task).get_params())
+    pairs, items = [], list(arguments)
+    for i, arg in enumerate(items):
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if not eq and i + 1 < len(items):
+                value = items[i + 1]
+            pairs.append((name, value))
+    for name, value in pairs:
+        param = params.get(name.replace("-", "_"))
+        if param is None:
+            continue
+        try:
+            param.normalize(param.parse(value))
+        except (ValueError, TypeError) as err:
+            return f"--{name} {value!r}: {err}"
+    return None

@@ -59,4 +59,5 @@ def test_a_missing_bench_fails_before_any_work_and_says_where_it_looked(tmp_path
     proc = _luigi(tmp_path, env={"PATH": "/usr/bin:/bin", "HIPBLASLT_BENCH": ""})
     assert proc.returncode != 0
     assert "pass --hipblaslt-bench PATH, set $HIPBLASLT_BENCH, or put hipblaslt-bench on PATH" in proc.stderr
-    assert not (tmp_path / "w" / "night" / "bench" / "problems").exists()
+    assert not (tmp_path / "w" / "night" / "shapes").exists(), "checked before any stage ran"
+    assert "failed: ToolMissing (exit 11, tool failure)" in proc.stderr

@@ -21,14 +21,15 @@ def test_shapes_prints_table_and_writes_json(tmp_path, capsys):
 def test_shapes_strict_error_exit_code(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("GemmTunableOp_Half_TN,tn_8_8_8\nGemmTunableOp_Half_TN,tn_8_8_8,Default,slow\n")
-    assert main(["shapes", str(bad)]) == 2
-    assert f"gemm-tune shapes: error: {bad}:2: time 'slow' is not a number" in capsys.readouterr().err
+    assert main(["shapes", str(bad)]) == 12, "bad input"
+    assert (f"gemm-tune shapes: TunableOpFormatError (exit 12, bad input): {bad}:2: time 'slow' is not a number"
+            in capsys.readouterr().err)
     assert main(["shapes", str(bad), "--lenient"]) == 0
     assert "1 malformed lines skipped" in capsys.readouterr().out
 
 
 def test_shapes_missing_input(tmp_path, capsys):
-    assert main(["shapes", str(tmp_path / "nope")]) == 2
+    assert main(["shapes", str(tmp_path / "nope")]) == 12
     assert "no such file or directory" in capsys.readouterr().err
 
 

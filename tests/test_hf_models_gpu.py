@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.formats.tunableop import format_file, read_file
-from pipeline.stages.collect import collect, with_package_on_path
+from pipeline.procs import with_package_on_path
+from pipeline.stages.collect import collect
 from pipeline.stages.shapes import apply_weights, gather
 
 pytestmark = pytest.mark.gpu

@@ -1,6 +1,7 @@
 """The package layout is the architecture: imports only run downward.
 
-    problem, atomic, stats   the data model and two small helpers: import nothing of the package
+    problem, atomic, stats,  the data model, helpers, the error hierarchy and the process helper:
+    errors, procs            import nothing of the package but each other
     formats/                 one module per file format: the helpers alone
     backends/                tuners, timing harness, GPU slots: formats and helpers
     runtime/                 applies tuned rows inside torch at run time: backends, formats, helpers
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
-FOUNDATION = {"problem", "atomic", "stats"}
+FOUNDATION = {"problem", "atomic", "stats", "errors", "procs"}
 ALLOWED = {  # layer -> the layers its modules may import
     "foundation": {"foundation"},
     "formats": {"foundation"},
@@ -29,7 +30,7 @@ ALLOWED = {  # layer -> the layers its modules may import
 
 
 def layer(module: str) -> str:
-    """'formats', 'backends', ... for ``pipeline.<layer>.x``; 'foundation' for problem/atomic/stats."""
+    """'formats', 'backends', ... for ``pipeline.<layer>.x``; 'foundation' for the top-level helpers."""
     head = module.removeprefix("pipeline.").split(".")[0]
     return "foundation" if head in FOUNDATION else head
 
@@ -65,7 +66,7 @@ def test_imports_only_run_downward(path):
 
 def test_every_module_belongs_to_a_layer():
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "__main__", "atomic", "cli", "problem", "stats", "tasks"]
+    assert top == ["__init__", "__main__", "atomic", "cli", "errors", "problem", "procs", "stats", "tasks"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "backends", "formats", "runtime", "stages", "workloads"]
 

@@ -259,5 +259,5 @@ def test_cli_merge_logic_faster(tmp_path, capsys):
     assert "added [32, 32, 1, 32] (efficiency 9.0)" in capsys.readouterr().out
     (tmp_path / "new" / "bad.yaml").write_text("- [")
     (tmp_path / "base" / "bad.yaml").write_text("- [")
-    assert main(["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "out2")]) == 2
+    assert main(["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "out2")]) == 12
     assert f"{tmp_path / 'base' / 'bad.yaml'}: not YAML" in capsys.readouterr().err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -117,3 +119,73 @@ def test_the_package_task_ships_the_amd_run_and_publishes_its_logic(tmp_path):
     assert "HIPBLASLT_TUNING_OVERRIDE_FILE" in manifest["environment"] and (out / "hipblaslt_override.txt").exists()
     published = sorted(p.name for p in (tmp_path / "repo-logic" / out.name).iterdir())
     assert published == sorted(p.name for p in (out / "logic").iterdir()) and published
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+@pytest.mark.parametrize("python3", ["missing", "no torch"])
+def test_env_sh_never_aborts_a_caller_under_set_e(tmp_path, shell, python3):
+    """A hipBLASLt-only image, or another venv: no python3, or one without torch, is a mismatch, not an error."""
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.14.0"}, [CUBLASLT])
+    write_package(run, tmp_path / "dist", STACK, devices=1)
+    env_sh = tmp_path / "dist" / STACK.fingerprint / "env.sh"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "bash", "cat", "echo"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    if python3 == "no torch":
+        (bin_dir / "python3").write_text("#!/bin/sh\necho 'ModuleNotFoundError: torch' >&2\nexit 1\n")
+        (bin_dir / "python3").chmod(0o755)
+    script = f'set -eu; . "{env_sh}"; echo "after [${{PYTORCH_TUNABLEOP_ENABLED:-unset}}]"'
+    proc = subprocess.run([shutil.which(shell) or shell, "-c", script], capture_output=True, text=True,
+                          env={"PATH": str(bin_dir)})
+    assert proc.returncode == 0 and "after [unset]" in proc.stdout, proc.stdout + proc.stderr
+    assert "found no torch: TunableOp rows not applied" in proc.stderr
+
+
+def test_what_ships_is_readable_by_any_user_whatever_the_umask(tmp_path):
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.14.0"}, [CUBLASLT])
+    old = os.umask(0o077)
+    try:
+        write_package(run, tmp_path / "dist", STACK, devices=2)
+    finally:
+        os.umask(old)
+    out = tmp_path / "dist" / STACK.fingerprint
+    for path in [out, *out.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        if path.is_dir() or path.name == "env.sh":
+            assert mode == 0o755, f"{path}: {oct(mode)}"
+        else:
+            assert mode == 0o644, f"{path}: {oct(mode)}"
+
+
+def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path):
+    from pipeline.atomic import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+        with open(tmp_path / "b.txt", "w") as handle:
+            handle.write("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="reading as another user needs root and setpriv")
+def test_a_non_root_user_reads_the_package(tmp_path):
+    import tempfile
+
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.14.0"}, [CUBLASLT])
+    dist = Path(tempfile.mkdtemp(prefix="gemm-tune-dist-", dir="/tmp"))
+    try:
+        dist.chmod(0o755)
+        write_package(run, dist, STACK, devices=1)
+        for name in ("manifest.json", "tunableop_results0.csv", "Dockerfile", "README.md", "env.sh"):
+            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat",
+                                   str(dist / STACK.fingerprint / name)], capture_output=True, text=True)
+            assert proc.returncode == 0, f"{name}: {proc.stderr}"
+    finally:
+        shutil.rmtree(dist)

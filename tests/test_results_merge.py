@@ -63,7 +63,7 @@ def test_cli_merge_results_writes_a_torch_readable_file(tmp_path, capsys):
                                f"{O_PROJ},Default,0.03\n")
     assert len(read_file(out).entries) == 2
     (tmp_path / "c.csv").write_text(f"Validator,PT_VERSION,2.12.0\n{QKV},Default,0.01\n")
-    assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv")]) == 2
+    assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv")]) == 12
     assert "validators differ" in capsys.readouterr().err
     assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv"),
                  "--validators-from", str(tmp_path / "c.csv")]) == 0
@@ -95,7 +95,7 @@ def test_override_files_merge(tmp_path, capsys):
         parse_override("Git Version: 1\nT,N,1,1,1,1\n", "x.txt")
     with pytest.raises(OverrideFormatError, match=r"x.txt:3: 2 values for 13 columns"):
         parse_override(f"Git Version: 1\n{HEADER}\nT,N\n", "x.txt")
-    assert main(["merge-results", str(out), str(a), str(tmp_path / "missing.txt")]) == 2
+    assert main(["merge-results", str(out), str(a), str(tmp_path / "missing.txt")]) == 12
     capsys.readouterr()
 
 

@@ -172,8 +172,14 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys, no_nvmath):
     assert [t["time_share"] for t in top] == sorted((t["time_share"] for t in top), reverse=True)
     assert sum(t["time_share"] for t in top) == pytest.approx(1.0) and len(top) == 4
     assert any(line.startswith("top GEMM: ") and "% of GEMM time" in line for line in lines)
+    calls = {t["label"]: t["calls"] for t in top}
+    for line in (ln for ln in lines if ln.startswith("top GEMM: ")):
+        count = calls[line.removeprefix("top GEMM: ").split(",")[0]]
+        assert f", {count} call{'' if count == 1 else 's'}, " in line, line
     assert lines[0].startswith("bundle accepted") and lines[-1].startswith("report: ") and lines[-1].endswith(
         "report.html")
+    assert "Validate" in summary["stage_seconds"] or "TuneWorkload" not in summary["stage_seconds"]
+    assert any(line.startswith("stage times: ") and "Validate" in line for line in lines)
     shutil.rmtree(run / "report")
     assert main(["report", str(run)]) == 0
     assert (run / "report" / "report.html").exists() and "bundle accepted" in capsys.readouterr().out

@@ -16,12 +16,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
+from ..errors import ToolError
 from ..problem import GemmProblem
 
 DEFAULT = "Default"
 
 
-class ToolMissing(RuntimeError):
+class ToolMissing(ToolError):
     """A tool the chosen backend needs is not installed where the pipeline looks; the message says how to
     point the pipeline at it."""
 

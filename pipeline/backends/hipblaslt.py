@@ -29,6 +29,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import procs
+from ..errors import ToolError
 from ..formats.hipblaslt_bench import (
     BenchFormatError,
     BenchOptions,
@@ -46,7 +48,7 @@ LEGACY_COLUMNS = ("transA", "transB", "batch_count", "m", "n", "k", "a_type", "b
                   "compute_type")
 
 
-class BenchFailed(RuntimeError):
+class BenchFailed(ToolError):
     """hipblaslt-bench failed, hung or printed no result, twice."""
 
 
@@ -117,8 +119,7 @@ class HipblasltBackend:
         errors = []
         for _ in range(self.retries + 1):
             try:
-                proc = subprocess.run([self.bench, *args], capture_output=True, text=True, timeout=self.timeout_s,
-                                      env={**os.environ, **(env or {})}, check=False)
+                proc = procs.run([self.bench, *args], timeout_s=self.timeout_s, env={**os.environ, **(env or {})})
             except subprocess.TimeoutExpired:
                 errors.append(f"no answer in {self.timeout_s:.0f} s")
                 continue

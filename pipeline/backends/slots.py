@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..errors import Busy
 
-class NoFreeGpu(RuntimeError):
+
+class NoFreeGpu(Busy):
     """Every GPU asked for stayed locked by other processes for the whole wait."""
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..errors import ToolError
 from ..problem import GemmProblem
 
 BENCH_TYPES = {"float16": "f16_r", "bfloat16": "bf16_r", "float32": "f32_r", "float64": "f64_r",
@@ -36,7 +37,7 @@ _DEVICE = re.compile(r"Device ID \d+ : (?P<name>.*?)\s+(?P<arch>gfx[0-9a-f]+)\S*
 _KERNEL_INFO = re.compile(r"^\s*-*\s*(?P<what>Solution index|Solution name|kernel name):\s*(?P<value>.*?)\s*$")
 
 
-class BenchFormatError(ValueError):
+class BenchFormatError(ToolError, ValueError):
     """Output that is not hipblaslt-bench's; the message starts with ``source:line:``."""
 
 

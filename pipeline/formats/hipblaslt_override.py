@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write_text
+from ..errors import BadInput
 
 GIT_PREFIX = "Git Version:"
 KEY_COLUMNS = ("transA", "transB", "m", "n", "k", "batch_count", "a_type", "b_type", "c_type", "d_type",
                "compute_type", "gcnArchName", "CUs")
 
 
-class OverrideFormatError(ValueError):
+class OverrideFormatError(BadInput):
     """Not an override file; the message starts with ``path:line:``."""
 
 

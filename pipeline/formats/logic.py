@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from ..errors import BadInput
+
 LIST_FIELDS = ("MinimumRequiredVersion", "ScheduleName", "ArchitectureName", "DeviceNames", "ProblemType",
                "Solutions", "IndexOrder", "ExactLogic", "RangeLogic", "TileSelection", "PerfMetric",
                "LibraryType")
@@ -40,7 +42,7 @@ INDEX_ORDER = [2, 3, 0, 1]
 _MIN_VERSION = "4.33.0"
 
 
-class LogicFormatError(ValueError):
+class LogicFormatError(BadInput):
     """A logic file that is not TensileLite logic; the message starts with the path."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import BadInput
 from ..problem import GemmProblem
 
 # find_exact.py type letters (spec section 1): H, S, FP8 (S24) and B, FP8N (H25/RL); anything else asserts.
@@ -49,7 +50,7 @@ ARCHS: dict[str, Arch] = {
 }
 
 
-class UnknownArchError(ValueError):
+class UnknownArchError(BadInput):
     pass
 
 

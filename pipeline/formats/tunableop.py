@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write_text
+from ..errors import BadInput
 from ..problem import WILDCARD, GemmProblem, OpKind
 
 OP_NAMES: dict[str, OpKind] = {
@@ -105,7 +106,7 @@ _CUDA_SCALED_RE = re.compile(
 )
 
 
-class TunableOpFormatError(ValueError):
+class TunableOpFormatError(BadInput):
     """A line that is not TunableOp grammar; the message starts with ``path:line:``."""
 
 

@@ -97,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = child_env(args.bundle, args.status_file)
         if args.any_device:
             env["GEMM_TUNE_RUNTIME_ANY_DEVICE"] = "1"
+        # the user's command stays in this process group, as a plain launcher leaves it (Ctrl-C reaches it);
+        # under the pipeline this whole process runs in a group of its own that dies with the run (procs)
         return subprocess.run(command, env=env, check=False).returncode
     from . import install
 

@@ -1,8 +1,8 @@
 """The worker processes of the stages, each started by its stage on a GPU slot it claims:
 
     python -m pipeline.stages bench-worker SHARD.json OUT_DIR --gpus 0,1
-    python -m pipeline.stages validate RUN_DIR --gpu 0 --rounds 7 --margin 0.02
-    python -m pipeline.stages call-weights COLLECT_DIR --gpu 0 --rounds 3
+    python -m pipeline.stages validate RUN_DIR --gpus 0,1 --rounds 7 --margin 0.02
+    python -m pipeline.stages call-weights COLLECT_DIR --gpus 0,1 --rounds 3
     python -m pipeline.stages stack-probe [--bench PATH]
 
 One entry point that the Luigi tasks never import, so a worker's module is imported once, not also run.

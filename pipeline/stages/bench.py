@@ -9,6 +9,7 @@ logic files (``logic/``), plus ``summary.json``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -21,15 +22,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from .. import procs
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ..backends.base import DEFAULT, ProblemResult, ToolMissing, TuneSettings
+from ..errors import ToolError
 from ..formats.hipblaslt_override import parse_override, write_override
 from ..formats.logic import dump_logic, record_equality
 from ..formats.rocm import problem_type_name
 from ..formats.tunableop import TunableOpEntry, format_key, write_file
 from ..problem import GemmProblem
+from ..procs import tail_lines
 from ..stats import geomean
-from .collect import tail_lines, with_package_on_path
 
 BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
             "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
@@ -60,8 +63,8 @@ def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
     print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
-class BenchError(RuntimeError):
-    pass
+class BenchError(ToolError):
+    """A Bench worker failed, or problems were left without a result."""
 
 
 def problem_id(problem: GemmProblem) -> str:
@@ -121,20 +124,21 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
                               "previous": {problem_id(p): (previous or {})[problem_id(p)]
                                            for p in todo if problem_id(p) in (previous or {})},
                               "previous_from": previous_from})
-    workers = []
-    for index in range(min(len(gpus), len(todo))):
-        log = (out_dir / "shards" / f"{name}{index}.log").open("w")
-        argv = [sys.executable, "-m", "pipeline.stages", "bench-worker", str(queue), str(out_dir),
-                "--gpus", ",".join(map(str, gpus)), "--name", f"{name}{index}", "--spawned-at", repr(time.time())]
-        workers.append((index, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                                env=with_package_on_path(os.environ)), log))
-    while any(proc.poll() is None for _, proc, _ in workers):
-        if progress:
-            progress(len(problems) - len(pending(problems, out_dir)), len(problems))
-        time.sleep(0.2)
+    with contextlib.ExitStack() as stack:  # a failure here, or this run's death, kills every worker
+        workers = []
+        for index in range(min(len(gpus), len(todo))):
+            log = stack.enter_context((out_dir / "shards" / f"{name}{index}.log").open("w"))
+            argv = procs.worker_argv("bench-worker", queue, out_dir, "--gpus", ",".join(map(str, gpus)),
+                                     "--name", f"{name}{index}", "--spawned-at", repr(time.time()))
+            workers.append(stack.enter_context(procs.running(argv, procs.with_package_on_path(os.environ),
+                                                             stdout=log, stderr=subprocess.STDOUT,
+                                                             stdin=subprocess.DEVNULL)))
+        while any(proc.poll() is None for proc in workers):
+            if progress:
+                progress(len(problems) - len(pending(problems, out_dir)), len(problems))
+            time.sleep(0.2)
     failed = []
-    for index, proc, log in workers:
-        log.close()
+    for index, proc in enumerate(workers):
         if proc.returncode != 0:
             tail = tail_lines((out_dir / "shards" / f"{name}{index}.log").read_text(), 15)
             failed.append(f"shard {index} worker exited with code {proc.returncode}:\n{tail}")

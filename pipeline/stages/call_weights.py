@@ -12,7 +12,7 @@ are learnt during collection instead:
   strips those lines from the stderr log it keeps. A workload that swallows its stderr leaves no count:
   each recorded line then counts as one call, and the notes say so.
 * **Baseline time per call.** After the workload, each distinct GEMM is timed once with torch's default
-  call through the shared harness (``python -m pipeline.stages call-weights DIR --gpu N``). GEMMs the harness
+  call through the shared harness (``python -m pipeline.stages call-weights DIR --gpus 0,1``). GEMMs the harness
   cannot run (scaled or wildcard keys) get their roofline floor, with a note.
 
 ``time_share`` of a GEMM = calls x time per call, over the sum for all GEMMs: its share of the workload's
@@ -25,13 +25,14 @@ import argparse
 import json
 import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .. import procs
 from ..atomic import atomic_write_json
+from ..backends.slots import gpu_slot, lock_dir
+from ..errors import ToolError
 
 CALLS = "calls.json"
 BASELINE = "baseline.json"
@@ -111,33 +112,28 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
 
 
 def run_worker(directory: Path, keys: Sequence[str], gpus: Sequence[int], rounds: int = 3) -> dict:
-    """Time ``keys`` in ``python -m pipeline.stages call-weights`` on a free GPU slot (the caller never initialises
-    CUDA); writes and returns ``DIR/baseline.json``. The worker runs without TunableOp variables, so the
-    baseline is torch's default call."""
-    from ..backends.slots import gpu_slot, lock_dir
-    from .collect import tail_lines, with_package_on_path
-
+    """Time ``keys`` in ``python -m pipeline.stages call-weights``, which claims a free GPU slot of ``gpus``
+    itself (the caller never initialises CUDA); writes and returns ``DIR/baseline.json``. The worker runs
+    without TunableOp variables, so the baseline is torch's default call."""
     directory = Path(directory).absolute()
     atomic_write_json(directory / "baseline-keys.json", list(keys))
-    env = {k: v for k, v in with_package_on_path(os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
-    with gpu_slot(lock_dir(), gpus) as gpu:
-        argv = [sys.executable, "-m", "pipeline.stages", "call-weights", str(directory), "--gpu", str(gpu), "--rounds",
-                str(rounds)]
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    env = {k: v for k, v in procs.with_package_on_path(os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
+    argv = procs.worker_argv("call-weights", directory, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds)
+    proc = procs.run(argv, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"baseline timing of the recorded GEMMs exited with code {proc.returncode}:\n"
-                           f"{tail_lines(proc.stderr, 15)}")
+        raise ToolError(f"baseline timing of the recorded GEMMs exited with code {proc.returncode}:\n"
+                        f"{procs.tail_lines(proc.stderr, 15)}")
     return json.loads((directory / BASELINE).read_text())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Time torch's default call of each recorded GEMM.")
     parser.add_argument("directory", help="collection directory holding baseline-keys.json")
-    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--gpus", default="0", help="GPUs it may use; it claims a free one's slot itself")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     directory = Path(args.directory)
     keys = json.loads((directory / "baseline-keys.json").read_text())
-    atomic_write_json(directory / BASELINE, time_baseline(keys, args.gpu, args.rounds))
+    with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
+        atomic_write_json(directory / BASELINE, time_baseline(keys, gpu, args.rounds))
     return 0
-

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from .. import procs
 from ..atomic import atomic_directory, atomic_write_json
+from ..errors import ToolError
+from ..procs import tail_lines, with_package_on_path
 from .call_weights import CALLS, VERBOSE_ENV, calls_record, run_worker, split_stderr
 
 EMBEDDED_WORKLOAD = "pipeline.workloads.llama"
@@ -39,7 +41,7 @@ _NO_TORCH = (
 )
 
 
-class CollectionError(RuntimeError):
+class CollectionError(ToolError):
     """Collection could not run, or the workload failed."""
 
 
@@ -53,12 +55,6 @@ class Collection:
     seconds: float
     tokens_per_s: float | None
     calls: dict[str, int]  # GEMM calls per TunableOp key, from torch's lookup log (empty: none logged)
-
-
-def with_package_on_path(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with this package's root first on PYTHONPATH, so ``python -m pipeline...`` works from any cwd."""
-    root = str(Path(__file__).resolve().parents[2])
-    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))}
 
 
 def embedded_command(python: str = sys.executable) -> list[str]:
@@ -83,8 +79,8 @@ def check_gpu_torch(python: str = sys.executable) -> None:
     """Fail with an actionable message unless ``python`` has torch and sees a GPU."""
     probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
     try:
-        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
-    except OSError as err:
+        proc = procs.run([python, "-c", probe], timeout_s=300)
+    except (OSError, subprocess.TimeoutExpired) as err:
         raise CollectionError(f"cannot run {python}: {err}") from None
     if proc.returncode == 3:
         raise CollectionError("No GPU: torch is installed but torch.cuda.is_available() is False. " + _NO_TORCH)
@@ -148,35 +144,32 @@ def _run_counting_calls(argv: list[str], env: dict[str, str], out: IO[str], err:
                         timeout_s: float, staging: Path) -> int:
     """Run the workload in the caller's cwd (as the user would type it), its stdout to ``out``; its stderr is
     streamed: TunableOp lookup lines are counted into ``calls``, every other line goes to ``err``. On a
-    timeout the whole process group is killed."""
+    time-out, or when this run dies, the workload's whole process group is killed (``procs``)."""
     try:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env, text=True, errors="replace",
-                                start_new_session=True)
+        proc = procs.start(argv, env, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace")
     except OSError as error:
         raise CollectionError(f"cannot start workload {_show(argv)}: {error}") from None
-    reader = threading.Thread(target=lambda: err.writelines(split_stderr(proc.stderr, calls)), daemon=True)
-    reader.start()
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        reader.join(timeout=10)
-        raise CollectionError(f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in "
-                              f"{staging}") from None
-    reader.join()
-    return proc.returncode
+        reader = threading.Thread(target=lambda: err.writelines(split_stderr(proc.stderr, calls)), daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            procs.kill(proc)
+            reader.join(timeout=10)
+            raise CollectionError(f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in "
+                                  f"{staging}") from None
+        procs.kill(proc)  # what the workload left running in its group goes with it (and lets go of stderr)
+        reader.join()
+        return proc.returncode
+    finally:
+        procs.kill(proc)
 
 
 def parse_tokens_per_s(stdout: str) -> float | None:
     """The last ``<number> tokens/s`` figure a workload printed, if any."""
     found = re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*tokens/s", stdout)
     return float(found[-1]) if found else None
-
-
-def tail_lines(text: str, lines: int) -> str:
-    """The last ``lines`` lines of ``text``."""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 def _show(argv: list[str]) -> str:

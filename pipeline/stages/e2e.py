@@ -16,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from .. import procs
 from ..backends.base import ToolMissing
+from ..errors import ToolError
 from .bench import check_backend
 from .collect import parse_tokens_per_s
 from .validate import tunableop_env
@@ -97,11 +99,13 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
         for name in order:
             argv = command if name == "baseline" else tuned_command
             start = time.monotonic()
-            proc = subprocess.run(argv, env=base_env if name == "baseline" else tuned_env, capture_output=True,
-                                  text=True, timeout=timeout_s, check=False)
+            try:
+                proc = procs.run(argv, timeout_s=timeout_s, env=base_env if name == "baseline" else tuned_env)
+            except subprocess.TimeoutExpired:
+                raise ToolError(f"{name} run {rep} of {argv} ran past {timeout_s:.0f} s") from None
             wall = time.monotonic() - start
             if proc.returncode != 0:
-                raise RuntimeError(f"{name} run {rep} of {argv} exited with code {proc.returncode}: "
+                raise ToolError(f"{name} run {rep} of {argv} exited with code {proc.returncode}: "
                                    f"{proc.stderr.strip()[-2000:]}")
             runs[name].append({"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout)})
     out: dict = {"reps": reps, "via": via, "runs": runs}

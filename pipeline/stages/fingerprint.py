@@ -30,8 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import procs
 from ..atomic import atomic_write_json
-from .collect import with_package_on_path
+from ..errors import ToolError
 
 STAMP = "stack.json"
 ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
@@ -42,7 +43,7 @@ FACT_KEYS = ("platform", "torch", "cuda", "hip", "driver", "gpu", "arch", "sm_co
              "rocblas", "hipblaslt", "hipblaslt_git")
 
 
-class ProbeFailed(RuntimeError):
+class ProbeFailed(ToolError):
     """The stack probe did not answer; the message carries its output."""
 
 
@@ -99,10 +100,9 @@ def signature(tool: str | None = None) -> str:
 
 def probe(bench: str | None = None, timeout_s: float = 300.0) -> dict:
     """The stack facts, from a fresh process (this one never initialises a GPU)."""
-    argv = [sys.executable, "-m", "pipeline.stages", "stack-probe", *(["--bench", bench] if bench else [])]
+    argv = procs.worker_argv("stack-probe", *(["--bench", bench] if bench else []))
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env=with_package_on_path(os.environ))
+        proc = procs.run(argv, timeout_s=timeout_s, env=procs.with_package_on_path(os.environ))
     except subprocess.TimeoutExpired as err:
         raise ProbeFailed(f"the stack probe gave no answer in {timeout_s:.0f} s") from err
     if proc.returncode != 0:

@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..errors import Refused
+
 DEFAULT = "Default"
 
 
-class GateRefused(RuntimeError):
+class GateRefused(Refused):
     """The validated bundle did not pass the gate."""
 
 

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_directory, atomic_write_text
+from ..errors import BadInput
 from ..formats.logic import LogicFile, LogicFormatError, dump_logic, load_logic
 
 POLICIES = ("upstream", "faster")
 
 
-class ProblemTypeMismatch(ValueError):
+class ProblemTypeMismatch(BadInput):
     """The files describe different GEMMs; upstream exits with status 1 here."""
 
 

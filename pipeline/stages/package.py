@@ -25,7 +25,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable
 from ..formats.logic import RECORD_BACKENDS, load_logic
 from ..formats.tunableop import read_file, unknown_solution, validators_platform, write_file
 from ..runtime.table import RUNTIME_RESULTS
@@ -121,6 +121,7 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
             "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
         }
         atomic_write_json(out / "manifest.json", manifest)
+        make_readable(out)  # an image's non-root user reads it (Docker's COPY keeps modes)
     return manifest
 
 
@@ -130,6 +131,7 @@ def publish(package_dir: Path, repo_logic: Path) -> Path:
     with atomic_directory(Path(repo_logic) / package_dir.name) as out:
         for path in sorted((package_dir / "logic").glob("*")):
             shutil.copyfile(path, out / path.name)
+        make_readable(out)
     return Path(repo_logic) / package_dir.name
 
 

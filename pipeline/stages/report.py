@@ -12,6 +12,7 @@ import jinja2
 from ..atomic import atomic_write_json, atomic_write_text
 from ..formats.tunableop import parse_key
 from ..stats import geomean
+from . import timings
 from .configs import TEMPLATES
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
@@ -119,6 +120,8 @@ def build(run_dir: Path) -> dict:
         "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]], "notes": notes,
         "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",
     }
+    context["stage_seconds"] = timings.seconds(run_dir)
+    context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
                              trim_blocks=True, lstrip_blocks=True)
     _plots(rows, out)
@@ -137,7 +140,7 @@ def build(run_dir: Path) -> dict:
                "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
                "e2e_tokens_speedup": e2e.get("tokens_speedup"), "e2e_noise": e2e.get("noise"),
                "e2e_via": e2e.get("via"), "bundle": context["bundle"],
-               "report": str(out / "report.html")}
+               "report": str(out / "report.html"), "stage_seconds": context["stage_seconds"]}
     atomic_write_json(out / SUMMARY, summary)
     return summary
 
@@ -167,6 +170,19 @@ def backend_notes(bench_summary: dict) -> list[str]:
     return notes
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def add_stage_times(run_dir: Path) -> dict:
+    """The run's summary with every stage's wall time so far (``timings``), saved back; returns it."""
+    path = Path(run_dir) / "report" / SUMMARY
+    summary = json.loads(path.read_text())
+    summary["stage_seconds"] = timings.seconds(run_dir)
+    atomic_write_json(path, summary)
+    return summary
+
+
 def key_lines(summary: dict) -> list[str]:
     """The last lines TuneWorkload prints."""
     kept_geo = summary["kept_geomean_speedup"]
@@ -177,9 +193,10 @@ def key_lines(summary: dict) -> list[str]:
         f"weighted GEMM speedup (by {summary.get('weight_basis', 'calls x baseline time')}): "
         f"x{summary['weighted_gemm_speedup']:.3f}; roofline efficiency "
         f"{summary['eff_geomean_before']:.3f} -> {summary['eff_geomean_after']:.3f}",
-        *[f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {t['calls']} calls, "
+        *[f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {plural(t['calls'], 'call')}, "
           f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}" for t in summary.get("top_gemms", [])[:3]],
         f"end to end: {summary['e2e']}",
+        *([f"stage times: {timings.line(summary['stage_seconds'])}"] if summary.get("stage_seconds") else []),
         *[f"drift: {line}" for line in drift_lines(summary.get("drift") or {})],
         f"bundle: {summary['bundle']}",
         f"report: {summary['report']}",

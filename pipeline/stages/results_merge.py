@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..formats.tunableop import TunableOpEntry, TunableOpFile
+from ..errors import BadInput
+from ..formats.tunableop import TunableOpEntry, TunableOpFile, validators_platform
 
 
-class ValidatorMismatch(ValueError):
+class ValidatorMismatch(BadInput):
     """Inputs recorded under different runtimes."""
 
 
@@ -43,16 +44,16 @@ def _sort_key(entry: TunableOpEntry) -> tuple[int, float]:
 def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None = None) -> ResultsMerge:
     """Dedupe every input's rows on (op, params), fastest kept; validators from ``target`` or the inputs."""
     if not files:
-        raise ValueError("no results files to merge")
+        raise BadInput("no results files to merge")
     for tfile in files:
         untuned = [e for e in tfile.entries if e.solution is None]
         if untuned:
-            raise ValueError(f"{tfile.path}: {len(untuned)} rows have no solution (an untuned file?); "
+            raise BadInput(f"{tfile.path}: {len(untuned)} rows have no solution (an untuned file?); "
                              "merge-results merges results files")
     reference = dict(target) if target is not None else dict(files[0].validators)
     differences = validator_differences(files, reference)
     if differences and target is None:
-        raise ValueError("validators differ, so these files come from different runtimes "
+        raise ValidatorMismatch("validators differ, so these files come from different runtimes "
                          "(pass --validators-from FILE to name the one to target):\n  " + "\n  ".join(differences))
     if "PT_VERSION" not in reference:
         raise ValidatorMismatch("the validator block has no PT_VERSION; torch rejects such a file. Name the "
@@ -78,3 +79,24 @@ def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None 
     total = sum(len(f.entries) for f in files)
     merged.lines.append(f"{total} rows from {len(files)} files -> {len(merged.entries)} rows")
     return merged
+
+
+def check_target(backend_platform: str, target: dict[str, str], source: str) -> None:
+    """Refuse a target validator block of another platform than the one the backend tunes for: torch loads a
+    results file only where every validator matches, so such a bundle would be rejected whole."""
+    platform = validators_platform(target)
+    if platform != backend_platform:
+        raise ValidatorMismatch(f"{source} holds a {platform} torch's validator block, but the backend tunes for "
+                                f"{backend_platform}: torch there would reject the whole file. Name a results "
+                                f"file that torch on the {backend_platform} target wrote")
+
+
+def require_target(backend: str, has_local_rocm_torch: bool, validators_from: str) -> None:
+    """An AMD tool's rows need a ROCm torch's validator block: from this machine's ROCm torch, or from
+    ``--validators-from``. Checked before any tuning (without either, the merge would fail after it)."""
+    if not validators_from and not has_local_rocm_torch:
+        raise ValidatorMismatch(
+            f"--backend {backend} writes Gemm_Hipblaslt_<index> rows, which torch on ROCm loads only under its own "
+            "validator block, and no ROCm torch is installed here to give it. Name the target with "
+            "--validators-from FILE (a tunableop_results*.csv that torch on the target machine wrote), or install "
+            "the 'rocm' extra with a ROCm build of torch")

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write_json
+from ..errors import BadInput
 from ..formats.tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
 from ..problem import GemmProblem
 from .call_weights import time_shares
 
 
-class ShapeInputError(ValueError):
+class ShapeInputError(BadInput):
     """An input path that names no TunableOp file."""
 
 
@@ -142,6 +143,14 @@ def gather(specs: Sequence[str], *, lenient: bool = False) -> GatherResult:
     return merge_files([read_file(path, lenient=lenient) for path in files])
 
 
+def require_gemms(result: GatherResult, specs: Sequence[str]) -> None:
+    """Refuse a gathering that found no GEMM to tune (an empty or header-only file, every line skipped)."""
+    if not result.shapes:
+        skipped = f", {len(result.skipped)} malformed lines skipped" if result.skipped else ""
+        raise ShapeInputError(f"no GEMMs in {', '.join(result.files) or ', '.join(specs)} ({result.lines} rows"
+                              f"{skipped}): nothing to tune")
+
+
 def merge_files(parsed: Sequence[TunableOpFile]) -> GatherResult:
     """Dedupe entries of parsed files by ``GemmProblem``, first-seen key spelling kept."""
     records: dict[GemmProblem, ShapeRecord] = {}
@@ -172,13 +181,13 @@ def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
     """Load ``shapes.json``; a row that does not parse names the file and the row index."""
     rows = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(rows, list):
-        raise ValueError(f"{path}: expected a JSON list of shape objects")
+        raise ShapeInputError(f"{path}: expected a JSON list of shape objects")
     records = []
     for index, row in enumerate(rows):
         try:
             records.append(ShapeRecord.from_json(row))
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{path}: row {index}: {err}") from None
+            raise ShapeInputError(f"{path}: row {index}: {err}") from None
     return records
 
 

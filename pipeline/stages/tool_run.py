@@ -6,9 +6,11 @@ import os
 import subprocess
 from pathlib import Path
 
+from .. import procs
 from ..atomic import atomic_directory, atomic_write_text
 from ..backends.base import ToolMissing
-from .collect import tail_lines
+from ..errors import ToolError
+from ..procs import tail_lines
 
 
 def tool_root(explicit: str | None, env: str, missing: str) -> Path:
@@ -24,11 +26,10 @@ def run_into(argv: list[str], out: Path, timeout_s: float, what: str) -> None:
     its stdout and stderr kept in ``out/tool.log``; a failure or a time-out raises with the log's tail."""
     with atomic_directory(out) as staging:
         try:
-            proc = subprocess.run([*argv, str(staging)], capture_output=True, text=True, timeout=timeout_s,
-                                  check=False, cwd=staging)
+            proc = procs.run([*argv, str(staging)], timeout_s=timeout_s, cwd=staging)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{what} ran past {timeout_s:.0f} s") from None
+            raise ToolError(f"{what} ran past {timeout_s:.0f} s") from None
         atomic_write_text(staging / "tool.log", proc.stdout + proc.stderr)
         if proc.returncode != 0:
-            raise RuntimeError(f"{what} exited with code {proc.returncode}:\n"
+            raise ToolError(f"{what} exited with code {proc.returncode}:\n"
                                f"{tail_lines(proc.stdout + proc.stderr, 15)}")

@@ -6,7 +6,7 @@ loaded; on CUDA the winner's cuBLASLt algorithm (from its saved config, or rebui
 name) through the same harness. Rounds are interleaved; medians and spread are kept. A problem that the
 configs stage padded is also timed at its padded leading dimensions.
 
-    python -m pipeline.stages validate RUN_DIR [--gpu 0] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
+    python -m pipeline.stages validate RUN_DIR [--gpus 0,1] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .. import procs
 from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import DEFAULT, ProblemResult, TuneSettings
+from ..backends.slots import gpu_slot, lock_dir
+from ..errors import ToolError
 from ..formats.tunableop import parse_key, read_file
 from ..stats import Stats
 
@@ -228,27 +230,24 @@ def floor_us(problem, peak: tuple[float, float] = DEFAULT_PEAK) -> float:
 
 def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
                progress: Callable[[int, int], None] | None = None) -> None:
-    """Run ``python -m pipeline.stages validate`` on a free GPU slot, reporting its progress; raise with the log's
-    tail if it fails. The luigi process itself never initialises CUDA."""
-    from ..backends.slots import gpu_slot, lock_dir
-    from .collect import tail_lines, with_package_on_path
-
+    """Run ``python -m pipeline.stages validate``, which claims a free GPU slot of ``gpus`` itself, reporting
+    its progress; raise with the log's tail if it fails. The luigi process itself never initialises CUDA."""
     run_dir = Path(run_dir).absolute()
     out = run_dir / "validate"
     out.mkdir(parents=True, exist_ok=True)
     log = out / "validate.log"
-    with gpu_slot(lock_dir(), gpus) as gpu, log.open("w") as handle:
-        argv = [sys.executable, "-m", "pipeline.stages", "validate", str(run_dir), "--gpu", str(gpu),
-                "--rounds", str(rounds), "--margin", str(margin)]
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=with_package_on_path(os.environ))
+    argv = procs.worker_argv("validate", run_dir, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds,
+                             "--margin", margin)
+    with log.open("w") as handle, procs.running(argv, procs.with_package_on_path(os.environ), stdout=handle,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) as proc:
         while proc.poll() is None:
             if progress and (out / "progress.json").exists():
                 data = json.loads((out / "progress.json").read_text())
                 progress(data["done"], data["total"])
             time.sleep(1.0)
     if proc.returncode != 0:
-        tail = tail_lines(log.read_text(), 15)
-        raise RuntimeError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+        tail = procs.tail_lines(log.read_text(), 15)
+        raise ToolError(f"validation worker exited with code {proc.returncode}:\n{tail}")
 
 
 def runtime_of(run_dir: Path, measured: dict) -> dict:
@@ -263,7 +262,7 @@ def runtime_of(run_dir: Path, measured: dict) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir")
-    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--gpus", default="0", help="GPUs it may use; it claims a free one's slot itself")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--margin", type=float, default=0.02)
     args = parser.parse_args(argv)
@@ -275,12 +274,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runtime = run_dir / "bench" / "runtime.json"
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
-    data = (measure_with_bench if with_bench else measure)(run_dir, args.gpu, args.rounds, args.margin, progress,
-                                                            out / "rows")
-    measured = {"meta": data[0], "rows": data[1:]}
-    if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
-        torch_data = measure(run_dir, args.gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop")
-        measured["tunableop_ab"] = {"meta": torch_data[0], "rows": torch_data[1:]}
+    with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
+        print(f"validating on GPU {gpu}", flush=True)
+        data = (measure_with_bench if with_bench else measure)(run_dir, gpu, args.rounds, args.margin, progress,
+                                                                out / "rows")
+        measured = {"meta": data[0], "rows": data[1:]}
+        if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
+            torch_data = measure(run_dir, gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop")
+            measured["tunableop_ab"] = {"meta": torch_data[0], "rows": torch_data[1:]}
     atomic_write_json(out / MEASUREMENTS, measured)
     return 0
 
