@@ -61,7 +61,6 @@ from pipeline.backends.measure import (
     screen_batch,
 )
 from pipeline.backends.torch_gemm import reference, torch_launcher
-from pipeline.stages.validate import floor_us
 
 FIELDS = ("AlgoId", "Tile", "Stages", "SplitK", "ReductionScheme", "Swizzle", "CustomOption", "ClusterShape")
 TOP = 16
@@ -188,7 +187,7 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
     ceiling_us = min(default_us, finals[winner]) if winner else default_us
     row = {"label": label, "default_us": default_us, "ceiling_us": ceiling_us,
            "ceiling_speedup": default_us / ceiling_us,
-           "winner": winner, "floor_us": floor_us(problem), "measured_floor_us": limits.floor_us(problem),
+           "winner": winner, "floor_us": problem.floor_us(), "measured_floor_us": limits.floor_us(problem),
            "pool": len(names), "tiers": list(tiers), "heuristic": len(heuristic), "neighbours": len(near), **space,
            "below_floor": sum(1 for t in screened if t is not None and t < 0),
            "seconds": {"enumerate": enum_s, "screen": screen_s, "final": final_s}, "cheap": cheap, "product": product,

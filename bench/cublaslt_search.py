@@ -32,7 +32,6 @@ from pipeline.backends.measure import device_info, interleaved, rotating_operand
 from pipeline.backends.torch_gemm import OperandSet, torch_launcher, torch_views
 from pipeline.formats.tunableop import format_key
 from pipeline.problem import GemmProblem
-from pipeline.stages.validate import floor_us
 from pipeline.stats import geomean
 
 LINEARS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
@@ -97,7 +96,7 @@ def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaust
     backend = CublasLtBackend(settings.device)
     rows = []
     for label, p in problems:
-        row: dict = {"label": label, "key": ",".join(format_key(p)), "floor_us": floor_us(p)}
+        row: dict = {"label": label, "key": ",".join(format_key(p)), "floor_us": p.floor_us()}
         start = time.monotonic()
         ours = backend.tune_one(p, settings)
         row["ours"] = {"default_us": ours.default_us, "tuned_us": ours.winner_us, "speedup": ours.speedup,

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from . import errors
 from .atomic import atomic_write_text
-from .formats import hipblaslt_override, tunableop
 from .stages import configs
 from .stages.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
-from .stages.results_merge import merge_results
+from .stages.results_merge import merge_paths
 from .stages.shapes import apply_weights, gather, read_shapes_json, summary_table, write_shapes_json
 
 
@@ -53,23 +52,12 @@ def _merge_logic(args: argparse.Namespace) -> int:
 
 
 def _merge_results(args: argparse.Namespace) -> int:
-    texts = {path: Path(path).read_text(encoding="utf-8") for path in args.inputs}
-    kinds = {hipblaslt_override.is_override_text(text) for text in texts.values()}
-    if len(kinds) > 1:
+    merged = merge_paths(args.inputs, args.validators_from, lenient=args.lenient)
+    if merged.results is not None and merged.override is not None:
         raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind "
                               "separately")
-    if kinds == {True}:
-        files = [hipblaslt_override.parse_override(text, path) for path, text in texts.items()]
-        target = hipblaslt_override.read_override(args.validators_from).git_version if args.validators_from else None
-        git, entries, lines = hipblaslt_override.merge_overrides(files, target)
-        hipblaslt_override.write_override(args.out, git, entries)
-    else:
-        files = [tunableop.parse_text(text, path, lenient=args.lenient) for path, text in texts.items()]
-        target = tunableop.read_file(args.validators_from).validators if args.validators_from else None
-        merged = merge_results(files, target)
-        tunableop.write_file(args.out, merged.validators, merged.entries)
-        lines = merged.lines + [str(s) for f in files for s in f.skipped]
-    print("\n".join(lines))
+    merged.write(args.out if merged.results else None, args.out if merged.override else None)
+    print("\n".join(merged.lines))
     print(f"written {args.out}")
     return 0
 

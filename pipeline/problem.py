@@ -36,6 +36,16 @@ DTYPES: dict[str, int] = {
 }
 COMPUTE_TYPES = ("float32", "tf32", "float64", "complex64", "complex128")
 
+# Datasheet peaks, dense 16-bit matrix flop/s and HBM bytes/s, by a name the device reports (first match).
+PEAKS = (("H200", (989e12, 4.8e12)), ("H100", (989e12, 3.35e12)), ("MI350", (2.3e15, 8.0e12)),
+         ("MI325", (1.307e15, 6.0e12)), ("MI300", (1.307e15, 5.3e12)))
+DEFAULT_PEAK = PEAKS[1][1]
+
+
+def peak_of(device_name: str) -> tuple[float, float]:
+    """The datasheet peaks of ``device_name`` (an H100's where the name is not known)."""
+    return next((peak for name, peak in PEAKS if name in device_name), DEFAULT_PEAK)
+
 
 def dtype_bytes(dtype: str) -> float:
     """Bytes one element of ``dtype`` takes in memory."""
@@ -158,6 +168,10 @@ class GemmProblem:
         """The least time one call can take at these rates (flop/s, bytes/s): its flops or its bytes, whichever
         is longer, in us."""
         return max(self.flops() / flop_rate, self.touched_bytes() / byte_rate) * 1e6
+
+    def floor_us(self, device_name: str = "") -> float:
+        """The datasheet roofline floor of one call on ``device_name`` (``roofline_us`` at its peaks)."""
+        return self.roofline_us(*peak_of(device_name))
 
     def sort_key(self) -> tuple:
         """A total order over problems (wildcards sort after numbers)."""

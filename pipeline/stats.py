@@ -33,3 +33,9 @@ class Stats:
     def to_json(self) -> dict:
         return {"median_us": self.median, "p25_us": self.p25, "p75_us": self.p75, "min_us": self.minimum,
                 "samples": self.samples}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Stats:
+        """The JSON of ``to_json`` (the minimum and sample count may be absent: the median stands in, 0 samples)."""
+        return cls(data["median_us"], data["p25_us"], data["p75_us"], data.get("min_us", data["median_us"]),
+                   data.get("samples", 0))

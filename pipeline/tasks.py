@@ -26,7 +26,6 @@ import json
 import operator
 import os
 import socket
-import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,19 +37,17 @@ from luigi.cmdline_parser import CmdlineParser
 from luigi.task_register import Register, TaskClassException
 from luigi.util import inherits
 
-from . import procs
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import ToolMissing, TuneSettings
 from .backends.hipblaslt import HipblasltBackend, find_bench
-from .backends.slots import amd_gpu_count
-from .errors import BadInput, PipelineError, ToolError, one_line
+from .backends.slots import amd_gpu_count, gpu_count
+from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
 from .stages import (
     bench,
     bundle,
     call_weights,
     configs,
-    e2e,
     find_exact,
     nightly,
     package,
@@ -58,13 +55,12 @@ from .stages import (
     tensile,
     timings,
     tuned_cache,
-    validate,
 )
-from .stages.collect import MANIFEST, collect, embedded_command
+from .stages.acceptance import AcceptanceSettings, accept
+from .stages.collect import MANIFEST, collect
 from .stages.fingerprint import Stack, claim, current_stack, stamped, torch_build
-from .stages.gate import GateRefused, GateSettings, gate
 from .stages.logic_merge import MergeOptions, merge_dirs
-from .stages.results_merge import check_target, merge_results, require_target
+from .stages.results_merge import check_target, merge_paths, require_target
 from .stages.shapes import (
     apply_weights,
     expand_inputs,
@@ -432,12 +428,14 @@ class BenchShard(StackBound):
 
 @inherits(Bench)
 class MergeResults(StackBound):
-    """Merge tuned ``tunableop_results*.csv`` files into ``merge/tunableop_results.csv``.
+    """Merge tuned ``tunableop_results*.csv`` files into ``merge/tunableop_results.csv``, and hipBLASLt override
+    files among them into ``merge/hipblaslt_override.txt``.
 
-    Inputs: ``--results`` files, or the Bench stage's results when none are given.
+    Inputs: ``--results`` files, or the Bench stage's results (and override file) when none are given.
     """
 
-    results = luigi.Parameter(default="", description="comma-separated results files or globs (default: Bench's)")
+    results = luigi.Parameter(default="", description="comma-separated TunableOp results and hipBLASLt override files "
+                                                      "or globs (default: Bench's)")
     validators_from = luigi.Parameter(default="", description="results file of the runtime to target")
 
     def requires(self) -> list[luigi.Task]:
@@ -453,12 +451,15 @@ class MergeResults(StackBound):
         self.claim_stages()
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
         if not specs:
-            specs = [str(self.stage_dir("bench") / "tunableop_results.csv")]
-        files = [tunableop.read_file(path) for path in expand_inputs(specs)]
-        target = tunableop.read_file(self.validators_from).validators if self.validators_from else None
-        merged = merge_results(files, target)
+            bench_out = self.stage_dir("bench")
+            specs = [str(bench_out / name) for name in ("tunableop_results.csv", bench.OVERRIDE)
+                     if name == "tunableop_results.csv" or (bench_out / name).exists()]
+        merged = merge_paths(expand_inputs(specs), self.validators_from or None)
+        if merged.results is None:
+            raise BadArguments(f"--results {self.results}: no TunableOp results file among them (Validate "
+                               "measures the merged tunableop_results.csv)")
         atomic_write_text(self.stage_dir("merge") / "results-merge.log", "\n".join(merged.lines) + "\n")
-        tunableop.write_file(self.output().path, merged.validators, merged.entries)
+        merged.write(self.output().path, self.stage_dir("merge") / bench.OVERRIDE)
 
 
 @inherits(Bench)
@@ -516,40 +517,17 @@ class Validate(StackBound):
     @holding_workdir
     def run(self) -> None:
         self.claim_stages()
-        run_dir, out = self.stage_dir(""), self.stage_dir("validate")
-        if not (out / validate.MEASUREMENTS).exists():
-            self.set_status_message("validating GEMMs against the baseline")
 
-            def progress(done: int, total: int) -> None:
-                self.set_progress_percentage(round(100 * done / max(total, 1)))
-                bench.progress_bar("Validate", done, total)
+        def progress(done: int, total: int) -> None:
+            self.set_progress_percentage(round(100 * done / max(total, 1)))
+            bench.progress_bar("Validate", done, total)
 
-            with timings.timed(run_dir, "validate-gemms"):
-                validate.run_worker(run_dir, self.gpu_indices("Validate"), self.validate_rounds, self.margin,
-                                    progress)
-        measured = json.loads((out / validate.MEASUREMENTS).read_text())
-        result = gate(measured["rows"], GateSettings(margin=self.margin, min_speedup=self.min_speedup))
-        atomic_write_json(out / "gate.json", result.to_json())
-        runtime = validate.runtime_of(run_dir, measured)
-        if result.passed:
-            bundle.write_bundle(run_dir, result, {"runtime": runtime, "fingerprint": self.stack().fingerprint,
-                                                  "stack": self.stack().facts})
-        reason = e2e.skip_reason(runtime, result.passed, has_workload=bool(self.workload_cmd or not self.untuned))
-        if reason:
-            outcome = {"skipped": reason}
-        else:
-            self.set_status_message("end-to-end A/B of the workload")
-            command = (["bash", "-c", self.workload_cmd] if self.workload_cmd
-                       else [*embedded_command(), "--decode-mode", "graph", "--repeat", "5"])  # decode as engines do
-            via = e2e.consumer(runtime)
-            with timings.timed(run_dir, "validate-e2e"):
-                outcome = e2e.ab_test(command, self.stage_dir("bundle") / "tunableop_results.csv",
-                                      out / f"e2e-{via}", self.e2e_reps, self.workload_timeout,
-                                      gpus=self.gpus or gpu_count("Validate"), via=via)
-        atomic_write_json(out / "e2e.json", outcome)
-        summary = report.build(run_dir)
-        if not result.passed:
-            raise GateRefused(f"{result.message}. Report: {summary['report']}")
+        settings = AcceptanceSettings(
+            gpus=lambda: self.gpu_indices("Validate"), margin=self.margin, min_speedup=self.min_speedup,
+            rounds=self.validate_rounds, e2e_reps=self.e2e_reps, workload_timeout_s=self.workload_timeout,
+            workload_cmd=self.workload_cmd, has_workload=bool(self.workload_cmd or not self.untuned),
+            e2e_gpus=self.gpus)
+        accept(self.stage_dir(""), self.stack(), settings, progress, self.set_status_message)
 
 
 @inherits(Validate)
@@ -615,18 +593,6 @@ class Package(StackBound):
                                                "serves": manifest["serves"], "files": manifest["files"]})
         print(f"package: {where} (serves torch {manifest['serves']['torch']}, "
               f"{manifest['serves']['tunableop_rows']} TunableOp rows)")
-
-
-def gpu_count(who: str) -> int:
-    """GPUs torch sees, asked in a subprocess so this process never initialises CUDA; ``who`` needs them."""
-    probe = "import torch; print(torch.cuda.device_count())"
-    proc = procs.run([sys.executable, "-c", probe])
-    count = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
-    if count == 0:
-        raise ToolError(f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
-                           f"visible ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}"
-                           "). The AMD tool configs are written by GenerateConfigs without one.")
-    return count
 
 
 def read_json(path: Path) -> dict | None:

@@ -137,7 +137,8 @@ def _drift_run(root, name: str, fp: str, kept: list[str], speedups: dict[str, fl
     rows = []
     for key, x in speedups.items():
         stat = {"median_us": 10.0 * x, "p25_us": 10.0 * x, "p75_us": 10.0 * x}
-        rows.append({"key": key, "solution": "Gemm_Hipblaslt_7", "op": "gemm", "m": 1, "n": 2, "k": 3,
+        rows.append({"key": key, "solution": "Gemm_Hipblaslt_7", "op": "gemm", "dtype": "float16", "layout": "TN",
+                     "m": 1, "n": 2, "k": 3, "batch": 1, "calls": 1, "flops": 12, "floor_us": 1.0,
                      "baseline": stat, "tuned": {**stat, "median_us": 10.0, "p25_us": 10.0, "p75_us": 10.0}})
     (run / "validate" / "measurements.json").write_text(json.dumps({"rows": rows}))
     (run / "validate" / "gate.json").write_text(json.dumps(

@@ -14,11 +14,13 @@ import yaml
 
 from pipeline import TuneWorkload, Validate
 from pipeline.cli import main
+from pipeline.errors import ToolError
 from pipeline.formats.logic import cublaslt_equality, dump_logic
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
 from pipeline.stages.e2e import ab_test, consumer, runtime_command, runtime_consumer, skip_reason, summary_line
 from pipeline.stages.fingerprint import STAMP
 from pipeline.stages.gate import GateSettings, gate
+from pipeline.stages.measured import MeasuredRow
 from pipeline.stages.validate import run_worker
 
 from .conftest import FIXTURES
@@ -26,9 +28,14 @@ from .conftest import FIXTURES
 RECORDED = json.loads((FIXTURES / "validate" / "measurements.json").read_text())
 
 
+def typed(rows: list[dict]) -> list[MeasuredRow]:
+    """Rows of a measurements.json as the gate takes them."""
+    return [MeasuredRow.from_json(r) for r in rows]
+
+
 def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
-    result = gate(RECORDED["rows"], GateSettings())
-    assert [r["m"] for r in result.kept] == [6144, 4096]
+    result = gate(typed(RECORDED["rows"]), GateSettings())
+    assert [r.m for r in result.kept] == [6144, 4096]
     assert [why for _, why in result.dropped] == ["the default already is the best: nothing to ship",
                                                   "x1.008 does not beat the baseline by 2%"]
     assert not result.regressions and result.passed
@@ -41,23 +48,23 @@ def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
 def test_gate_refuses_regressions_and_low_speedup():
     rows = copy.deepcopy(RECORDED["rows"])
     rows[3]["tuned"] = {**rows[3]["tuned"], "median_us": 130.0, "p25_us": 129.5, "p75_us": 130.5}
-    dropped_only = gate(rows, GateSettings())
+    dropped_only = gate(typed(rows), GateSettings())
     assert dropped_only.passed, "a dropped row ships nothing, even when it regressed"
     assert dropped_only.dropped[-1][1].endswith("(regressed beyond noise)")
     rows[2]["confirm"]["tuned"].update(median_us=60.6, p25_us=60.5, p75_us=60.7)  # within the drift: dropped
-    unconfirmed = gate(rows, GateSettings())
-    assert unconfirmed.passed and [r["m"] for r in unconfirmed.kept] == [6144]
+    unconfirmed = gate(typed(rows), GateSettings())
+    assert unconfirmed.passed and [r.m for r in unconfirmed.kept] == [6144]
     assert "x1.200 not confirmed: confirmation 60.6 us vs baseline 60.0 us" in dict(
-        (r["key"], why) for r, why in unconfirmed.dropped)[rows[2]["key"]]
+        (r.key, why) for r, why in unconfirmed.dropped)[rows[2]["key"]]
     rows[2]["confirm"]["baseline"].update(median_us=62.0)  # the unchanged baseline moved 3.2% between the two
     rows[2]["confirm"]["tuned"].update(median_us=63.0, p25_us=62.9, p75_us=63.1)  # 1.6% slower: within that
-    assert gate(rows, GateSettings()).passed, "a regression inside the measured drift is noise"
+    assert gate(typed(rows), GateSettings()).passed, "a regression inside the measured drift is noise"
     rows[2]["confirm"]["tuned"].update(median_us=66.0, p25_us=65.9, p75_us=66.1)
-    result = gate(rows, GateSettings())
+    result = gate(typed(rows), GateSettings())
     assert not result.passed and len(result.regressions) == 1
     assert "1 kept rows regress beyond noise when measured again" in result.message
     assert "confirmation 66.0 us vs baseline 62.0 us, beyond the 3.2% measured noise" in result.message
-    strict = gate(RECORDED["rows"], GateSettings(min_speedup=1.5))
+    strict = gate(typed(RECORDED["rows"]), GateSettings(min_speedup=1.5))
     assert not strict.passed and "weighted GEMM speedup x1.0" in strict.message and "under the required x1.500" \
         in strict.message
 
@@ -209,11 +216,11 @@ def test_gate_on_recorded_h100_measurements():
     recorded = json.loads((FIXTURES / "validate" / "h100_embedded_2026-11-22.json").read_text())
     rows = recorded["rows"]
     assert recorded["meta"]["device"]["name"] == "NVIDIA H100 80GB HBM3" and len(rows) == 26
-    result = gate(rows, GateSettings())
+    result = gate(typed(rows), GateSettings())
     assert result.passed and result.kept
-    assert all(r["baseline"]["median_us"] / r["tuned"]["median_us"] >= 1.02 for r in result.kept)
+    assert all(r.baseline.median / r.tuned.median >= 1.02 for r in result.kept)
     assert len(result.kept) + len(result.dropped) == len(rows)
-    kept = {r["key"] for r in result.kept}
+    kept = {r.key for r in result.kept}
     cost = {r["key"]: r["count"] * r["baseline"]["median_us"] for r in rows}  # no time shares recorded then
     ratio = {r["key"]: r["confirm"]["tuned"]["median_us"] / r["confirm"]["baseline"]["median_us"] if r["key"] in kept
              else 1.0 for r in rows}
@@ -227,21 +234,21 @@ def test_gate_weighs_by_time_share_and_counts_untuned_time_at_baseline():
     rows = copy.deepcopy(RECORDED["rows"])
     for row, share in zip(rows, (0.05, 0.05, 0.5, 0.2), strict=True):  # 0.8 in rows: 0.2 was never tuned
         row["time_share"] = share
-    result = gate(rows, GateSettings())
-    kept = {r["key"] for r in result.kept}
+    result = gate(typed(rows), GateSettings())
+    kept = {r.key for r in result.kept}
     assert kept == {rows[1]["key"], rows[2]["key"]} and result.weight_basis == "time share"
     confirmed = [r["confirm"]["tuned"]["median_us"] / r["confirm"]["baseline"]["median_us"] for r in rows[1:3]]
     after = 0.2 + 0.05 + 0.05 * confirmed[0] + 0.5 * confirmed[1] + 0.2
     assert result.weighted_speedup == pytest.approx(1 / after)
     rows[3]["time_share"] = None  # one row without a share: every row falls back to calls x baseline time
-    assert gate(rows, GateSettings()).weight_basis == "calls x baseline time"
+    assert gate(typed(rows), GateSettings()).weight_basis == "calls x baseline time"
 
 
 def test_validation_worker_failure_names_the_exit_code_and_log(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     run = tmp_path / "night"
     run.mkdir()  # no merged results: the worker fails at once, on any machine
-    with pytest.raises(RuntimeError, match=r"validation worker exited with code 1:\n(.|\n)*merge"):
+    with pytest.raises(ToolError, match=r"validation worker exited with code 1:\n(.|\n)*merge"):
         run_worker(run, [0], rounds=1, margin=0.02)
     assert (run / "validate" / "validate.log").exists()
 
@@ -263,5 +270,5 @@ def test_nothing_kept_is_exactly_x1_whatever_the_shares_add_up_to():
     rows = copy.deepcopy(RECORDED["rows"])
     for row, share in zip(rows, (0.3, 0.3, 0.3, 0.1), strict=True):  # these add up to 1 - 2e-16 in floats
         row.update(time_share=share, solution="Default")
-    result = gate(rows, GateSettings(min_speedup=1.0))
+    result = gate(typed(rows), GateSettings(min_speedup=1.0))
     assert result.weighted_speedup == 1.0 and result.passed and not result.kept

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from ..errors import ToolError
+from ..formats.tunableop import DEFAULT
 from ..problem import GemmProblem
-
-DEFAULT = "Default"
 
 
 class ToolMissing(ToolError):

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import Busy
+from .. import procs
+from ..errors import Busy, ToolError
 
 
 class NoFreeGpu(Busy):
@@ -66,3 +68,15 @@ def amd_gpu_count() -> int:
         with contextlib.suppress(OSError, ValueError):
             count += int(gpu_id.read_text().strip() or 0) != 0
     return max(count, 1)
+
+
+def gpu_count(who: str) -> int:
+    """GPUs torch sees, asked in a subprocess so this process never initialises CUDA; ``who`` needs them."""
+    probe = "import torch; print(torch.cuda.device_count())"
+    proc = procs.run([sys.executable, "-c", probe])
+    count = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
+    if count == 0:
+        raise ToolError(f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
+                        f"visible ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}"
+                        "). The AMD tool configs are written by GenerateConfigs without one.")
+    return count

@@ -103,7 +103,7 @@ def merge_overrides(files: Sequence[OverrideFile], target_git: str | None = None
     """One entry per key, fastest kept; refuses differing Git Versions unless ``target_git`` is given."""
     versions = {f.path: f.git_version for f in files}
     if len(set(versions.values())) > 1 and target_git is None:
-        raise ValueError("override files come from different hipBLASLt builds (pass --validators-from FILE "
+        raise OverrideFormatError("override files come from different hipBLASLt builds (pass --validators-from FILE "
                          "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}"
                                                                        for p, v in versions.items()))
     git = target_git if target_git is not None else next(iter(versions.values()), None)

@@ -79,6 +79,8 @@ SCALAR_NAMES: dict[str, str] = {
 }
 _SCALAR_NAME_OF = {dtype: name for name, dtype in SCALAR_NAMES.items()}
 
+DEFAULT = "Default"  # TunableOp's solution name of the library's own pick
+
 BLAS_PARAMS_PREFIX = "BLAS_PARAMS:"
 
 
@@ -444,7 +446,7 @@ def unknown_solution(solution: str, platform: str, torch_version: str) -> str | 
     """Why torch ``torch_version`` on ``platform`` has no candidate named ``solution`` (None: it has one).
     Such a row is a hard error at dispatch in torch <= 2.13 (shared/spec/tunableop.md 2.3-2.4)."""
     release = _release(torch_version)
-    if solution == "Default":
+    if solution == DEFAULT:
         return None
     if solution.startswith("Gemm_Cublaslt_"):
         if platform != "cuda":

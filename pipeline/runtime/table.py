@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends.base import unsupported_reason
-from ..formats.tunableop import read_file
+from ..formats.tunableop import DEFAULT, read_file
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
@@ -52,7 +52,7 @@ def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
     if solution is None:
         return "untuned row (no solution)"
     if not _CUBLASLT.match(solution):
-        return "Default (torch's own kernel)" if solution == "Default" else "not a cuBLASLt solution"
+        return "Default (torch's own kernel)" if solution == DEFAULT else "not a cuBLASLt solution"
     reason = unsupported_reason(problem)  # what torch's path and the cuBLASLt backend take, the runtime routes
     if reason is None and problem.b_type != problem.a_type:
         reason = f"dtypes {problem.a_type} x {problem.b_type} are not routed"

@@ -24,7 +24,7 @@ MANIFEST = "manifest.json"
 def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
     """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, ``manifest.json`` last."""
     merged = read_file(run_dir / "merge" / "tunableop_results.csv")
-    kept = {row["key"] for row in result.kept}
+    kept = {row.key for row in result.kept}
     entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
     kept_sizes = {(problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k))
                   for e in entries}
@@ -43,15 +43,16 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
                 atomic_write_text(staging / "logic" / path.name, dump_logic(logic))
             else:
                 shutil.copyfile(path, staging / "logic" / path.name)
-        override = run_dir / "bench" / OVERRIDE
-        if override.exists():
+        override = next((d / OVERRIDE for d in (run_dir / "merge", run_dir / "bench") if (d / OVERRIDE).exists()),
+                        None)  # the merged override (runs before MergeResults merged it: Bench's)
+        if override is not None:
             meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}
         if meta.get("fingerprint"):
             atomic_write_json(staging / STAMP, {"fingerprint": meta["fingerprint"], "stack": meta.get("stack", {})})
         atomic_write_json(staging / MANIFEST, {
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "validators": merged.validators, "rows": len(entries), "weighted_gemm_speedup": result.weighted_speedup,
-            "dropped": [{"key": r["key"], "reason": why} for r, why in result.dropped], **meta})
+            "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped], **meta})
     return out
 
 

@@ -91,7 +91,6 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
     from ..backends.measure import TimingSettings, device_info, interleaved, rotating_operands
     from ..backends.torch_gemm import torch_launcher
     from ..formats.tunableop import parse_key
-    from .validate import floor_us
 
     device = torch.device("cuda", gpu)
     torch.cuda.set_device(device)
@@ -101,7 +100,7 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
         problem = parse_key(*key.split(",", 1))
         reason = unsupported_reason(problem)
         if reason:
-            per_call[key] = None if problem.is_wildcard else floor_us(problem)
+            per_call[key] = None if problem.is_wildcard else problem.floor_us(torch.cuda.get_device_name(device))
             notes[key] = f"not timed ({reason}): " + ("no time" if problem.is_wildcard else "roofline floor used")
             continue
         sets = rotating_operands(problem, device, timing)

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from .fingerprint import stamped
-from .gate import noise, speedup
+from .measured import MeasuredRow
 
 SHRINK = 0.02  # a kept row's speedup must fall by more than this (and its noise) to count as shrunk
 
@@ -43,9 +43,9 @@ def _rows(run_dir: Path) -> dict[str, dict]:
     measured = _json(run_dir / "validate" / "measurements.json") or {"rows": []}
     gate = _json(run_dir / "validate" / "gate.json") or {}
     kept, reasons = set(gate.get("kept", [])), {d["key"]: d["reason"] for d in gate.get("dropped", [])}
-    return {r["key"]: {"solution": r["solution"], "speedup": speedup(r), "noise": noise(r), "kept": r["key"] in kept,
-                       "reason": reasons.get(r["key"], ""), "label": f"{r['op']} {r['m']}x{r['n']}x{r['k']}"}
-            for r in measured["rows"]}
+    rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
+    return {r.key: {"solution": r.solution, "speedup": r.speedup, "noise": r.noise, "kept": r.key in kept,
+                    "reason": reasons.get(r.key, ""), "label": r.label} for r in rows}
 
 
 def _shapes(run_dir: Path) -> set[str]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..backends.base import DEFAULT
 from ..errors import Refused
-
-DEFAULT = "Default"
+from .measured import MeasuredRow
 
 
 class GateRefused(Refused):
@@ -33,44 +33,29 @@ class GateSettings:
     noise_floor: float = 0.005
 
 
-def speedup(row: dict) -> float:
-    return row["baseline"]["median_us"] / row["tuned"]["median_us"]
-
-
-def noise(row: dict) -> float:
-    """Relative spread of a measurement pair: the larger interquartile range over its median."""
-    spreads = [(s["p75_us"] - s["p25_us"]) / s["median_us"] for s in (row["baseline"], row["tuned"])]
-    return max(0.0, *spreads)
-
-
-def confirm_noise(row: dict, floor: float) -> float:
+def confirm_noise(row: MeasuredRow, floor: float) -> float:
     """Noise of a row measured twice: the interquartile spreads of both pairs, how far the two measurements
     of the unchanged baseline disagree, and ``floor`` (clock and timer jitter)."""
-    drift = abs(row["baseline"]["median_us"] / row["confirm"]["baseline"]["median_us"] - 1)
-    return max(floor, noise(row), noise(row["confirm"]), drift)
+    assert row.confirm is not None
+    drift = abs(row.baseline.median / row.confirm.baseline.median - 1)
+    return max(floor, row.noise, row.confirm.noise, drift)
 
 
-def regressed(pair: dict, spread: float | None = None) -> bool:
-    """The tuned median is slower than the baseline's by more than ``spread`` (default: the pair's noise)."""
-    return pair["tuned"]["median_us"] > pair["baseline"]["median_us"] * (1 + (noise(pair) if spread is None
-                                                                               else spread))
-
-
-def weights(rows: Sequence[dict]) -> tuple[list[float], float, str]:
+def weights(rows: Sequence[MeasuredRow]) -> tuple[list[float], float, str]:
     """Each row's share of the workload's baseline GEMM time, the share no row covers, and what they rest on."""
-    shares = [row.get("time_share") for row in rows]
+    shares = [row.time_share for row in rows]
     if rows and all(share is not None for share in shares):
         return shares, max(0.0, 1.0 - sum(shares)), "time share"  # type: ignore[arg-type]
-    costs = [row.get("calls", row.get("count", 1)) * row["baseline"]["median_us"] for row in rows]
+    costs = [row.calls * row.baseline.median for row in rows]
     total = sum(costs) or 1.0
     return [cost / total for cost in costs], 0.0, "calls x baseline time"
 
 
 @dataclass
 class GateResult:
-    kept: list[dict] = field(default_factory=list)
-    dropped: list[tuple[dict, str]] = field(default_factory=list)
-    regressions: list[tuple[dict, str]] = field(default_factory=list)
+    kept: list[MeasuredRow] = field(default_factory=list)
+    dropped: list[tuple[MeasuredRow, str]] = field(default_factory=list)
+    regressions: list[tuple[MeasuredRow, str]] = field(default_factory=list)
     weighted_speedup: float = 1.0
     weight_basis: str = "time share"
     passed: bool = True
@@ -79,34 +64,31 @@ class GateResult:
     def to_json(self) -> dict:
         return {"passed": self.passed, "message": self.message, "weighted_speedup": self.weighted_speedup,
                 "weight_basis": self.weight_basis,
-                "kept": [r["key"] for r in self.kept],
-                "dropped": [{"key": r["key"], "reason": why} for r, why in self.dropped],
-                "regressions": [{"key": r["key"], "detail": why} for r, why in self.regressions]}
+                "kept": [r.key for r in self.kept],
+                "dropped": [{"key": r.key, "reason": why} for r, why in self.dropped],
+                "regressions": [{"key": r.key, "detail": why} for r, why in self.regressions]}
 
 
-def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
+def gate(rows: Sequence[MeasuredRow], settings: GateSettings) -> GateResult:
     result = GateResult()
     shares, tuned_total, result.weight_basis = weights(rows)
     for row, share in zip(rows, shares, strict=True):
-        base, tuned = row["baseline"]["median_us"], row["tuned"]["median_us"]
-        confirm = row.get("confirm")
-        if row["solution"] == DEFAULT:
+        pair, confirm, kept = row.measured, row.confirm, False
+        if row.solution == DEFAULT:
             result.dropped.append((row, "the default already is the best: nothing to ship"))
-        elif base / tuned >= 1 + settings.margin and (not confirm or speedup(confirm) >= 1.0):
+        elif pair.speedup >= 1 + settings.margin and (not confirm or confirm.speedup >= 1.0):
             result.kept.append(row)
-            if confirm:
-                base, tuned = confirm["baseline"]["median_us"], confirm["tuned"]["median_us"]
-        elif base / tuned >= 1 + settings.margin:
+            pair, kept = confirm or pair, True
+        elif pair.speedup >= 1 + settings.margin:
             spread = confirm_noise(row, settings.noise_floor)
-            detail = (f"confirmation {confirm['tuned']['median_us']:.1f} us vs baseline "
-                      f"{confirm['baseline']['median_us']:.1f} us")
-            if regressed(confirm, spread):
+            detail = f"confirmation {confirm.tuned.median:.1f} us vs baseline {confirm.baseline.median:.1f} us"
+            if confirm.regressed(spread):
                 result.regressions.append((row, f"{detail}, beyond the {spread:.1%} measured noise"))
-            result.dropped.append((row, f"x{base / tuned:.3f} not confirmed: {detail}"))
+            result.dropped.append((row, f"x{pair.speedup:.3f} not confirmed: {detail}"))
         else:
-            why = f"x{base / tuned:.3f} does not beat the baseline by {settings.margin:.0%}"
-            result.dropped.append((row, why + (" (regressed beyond noise)" if regressed(row) else "")))
-        tuned_total += share * (tuned / base if row in result.kept else 1.0)
+            why = f"x{pair.speedup:.3f} does not beat the baseline by {settings.margin:.0%}"
+            result.dropped.append((row, why + (" (regressed beyond noise)" if pair.regressed() else "")))
+        tuned_total += share * (1 / pair.speedup if kept else 1.0)
     # nothing kept is exactly x1 (a sum of float shares is not); a bundle never fails the bar by rounding
     result.weighted_speedup = 1.0 / tuned_total if tuned_total and result.kept else 1.0
     problems = []
@@ -115,7 +97,7 @@ def gate(rows: Sequence[dict], settings: GateSettings) -> GateResult:
                         f"x{settings.min_speedup:.3f}")
     if result.regressions:
         problems.append(f"{len(result.regressions)} kept rows regress beyond noise when measured again: "
-                        + "; ".join(f"{r['key']} ({why})" for r, why in result.regressions))
+                        + "; ".join(f"{r.key} ({why})" for r, why in result.regressions))
     result.passed = not problems
     result.message = ("bundle refused: " + " and ".join(problems)) if problems else (
         f"bundle accepted: {len(result.kept)} rows kept, weighted GEMM speedup x{result.weighted_speedup:.3f}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 
 from ..atomic import atomic_write_json, atomic_write_text
+from ..backends.base import DEFAULT
 from ..formats.tunableop import parse_key
 from ..stats import geomean
 from . import timings
@@ -18,7 +19,8 @@ from .drift import compare, previous_run
 from .drift import lines as drift_lines
 from .e2e import summary_line as e2e_summary
 from .fingerprint import stamped
-from .gate import GateSettings, gate, noise, speedup, weights
+from .gate import GateSettings, gate, weights
+from .measured import MeasuredRow
 
 SUMMARY = "summary.json"
 TOP = 10  # GEMMs listed by time share
@@ -85,24 +87,23 @@ def build(run_dir: Path) -> dict:
     e2e = _load(run_dir / "validate" / "e2e.json") or {}
     notes = backend_notes(_load(run_dir / "bench" / "summary.json") or {})
     if measured.get("tunableop_ab"):
-        ab = measured["tunableop_ab"]["rows"]
-        tuned = [r for r in ab if r["solution"] != "Default"]
+        ab = [MeasuredRow.from_json(r) for r in measured["tunableop_ab"]["rows"]]
+        tuned = [r for r in ab if r.solution != DEFAULT]
         notes.append(f"TunableOp-level A/B with torch on this machine ({len(tuned)} tuned rows through the merged "
                      "results file): weighted speedup "
                      f"x{gate_of(ab).weighted_speedup:.3f}, before any gate; see validate/measurements.json")
     reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
-    shares, untuned_share, basis = weights(measured["rows"])
+    measured_rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
+    shares, untuned_share, basis = weights(measured_rows)
     rows = []
-    for row, share in zip(measured["rows"], shares, strict=True):
-        kept = row["key"] in gate["kept"]
-        tuned_us = row["tuned"]["median_us"] if kept else row["baseline"]["median_us"]
-        rows.append({**row, "speedup": speedup(row), "noise": noise(row), "kept": kept, "weight": share,
-                     "basis": basis, "calls": row.get("calls", row.get("count", 1)),
-                     "ld_notes": parse_key(*row["key"].split(",", 1)).ld_notes(),
-                     "reason": reasons.get(row["key"], ""), "label": f"{row['op']} {row['m']}x{row['n']}x{row['k']}",
-                     "layer": f"{row['op']} {row['layout']} {row['m']}x{row['k']}",
-                     "eff_before": row["floor_us"] / row["baseline"]["median_us"],
-                     "eff_after": row["floor_us"] / tuned_us})
+    for row, share in zip(measured_rows, shares, strict=True):
+        kept = row.key in gate["kept"]
+        tuned_us = row.tuned.median if kept else row.baseline.median
+        rows.append({**row.to_json(), "speedup": row.speedup, "noise": row.noise, "kept": kept, "weight": share,
+                     "basis": basis, "ld_notes": parse_key(*row.key.split(",", 1)).ld_notes(),
+                     "reason": reasons.get(row.key, ""), "label": row.label,
+                     "layer": f"{row.op} {row.layout} {row.m}x{row.k}",
+                     "eff_before": row.floor_us / row.baseline.median, "eff_after": row.floor_us / tuned_us})
     kept_speedups = [r["speedup"] for r in rows if r["kept"]]
     top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
     e2e_line = e2e_summary(e2e)
@@ -145,7 +146,7 @@ def build(run_dir: Path) -> dict:
     return summary
 
 
-def gate_of(rows: list[dict]):
+def gate_of(rows: list[MeasuredRow]):
     return gate(rows, GateSettings(margin=0.0, min_speedup=0.0))
 
 

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import BadInput
-from ..formats.tunableop import TunableOpEntry, TunableOpFile, validators_platform
+from ..formats.hipblaslt_override import (
+    OverrideEntry,
+    is_override_text,
+    merge_overrides,
+    parse_override,
+    write_override,
+)
+from ..formats.tunableop import TunableOpEntry, TunableOpFile, parse_text, validators_platform, write_file
 
 
 class ValidatorMismatch(BadInput):
@@ -100,3 +108,57 @@ def require_target(backend: str, has_local_rocm_torch: bool, validators_from: st
             "validator block, and no ROCm torch is installed here to give it. Name the target with "
             "--validators-from FILE (a tunableop_results*.csv that torch on the target machine wrote), or install "
             "the 'rocm' extra with a ROCm build of torch")
+
+
+@dataclass
+class MergedFiles:
+    """TunableOp results and hipBLASLt override files given together, each kind merged with its own."""
+
+    results: ResultsMerge | None = None
+    override: tuple[str | None, list[OverrideEntry]] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def write(self, results_path: Path | None, override_path: Path | None) -> list[Path]:
+        """Write each merged kind to its path (a kind without a path is refused), the results file last (a
+        task's output); the paths written."""
+        written = []
+        for merged, path, name in ((self.override, override_path, "hipBLASLt override"),
+                                   (self.results, results_path, "TunableOp results")):
+            if merged is None:
+                continue
+            if path is None:
+                raise BadInput(f"the inputs hold {name} files, which have no output here; merge each kind "
+                               "separately")
+            if name.startswith("TunableOp"):
+                write_file(path, merged.validators, merged.entries)
+            else:
+                write_override(path, *merged)
+            written.append(Path(path))
+        return written
+
+
+def merge_paths(paths: Sequence[str | Path], validators_from: str | Path | None = None, lenient: bool = False
+                ) -> MergedFiles:
+    """Merge the files at ``paths`` (TunableOp results and hipBLASLt override files, told apart by content).
+    ``validators_from`` names the target: a results file (its validator block) or an override file (its
+    Git Version)."""
+    texts = {str(path): Path(path).read_text(encoding="utf-8") for path in paths}
+    if not texts:
+        raise BadInput("no results files to merge")
+    target_text = Path(validators_from).read_text(encoding="utf-8") if validators_from else None
+    out = MergedFiles()
+    results = [parse_text(t, p, lenient=lenient) for p, t in texts.items() if not is_override_text(t)]
+    overrides = [parse_override(t, p) for p, t in texts.items() if is_override_text(t)]
+    if results:
+        target = None
+        if target_text is not None and not is_override_text(target_text):
+            target = parse_text(target_text, str(validators_from)).validators
+        out.results = merge_results(results, target)
+        out.lines += out.results.lines + [str(s) for f in results for s in f.skipped]
+    if overrides:
+        target_git = None
+        if target_text is not None and is_override_text(target_text):
+            target_git = parse_override(target_text, str(validators_from)).git_version
+        git, entries, lines = merge_overrides(overrides, target_git)
+        out.override, out.lines = (git, entries), out.lines + lines
+    return out

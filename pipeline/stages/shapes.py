@@ -38,6 +38,11 @@ class ShapeRecord:
     def key(self) -> str:
         return f"{self.op_signature},{self.params_signature}"
 
+    @property
+    def call_count(self) -> int:
+        """How often the workload ran it: the counted calls, else the recorded lines."""
+        return self.calls if self.calls is not None else self.count
+
     def to_json(self) -> dict:
         p = self.problem
         return {
@@ -53,7 +58,7 @@ class ShapeRecord:
             "ldc": p.ldc,
             "batch": p.batch,
             "count": self.count,
-            "calls": self.calls if self.calls is not None else self.count,
+            "calls": self.call_count,
             "time_share": self.time_share,
             "per_call_us": self.per_call_us,
             "op_signature": self.op_signature,

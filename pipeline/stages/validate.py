@@ -19,7 +19,9 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .. import procs
 from ..atomic import atomic_write_json, atomic_write_text
@@ -27,19 +29,12 @@ from ..backends.base import DEFAULT, ProblemResult, TuneSettings
 from ..backends.slots import gpu_slot, lock_dir
 from ..errors import ToolError
 from ..formats.tunableop import parse_key, read_file
+from ..problem import GemmProblem
 from ..stats import Stats
+from .measured import MeasuredRow, Padded, Pair
+from .shapes import ShapeRecord
 
 MEASUREMENTS = "measurements.json"
-
-# Datasheet peaks, dense 16-bit matrix flop/s and HBM bytes/s, by a name the device reports (first match).
-PEAKS = (("H200", (989e12, 4.8e12)), ("H100", (989e12, 3.35e12)), ("MI350", (2.3e15, 8.0e12)),
-         ("MI325", (1.307e15, 6.0e12)), ("MI300", (1.307e15, 5.3e12)))
-DEFAULT_PEAK = PEAKS[1][1]
-
-
-def peak_of(device_name: str) -> tuple[float, float]:
-    """The datasheet peaks of ``device_name`` (an H100's where the name is not known)."""
-    return next((peak for name, peak in PEAKS if name in device_name), DEFAULT_PEAK)
 
 
 def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, str]:
@@ -55,14 +50,28 @@ def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, st
             "PYTORCH_TUNABLEOP_FILENAME": str(directory / "tunableop_results%d.csv")}
 
 
-def rows_to_measure(run_dir: Path) -> list[dict]:
-    """One row per merged results entry: key, problem, solution, call count, saved config, padded variant."""
+@dataclass(frozen=True)
+class MergedRow:
+    """A merged results row to measure: its key and problem, the solution, its weight, the winner's saved
+    config (cuBLASLt) and the key of its padded variant (the configs stage's)."""
+
+    key: str
+    problem: GemmProblem
+    solution: str
+    calls: int
+    time_share: float | None
+    config: dict | None = None
+    padded_key: str | None = None
+
+
+def rows_to_measure(run_dir: Path) -> list[MergedRow]:
+    """One row per merged results entry."""
     merged_csv = run_dir / "merge" / "tunableop_results.csv"
     if not merged_csv.exists():
         raise FileNotFoundError(f"{merged_csv}: no merged results to validate; the MergeResults stage writes it")
     merged = read_file(merged_csv)
-    weights = {f"{r['op_signature']},{r['params_signature']}": (r.get("calls", r["count"]), r.get("time_share"))
-               for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())}
+    shapes = [ShapeRecord.from_json(r) for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())]
+    weights = {shape.key: (shape.call_count, shape.time_share) for shape in shapes}
     configs = {}
     results_json = run_dir / "bench" / "results.json"
     if results_json.exists():
@@ -78,8 +87,8 @@ def rows_to_measure(run_dir: Path) -> list[dict]:
     for entry in merged.entries:
         key = f"{entry.op_signature},{entry.params_signature}"
         calls, share = weights.get(key, (1, None))
-        rows.append({"key": key, "problem": entry.problem, "solution": entry.solution, "calls": calls,
-                     "time_share": share, "config": configs.get(entry.solution), "padded_key": padded.get(key)})
+        rows.append(MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution),
+                              padded.get(key)))
     return rows
 
 
@@ -90,142 +99,142 @@ class Checkpoints:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
 
-    def _path(self, row: dict) -> Path | None:
+    def _path(self, row: MergedRow) -> Path | None:
         if self.directory is None:
             return None
-        return self.directory / (hashlib.sha1(f"{row['key']}|{row['solution']}".encode()).hexdigest()[:16] + ".json")
+        return self.directory / (hashlib.sha1(f"{row.key}|{row.solution}".encode()).hexdigest()[:16] + ".json")
 
-    def get(self, row: dict) -> dict | None:
+    def get(self, row: MergedRow) -> MeasuredRow | None:
         path = self._path(row)
-        return json.loads(path.read_text()) if path is not None and path.exists() else None
+        return MeasuredRow.from_json(json.loads(path.read_text())) if path is not None and path.exists() else None
 
-    def put(self, row: dict, measured: dict) -> dict:
+    def put(self, row: MergedRow, measured: MeasuredRow) -> MeasuredRow:
         path = self._path(row)
         if path is not None:
-            atomic_write_json(path, measured)
+            atomic_write_json(path, measured.to_json())
         return measured
 
 
-def measure(run_dir: Path, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
-            progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None) -> list[dict]:
-    """Time every row on this machine's GPU ``gpu`` (imports torch; run in a worker process). A row whose tuned
-    time beats the baseline by ``margin`` is measured once more on fresh buffers (its ``confirm`` pair)."""
-    rows = rows_to_measure(run_dir)  # the run's records first: a broken run fails here, on any machine
-    saved = Checkpoints(checkpoints)
+class Timer(Protocol):
+    """How one platform times a merged row: baseline against the tuned artifact (and the padded variant),
+    ``fresh`` on new operand buffers for the confirming pair."""
 
-    import torch
+    device_name: str
 
-    from ..backends.measure import TimingSettings, device_info, interleaved, rotating_operands
-    from ..backends.torch_gemm import torch_launcher, with_tunableop
+    def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]: ...
 
-    timing = TimingSettings(rounds=rounds)
-    rocm = torch.version.hip is not None
-    backend = None
-    if not rocm:
-        from ..backends.cublaslt import CublasLtBackend
-        from ..backends.cublaslt_algo import config_from_name
 
-        backend = CublasLtBackend(gpu, timing)
-    else:
-        merged = str(run_dir / "merge" / "tunableop_results.csv")
-        torch.cuda.tunable.enable(True)
-        torch.cuda.tunable.tuning_enable(False)
-        torch.cuda.tunable.set_filename(merged, insert_device_ordinal=False)
-        torch.cuda.tunable.read_file(merged)
-        torch.cuda.tunable.enable(False)
-    device = torch.device("cuda", gpu)
-    workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=device)
-    out = []
+def measure_rows(rows: Sequence[MergedRow], timer: Timer, margin: float,
+                 progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None
+                 ) -> list[MeasuredRow]:
+    """Every row timed by ``timer``; a row whose tuned time beats the baseline by ``margin`` is timed once more
+    on fresh buffers (its ``confirm`` pair). Rows finished before (``checkpoints``) are not timed again."""
+    saved, out = Checkpoints(checkpoints), []
     for index, row in enumerate(rows):
-        if (done := saved.get(row)) is not None:
-            out.append(done)
-            if progress:
-                progress(index + 1, len(rows))
-            continue
-        problem = row["problem"]
-        sets = rotating_operands(problem, device, timing)
-        launchers = {"baseline": torch_launcher(problem)}
-        own, closer = {}, None
-        if row["solution"] != DEFAULT:
-            if rocm:
-                launchers["tuned"] = with_tunableop(torch_launcher(problem))  # the merged file picks
-            else:
-                config = row["config"] or config_from_name(row["solution"])
-                launchers["tuned"], closer = backend.launcher_for(problem, config, workspace)
-        if row["padded_key"]:
-            padded = parse_key(*row["padded_key"].split(",", 1))
-            launchers["padded"] = torch_launcher(padded)
-            own["padded"] = (padded, rotating_operands(padded, device, timing))
-        stats = interleaved(problem, launchers, sets, timing, own_sets=own)
-        confirm = None
-        if "tuned" in stats and stats["baseline"].median / stats["tuned"].median >= 1 + margin:
-            fresh = rotating_operands(problem, device, dataclasses.replace(timing, seed=timing.seed + 1))
-            again = interleaved(problem, {n: launchers[n] for n in ("baseline", "tuned")}, fresh, timing)
-            confirm = {name: again[name].to_json() for name in ("baseline", "tuned")}
-            del fresh
-        if closer:
-            closer.close()
-        padded = {"key": row["padded_key"], "padded": stats["padded"].to_json()} if "padded" in stats else None
-        out.append(saved.put(row, measured_row(row, stats["baseline"], stats.get("tuned"), confirm, padded,
-                                               peak_of(torch.cuda.get_device_name(device)))))
+        measured = saved.get(row)
+        if measured is None:
+            first, padded = timer.pair(row, fresh=False)
+            confirm = None
+            if row.solution != DEFAULT and first.speedup >= 1 + margin:
+                confirm, _ = timer.pair(row, fresh=True)
+            measured = saved.put(row, MeasuredRow.of(row.problem, row.key, row.solution, row.calls, row.time_share,
+                                                     row.problem.floor_us(timer.device_name), first, confirm,
+                                                     padded))
+        out.append(measured)
         if progress:
             progress(index + 1, len(rows))
-        del sets, own
-        torch.cuda.empty_cache()
-    return [{"device": device_info(device), "platform": "rocm" if rocm else "cuda"}, *out]
+    return out
 
 
-def measured_row(row: dict, baseline: Stats, tuned: Stats | None, confirm: dict | None,
-                 padded: dict | None = None, peak: tuple[float, float] = DEFAULT_PEAK) -> dict:
-    """One row of ``measurements.json`` (the same for every way of measuring)."""
-    problem = row["problem"]
-    return {
-        "key": row["key"], "op": problem.op, "dtype": problem.a_type, "layout": problem.layout,
-        "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch, "solution": row["solution"],
-        "calls": row["calls"], "time_share": row["time_share"], "flops": problem.flops(),
-        "floor_us": floor_us(problem, peak), "ld_notes": problem.ld_notes(),
-        "baseline": baseline.to_json(), "tuned": (tuned or baseline).to_json(), "padded": padded, "confirm": confirm,
-    }
+class TorchTimer:
+    """torch's default call against the tuned artifact as the runtime uses it: on CUDA the winner's cuBLASLt
+    algorithm (its saved config, or rebuilt from its name); on ROCm torch with TunableOp on and the merged file
+    loaded. Imports torch: run in a worker process."""
+
+    def __init__(self, run_dir: Path, gpu: int, rounds: int) -> None:
+        import torch
+
+        from ..backends.measure import TimingSettings, device_info
+
+        self.timing = TimingSettings(rounds=rounds)
+        self.rocm = torch.version.hip is not None
+        self.device = torch.device("cuda", gpu)
+        self.device_name = torch.cuda.get_device_name(self.device)
+        self.meta = {"device": device_info(self.device), "platform": "rocm" if self.rocm else "cuda"}
+        self.backend = None
+        if self.rocm:
+            merged = str(run_dir / "merge" / "tunableop_results.csv")
+            torch.cuda.tunable.enable(True)
+            torch.cuda.tunable.tuning_enable(False)
+            torch.cuda.tunable.set_filename(merged, insert_device_ordinal=False)
+            torch.cuda.tunable.read_file(merged)
+            torch.cuda.tunable.enable(False)
+        else:
+            from ..backends.cublaslt import CublasLtBackend
+
+            self.backend = CublasLtBackend(gpu, self.timing)
+        self.workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=self.device)
+
+    def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
+        import torch
+
+        from ..backends.cublaslt_algo import config_from_name
+        from ..backends.measure import interleaved, rotating_operands
+        from ..backends.torch_gemm import torch_launcher, with_tunableop
+
+        timing = dataclasses.replace(self.timing, seed=self.timing.seed + fresh)
+        sets = rotating_operands(row.problem, self.device, timing)
+        launchers, own, closer = {"baseline": torch_launcher(row.problem)}, {}, None
+        if row.solution != DEFAULT and self.rocm:
+            launchers["tuned"] = with_tunableop(torch_launcher(row.problem))  # the merged file picks
+        elif row.solution != DEFAULT:
+            config = row.config or config_from_name(row.solution)
+            launchers["tuned"], closer = self.backend.launcher_for(row.problem, config, self.workspace)
+        if row.padded_key and not fresh:
+            padded_problem = parse_key(*row.padded_key.split(",", 1))
+            launchers["padded"] = torch_launcher(padded_problem)
+            own["padded"] = (padded_problem, rotating_operands(padded_problem, self.device, timing))
+        try:
+            stats = interleaved(row.problem, launchers, sets, timing, own_sets=own)
+        finally:
+            if closer:
+                closer.close()
+            del sets, own
+            torch.cuda.empty_cache()
+        padded = Padded(row.padded_key, stats["padded"]) if "padded" in stats else None
+        return Pair(stats["baseline"], stats.get("tuned", stats["baseline"])), padded
 
 
-def measure_with_bench(run_dir: Path, gpu: int, rounds: int, margin: float,
-                       progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None
-                       ) -> list[dict]:
-    """Every merged row re-measured with hipblaslt-bench itself: the winner (``--algo_method index
-    --solution_index N``) against the heuristic pick, ``rounds`` alternating runs each, medians; a row that
-    beats the baseline by ``margin`` is measured again (its ``confirm`` pair). No torch is needed."""
-    from ..backends.hipblaslt import HipblasltBackend
+class BenchTimer:
+    """hipblaslt-bench itself: the winner (``--algo_method index --solution_index N``) against the heuristic
+    pick, ``rounds`` alternating runs each, medians. No torch is needed."""
 
-    rows = rows_to_measure(run_dir)
-    runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
-    backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
-    peak = peak_of(runtime.get("name", ""))
-    saved, out = Checkpoints(checkpoints), []
-    for number, row in enumerate(rows):
-        if (done := saved.get(row)) is not None:
-            out.append(done)
-            if progress:
-                progress(number + 1, len(rows))
-            continue
-        index = None if row["solution"] == DEFAULT else int(row["solution"].rsplit("_", 1)[1])
-        times = backend.measure_pair(row["problem"], index, rounds)
+    def __init__(self, run_dir: Path, gpu: int, rounds: int) -> None:
+        from ..backends.hipblaslt import HipblasltBackend
+
+        runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
+        self.backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
+        self.rounds, self.device_name = rounds, runtime.get("name", "")
+        self.meta = {"device": {"name": runtime.get("name", "unknown"), "arch": runtime.get("arch"),
+                                "tool": self.backend.bench,
+                                "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}"},
+                     "platform": "rocm", "measured_with": "hipblaslt-bench"}
+
+    def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
+        index = None if row.solution == DEFAULT else int(row.solution.rsplit("_", 1)[1])
+        times = self.backend.measure_pair(row.problem, index, self.rounds)
         baseline = Stats.of(times["baseline"])
-        tuned = Stats.of(times["tuned"]) if times["tuned"] else None
-        confirm = None
-        if tuned and baseline.median / tuned.median >= 1 + margin:
-            again = backend.measure_pair(row["problem"], index, rounds)
-            confirm = {name: Stats.of(values).to_json() for name, values in again.items()}
-        out.append(saved.put(row, measured_row(row, baseline, tuned, confirm, peak=peak)))
-        if progress:
-            progress(number + 1, len(rows))
-    device = {"name": runtime.get("name", "unknown"), "arch": runtime.get("arch"), "tool": backend.bench,
-              "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}"}
-    return [{"device": device, "platform": "rocm", "measured_with": "hipblaslt-bench"}, *out]
+        return Pair(baseline, Stats.of(times["tuned"]) if times["tuned"] else baseline), None
 
 
-def floor_us(problem, peak: tuple[float, float] = DEFAULT_PEAK) -> float:
-    """Roofline floor of one call: max(flops / peak flop/s, minimum bytes / peak bandwidth), in us."""
-    return problem.roofline_us(*peak)
+def measure(run_dir: Path, timer_kind: type, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
+            progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None) -> dict:
+    """``measurements.json``'s content for every merged row, timed on GPU ``gpu`` by a ``timer_kind``: the
+    run's records are read first, so a broken run fails here, on any machine."""
+    rows = rows_to_measure(run_dir)
+    timer = timer_kind(run_dir, gpu, rounds)
+    measured = measure_rows(rows, timer, margin, progress, checkpoints)
+    return {"meta": timer.meta, "rows": [row.to_json() for row in measured]}
 
 
 def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
@@ -276,12 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         print(f"validating on GPU {gpu}", flush=True)
-        data = (measure_with_bench if with_bench else measure)(run_dir, gpu, args.rounds, args.margin, progress,
-                                                                out / "rows")
-        measured = {"meta": data[0], "rows": data[1:]}
+        measured = measure(run_dir, BenchTimer if with_bench else TorchTimer, gpu, args.rounds, args.margin,
+                           progress, out / "rows")
         if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
-            torch_data = measure(run_dir, gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop")
-            measured["tunableop_ab"] = {"meta": torch_data[0], "rows": torch_data[1:]}
+            measured["tunableop_ab"] = measure(run_dir, TorchTimer, gpu, args.rounds, args.margin,
+                                               checkpoints=out / "rows-tunableop")
     atomic_write_json(out / MEASUREMENTS, measured)
     return 0
 
