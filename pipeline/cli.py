@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -210,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.step != "nightly":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.luigi_args = [*getattr(args, "luigi_args", []), *extra]
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # what the stages say
     try:
         return args.func(args)
     except (errors.PipelineError, OSError) as err:  # the error says what is wrong, and its exit code which kind

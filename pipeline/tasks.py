@@ -23,9 +23,11 @@ import datetime
 import functools
 import io
 import json
+import logging
 import operator
 import os
 import socket
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,7 +41,7 @@ from luigi.util import inherits
 
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import ToolMissing, TuneSettings
-from .backends.hipblaslt import HipblasltBackend, find_bench
+from .backends.hipblaslt import find_bench
 from .backends.slots import amd_gpu_count, gpu_count
 from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
@@ -47,6 +49,7 @@ from .stages import (
     bench,
     bundle,
     call_weights,
+    config_tool,
     configs,
     find_exact,
     nightly,
@@ -72,8 +75,25 @@ from .stages.shapes import (
 )
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
-AMD_TOOLS = ("hipblaslt", "find_exact", "tensile")
-CONFIG_TOOLS = ("find_exact", "tensile")  # run on the configs GenerateConfigs writes
+AMD_TOOLS = ("hipblaslt", *bench.CONFIG_TOOLS)
+
+
+def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
+    """A one-line terminal progress bar on stderr (redrawn in place)."""
+    filled = round(width * done / max(total, 1))
+    end = "\n" if done >= total else ""
+    print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+def _default_logging() -> None:
+    """Show what the stages say (the ``pipeline`` logger, INFO) where nothing else was set up to (Luigi sets up
+    only its own logger; a ``--logging-conf-file`` that names ``pipeline`` wins)."""
+    logger = logging.getLogger("pipeline")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def _default_exit_codes() -> None:
@@ -86,6 +106,8 @@ def _default_exit_codes() -> None:
 
 
 _default_exit_codes()
+_default_logging()
+log = logging.getLogger("pipeline")
 
 
 class BadArguments(BadInput):
@@ -165,6 +187,19 @@ class StackBound(PipelineTask):
     stack_stages: tuple[str, ...] = ()
     written_whole: tuple[str, ...] = ()  # stages whose writer puts the stamp in itself (only set aside here)
     chained = False  # complete only while what it requires is (its output summarises theirs)
+
+    # The tuning settings a stack's fingerprint includes, declared here for every stack-bound task (Bench's own)
+    backend = luigi.ChoiceParameter(default="cublaslt", choices=[*bench.BACKENDS, *bench.CONFIG_TOOLS],
+                                    description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD")
+    hipblaslt_bench = luigi.Parameter(default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, "
+                                                              "then hipblaslt-bench on PATH)")
+    tunableop_iterations = counted(int, 0, default=100, description="tunableop: tuning iterations per candidate")
+    tunableop_duration_ms = counted(int, 0, default=30, description="tunableop: tuning ms per candidate")
+    tunableop_rotating_mb = counted(int, -1, default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
+    tunableop_numerical_check = luigi.BoolParameter(default=False, description="tunableop: check every candidate "
+                                                                               "against Default")
+    time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
+    margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
 
     def tuning_settings(self) -> dict:
         """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
@@ -260,7 +295,7 @@ class GatherShapes(PipelineTask):
         summary = summary_table(result)
         atomic_write_text(self.stage_dir("shapes") / "summary.txt", summary)
         write_shapes_json(self.output().path, result)
-        print(summary, end="")
+        log.info("%s", summary.rstrip())
 
 
 @inherits(GatherShapes)
@@ -282,7 +317,7 @@ class GenerateConfigs(PipelineTask):
         settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset)
         problems = [record.problem for record in read_shapes_json(self.input().path)]
         data = configs.write_configs(self.stage_dir("configs"), problems, settings)
-        print(configs.summary(data), end="")
+        log.info("%s", configs.summary(data).rstrip())
 
 
 @inherits(GenerateConfigs)
@@ -292,23 +327,11 @@ class Bench(StackBound):
 
     stack_stages = ("bench",)
 
-    backend = luigi.ChoiceParameter(default="cublaslt",
-                                    choices=["cublaslt", "hipblaslt", "find_exact", "tensile", "tunableop"],
-                                    description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD")
-    hipblaslt_bench = luigi.Parameter(default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, "
-                                                              "then hipblaslt-bench on PATH)")
     hipblaslt_root = luigi.Parameter(default="", description="find_exact: the hipBLASLt build directory "
                                                              "(default: $HIPBLASLT_ROOT)")
     tensile_root = luigi.Parameter(default="", description="tensile: hipBLASLt's tensilelite directory "
                                                            "(default: $TENSILE_ROOT)")
-    tunableop_iterations = counted(int, 0, default=100, description="tunableop: tuning iterations per candidate")
-    tunableop_duration_ms = counted(int, 0, default=30, description="tunableop: tuning ms per candidate")
-    tunableop_rotating_mb = counted(int, -1, default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
-    tunableop_numerical_check = luigi.BoolParameter(default=False, description="tunableop: check every candidate "
-                                                                               "against Default")
     gpus = counted(int, 0, 4096, default=0, description="GPUs to use (0: every visible one)")
-    time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
-    margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
     shards = counted(int, 0, 100000, default=0, description="split the tuning into this many BenchShard tasks, "
                                                           "for Luigi workers on several hosts (0: one task)")
 
@@ -316,7 +339,7 @@ class Bench(StackBound):
         preflight(self)
         if self.shards and self.backend in bench.BACKENDS:
             return [self.clone(BenchShard, shard_index=i) for i in range(self.shards)]
-        return self.clone(GenerateConfigs) if self.backend in CONFIG_TOOLS else self.clone(GatherShapes)
+        return self.clone(GenerateConfigs) if self.backend in bench.CONFIG_TOOLS else self.clone(GatherShapes)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
@@ -324,9 +347,15 @@ class Bench(StackBound):
     def backend_options(self) -> dict:
         """Constructor arguments of the backend besides the GPU; the tool is checked here, before any work."""
         if self.backend in ("hipblaslt", "tensile"):
-            return {"bench": find_bench(self.hipblaslt_bench or None)}
-        if self.backend in bench.BACKENDS:
-            bench.check_backend(self.backend)
+            options = {"bench": find_bench(self.hipblaslt_bench or None)}
+            if self.backend == "tensile":
+                tensile.locate(self.tensile_root or None)
+                options["root"] = self.tensile_root or None
+            return options
+        if self.backend == "find_exact":
+            find_exact.locate(self.hipblaslt_root or None)
+            return {"root": self.hipblaslt_root or None}
+        bench.check_backend(self.backend)
         if self.backend == "tunableop":
             return {"iterations": self.tunableop_iterations, "duration_ms": self.tunableop_duration_ms,
                     "rotating_mb": self.tunableop_rotating_mb, "numerical_check": self.tunableop_numerical_check}
@@ -344,23 +373,17 @@ class Bench(StackBound):
             bench.write_outputs(self.problems(), self.stage_dir("bench"))
             return
         self.claim_stages()
-        build = find_exact.locate(self.hipblaslt_root or None) if self.backend == "find_exact" else None
-        tool = tensile.locate(self.tensile_root or None) if self.backend == "tensile" else None
         options = self.backend_options()
         problems, out, settings = self.problems(), self.stage_dir("bench"), self.tune_settings()
 
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
             self.set_progress_percentage(round(100 * done / max(total, 1)))
-            bench.progress_bar("Bench", done, total)
+            progress_bar("Bench", done, total)
 
-        if build is not None:
-            find_exact.tune_configs(problems, self.stage_dir("configs"), out, build, settings,
-                                    self.gpu_indices("Bench")[0], progress=progress)
-        elif tool is not None:
-            tensile.tune_configs(problems, self.stage_dir("configs"), out, tool,
-                                 HipblasltBackend(self.gpu_indices("Bench")[0], options["bench"]), settings,
-                                 progress=progress)
+        if self.backend in bench.CONFIG_TOOLS:
+            tool = bench.load(bench.CONFIG_TOOLS[self.backend], self.gpu_indices("Bench")[0], **options)
+            config_tool.tune_configs(tool, problems, self.stage_dir("configs"), out, settings, progress)
         else:
             atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
         bench.write_outputs(problems, out)
@@ -520,7 +543,7 @@ class Validate(StackBound):
 
         def progress(done: int, total: int) -> None:
             self.set_progress_percentage(round(100 * done / max(total, 1)))
-            bench.progress_bar("Validate", done, total)
+            progress_bar("Validate", done, total)
 
         settings = AcceptanceSettings(
             gpus=lambda: self.gpu_indices("Validate"), margin=self.margin, min_speedup=self.min_speedup,
@@ -608,10 +631,6 @@ def preflight(task: luigi.Task) -> None:
     merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
     if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):
         tuner.backend_options()
-        if task.backend == "find_exact":
-            find_exact.locate(task.hipblaslt_root or None)
-        elif task.backend == "tensile":
-            tensile.locate(task.tensile_root or None)
         tuner.stack()
     if not hasattr(task, "validators_from") or task.results or task.clone(MergeResults).complete():
         return

@@ -1,12 +1,8 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).parent / "fixtures"
-TUNABLEOP_FIXTURES = sorted((FIXTURES / "tunableop").glob("*.csv"))
 
 
 def _gpu_reason() -> str | None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from .helpers import DOUBLES
 from .logic_factory import logic, solution, write
 
-DOUBLES = Path(__file__).parent / "doubles"
 GLOBAL_INDICES = (100, 2061, 2077, 3150, 4022, 5310)  # what the bench double reports
 
 

@@ -11,12 +11,7 @@ from pathlib import Path
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import read_file
 
-from .conftest import FIXTURES
-
-ROOT = Path(__file__).resolve().parents[1]
-DOUBLE = str(Path(__file__).parent / "doubles" / "hipblaslt-bench")
-UNTUNED = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
-TARGET = FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"  # what torch on the target ROCm machine wrote
+from .helpers import DOUBLE, TARGET, UNTUNED
 
 
 def _luigi(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -4,13 +4,13 @@ search the pipeline runs is judged against it offline, as bench/ceiling_replay.p
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
 from pipeline.backends.selection import finalists, tier_sizes
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import ROOT
+
 DATASET = ROOT / "bench" / "results" / "cublaslt_ceiling_h100_2026-11-22.json.gz"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.cli import main
 
-from .conftest import FIXTURES
+from .helpers import FIXTURES
 
 
 def test_shapes_prints_table_and_writes_json(tmp_path, capsys):

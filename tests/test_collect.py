@@ -10,9 +10,8 @@ import pytest
 
 from pipeline.stages.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
 
-FAKE = str(Path(__file__).parent / "fake_workload.py")
-QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"
-O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
+from .helpers import FAKE_WORKLOAD as FAKE
+from .helpers import O_PROJ, QKV
 
 
 def test_recording_env(tmp_path):

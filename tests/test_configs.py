@@ -11,7 +11,7 @@ from pipeline.problem import GemmProblem
 from pipeline.stages.configs import ConfigSettings, find_exact_reason, plan_configs, tensile_reason, write_configs
 from pipeline.stages.shapes import read_shapes_json
 
-from .conftest import FIXTURES
+from .helpers import FIXTURES
 
 GOLDEN = Path(__file__).parent / "golden"
 SHAPES = FIXTURES / "configs" / "shapes.json"

@@ -17,7 +17,7 @@ import yaml
 
 from pipeline.formats.tunableop import read_file
 
-from .test_stack import DOUBLE, TARGET, UNTUNED
+from .helpers import DOUBLE, TARGET, UNTUNED
 
 KILLS = 20
 ARTIFACTS = ("shapes/shapes.json", "bench/tunableop_results.csv", "bench/hipblaslt_override.txt", "bench/logic",

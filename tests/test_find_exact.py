@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,14 +18,14 @@ from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
 from pipeline.stages import configs
 from pipeline.stages.bench import result_path
-from pipeline.stages.find_exact import locate, tune_configs
+from pipeline.stages.config_tool import tune_configs
+from pipeline.stages.find_exact import FindExact, locate
 
-from .conftest import FIXTURES
 from .fake_hipblaslt_build import fake_build
+from .helpers import FIXTURES, ROOT
 from .logic_factory import logic as make_logic
 from .logic_factory import solution
 
-ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = [GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144),
             GemmProblem("gemm", "T", "N", 4096, 2, 14336, 14336, 14336, 4096),
             GemmProblem("gemm", "T", "N", 2048, 128, 4096, 4100, 4100, 2048)]  # non-packed: find_exact can't
@@ -58,10 +57,10 @@ def test_result_names_and_the_ld_order_fix():
 
 
 def test_tune_configs_through_find_exact(tmp_path):
-    build = locate(str(fake_build(tmp_path)))
+    tool = FindExact(0, str(fake_build(tmp_path)))
     configs.write_configs(tmp_path / "configs", PROBLEMS, configs.ConfigSettings(padding="off"))
     out = tmp_path / "bench"
-    tune_configs(PROBLEMS, tmp_path / "configs", out, build, TuneSettings())
+    tune_configs(tool, PROBLEMS, tmp_path / "configs", out, TuneSettings())
     results = {p.m: json.loads(result_path(out, p).read_text()) for p in PROBLEMS}
     assert "find_exact cannot take leading dimensions" in results[2048]["skipped"]
     for m in (6144, 4096):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .test_stack import DOUBLE, UNTUNED
+from .helpers import DOUBLE, UNTUNED
 
 ARTIFACTS = ("tunableop_results.csv", "hipblaslt_override.txt")
 LUIGID = "import sys; from luigi.cmdline import luigid; luigid(sys.argv[1:])"

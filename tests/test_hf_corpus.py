@@ -13,7 +13,7 @@ from pipeline.formats.tunableop import read_file
 from pipeline.stages import configs
 from pipeline.stages.shapes import apply_weights, gather
 
-from .conftest import FIXTURES
+from .helpers import FIXTURES
 
 CORPUS = sorted((FIXTURES / "tunableop").glob("torch2.11_hf_*_untuned0.csv"))
 ARCHS = [path.name.split("_")[2] for path in CORPUS]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,8 @@ from pipeline.backends.hipblaslt import HipblasltBackend, ToolMissing, find_benc
 from pipeline.formats.hipblaslt_override import parse_override
 from pipeline.problem import GemmProblem
 
-DOUBLE = str(Path(__file__).parent / "doubles" / "hipblaslt-bench")
+from .helpers import DOUBLE
+
 QKV = GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144)
 O_PROJ = GemmProblem("gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096)
 

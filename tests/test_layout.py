@@ -83,3 +83,32 @@ def test_worker_processes_do_not_import_luigi(module):
     code = "import luigi, luigi.task_register as r, pipeline; print(r.Register.get_task_cls('TuneWorkload').__module__)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "pipeline.tasks"
+
+
+def test_the_stages_import_each_other_without_a_circle():
+    """A stage module may use another, never one that (through others) uses it back."""
+    stages = {p.stem: p for p in (PACKAGE / "stages").glob("*.py") if p.stem not in ("__init__", "__main__")}
+    graph = {name: {m.split(".")[2] for m in imported(path) if m.startswith("pipeline.stages.")
+                    and m.split(".")[2] in stages and m.split(".")[2] != name}
+             for name, path in stages.items()}
+    done: set[str] = set()
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        assert name not in trail, f"import circle: {' -> '.join((*trail[trail.index(name):], name))}"
+        if name in done:
+            return
+        for other in sorted(graph[name]):
+            visit(other, (*trail, name))
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())
+
+
+def test_test_modules_share_through_helpers_not_each_other():
+    tests = Path(__file__).parent
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and node.module:
+                assert not node.module.startswith(("test_", "conftest")), \
+                    f"{path.name} imports from {node.module}: share it through tests/helpers.py"

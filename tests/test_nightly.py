@@ -25,8 +25,7 @@ from pipeline.stages import nightly
 from pipeline.stages.fingerprint import ProbeFailed
 from pipeline.stages.gate import GateRefused
 
-from .conftest import FIXTURES
-from .test_amd_dag import DOUBLE, TARGET, UNTUNED
+from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED
 
 CUDA_TARGET = FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv"
 

@@ -16,7 +16,7 @@ from pipeline.stages.fingerprint import Stack
 from pipeline.stages.package import write_package
 
 from . import logic_factory
-from .test_stack import _run
+from .helpers import run_amd_dag as _run
 
 CUBLASLT = "Gemm_Cublaslt_id_21_tile_18_stages_21_splitk_1_red_0_swizzle_0_custom_0"
 

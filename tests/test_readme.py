@@ -1,6 +1,8 @@
-from pathlib import Path
+"""The README's two set-up commands are the ones CI and the device runs use."""
 
-ROOT = Path(__file__).resolve().parents[1]
+from __future__ import annotations
+
+from .helpers import ROOT
 
 
 def _bash_blocks(text: str) -> list[str]:

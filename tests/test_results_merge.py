@@ -116,3 +116,26 @@ def test_luigi_merge_tasks(tmp_path):
     assert not luigi.build([MergeResults(workdir=str(tmp_path / "w"), run_name="empty", untuned=missing)],
                            local_scheduler=True,
                            log_level="CRITICAL")
+
+
+def test_the_merge_task_merges_override_files_given_with_the_results(tmp_path):
+    """--results may name hipBLASLt override files beside TunableOp results: each kind is merged with its own,
+    by the same function as merge-results."""
+    rocm = "Validator,PT_VERSION,2.11.0\nValidator,HIPBLASLT_VERSION,100200-6c70ef2a\n"
+    (tmp_path / "r0.csv").write_text(f"{rocm}GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144,"
+                                     "Gemm_Hipblaslt_572,0.0215\n")
+    (tmp_path / "o0.txt").write_text(f"Git Version: 6c70ef2a\n{HEADER}\n"
+                                     "T,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n")
+    (tmp_path / "o1.txt").write_text(f"Git Version: 6c70ef2a\n{HEADER}\n"
+                                     "T,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,19.0,811\n"
+                                     f"{HEADER}\nT,N,1,4096,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,14.0,33\n")
+    task = MergeResults(workdir=str(tmp_path / "w"), run_name="r", backend="hipblaslt",
+                        results=",".join(str(tmp_path / n) for n in ("r0.csv", "o0.txt", "o1.txt")))
+    assert luigi.build([task], local_scheduler=True, log_level="WARNING")
+    merge = tmp_path / "w" / "r" / "merge"
+    assert [e.solution for e in read_file(merge / "tunableop_results.csv").entries] == ["Gemm_Hipblaslt_572"]
+    override = read_override(merge / "hipblaslt_override.txt")
+    assert [dict(e.fields)["solution_index"] for e in override.entries] == ["811", "33"]
+    only_overrides = MergeResults(workdir=str(tmp_path / "w"), run_name="o", backend="hipblaslt",
+                                  results=str(tmp_path / "o0.txt"))
+    assert not luigi.build([only_overrides], local_scheduler=True, log_level="CRITICAL")

@@ -7,13 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .test_stack import DOUBLE, UNTUNED
-
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import DOUBLE, ROOT, UNTUNED
 
 
 def test_scaling_reports_each_gpu_count_with_its_timeline(tmp_path):

@@ -15,7 +15,7 @@ from pipeline.stages.shapes import (
     write_shapes_json,
 )
 
-from .conftest import FIXTURES
+from .helpers import FIXTURES
 
 LINES = [
     "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144",

@@ -4,34 +4,13 @@ upgrade and the drift report, on CPU with the hipblaslt backend against the benc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from pipeline.stages import fingerprint as fpmod
 from pipeline.stages.tuned_cache import TUNED
 
-from .conftest import FIXTURES
-
-DOUBLE = str(Path(__file__).parent / "doubles" / "hipblaslt-bench")
-UNTUNED = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
-TARGET = FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"
-
-
-def _run(tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str
-         ) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler",
-               "--workdir", str(tmp_path / "w"), "--run-name", run, "--untuned", str(UNTUNED),
-               "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
-               "--validate-rounds", "3", *extra]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_FORMAT": "rl",
-           "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
-           "HIPBLASLT_DOUBLE_BUILD": build}
-    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
+from .helpers import run_amd_dag as _run
 
 
 def _bench_runs(tmp_path: Path) -> list[list[str]]:

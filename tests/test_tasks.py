@@ -14,8 +14,8 @@ from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults
 from pipeline.formats.tunableop import read_file
 from pipeline.stages import bench as bench_stage
 
-from .conftest import FIXTURES
-from .test_collect import FAKE, O_PROJ, QKV
+from .helpers import FAKE_WORKLOAD as FAKE
+from .helpers import FIXTURES, O_PROJ, QKV
 
 
 def _build(task) -> bool:

@@ -12,14 +12,13 @@ import pytest
 import yaml
 
 from pipeline.backends.hipblaslt import ToolMissing
+from pipeline.errors import BadInput
 from pipeline.formats.tensile import benchmark_winners, config_problems
 from pipeline.formats.tunableop import read_file
-from pipeline.stages.tensile import locate, run_config
+from pipeline.stages.tensile import TensileTool, locate
 
-from .conftest import FIXTURES
+from .helpers import DOUBLES, FIXTURES, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-DOUBLES = Path(__file__).parent / "doubles"
 GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942" / "tensile" / "Cijk_Alik_Bljk_BBS_BH.yaml"
 
 
@@ -48,13 +47,13 @@ def test_configs_tensilelite_would_refuse_are_named():
 
 
 def test_a_refused_config_never_runs(tmp_path):
-    tool = locate(str(fake_tensilelite(tmp_path / "tl")))
+    tool = TensileTool(0, str(fake_tensilelite(tmp_path / "tl")), str(DOUBLES / "hipblaslt-bench"))
     config = tmp_path / "bad.yaml"
     data = yaml.safe_load(GOLDEN.read_text())
     data["BenchmarkProblems"][0][1]["InitialSolutionParameters"] = [{"x": 1}]
     config.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match=r"TensileLite would refuse this config: .*InitialSolutionParameters"):
-        run_config(tool, config, tmp_path / "out", 60)
+    with pytest.raises(BadInput, match=r"TensileLite would refuse this config: .*InitialSolutionParameters"):
+        tool.run(config, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -64,9 +63,8 @@ def test_locate_and_benchmark_winners(tmp_path, monkeypatch):
         locate()
     with pytest.raises(ToolMissing, match="no TensileLite under"):
         locate(str(tmp_path))
-    tool = locate(str(fake_tensilelite(tmp_path / "tl")))
-    assert tool.version == "4.33.0"
-    run_config(tool, GOLDEN, tmp_path / "out", 60)
+    assert locate(str(fake_tensilelite(tmp_path / "tl"))).version == "4.33.0"
+    TensileTool(0, str(tmp_path / "tl"), str(DOUBLES / "hipblaslt-bench")).run(GOLDEN, tmp_path / "out")
     csv_path = next((tmp_path / "out" / "2_BenchmarkData").glob("*.csv"))
     winners = benchmark_winners(csv_path.read_text(), str(csv_path))
     win = winners[(6144, 128, 1, 4096, 6144, 6144, 4224, 4224)]  # the padded variant, beside its original

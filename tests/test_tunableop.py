@@ -16,7 +16,7 @@ from pipeline.formats.tunableop import (
 )
 from pipeline.problem import GemmProblem
 
-from .conftest import FIXTURES, TUNABLEOP_FIXTURES
+from .helpers import FIXTURES, TUNABLEOP_FIXTURES
 from .strategies import entries, problems, validators
 
 

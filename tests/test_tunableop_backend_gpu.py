@@ -6,16 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pipeline.formats.tunableop import read_file
 
-from .conftest import FIXTURES
+from .helpers import FIXTURES, ROOT
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_tune_workload_with_tunableop_offline_tuning(tmp_path):

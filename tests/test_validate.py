@@ -23,7 +23,7 @@ from pipeline.stages.gate import GateSettings, gate
 from pipeline.stages.measured import MeasuredRow
 from pipeline.stages.validate import run_worker
 
-from .conftest import FIXTURES
+from .helpers import FIXTURES
 
 RECORDED = json.loads((FIXTURES / "validate" / "measurements.json").read_text())
 

@@ -10,6 +10,7 @@ One entry point that the Luigi tasks never import, so a worker's module is impor
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -21,6 +22,7 @@ WORKERS = {"bench-worker": bench_worker.main, "validate": validate.main, "call-w
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")  # a worker's log file
     if not argv or argv[0] not in WORKERS:
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -36,7 +37,15 @@ from ..stats import geomean
 
 BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
             "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
-            "tunableop": "pipeline.backends.tunableop:TunableOpBackend"}
+            "tunableop": "pipeline.backends.tunableop:TunableOpBackend"}  # tuners: one problem at a time, sharded
+CONFIG_TOOLS = {"find_exact": "pipeline.stages.find_exact:FindExact",
+                "tensile": "pipeline.stages.tensile:TensileTool"}  # AMD tools on GenerateConfigs' configs
+
+
+def load(path: str, *args, **kwargs):
+    """Construct ``module:Class`` of ``BACKENDS`` or ``CONFIG_TOOLS`` (imported only when used)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)(*args, **kwargs)
 OVERRIDE = "hipblaslt_override.txt"
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 RUNTIME = "runtime.json"
@@ -54,13 +63,6 @@ def check_backend(backend: str) -> None:
     if missing:
         raise ToolMissing(f"--backend {backend} needs {' and '.join(missing)}, not installed for {sys.executable}: "
                           "pip install -e '.[cuda]' (NVIDIA) or '.[rocm]' with a ROCm torch (AMD)")
-
-
-def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
-    """A one-line terminal progress bar on stderr (redrawn in place)."""
-    filled = round(width * done / max(total, 1))
-    end = "\n" if done >= total else ""
-    print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
 class BenchError(ToolError):

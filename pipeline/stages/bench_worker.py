@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import importlib
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -26,6 +27,8 @@ from ..backends.base import ProblemResult, TuneSettings, tune
 from ..backends.slots import gpu_slot, lock_dir
 from ..problem import GemmProblem
 from .bench import RUNTIME, pending, problem_id, result_path
+
+log = logging.getLogger("pipeline")
 
 
 def load_backend(path: str, gpu: int, options: dict | None = None, marks: dict[str, float] | None = None):
@@ -91,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     tuned += 1
                     speed = f" x{result.speedup:.3f}" if result.speedup else ""
                     status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
-                    print(f"{result.problem.op} {result.problem.m}x{result.problem.n}x{result.problem.k}: {status}",
-                          flush=True)
+                    log.info("%s %sx%sx%s: %s", result.problem.op, result.problem.m, result.problem.n,
+                             result.problem.k, status)
     atomic_write_json(Path(args.shard).with_name(f"{args.name}.timeline.json"), {
         "gpu": gpu, "pid": os.getpid(), "problems": tuned, **marks, "done": time.time()})
     return 0

@@ -23,6 +23,7 @@ import datetime
 import fcntl
 import getpass
 import json
+import logging
 import os
 import re
 import shlex
@@ -45,6 +46,7 @@ ENV_FILE = "nightly.env"
 LOG = "nightly.log"
 FAILURES_ENV = "GEMM_TUNE_FAILURES"  # where a task appends its failure record (one JSON line)
 FAILURES = ".nightly-failures.jsonl"
+log = logging.getLogger("pipeline")
 
 # TuneWorkload/Package parameters that name paths, made absolute in the units: name -> separator of a list
 PATH_PARAMETERS = {"untuned": ",", "results": ",", "validators_from": None, "hipblaslt_bench": None,
@@ -98,10 +100,10 @@ def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), s
 
 
 def record_failure(who: str, error: BaseException, env: Mapping[str, str] | None = None) -> str:
-    """Say on stderr, in one line, that ``who`` failed and with which exit code; append the record to the file
+    """Log, in one line, that ``who`` failed and with which exit code; append the record to the file
     ``$GEMM_TUNE_FAILURES`` names (the nightly reads it). Returns the line."""
     line = f"gemm-tune: {who} failed: {one_line(error)}"
-    print(line, file=sys.stderr, flush=True)
+    log.error("%s", line)
     target = (os.environ if env is None else env).get(FAILURES_ENV)
     if target:
         record = {"task": who, "error": type(error).__name__, "exit_code": exit_code(error), "message": str(error)}

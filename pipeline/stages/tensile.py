@@ -15,23 +15,22 @@ figures of this stage are TensileLite's own benchmark, summarised in ``bench/sum
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from ..atomic import atomic_write_json, atomic_write_text
+from ..atomic import atomic_write_text
 from ..backends.base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
 from ..backends.hipblaslt import HipblasltBackend
-from ..formats.hipblaslt_bench import BenchFormatError
-from ..formats.logic import LogicFormatError, dump_logic, load_logic
-from ..formats.rocm import problem_type_name, to_amd
+from ..errors import BadInput, PipelineError
+from ..formats.logic import dump_logic, load_logic
+from ..formats.rocm import to_amd
 from ..formats.tensile import benchmark_winners, config_problems
 from ..problem import GemmProblem
-from .bench import RUNTIME, TOOL_LOGIC, pending, result_path
+from .config_tool import run_into, tool_root
 from .configs import tensile_reason
-from .tool_run import run_into, tool_root
 
 ENV = "TENSILE_ROOT"
 
@@ -55,65 +54,58 @@ def locate(explicit: str | None = None) -> TensileLite:
     return TensileLite(script, found[1] if found else "unknown")
 
 
-def run_config(tool: TensileLite, config: Path, out: Path, timeout_s: float) -> None:
-    """Refuse a config TensileLite would refuse; else run it into ``out`` (replaced only on success)."""
-    reasons = config_problems(yaml.safe_load(config.read_text()))
-    if reasons:
-        raise ValueError(f"{config}: TensileLite would refuse this config: " + "; ".join(reasons))
-    run_into([str(tool.script), str(config.absolute())], out, timeout_s, f"TensileLite on {config.name}")
+class TensileTool:
+    """TensileLite as a ``config_tool.ConfigTool``: hipblaslt-bench times the library's heuristic pick."""
 
+    name = "tensile"
 
-def tune_configs(problems: Sequence[GemmProblem], configs_dir: Path, out_dir: Path, tool: TensileLite,
-                 bench: HipblasltBackend, settings: TuneSettings, timeout_s: float = 4 * 3600.0,
-                 progress: Callable[[int, int], None] | None = None) -> None:
-    """TensileLite on every config whose problems have no result yet; results and logic as documented."""
-    out_dir = Path(out_dir).absolute()
-    atomic_write_json(out_dir / RUNTIME, {**bench.runtime(), "backend": "tensile", "tuner": "tensile",
-                                          "tensile": str(tool.script), "tensile_version": tool.version,
-                                          "note": "TensileLite's kernels take effect once the merged logic is "
-                                                  "compiled into the device library; its figures are "
-                                                  "TensileLite's own benchmark (bench/summary.json)"})
-    groups: dict[str, list[GemmProblem]] = {}
-    for problem in pending(problems, out_dir):
-        reason = tensile_reason(problem)
-        if reason:
-            atomic_write_json(result_path(out_dir, problem), ProblemResult(problem, skipped=reason).to_json())
-        else:
-            groups.setdefault(problem_type_name(problem), []).append(problem)
-    done = len(problems) - len(pending(problems, out_dir))
-    for name, group in sorted(groups.items()):
-        config = configs_dir / "tensile" / f"{name}.yaml"
-        out = out_dir / "tensile" / name
-        error, winners = None, {}
-        if not config.exists():
-            error = f"no TensileLite config {config.name}: GenerateConfigs skipped this problem type"
-        else:
-            try:
-                run_config(tool, config, out, timeout_s)
-                for csv_path in sorted((out / "2_BenchmarkData").glob("*.csv")):
-                    winners.update(benchmark_winners(csv_path.read_text(), str(csv_path)))
-                for path in sorted((out / "3_LibraryLogic").glob("*.yaml")):
-                    atomic_write_text(out_dir / TOOL_LOGIC / path.name, dump_logic(load_logic(path)))
-            except (RuntimeError, ValueError, LogicFormatError) as err:
-                error = str(err)
-        for problem in group:
-            atomic_write_json(result_path(out_dir, problem), _result(problem, winners, bench, error).to_json())
-            done += 1
-            if progress:
-                progress(done, len(problems))
+    def __init__(self, gpu: int = 0, root: str | None = None, bench: str | None = None,
+                 timeout_s: float = 4 * 3600.0) -> None:
+        self.tool = locate(root)
+        self.bench = HipblasltBackend(gpu, bench)
+        self.timeout_s = timeout_s
 
+    def runtime(self) -> dict:
+        return {**self.bench.runtime(), "backend": self.name, "tuner": self.name, "tensile": str(self.tool.script),
+                "tensile_version": self.tool.version,
+                "note": "TensileLite's kernels take effect once the merged logic is compiled into the device "
+                        "library; its figures are TensileLite's own benchmark (bench/summary.json)"}
 
-def _result(problem: GemmProblem, winners: dict, bench: HipblasltBackend, error: str | None) -> ProblemResult:
-    if error:
-        return ProblemResult(problem, skipped=error) if error.startswith("no TensileLite config") else (
-            ProblemResult(problem, errors=[error]))
-    winner = winners.get(tuple(to_amd(problem).tensile_exact))
-    if winner is None:
-        return ProblemResult(problem, errors=["TensileLite's 2_BenchmarkData holds no row for this size"])
-    try:
-        heuristic = bench.heuristic(problem)
-    except (RuntimeError, BenchFormatError) as err:
-        return ProblemResult(problem, errors=[f"timing the heuristic pick: {err}"])
-    return ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us,
-                         candidates=[CandidateResult(winner.name, final_us=winner.time_us,
-                                                     config={"Tuner": "tensile", "GFlops": winner.gflops})])
+    def skip_reason(self, problem: GemmProblem) -> str | None:
+        return tensile_reason(problem)
+
+    def run(self, config: Path, out: Path) -> None:
+        """Refuse a config TensileLite would refuse; else run it into ``out`` (replaced only on success)."""
+        reasons = config_problems(yaml.safe_load(config.read_text()))
+        if reasons:
+            raise BadInput(f"{config}: TensileLite would refuse this config: " + "; ".join(reasons))
+        run_into([str(self.tool.script), str(config.absolute())], out, self.timeout_s,
+                 f"TensileLite on {config.name}")
+
+    def winners(self, out: Path) -> dict:
+        """Each size's winner from ``2_BenchmarkData``; the library logic is read too (a torn one fails here)."""
+        found = {}
+        for csv_path in sorted((out / "2_BenchmarkData").glob("*.csv")):
+            found.update(benchmark_winners(csv_path.read_text(), str(csv_path)))
+        for path in sorted((out / "3_LibraryLogic").glob("*.yaml")):
+            load_logic(path)
+        return found
+
+    def result(self, problem: GemmProblem, winners: dict, settings: TuneSettings) -> ProblemResult:
+        """TensileLite's winner as a candidate beside the heuristic pick; the row stays ``Default`` (the kernel
+        reaches a workload only through a rebuilt library)."""
+        winner = winners.get(tuple(to_amd(problem).tensile_exact))
+        if winner is None:
+            return ProblemResult(problem, errors=["TensileLite's 2_BenchmarkData holds no row for this size"])
+        try:
+            heuristic = self.bench.heuristic(problem)
+        except PipelineError as err:
+            return ProblemResult(problem, errors=[f"timing the heuristic pick: {err}"])
+        return ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us,
+                             candidates=[CandidateResult(winner.name, final_us=winner.time_us,
+                                                         config={"Tuner": self.name, "GFlops": winner.gflops})])
+
+    def keep_logic(self, out: Path, logic_dir: Path, results: Sequence[ProblemResult]) -> None:
+        """``3_LibraryLogic`` whole: MergeLogic merges it into the base logic."""
+        for path in sorted((out / "3_LibraryLogic").glob("*.yaml")):
+            atomic_write_text(logic_dir / path.name, dump_logic(load_logic(path)))

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import time
@@ -35,6 +36,7 @@ from .measured import MeasuredRow, Padded, Pair
 from .shapes import ShapeRecord
 
 MEASUREMENTS = "measurements.json"
+log = logging.getLogger("pipeline")
 
 
 def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, str]:
@@ -284,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = run_dir / "bench" / "runtime.json"
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
-        print(f"validating on GPU {gpu}", flush=True)
+        log.info("validating on GPU %d", gpu)
         measured = measure(run_dir, BenchTimer if with_bench else TorchTimer, gpu, args.rounds, args.margin,
                            progress, out / "rows")
         if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file

@@ -1,0 +1,37 @@
+"""What several test modules share: paths of the repository, fixtures and doubles, and the one way the
+tests run the AMD DAG against the hipblaslt-bench double. Test modules import from here, never from each
+other."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+TUNABLEOP_FIXTURES = sorted((FIXTURES / "tunableop").glob("*.csv"))
+DOUBLES = Path(__file__).parent / "doubles"
+DOUBLE = str(DOUBLES / "hipblaslt-bench")  # the hipblaslt-bench double
+UNTUNED = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"  # an HF Llama's GEMMs, recorded by torch 2.11
+TARGET = FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"  # what torch on the target ROCm machine wrote
+FAKE_WORKLOAD = str(Path(__file__).parent / "fake_workload.py")  # a workload double that records like torch
+QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"
+O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
+
+
+def run_amd_dag(tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str
+                ) -> subprocess.CompletedProcess:
+    """``luigi ... <task>`` on UNTUNED with the hipblaslt backend and the double (``build``: its library build),
+    from ``tmp_path``; the double logs every invocation to ``tmp_path/bench.log``. Asserts success."""
+    command = [sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler",
+               "--workdir", str(tmp_path / "w"), "--run-name", run, "--untuned", str(UNTUNED),
+               "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
+               "--validate-rounds", "3", *extra]
+    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_FORMAT": "rl",
+           "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
+           "HIPBLASLT_DOUBLE_BUILD": build}
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
