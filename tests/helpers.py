@@ -29,7 +29,7 @@ def run_amd_dag(tmp_path: Path, run: str, build: str = "", task: str = "TuneWork
                "--workdir", str(tmp_path / "w"), "--run-name", run, "--untuned", str(UNTUNED),
                "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
                "--validate-rounds", "3", *extra]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_FORMAT": "rl",
+    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025",
            "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
            "HIPBLASLT_DOUBLE_BUILD": build}
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)

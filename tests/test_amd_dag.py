@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import read_file
 
-from .helpers import DOUBLE, TARGET, UNTUNED
+from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED
 
 
 def _luigi(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -24,7 +25,7 @@ def _luigi(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.C
 
 def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     proc = _luigi(tmp_path, "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
-                  env={"HIPBLASLT_DOUBLE_FORMAT": "rl"})
+                  env={"HIPBLASLT_DOUBLE_GENERATION": "2025"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     summary = json.loads((run / "bench" / "summary.json").read_text())
@@ -59,3 +60,47 @@ def test_a_missing_bench_fails_before_any_work_and_says_where_it_looked(tmp_path
     assert "pass --hipblaslt-bench PATH, set $HIPBLASLT_BENCH, or put hipblaslt-bench on PATH" in proc.stderr
     assert not (tmp_path / "w" / "night" / "shapes").exists(), "checked before any stage ran"
     assert "failed: ToolMissing (exit 11, tool failure)" in proc.stderr
+
+
+def test_a_2024_hipblaslt_for_torch_2_6_ships_the_names_that_torch_reads_and_no_override_file(tmp_path):
+    """hipBLASLt 0.10 (no tuning file) and a torch 2.6 target, which names hipBLASLt solutions
+    Gemm_Hipblaslt_<TA><TB>_<index>: the rows are named so, the package serves them, no override file ships."""
+    untuned = FIXTURES / "tunableop" / "torch2.6_untuned.csv"
+    target = FIXTURES / "tunableop" / "torch2.6_rocm_results.csv"
+    command = [sys.executable, "-m", "luigi", "--module", "pipeline", "Package", "--local-scheduler",
+               "--workdir", str(tmp_path / "w"), "--run-name", "night", "--untuned", str(untuned),
+               "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(target)]
+    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2024"}
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "w" / "night"
+    assert json.loads((run / "bench" / "runtime.json").read_text())["generation"] == "2024"
+    bundle = read_file(run / "bundle" / "tunableop_results.csv")
+    assert bundle.entries and all(re.fullmatch(r"Gemm_Hipblaslt_(TN|NN)_\d+", e.solution) for e in bundle.entries)
+    assert all(e.solution[len("Gemm_Hipblaslt_"):][:2] == e.problem.layout for e in bundle.entries)
+    assert not (run / "bundle" / "hipblaslt_override.txt").exists(), "hipBLASLt 0.10 reads no override file"
+    package = json.loads((run / "package" / "package.json").read_text())
+    assert package["serves"]["tunableop_rows"] == len(bundle.entries), "torch 2.6 can dispatch every row"
+    report = (run / "report" / "report.md").read_text()
+    assert "no tuning override file" in report
+
+
+def test_every_run_of_a_problem_takes_the_same_flush_setting(tmp_path, monkeypatch):
+    """The 2025 bench turns --flush on by itself under HIPBLASLT_TUNING_FILE (the search run); the heuristic
+    run it is compared with, and Validate's runs, must take the same setting."""
+    from pipeline.backends.base import TuneSettings
+    from pipeline.backends.hipblaslt import HipblasltBackend
+    from pipeline.problem import GemmProblem
+
+    problem = GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144)
+    for generation in ("2024", "2025"):
+        log = tmp_path / f"settings{generation}.log"
+        monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
+        monkeypatch.setenv("HIPBLASLT_DOUBLE_SETTINGS_LOG", str(log))
+        backend = HipblasltBackend(0, DOUBLE)
+        result = backend.tune_one(problem, TuneSettings())
+        backend.measure_pair(problem, result.candidates[0].config["SolutionIndex"], rounds=1)
+        runs = [json.loads(line) for line in log.read_text().splitlines() if json.loads(line)["m"] == 6144]
+        assert {r["method"] for r in runs} == {"heuristic", "all", "index"}
+        assert {r["flush"] for r in runs} == {True}, f"{generation}: {runs}"
+        assert {r["tuning_file"] for r in runs if r["method"] != "all"} == {False}

@@ -47,7 +47,8 @@ def test_find_exact_files_follow_the_schema(tmp_path):
         assert pt["ComputeDataType"] == "S" and pt["DataTypeC"] == pt["DataTypeD"]
         assert {pt["DataTypeA"], pt["DataTypeB"], pt["DataTypeC"]} <= {"H", "S", "B", "FP8", "FP8N"}
         assert pt["TransposeA"] in (0, 1) and isinstance(pt["UseBias"], bool)
-        assert bench["TestConfig"] == {"ColdIter": 20, "Iter": 100, "AlgoMethod": "all", "RotatingBuffer": 512}
+        assert bench["TestConfig"] == {"ColdIter": 20, "Iter": 100, "AlgoMethod": "all", "RotatingBuffer": 512,
+                                       "Device": 0}, "the 2025 script's device (HIP_VISIBLE_DEVICES maps it)"
         assert bench["TuningParameters"] == {"SplitK": [0, 4]}
         assert all(len(size) == 4 and all(isinstance(v, int) for v in size) for size in bench["ProblemSizes"])
         assert bench["ProblemSizes"] == sorted(bench["ProblemSizes"])

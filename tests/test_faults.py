@@ -33,7 +33,7 @@ def _start(tmp_path: Path, workdir: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
                "--workdir", str(workdir), "--run-name", "night", "--untuned", str(UNTUNED), "--backend", "hipblaslt",
                "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET), "--validate-rounds", "3", "--gpus", "2"]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_FORMAT": "rl",
+    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025",
            "HIPBLASLT_DOUBLE_NOISE": "0"}
     return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

@@ -39,11 +39,13 @@ def test_locate_names_what_is_missing(tmp_path, monkeypatch):
     with pytest.raises(ToolMissing) as err:
         locate(str(tmp_path / "empty"))
     assert all(part in str(err.value) for part in ("no hipblaslt-bench", "no MatchTable.yaml", "no find_exact.py"))
-    build = fake_build(tmp_path)
+    build = fake_build(tmp_path / "2024", "2024")
     monkeypatch.setenv("HIPBLASLT_ROOT", str(build))
     found = locate()
     assert found.bench == build / "clients" / "staging" / "hipblaslt-bench"
     assert found.script == build.parent.parent / "utilities" / "find_exact.py"
+    newer = locate(str(fake_build(tmp_path / "2025")))
+    assert newer.bench.parent.name == "clients" and newer.match_table.parent.name == "device-library"
 
 
 def test_result_names_and_the_ld_order_fix():
@@ -56,7 +58,8 @@ def test_result_names_and_the_ld_order_fix():
     assert logic.exact_logic[0][0] == [64, 32, 1, 16, 44, 33, 11, 22], "LDD, LDC, LDA, LDB"
 
 
-def test_tune_configs_through_find_exact(tmp_path):
+def test_tune_configs_through_find_exact(tmp_path, monkeypatch):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", "2025")
     tool = FindExact(0, str(fake_build(tmp_path)))
     configs.write_configs(tmp_path / "configs", PROBLEMS, configs.ConfigSettings(padding="off"))
     out = tmp_path / "bench"
@@ -78,7 +81,7 @@ def test_tune_configs_through_find_exact(tmp_path):
 
 
 def test_tune_workload_with_find_exact(tmp_path):
-    build = fake_build(tmp_path)
+    build = fake_build(tmp_path)  # the 2025 tree (bf16 needs its find_exact.py)
     untuned = tmp_path / "untuned0.csv"
     untuned.write_text("".join(f"GemmTunableOp_BFloat16_TN,tn_{p.m}_{p.n}_{p.k}_ld_{p.lda}_{p.ldb}_{p.ldc}\n"
                                for p in PROBLEMS))
@@ -87,7 +90,8 @@ def test_tune_workload_with_find_exact(tmp_path):
                            "--backend", "find_exact", "--hipblaslt-root", str(build), "--validators-from",
                            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")})
+                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+                               "HIPBLASLT_DOUBLE_GENERATION": "2025"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     assert json.loads((run / "validate" / "measurements.json").read_text())["meta"]["measured_with"] == (
@@ -96,3 +100,30 @@ def test_tune_workload_with_find_exact(tmp_path):
     assert all(e.solution.startswith("Gemm_Hipblaslt_") for e in bundle.entries)
     logic = yaml.safe_load((run / "merge" / "logic" / "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
     assert logic[11] == "Equality" and logic[7], "find_exact's logic, merged"
+
+
+@pytest.mark.parametrize("generation", ["2024", "2025"])
+def test_find_exact_benches_on_the_gpu_the_worker_claimed(generation, tmp_path, monkeypatch):
+    """The heuristic it is judged against runs on the worker's GPU (--device 1); find_exact.py must bench
+    there too: the 2024 script knows no device, the 2025 one reads TestConfig.Device."""
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_SETTINGS_LOG", str(tmp_path / "settings.log"))
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    half = [GemmProblem("gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, a_type="float16", b_type="float16",
+                        c_type="float16")]
+    tool = FindExact(1, str(fake_build(tmp_path, generation)))
+    configs.write_configs(tmp_path / "configs", half, configs.ConfigSettings(padding="off"))
+    tune_configs(tool, half, tmp_path / "configs", tmp_path / "bench", TuneSettings())
+    runs = [json.loads(line) for line in (tmp_path / "settings.log").read_text().splitlines()]
+    physical = {int(r["visible"].split(",")[r["device"]]) if r["visible"] else r["device"] for r in runs}
+    assert physical == {1}, f"runs landed on GPUs {physical}: {runs}"
+
+
+def test_the_2024_find_exact_is_not_asked_for_bf16(tmp_path, monkeypatch):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", "2024")
+    tool = FindExact(0, str(fake_build(tmp_path, "2024")))
+    configs.write_configs(tmp_path / "configs", PROBLEMS, configs.ConfigSettings(padding="off"))
+    tune_configs(tool, PROBLEMS, tmp_path / "configs", tmp_path / "bench", TuneSettings())
+    results = [json.loads(result_path(tmp_path / "bench", p).read_text()) for p in PROBLEMS[:2]]
+    assert all("bf16 needs the 2025 find_exact.py" in r["skipped"] for r in results)
+    assert not (tmp_path / "bench" / "find_exact").exists(), "the script never ran on a config it asserts on"

@@ -29,7 +29,7 @@ def _command(workdir: Path, *extra: str) -> list[str]:
 
 
 def _env(tmp_path: Path, delay: str = "0.15") -> dict:
-    return {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_FORMAT": "rl",
+    return {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025",
             "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_DELAY": delay,
             "LUIGI_CONFIG_PATH": str(tmp_path / "luigi.cfg")}
 

@@ -40,27 +40,41 @@ def test_bench_is_found_by_option_then_environment_then_path(tmp_path, monkeypat
         find_bench(str(tmp_path / "nothing"))
 
 
-def test_winner_is_the_fastest_solution_and_the_override_row_is_written_in_legacy_layout(monkeypatch, tmp_path):
-    monkeypatch.setenv("HIPBLASLT_DOUBLE_FORMAT", "s24")  # no HIPBLASLT_TUNING_FILE support
+def test_a_2024_bench_has_no_override_file_to_write(monkeypatch, tmp_path):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", "2024")  # hipBLASLt 0.10: no HIPBLASLT_TUNING_FILE
     backend = HipblasltBackend(0, DOUBLE)
     result = backend.tune_one(QKV, TuneSettings())
     fastest = min(result.candidates, key=lambda c: c.screen_us)
     assert len(result.candidates) == 6 and result.default_us > 0
     assert result.winner == fastest.name == f"Gemm_Hipblaslt_{fastest.config['SolutionIndex']}"
     assert result.speedup >= 1.02 and result.winner_config["HeuristicSolutionIndex"] == 100
+    assert "OverrideRows" not in result.winner_config and "OverrideSource" not in result.winner_config
+    runtime = backend.runtime()
+    assert runtime["hipblaslt_version"] == "1000" and runtime["generation"] == "2024" and runtime["arch"] == "gfx942"
+    assert runtime["validators"] == {"HIPBLASLT_VERSION": "1000-9ca3d958b6"}
+
+
+def test_a_2025_bench_that_writes_no_tuning_file_gets_the_legacy_layout(monkeypatch, tmp_path):
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", "2025")
+    backend = HipblasltBackend(0, DOUBLE)
+    monkeypatch.setattr(backend, "run", _without_tuning_file(backend.run))
+    result = backend.tune_one(QKV, TuneSettings())
     assert result.winner_config["OverrideSource"] == "legacy layout"
     rows = parse_override("Git Version: x\n" + result.winner_config["OverrideRows"])
     fields = dict(rows.entries[0].fields)
     assert (fields["transA"], fields["m"], fields["n"], fields["k"], fields["a_type"]) == ("T", "6144", "128", "4096",
                                                                                           "bf16_r")
-    assert fields["solution_index"] == str(fastest.config["SolutionIndex"])
-    runtime = backend.runtime()
-    assert runtime["hipblaslt_version"] == "100200" and runtime["arch"] == "gfx942"
-    assert runtime["validators"] == {"HIPBLASLT_VERSION": "100200-de5c1aebb6-dirty"}
+    assert fields["solution_index"] == result.winner.rsplit("_", 1)[1]
+
+
+def _without_tuning_file(run):
+    def wrapped(args, env=None):
+        return run(args, env={k: v for k, v in (env or {}).items() if k != "HIPBLASLT_TUNING_FILE"})
+    return wrapped
 
 
 def test_a_bench_that_writes_the_tuning_file_writes_the_override_rows(monkeypatch):
-    monkeypatch.setenv("HIPBLASLT_DOUBLE_FORMAT", "rl")
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", "2025")
     result = HipblasltBackend(0, DOUBLE).tune_one(QKV, TuneSettings())
     assert result.winner_config["OverrideSource"] == "hipblaslt-bench (HIPBLASLT_TUNING_FILE)"
     fields = dict(parse_override("Git Version: x\n" + result.winner_config["OverrideRows"]).entries[0].fields)
@@ -92,5 +106,6 @@ def test_validation_runs_alternate_heuristic_and_the_winner(monkeypatch, tmp_pat
     times = HipblasltBackend(0, DOUBLE).measure_pair(QKV, 2061, rounds=3)
     assert len(times["baseline"]) == len(times["tuned"]) == 3
     methods = [argv[argv.index("--algo_method") + 1] for argv in map(json.loads, log.read_text().splitlines())]
-    assert methods == ["heuristic", "index", "index", "heuristic", "heuristic", "index"]
+    assert methods[0] == "heuristic", "the probe that reads the bench's version (its generation)"
+    assert methods[1:] == ["heuristic", "index", "index", "heuristic", "heuristic", "index"]
     assert HipblasltBackend(0, DOUBLE).measure_pair(QKV, None, rounds=2)["tuned"] == []

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from pipeline.formats.hipblaslt_bench import (
     BenchFormatError,
     BenchOptions,
+    Generation,
     bench_args,
     parse_output,
+    problem_args,
     split_values,
     unsupported_reason,
 )
 from pipeline.problem import GemmProblem
+
+from .helpers import DOUBLE
 
 HEADER = ("transA,transB,grouped_gemm,batch_count,m,n,k,alpha,lda,stride_a,beta,ldb,stride_b,ldc,stride_c,ldd,"
           "stride_d,d_type,compute_type,activation_type,bias_vector,hipblaslt-Gflops,us")
@@ -126,3 +132,31 @@ def test_what_the_bench_cannot_run():
     assert "complex64" in unsupported_reason(GemmProblem("gemm", "N", "N", 8, 8, 8, a_type="complex64",
                                                          b_type="complex64", c_type="complex64",
                                                          compute_type="complex64"))
+
+
+@pytest.mark.parametrize(("version", "generation", "fnuz"), [("1000", "2024", "f8_r"), ("1100", "2024", "f8_r"),
+                                                           ("1200", "2025", "f8_fnuz_r"),
+                                                           ("100200", "2025", "f8_fnuz_r")])
+def test_each_generation_gets_the_fp8_names_it_takes(version, generation, fnuz, monkeypatch):
+    """The 2024 client spells the fnuz types f8_r/bf8_r and knows no f8_fnuz_r; the 2025 one takes f8_fnuz_r."""
+    gen = Generation.of(version)
+    assert gen.name == generation and gen.tuning_file == (generation == "2025")
+    problem = GemmProblem("gemm", "T", "N", 256, 64, 512, 512, 512, 256, a_type="float8_e4m3fnuz",
+                          b_type="float8_e4m3fnuz", c_type="float8_e4m3fnuz")
+    args = problem_args(problem, gen)
+    assert args[args.index("--a_type") + 1] == fnuz and args[args.index("--c_type") + 1] == fnuz
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
+    proc = subprocess.run([DOUBLE, *bench_args(problem, BenchOptions(iters=1, cold_iters=1), 0, "heuristic", None,
+                                               gen)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr  # the strict double of that generation takes every name
+    other = Generation.of("100200" if generation == "2024" else "1000")
+    wrong = subprocess.run([DOUBLE, *bench_args(problem, BenchOptions(iters=1, cold_iters=1), 0, "heuristic", None,
+                                                other)], capture_output=True, text=True)
+    assert generation == "2025" or wrong.returncode != 0, "the 2024 bench refuses f8_fnuz_r"
+
+
+def test_ocp_fp8_is_not_run_where_the_bench_would_run_fnuz():
+    ocp = GemmProblem("gemm", "T", "N", 256, 64, 512, 512, 512, 256, a_type="float8_e4m3fn", b_type="float8_e4m3fn",
+                      c_type="bfloat16")
+    assert "OCP FP8" in unsupported_reason(ocp, Generation.of("100200"), "gfx942")
+    assert unsupported_reason(ocp, Generation.of("100200"), "gfx950") is None

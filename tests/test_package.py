@@ -189,3 +189,48 @@ def test_a_non_root_user_reads_the_package(tmp_path):
             assert proc.returncode == 0, f"{name}: {proc.stderr}"
     finally:
         shutil.rmtree(dist)
+
+
+def _run_line(dockerfile: str) -> str:
+    """The shell command of the fragment's build-stage RUN, continuation lines joined."""
+    text = dockerfile.split("\nRUN ", 1)[1]
+    lines = []
+    for line in text.splitlines():
+        lines.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return " ".join(lines)
+
+
+@pytest.mark.parametrize("generation", ["6.2", "6.3", "2025a", "2025"])
+def test_the_fragment_builds_the_library_with_every_tensilelite_generation(generation, tmp_path):
+    """TensileCreateLibrary's options differ by generation (ROCm 6.2 takes only hipcc, 2024 trees take
+    --code-object-version default|V4|V5, some 2025 trees only 4|5): the fragment's RUN works with each."""
+    import sys
+
+    from .helpers import DOUBLES
+
+    rocm = Stack("rocm-gfx942-0123456789ab", {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-",
+                                              "hipblaslt": "1000", "hipblaslt_git": "abc"}, {"backend": "tensile"})
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0", "HIP_VERSION": "70051831"}, ["Default"],
+                  tensile_logic=True)
+    write_package(run, tmp_path / "dist", rocm, devices=1)
+    line = _run_line((tmp_path / "dist" / rocm.fingerprint / "Dockerfile").read_text())
+    line = line.replace("/gemm-tune/", f"{tmp_path}/gemm-tune/")
+    install, rest = line.split(" && ", 1)
+    assert install.startswith('python3 -m pip install "${TENSILELITE:?')
+    (tmp_path / "gemm-tune" / "logic").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "TensileCreateLibrary").write_text(f"#!/bin/sh\nexec {sys.executable} "
+                                                  f"{DOUBLES / 'TensileCreateLibrary'} \"$@\"\n")
+    (bin_dir / "TensileCreateLibrary").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TENSILE_DOUBLE_GENERATION": generation}
+    proc = subprocess.run(["sh", "-ec", rest], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    ran = json.loads((tmp_path / "gemm-tune" / "build" / "library" / "TensileLibrary.dat").read_text())
+    assert ran["Architecture"] == "gfx942" and ran["CodeObjectVersion"] in ("V4", "4")
+    old = ("TensileCreateLibrary --architecture=gfx942 --cxx-compiler=/opt/rocm/bin/amdclang++ "
+           f"--code-object-version=5 --library-format=msgpack {tmp_path}/gemm-tune/logic {tmp_path}/x HIP")
+    old_failed = subprocess.run(["sh", "-c", old], capture_output=True, env=env).returncode != 0
+    assert old_failed == (generation in ("6.2", "6.3")), "the line printed before failed on the 2024 trees"

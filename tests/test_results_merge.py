@@ -89,8 +89,10 @@ def test_override_files_merge(tmp_path, capsys):
     c.write_text(f"Git Version: 0000beef\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,9.0,5\n")
     with pytest.raises(ValueError, match="different hipBLASLt builds"):
         merge_overrides([read_override(a), read_override(c)])
-    git, entries, _ = merge_overrides([read_override(a), read_override(c)], target_git="0000beef")
-    assert git == "0000beef" and len(entries) == 2
+    git, entries, lines = merge_overrides([read_override(a), read_override(c)], target_git="0000beef")
+    assert git == "0000beef" and [dict(e.fields)["solution_index"] for e in entries] == ["5"], \
+        "rows of another build are dropped, never relabelled with the target's Git Version"
+    assert sum("dropped" in line and "'6c70ef2a'" in line for line in lines) == 2
     with pytest.raises(OverrideFormatError, match=r"x.txt:2: a value line before any header line"):
         parse_override("Git Version: 1\nT,N,1,1,1,1\n", "x.txt")
     with pytest.raises(OverrideFormatError, match=r"x.txt:3: 2 values for 13 columns"):

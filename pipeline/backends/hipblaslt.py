@@ -2,16 +2,16 @@
 
 Per problem the bench runs twice: the library's heuristic pick (``--algo_method heuristic
 --requested_solution 1``, the baseline torch gets without tuning) and every solution (``--algo_method all
---requested_solution -1``). The fastest solution wins if it beats the baseline by the margin; its name is
-``Gemm_Hipblaslt_<solution index>``, the name torch's TunableOp loads on ROCm (``shared/spec/tunableop.md``
-2.3). A run that fails, hangs past the timeout or prints garbage is retried once, then recorded as that
-problem's error.
+--requested_solution -1``), both with the same settings (``--flush`` included: the 2025 bench turns it on by
+itself under ``HIPBLASLT_TUNING_FILE``). The fastest solution wins if it beats the baseline by the margin; its
+name is ``Gemm_Hipblaslt_<solution index>`` (MergeResults writes the form the target torch reads). A run that
+fails, hangs past the timeout or prints garbage is retried once, then recorded as that problem's error.
 
-The winner's hipBLASLt override row (``HIPBLASLT_TUNING_OVERRIDE_FILE``) is written by the bench itself
-when it supports ``HIPBLASLT_TUNING_FILE`` (2025 builds, spec section 6: the search runs with it set, and
-the file it appends is kept); with an older bench the row is written here in the legacy layout (a ``Git
-Version:`` line, then a header line and a value line with transA, transB, batch_count, m, n, k, the
-types, compute_type and solution_index). ``OverrideSource`` in the winner's config says which.
+The bench's generation (``formats.hipblaslt_bench.Generation``) comes from the ``hipBLASLt version`` it
+prints: the 2025 tree (>= 0.12) writes the winner's override row itself through ``HIPBLASLT_TUNING_FILE``
+(kept; a bench of that tree that wrote none gets the legacy layout written here: a ``Git Version:`` line, then
+a header and a value line); the 2024 tree has no override file at all, so its winners ship as TunableOp
+rows and logic records only. ``OverrideSource`` in the winner's config says which.
 
 The program is found by ``--hipblaslt-bench PATH``, else ``$HIPBLASLT_BENCH``, else ``hipblaslt-bench`` on
 PATH. Validation re-measures a winner with the bench itself: ``measure_pair`` alternates heuristic and
@@ -36,6 +36,7 @@ from ..formats.hipblaslt_bench import (
     BenchOptions,
     BenchRun,
     BenchSolution,
+    Generation,
     bench_args,
     parse_output,
     unsupported_reason,
@@ -98,21 +99,32 @@ class HipblasltBackend:
         self.retries = retries
         self._probe: BenchRun | None = None
 
-    def runtime(self) -> dict:
-        """What the bench reports of itself and the device (a small heuristic run)."""
+    def probe(self) -> BenchRun:
+        """What the bench reports of itself and the device (a small heuristic run, once)."""
         if self._probe is None:
             probe = GemmProblem("gemm", "N", "N", 256, 256, 256, a_type="float16", b_type="float16",
                                 c_type="float16")
             self._probe = self.run(bench_args(probe, BenchOptions(cold_iters=1, iters=1, rotating_mb=0), self.gpu,
                                               "heuristic"))
-        run = self._probe
+        return self._probe
+
+    @property
+    def generation(self) -> Generation:
+        return Generation.of(self.probe().version)
+
+    def runtime(self) -> dict:
+        run = self.probe()
         return {"backend": self.name, "platform": "rocm", "bench": self.bench, "hipblaslt_version": run.version,
-                "hipblaslt_git": run.git_version, "name": run.device or "unknown", "arch": run.arch,
-                "bench_options": dataclasses.asdict(self.options),
+                "hipblaslt_git": run.git_version, "generation": self.generation.name, "name": run.device or "unknown",
+                "arch": run.arch, "bench_options": dataclasses.asdict(self.options),
                 "validators": torch_validators() or {"HIPBLASLT_VERSION": f"{run.version}-{run.git_version}"}}
 
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
-        return unsupported_reason(problem)
+        return unsupported_reason(problem, self.generation, self.probe().arch)
+
+    def args(self, problem: GemmProblem, method: str, index: int | None = None) -> list[str]:
+        """One run's arguments, with this bench's generation's names."""
+        return bench_args(problem, self.options, self.gpu, method, index, self.generation)
 
     def run(self, args: Sequence[str], env: dict[str, str] | None = None) -> BenchRun:
         """One bench run, retried ``retries`` times on a failure, a hang or output without a result."""
@@ -134,14 +146,14 @@ class HipblasltBackend:
 
     def heuristic(self, problem: GemmProblem) -> BenchSolution:
         """The library's own pick for ``problem`` (what torch gets untuned), as this bench measures it."""
-        return self.run(bench_args(problem, self.options, self.gpu, "heuristic")).fastest
+        return self.run(self.args(problem, "heuristic")).fastest
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         baseline = self.heuristic(problem)
         with tempfile.TemporaryDirectory() as scratch:
             tuning_file = Path(scratch) / "tuning.txt"
-            search = self.run(bench_args(problem, self.options, self.gpu, "all"),
-                              env={"HIPBLASLT_TUNING_FILE": str(tuning_file)})
+            env = {"HIPBLASLT_TUNING_FILE": str(tuning_file)} if self.generation.tuning_file else None
+            search = self.run(self.args(problem, "all"), env=env)
             written = tuning_file.read_text() if tuning_file.exists() else ""
         best = search.fastest
         candidates = [CandidateResult(f"Gemm_Hipblaslt_{s.index}", screen_us=s.us, final_us=s.us,
@@ -153,13 +165,15 @@ class HipblasltBackend:
             result.errors.append("the bench printed no --Solution index: is --print_kernel_info honoured?")
             return result
         if baseline.us / best.us >= 1 + settings.margin and best.index != baseline.index:
-            rows = written.split("\n", 1)[1] if written.startswith("Git Version:") else legacy_override_rows(search)
             result.winner, result.winner_us = f"Gemm_Hipblaslt_{best.index}", best.us
             result.winner_config = {
                 "SolutionIndex": best.index, "SolutionNameMin": best.name, "KernelNameMin": best.kernel,
-                "HeuristicSolutionIndex": baseline.index, "GitVersion": search.git_version,
-                "OverrideSource": "hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written else "legacy layout",
-                "OverrideRows": rows}
+                "HeuristicSolutionIndex": baseline.index, "GitVersion": search.git_version}
+            if self.generation.tuning_file:  # the 2024 tree has no override file: nothing to write
+                written_rows = written.split("\n", 1)[1] if written.startswith("Git Version:") else ""
+                result.winner_config.update(
+                    OverrideRows=written_rows or legacy_override_rows(search),
+                    OverrideSource="hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written_rows else "legacy layout")
         else:
             result.winner_us = baseline.us
         return result
@@ -169,7 +183,7 @@ class HipblasltBackend:
         index must still name the same kernel: indices are not portable across builds (spec section 6)."""
         problem, config = previous.problem, previous.winner_config or {}
         index = config["SolutionIndex"]
-        probe = self.run(bench_args(problem, self.options, self.gpu, "index", index))
+        probe = self.run(self.args(problem, "index", index))
         if probe.fastest.name != config.get("SolutionNameMin"):
             raise ValueError(f"solution {index} is {probe.fastest.name or 'unnamed'} in this build, "
                              f"was {config.get('SolutionNameMin')}")
@@ -192,7 +206,7 @@ class HipblasltBackend:
                 if name == "tuned" and index is None:
                     continue
                 method = "heuristic" if name == "baseline" else "index"
-                run = self.run(bench_args(problem, self.options, self.gpu, method, index))
+                run = self.run(self.args(problem, method, index))
                 times[name].append(run.fastest.us)
         return times
 

@@ -55,10 +55,25 @@ def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Ite
         time.sleep(0.5)
 
 
+VISIBLE_DEVICES = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+def amd_device_env(gpu: int, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that shows a program only GPU ``gpu`` (an index among the GPUs this process sees) as
+    its device 0, for a tool that cannot be told which device to use (2024 find_exact.py)."""
+    env = dict(os.environ if env is None else env)
+    for name in VISIBLE_DEVICES:
+        value = env.get(name)
+        if value:
+            visible = [v.strip() for v in value.split(",") if v.strip()]
+            return {**env, "HIP_VISIBLE_DEVICES": visible[gpu]}
+    return {**env, "HIP_VISIBLE_DEVICES": str(gpu)}
+
+
 def amd_gpu_count() -> int:
     """GPUs the AMD tools can use, without torch: the visible-devices variable where one is set, else the
     GPU nodes of the kfd topology; at least 1 (the tool itself says so when there is none)."""
-    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+    for name in VISIBLE_DEVICES:
         value = os.environ.get(name)
         if value:
             return len([v for v in value.split(",") if v.strip()])

@@ -28,8 +28,41 @@ from ..problem import GemmProblem
 
 BENCH_TYPES = {"float16": "f16_r", "bfloat16": "bf16_r", "float32": "f32_r", "float64": "f64_r",
                "float8_e4m3fn": "f8_r", "float8_e5m2": "bf8_r", "float8_e4m3fnuz": "f8_fnuz_r",
-               "float8_e5m2fnuz": "bf8_fnuz_r"}
+               "float8_e5m2fnuz": "bf8_fnuz_r"}  # the 2025 client's names (docs/upstream.md, hipblaslt-bench)
 COMPUTE_TYPES = {"float32": "f32_r", "tf32": "xf32_r", "float64": "f64_r"}
+TUNING_FILE_VERSION = 1200  # hipBLASLt 0.12.0 (ROCm 6.4) added HIPBLASLT_TUNING_FILE and the override file
+NO_OCP_FP8 = ("gfx94", "gfx90")  # archs whose bench runs f8_r/bf8_r as the fnuz types (docs/upstream.md)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one hipblaslt-bench generation takes, by the ``hipBLASLt version`` it prints (major * 100000 +
+    minor * 100 + patch): the 2024 tree (< 0.12, ROCm <= 6.3) spells the fnuz FP8 types ``f8_r``/``bf8_r``
+    and has no tuning file; the 2025 tree (>= 0.12, ROCm 6.4+) takes ``f8_fnuz_r``/``bf8_fnuz_r`` and writes
+    ``HIPBLASLT_TUNING_FILE`` (docs/upstream.md)."""
+
+    version: int | None = None
+
+    @property
+    def tuning_file(self) -> bool:
+        return self.version is not None and self.version >= TUNING_FILE_VERSION
+
+    @property
+    def name(self) -> str:
+        return "2025" if self.tuning_file else "2024"
+
+    def type_name(self, dtype: str) -> str | None:
+        """The bench's name of ``dtype`` in this generation (None: it has none)."""
+        if not self.tuning_file and dtype in ("float8_e4m3fnuz", "float8_e5m2fnuz"):
+            return {"float8_e4m3fnuz": "f8_r", "float8_e5m2fnuz": "bf8_r"}[dtype]
+        return BENCH_TYPES.get(dtype)
+
+    @classmethod
+    def of(cls, version: str | int | None) -> Generation:
+        try:
+            return cls(int(version)) if version is not None else cls()
+        except ValueError:
+            return cls()
 _HEADER = re.compile(r"^\s*\[(?P<index>\d+)\]:?(?P<columns>.*transA.*)$")
 _VERSION = re.compile(r"hipBLASLt version:\s*(?P<value>\S+)")
 _GIT = re.compile(r"hipBLASLt git version:\s*(?P<value>\S+)")
@@ -43,31 +76,41 @@ class BenchFormatError(ToolError, ValueError):
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """How each problem is benchmarked (the settings find_exact's template uses, by default)."""
+    """How each problem is benchmarked (the settings find_exact's template uses, by default). ``flush`` is on
+    for every run: the 2025 bench turns it on by itself under ``HIPBLASLT_TUNING_FILE`` (a bool option is a pure
+    flag, it cannot be turned off), so the heuristic and index runs take it too, and all runs compare alike."""
 
     cold_iters: int = 20
     iters: int = 100
     rotating_mb: int = 512
-    flush: bool = False
+    flush: bool = True
     splitk: tuple[int, ...] = ()
 
 
-def unsupported_reason(problem: GemmProblem) -> str | None:
-    """Why hipblaslt-bench cannot run ``problem`` as recorded (None when it can)."""
+def unsupported_reason(problem: GemmProblem, generation: Generation | None = None, arch: str | None = None
+                       ) -> str | None:
+    """Why hipblaslt-bench of ``generation`` on ``arch`` cannot run ``problem`` as recorded (None when it can)."""
+    generation = generation or Generation()
     if problem.is_wildcard:
         return "wildcard key: tune the concrete shapes it stands for"
     if problem.op == "scaled_gemm":
         return "scaled GEMMs (scale vectors, fp8 recipes) are not driven through hipblaslt-bench yet"
     for name in ("a_type", "b_type", "c_type"):
-        if getattr(problem, name) not in BENCH_TYPES:
-            return f"{name} {getattr(problem, name)} has no hipblaslt-bench type"
+        dtype = getattr(problem, name)
+        if generation.type_name(dtype) is None:
+            return f"{name} {dtype} has no hipblaslt-bench type"
+        if dtype in ("float8_e4m3fn", "float8_e5m2") and (arch or "").startswith(NO_OCP_FP8):
+            return (f"{name} {dtype} is OCP FP8, which {arch} does not run: its bench runs f8_r/bf8_r as the fnuz "
+                    "types, another problem")
     if problem.compute_type not in COMPUTE_TYPES or problem.compute_suffix:
         return f"compute type {problem.compute_type}{problem.compute_suffix or ''} has no hipblaslt-bench type"
     return None
 
 
-def problem_args(problem: GemmProblem) -> list[str]:
-    """The problem's options: transposes, sizes, ld's, batch and strides, types, bias."""
+def problem_args(problem: GemmProblem, generation: Generation | None = None) -> list[str]:
+    """The problem's options: transposes, sizes, ld's, batch and strides, types (as ``generation`` names them),
+    bias."""
+    generation = generation or Generation()
     lda, ldb, ldc = problem.blas_lds()
     cols = (problem.k if problem.transa == "N" else problem.m, problem.n if problem.transb == "N" else problem.k,
             problem.n)
@@ -78,22 +121,23 @@ def problem_args(problem: GemmProblem) -> list[str]:
         strides = [ld * col for ld, col in zip((lda, ldb, ldc, ldc), (*cols, cols[2]), strict=True)]
         args += [item for flag, s in zip(("a", "b", "c", "d"), strides, strict=True)
                  for item in (f"--stride_{flag}", str(s))]
-    args += ["--a_type", BENCH_TYPES[problem.a_type], "--b_type", BENCH_TYPES[problem.b_type],
-             "--c_type", BENCH_TYPES[problem.c_type], "--d_type", BENCH_TYPES[problem.c_type],
+    name = generation.type_name
+    args += ["--a_type", name(problem.a_type), "--b_type", name(problem.b_type),
+             "--c_type", name(problem.c_type), "--d_type", name(problem.c_type),
              "--compute_type", COMPUTE_TYPES[problem.compute_type]]
     if problem.op == "gemm_and_bias":
-        args += ["--bias_vector", "--bias_type", BENCH_TYPES[problem.c_type]]
+        args += ["--bias_vector", "--bias_type", name(problem.c_type)]
     return args
 
 
 def bench_args(problem: GemmProblem, options: BenchOptions, device: int, method: str = "all",
-               solution_index: int | None = None) -> list[str]:
+               solution_index: int | None = None, generation: Generation | None = None) -> list[str]:
     """Arguments of one hipblaslt-bench run: ``method`` is ``all`` (every solution, the search),
     ``heuristic`` (the library's default pick, the baseline) or ``index`` (one solution by index)."""
     selection = {"all": ["--algo_method", "all", "--requested_solution", "-1"],
                  "heuristic": ["--algo_method", "heuristic", "--requested_solution", "1"],
                  "index": ["--algo_method", "index", "--solution_index", str(solution_index)]}[method]
-    args = [*problem_args(problem), *selection, "--api_method", "cpp", "--print_kernel_info",
+    args = [*problem_args(problem, generation), *selection, "--api_method", "cpp", "--print_kernel_info",
             "--device", str(device), "-j", str(options.cold_iters), "-i", str(options.iters)]
     if options.rotating_mb:
         args += ["--rotating", str(options.rotating_mb)]

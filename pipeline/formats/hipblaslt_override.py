@@ -4,7 +4,8 @@ Plain text (``shared/spec/hipblaslt-tensilelite.md`` section 6): a ``Git Version
 lines (any line with both ``transA`` and ``solution_index``) each followed by value lines, zipped to the
 header's column names. The legacy match key is transA, transB, m, n, k, batch_count, the types and
 compute_type (plus gcnArchName and CUs where present); ld's are not part of it. Merging keeps one entry
-per key, the fastest (lowest ``us``, else highest ``hipblaslt-Gflops``) first, under one Git Version.
+per key, the fastest (lowest ``us``, else highest ``hipblaslt-Gflops``) first, under one Git Version, and
+never writes a row under another build's Git Version than its own.
 """
 
 from __future__ import annotations
@@ -98,19 +99,34 @@ def format_override(git_version: str | None, entries: Sequence[OverrideEntry]) -
     return "".join(line + "\n" for line in lines)
 
 
+def row_build(entry: OverrideEntry, file_git: str | None) -> str | None:
+    """The build a row was tuned on: its own ``git_version`` cell where it has one (the newest rows do),
+    else its file's ``Git Version:`` line (the reader's rule, docs/upstream.md)."""
+    return dict(entry.fields).get("git_version") or file_git
+
+
 def merge_overrides(files: Sequence[OverrideFile], target_git: str | None = None,
                     ) -> tuple[str | None, list[OverrideEntry], list[str]]:
-    """One entry per key, fastest kept; refuses differing Git Versions unless ``target_git`` is given."""
+    """One entry per key, fastest kept. Rows of different builds are refused unless ``target_git`` names the
+    build to target; then only that build's rows are kept, and each other row is dropped and reported: a
+    solution index names a kernel of one build only, and a row written under another build's ``Git Version``
+    would be trusted by the reader for a kernel it was never tuned on."""
     versions = {f.path: f.git_version for f in files}
-    if len(set(versions.values())) > 1 and target_git is None:
+    builds = {row_build(e, f.git_version) for f in files for e in f.entries} | set(versions.values())
+    if len(builds - {None}) > 1 and target_git is None:
         raise OverrideFormatError("override files come from different hipBLASLt builds (pass --validators-from FILE "
-                         "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}"
-                                                                       for p, v in versions.items()))
+                                  "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}"
+                                                                                  for p, v in versions.items()))
     git = target_git if target_git is not None else next(iter(versions.values()), None)
     best: dict[tuple[str, ...], OverrideEntry] = {}
     lines = []
     for ofile in files:
         for entry in ofile.entries:
+            build = row_build(entry, ofile.git_version)
+            if target_git is not None and build != target_git:
+                lines.append(f"{','.join(entry.key)}: dropped ({ofile.path}): tuned on build {build!r}, the target "
+                             f"is {target_git!r}; solution indices do not carry across builds")
+                continue
             kept = best.get(entry.key)
             if kept is None or entry.speed() < kept.speed():
                 if kept is not None:

@@ -442,6 +442,21 @@ def _release(version: str) -> tuple[int, int]:
     return numbers[0], numbers[1]
 
 
+_HIPBLASLT = re.compile(r"Gemm_Hipblaslt_(?:[NT]{2}_)?(?P<index>-?\d+)")
+
+
+def hipblaslt_solution(solution: str, problem: GemmProblem, torch_version: str) -> str:
+    """``solution`` as torch ``torch_version`` on ROCm names a hipBLASLt solution: ``Gemm_Hipblaslt_<index>``
+    from 2.7 (pytorch PR #147900), ``Gemm_Hipblaslt_<TA><TB>_<index>`` up to 2.6, the letters being the op
+    signature's layout (``GemmHipblaslt.h``, docs/upstream.md). Other names are returned as they are."""
+    match = _HIPBLASLT.fullmatch(solution)
+    if match is None:
+        return solution
+    if _release(torch_version) <= (2, 6):
+        return f"Gemm_Hipblaslt_{problem.transa}{problem.transb}_{match['index']}"
+    return f"Gemm_Hipblaslt_{match['index']}"
+
+
 def unknown_solution(solution: str, platform: str, torch_version: str) -> str | None:
     """Why torch ``torch_version`` on ``platform`` has no candidate named ``solution`` (None: it has one).
     Such a row is a hard error at dispatch in torch <= 2.13 (shared/spec/tunableop.md 2.3-2.4)."""

@@ -52,12 +52,12 @@ def tool_root(explicit: str | None, env: str, missing: str) -> Path:
     return Path(given).absolute()
 
 
-def run_into(argv: list[str], out: Path, timeout_s: float, what: str) -> None:
+def run_into(argv: list[str], out: Path, timeout_s: float, what: str, env: dict[str, str] | None = None) -> None:
     """Run ``argv`` with the output directory appended (a staging one, replacing ``out`` only on success);
     its stdout and stderr kept in ``out/tool.log``; a failure or a time-out raises with the log's tail."""
     with atomic_directory(out) as staging:
         try:
-            proc = procs.run([*argv, str(staging)], timeout_s=timeout_s, cwd=staging)
+            proc = procs.run([*argv, str(staging)], timeout_s=timeout_s, cwd=staging, env=env)
         except subprocess.TimeoutExpired:
             raise ToolError(f"{what} ran past {timeout_s:.0f} s") from None
         atomic_write_text(staging / "tool.log", proc.stdout + proc.stderr)

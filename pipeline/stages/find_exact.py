@@ -24,6 +24,7 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..backends.base import ProblemResult, ToolMissing, TuneSettings
 from ..backends.hipblaslt import HipblasltBackend
+from ..backends.slots import amd_device_env
 from ..formats.find_exact import parse_result_name
 from ..formats.hipblaslt_bench import parse_output
 from ..formats.logic import dump_logic, load_logic, tensile_ld_order
@@ -61,26 +62,40 @@ def locate(explicit: str | None = None) -> FindExactBuild:
 
 
 class FindExact:
-    """``find_exact.py`` as a ``config_tool.ConfigTool``: the build's own bench times the heuristic pick."""
+    """``find_exact.py`` as a ``config_tool.ConfigTool``: the build's own bench times the heuristic pick, on
+    the GPU the worker claimed. The 2024 script benches on device 0 whatever it is told and the 2025 one on
+    ``TestConfig.Device`` (the configs write 0), so it runs with only that GPU visible, as device 0."""
 
     name = "find_exact"
 
     def __init__(self, gpu: int = 0, root: str | None = None, timeout_s: float = 7200.0) -> None:
         self.build = locate(root)
+        self.gpu = gpu
         self.bench = HipblasltBackend(gpu, str(self.build.bench))
         self.timeout_s = timeout_s
 
+    @property
+    def generation(self) -> str:
+        """``2024`` for the tree with ``clients/staging/hipblaslt-bench`` (its find_exact.py knows only the type
+        letters H, S and FP8), else ``2025`` (B and FP8N too; docs/upstream.md)."""
+        return "2024" if self.build.bench.parent.name == "staging" else "2025"
+
     def runtime(self) -> dict:
-        return {**self.bench.runtime(), "tuner": self.name, "hipblaslt_root": str(self.build.root)}
+        return {**self.bench.runtime(), "tuner": self.name, "hipblaslt_root": str(self.build.root),
+                "find_exact_generation": self.generation}
 
     def skip_reason(self, problem: GemmProblem) -> str | None:
+        if self.generation == "2024" and "bfloat16" in (problem.a_type, problem.b_type, problem.c_type):
+            return (f"bf16 needs the 2025 find_exact.py (hipBLASLt >= 0.12): {self.build.script} knows only the "
+                    "type letters H, S and FP8 and asserts on B; tune it with --backend hipblaslt")
         return find_exact_reason(problem) or (None if is_packed(problem) else (
             "find_exact cannot take leading dimensions (recorded non-packed or padded): use --backend hipblaslt"))
 
     def run(self, config: Path, out: Path) -> None:
-        """find_exact.py on one config into ``out`` (emptied first); raise with its output's tail."""
+        """find_exact.py on one config into ``out`` (emptied first), only the worker's GPU visible; raise with
+        its output's tail."""
         run_into([sys.executable, str(self.build.script), str(config.absolute()), str(self.build.root)], out,
-                 self.timeout_s, f"find_exact.py on {config.name}")
+                 self.timeout_s, f"find_exact.py on {config.name}", env=amd_device_env(self.gpu))
 
     def winners(self, out: Path) -> dict[tuple, tuple[int | None, float, str | None]]:
         """``(transA, transB, M, N, B, K) -> (solution index, us, solution name)`` from ``0_Bench``."""

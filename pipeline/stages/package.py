@@ -9,9 +9,10 @@ into ``PYTORCH_TUNABLEOP_FILENAME``), the hipBLASLt override file where one exis
 Logic YAMLs only take effect once compiled into a device library; the fragment carries that build stage
 when the logic is TensileLite's own (find_exact, tensile backends):
 ``TensileCreateLibrary [OPTIONS...] <LOGIC DIRECTORY> <OUTPUT DIRECTORY> <RUNTIME LANGUAGE>`` (tensilelite
-docs, TensileCreateLibrary CLI reference), with ``--architecture``, ``--cxx-compiler``,
-``--code-object-version`` and ``--library-format=msgpack`` as hipBLASLt's own scripts pass them, and
-``HIPBLASLT_TENSILE_LIBPATH`` pointing hipBLASLt at the result (spec section 6). The cuBLASLt and
+docs, TensileCreateLibrary CLI reference), with ``--architecture``, ``--code-object-version`` (code object 4,
+spelled as that TensileLite's ``--help`` offers it: the trees disagree, docs/upstream.md) and
+``--library-format=msgpack``, the compiler left to each tree's default, and ``HIPBLASLT_TENSILE_LIBPATH``
+pointing hipBLASLt at the result (spec section 6). The cuBLASLt and
 hipblaslt-bench logic files are records of the winners, not compiled.
 """
 

@@ -162,6 +162,9 @@ def backend_notes(bench_summary: dict) -> list[str]:
                          "write HIPBLASLT_TUNING_FILE, so they were written here in the legacy layout (Git Version, "
                          "then transA..compute_type,solution_index); generate them with the bench of the target "
                          "build where it can")
+    if bench_summary.get("runtime", {}).get("generation") == "2024":
+        notes.append("hipBLASLt before 0.12 (the 2024 tree) has no tuning override file: no hipblaslt_override.txt "
+                     "ships; torch applies the Gemm_Hipblaslt rows of tunableop_results.csv")
     if bench_summary.get("runtime", {}).get("note"):
         notes.append(bench_summary["runtime"]["note"])
     if bench_summary.get("runtime", {}).get("backend") == "hipblaslt":

@@ -8,6 +8,7 @@ refused, unless the caller names the validator block of the runtime to target.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,14 @@ from ..formats.hipblaslt_override import (
     parse_override,
     write_override,
 )
-from ..formats.tunableop import TunableOpEntry, TunableOpFile, parse_text, validators_platform, write_file
+from ..formats.tunableop import (
+    TunableOpEntry,
+    TunableOpFile,
+    hipblaslt_solution,
+    parse_text,
+    validators_platform,
+    write_file,
+)
 
 
 class ValidatorMismatch(BadInput):
@@ -84,6 +92,14 @@ def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None 
                 merged.lines.append(f"{key[0]},{key[1]}: kept {kept.solution} ({kept.time_text} ms) over "
                                     f"{entry.solution} ({entry.time_text} ms, {tfile.path})")
     merged.entries = list(best.values())
+    if validators_platform(reference) == "rocm":  # the hipBLASLt names the target torch reads
+        renamed = [dataclasses.replace(e, solution=hipblaslt_solution(e.solution, e.problem, reference["PT_VERSION"]))
+                   for e in merged.entries]
+        changed = sum(a.solution != b.solution for a, b in zip(renamed, merged.entries, strict=True))
+        if changed:
+            merged.lines.append(f"{changed} hipBLASLt solution names written as torch {reference['PT_VERSION']} "
+                                "names them")
+        merged.entries = renamed
     total = sum(len(f.entries) for f in files)
     merged.lines.append(f"{total} rows from {len(files)} files -> {len(merged.entries)} rows")
     return merged

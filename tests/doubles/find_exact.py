@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
-"""Test double of hipBLASLt's utilities/find_exact.py (shared/spec/hipblaslt-tensilelite.md section 1).
+"""Test double of hipBLASLt's utilities/find_exact.py (shared/spec/hipblaslt-tensilelite.md section 1), strict
+per generation, told apart by the build tree it is given (docs/upstream.md):
+
+  2024  (the 7d9fb683 tree; utilities/find_exact.py:118-126, 205-231) the bench at
+        clients/staging/hipblaslt-bench, library/MatchTable.yaml; type letters H, S and FP8 only (B asserts);
+        no --device: it benches on device 0 whatever TestConfig says.
+  2025  (rocm-libraries projects/hipblaslt/utilities/find_exact.py) the bench at clients/hipblaslt-bench,
+        device-library/MatchTable.yaml; letters H, B, S, FP8N and FP8; --device TestConfig.Device (default 0);
+        HIPBLASLT_BENCH_PRINT_COMMAND=1 in the bench's environment.
 
     python3 find_exact.py <config.yaml> <hipBLASLt build dir> <output dir>
 
-What upstream does, as the spec records it: read the Bench section (ProblemType type letters H/S/B/FP8/FP8N,
-TestConfig, TuningParameters.SplitK, ProblemSizes [M, N, B, K] sorted and deduplicated); per size run the
-build's hipblaslt-bench with the documented arguments, stdout to
+What upstream does, as the spec records it: read the Bench section (ProblemType type letters, TestConfig,
+TuningParameters.SplitK, ProblemSizes [M, N, B, K] sorted and deduplicated); per size run the build's
+hipblaslt-bench with the documented arguments, stdout to
 0_Bench/result_<TA><TB>_<gemmtype>_<M>x<N>x<B>x<K>.txt; read each result bottom-up to its Winner: line (the
 solution index is the first integer of the --Solution index line); map the global index through the
 build's MatchTable.yaml to [source logic file, local index]; write per source file a copy of that logic
@@ -21,13 +29,17 @@ from pathlib import Path
 
 import yaml
 
-TYPES = {"H": "f16_r", "S": "f32_r", "FP8": "f8_r", "B": "bf16_r", "FP8N": "f8_fnuz_r"}
 parser = argparse.ArgumentParser()
 parser.add_argument("config_file", nargs="+")
 parser.add_argument("build_path")
 parser.add_argument("output_path")
 args = parser.parse_args()
 build, out = Path(args.build_path), Path(args.output_path)
+staging = build / "clients" / "staging" / "hipblaslt-bench"
+generation = "2024" if staging.exists() else "2025"
+TYPES = {"H": "f16_r", "S": "f32_r", "FP8": "f8_r"}
+if generation == "2025":
+    TYPES.update(B="bf16_r", FP8N="f8_fnuz_r")
 config = yaml.safe_load(Path(args.config_file[0]).read_text())
 bench_cfg = config["Bench"]
 ptype, test = bench_cfg["ProblemType"], bench_cfg.get("TestConfig", {})
@@ -35,7 +47,7 @@ letters = {k: str(ptype.get(k, "S")).upper() for k in ("DataTypeA", "DataTypeB",
                                                         "ComputeInputDataType")}
 assert letters["DataTypeC"] == letters["DataTypeD"], "C and D must be the same type"
 for letter in letters.values():
-    assert letter in TYPES, f"unknown type letter {letter}"
+    assert letter in TYPES, f"unknown type letter {letter}"  # upstream: a bare assert 0 in dataType2Bench
 compute_in = letters["ComputeInputDataType"]
 assert str(ptype.get("ComputeDataType", "S")).upper() == "S", "only S compute is supported"
 ta, tb = ("T" if ptype.get("TransposeA") else "N"), ("T" if ptype.get("TransposeB") else "N")
@@ -43,18 +55,15 @@ mixed = letters["DataTypeA"] != compute_in or letters["DataTypeB"] != compute_in
 gemm_type = (f"{letters['DataTypeA']}{letters['DataTypeB']}_" if mixed else "") + f"{compute_in}{letters['DataTypeD']}S"
 if ptype.get("UseBias"):
     gemm_type += "_Bias"
-bench = build / "clients" / "staging" / "hipblaslt-bench"
-if not bench.exists():
-    bench = build / "clients" / "hipblaslt-bench"
-table_path = build / "library" / "MatchTable.yaml"
-if not table_path.exists():
-    table_path = build / "device-library" / "MatchTable.yaml"
+bench = staging if generation == "2024" else build / "clients" / "hipblaslt-bench"
+table_path = build / ("library" if generation == "2024" else "device-library") / "MatchTable.yaml"
 match_table = yaml.safe_load(table_path.read_text())
 sizes = sorted({tuple(size) for size in bench_cfg["ProblemSizes"]})
 (out / "0_Bench").mkdir(parents=True, exist_ok=True)
 winners = {}
 for m, n, b, k in sizes:  # a 3-element size fails here, as upstream's size[3] does
-    cmd = [str(bench), "--print_kernel_info", "--transA", ta, "--transB", tb,
+    device = ["--device", str(test.get("Device", 0))] if generation == "2025" else []
+    cmd = [str(bench), "--print_kernel_info", *device, "--transA", ta, "--transB", tb,
            "--a_type", TYPES[letters["DataTypeA"]], "--b_type", TYPES[letters["DataTypeB"]],
            "--c_type", TYPES[letters["DataTypeC"]], "--d_type", TYPES[letters["DataTypeD"]], "--compute_type", "f32_r",
            "--algo_method", test.get("AlgoMethod", "all"), "--api_method", "cpp", "--requested_solution", "2",
@@ -68,7 +77,8 @@ for m, n, b, k in sizes:  # a 3-element size fails here, as upstream's size[3] d
         cmd += ["--splitk", str(splitk)]
     result = out / "0_Bench" / f"result_{ta}{tb}_{gemm_type}_{m}x{n}x{b}x{k}.txt"
     with result.open("w") as handle:
-        subprocess.run(cmd, stdout=handle, check=True, env=os.environ)
+        env = {**os.environ, **({"HIPBLASLT_BENCH_PRINT_COMMAND": "1"} if generation == "2025" else {})}
+        subprocess.run(cmd, stdout=handle, check=True, env=env)
     lines = result.read_text().splitlines()[::-1]
     at = next(i for i, line in enumerate(lines) if "Winner:" in line)
     index = int(re.search(r"\d+", lines[at - 3])[0])
