@@ -94,7 +94,9 @@ def unsupported_reason(problem: GemmProblem, generation: Generation | None = Non
     if problem.is_wildcard:
         return "wildcard key: tune the concrete shapes it stands for"
     if problem.op == "scaled_gemm":
-        return "scaled GEMMs (scale vectors, fp8 recipes) are not driven through hipblaslt-bench yet"
+        reason = scaled_reason(problem)
+        if reason:
+            return reason
     for name in ("a_type", "b_type", "c_type"):
         dtype = getattr(problem, name)
         if generation.type_name(dtype) is None:
@@ -105,6 +107,34 @@ def unsupported_reason(problem: GemmProblem, generation: Generation | None = Non
     if problem.compute_type not in COMPUTE_TYPES or problem.compute_suffix:
         return f"compute type {problem.compute_type}{problem.compute_suffix or ''} has no hipblaslt-bench type"
     return None
+
+
+FP8_TYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+
+
+def scaled_reason(problem: GemmProblem) -> str | None:
+    """Why a scaled GEMM key cannot be run as what it is (None: it can): the bench expresses FP8 inputs with one
+    float scale for A and one for B (tensorwise: a scalar; rowwise: a vector), nothing else. Never run it
+    as a plain GEMM: without its scales it is another problem."""
+    if problem.scale_a_recipe is not None:
+        return ("a CUDA scaled-GEMM key (torch 2.15's _a_.._ast_.. form): ROCm torch records _rw_<0|1>, so this "
+                "key is not one a ROCm workload looks up")
+    if problem.swizzle:
+        return "MX block-scaled GEMM (swizzled e8m0 scales, _swz_): hipblaslt-bench runs here take no block scales"
+    if problem.a_type not in FP8_TYPES or problem.b_type not in FP8_TYPES:
+        return (f"scaled GEMM of {problem.a_type} x {problem.b_type}: only FP8 inputs with tensorwise or rowwise "
+                "float scales are driven")
+    return None
+
+
+def scale_args(problem: GemmProblem, generation: Generation) -> list[str]:
+    """The A and B scale options of a scaled GEMM, as ``generation`` spells them (docs/upstream.md): a scalar
+    each for tensorwise (``_rw_0``, and torch 2.6's keys, which had no rowwise), a vector each for rowwise
+    (``_rw_1``). The 2024 client takes s|v, the 2025 one 1|2."""
+    form = "vector" if problem.rowwise else "scalar"
+    value = {("2024", "scalar"): "s", ("2024", "vector"): "v", ("2025", "scalar"): "1",
+             ("2025", "vector"): "2"}[(generation.name, form)]
+    return ["--scaleA", value, "--scaleB", value]
 
 
 def problem_args(problem: GemmProblem, generation: Generation | None = None) -> list[str]:
@@ -127,6 +157,10 @@ def problem_args(problem: GemmProblem, generation: Generation | None = None) -> 
              "--compute_type", COMPUTE_TYPES[problem.compute_type]]
     if problem.op == "gemm_and_bias":
         args += ["--bias_vector", "--bias_type", name(problem.c_type)]
+    if problem.op == "scaled_gemm":
+        args += scale_args(problem, generation)
+        if problem.bias_type:
+            args += ["--bias_vector", "--bias_type", name(problem.bias_type)]
     return args
 
 

@@ -26,7 +26,7 @@ FIND_EXACT_TYPES = {
 TENSILE_TYPES = {"float16": "h", "float32": "s", "bfloat16": "b", "float64": "d"}
 # Letters of Tensile's ProblemType names (e.g. Cijk_Alik_Bljk_HHS_BH).
 _NAME_LETTERS = {"float16": "H", "float32": "S", "bfloat16": "B", "float64": "D",
-                 "float8_e4m3fn": "F8", "float8_e4m3fnuz": "F8N"}
+                 "float8_e4m3fn": "F8", "float8_e4m3fnuz": "F8N", "float8_e5m2": "B8", "float8_e5m2fnuz": "B8N"}
 _INDICES = {"N": ("Ailk", "Bljk"), "T": ("Alik", "Bjlk")}
 
 

@@ -57,13 +57,25 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
 
 
 def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
-    """Write the override rows of the kept GEMMs (legacy key: transposes, sizes, batch, types) to ``out``."""
+    """Write the override rows of the kept GEMMs to ``out``. The reader keys a row on transposes, sizes, batch
+    and types only (no ld's, no scale form: docs/upstream.md), so where kept GEMMs that differ in their scaling
+    (a tensorwise and a rowwise FP8 GEMM of one shape) share that key, no row ships for it: either would be
+    applied to both. Those keys are reported."""
     overrides = read_override(source)
-    keys = {(e.problem.transa, e.problem.transb, str(e.problem.m), str(e.problem.n), str(e.problem.k),
-             str(e.problem.batch), BENCH_TYPES.get(e.problem.a_type, "")) for e in kept}
+
+    def key(problem) -> tuple:
+        return (problem.transa, problem.transb, str(problem.m), str(problem.n), str(problem.k), str(problem.batch),
+                BENCH_TYPES.get(problem.a_type, ""))
+
+    forms: dict[tuple, set] = {}
+    for e in kept:
+        forms.setdefault(key(e.problem), set()).add((e.problem.op, e.problem.rowwise))
+    ambiguous = {k for k, f in forms.items() if len(f) > 1}
     rows = [entry for entry in overrides.entries
-            if tuple(dict(entry.fields).get(c, "") for c in ("transA", "transB", "m", "n", "k", "batch_count",
-                                                            "a_type")) in keys]
+            if (k := tuple(dict(entry.fields).get(c, "") for c in ("transA", "transB", "m", "n", "k", "batch_count",
+                                                                    "a_type"))) in forms and k not in ambiguous]
     if rows:
         write_override(out, overrides.git_version, rows)
-    return {"file": out.name if rows else None, "rows": len(rows), "git_version": overrides.git_version}
+    return {"file": out.name if rows else None, "rows": len(rows), "git_version": overrides.git_version,
+            "left_out": [",".join(k) + ": kept GEMMs of this shape differ in their scaling, which the override "
+                         "reader does not tell apart" for k in sorted(ambiguous)]}
