@@ -128,7 +128,10 @@ def test_what_the_bench_cannot_run():
     assert "wildcard" in unsupported_reason(GemmProblem("gemm", "T", "N", "*", 8, 8))
     scaled = GemmProblem("scaled_gemm", "T", "N", 64, 64, 64, a_type="float8_e4m3fnuz", b_type="float8_e4m3fnuz",
                          rowwise=False)
-    assert "scaled GEMMs" in unsupported_reason(scaled)
+    assert unsupported_reason(scaled) is None, "a tensorwise FP8 GEMM runs with its scales (--scaleA/--scaleB)"
+    swizzled = GemmProblem("scaled_gemm", "T", "N", 64, 64, 64, a_type="float8_e4m3fnuz",
+                           b_type="float8_e4m3fnuz", rowwise=False, swizzle=("1", "1"))
+    assert "MX block-scaled" in unsupported_reason(swizzled)
     assert "complex64" in unsupported_reason(GemmProblem("gemm", "N", "N", 8, 8, 8, a_type="complex64",
                                                          b_type="complex64", c_type="complex64",
                                                          compute_type="complex64"))
