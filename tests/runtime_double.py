@@ -13,11 +13,16 @@ class DoublePlan:
     def __init__(self, problem: GemmProblem, solution: str, device: int) -> None:
         self.problem, self.name, self.device, self.calls = problem, solution, device, 0
 
-    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
+            out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
         wide = (x.double().unsqueeze(-1) * y.double().unsqueeze(-3)).sum(-2)  # elementwise: no mm/bmm
         if bias is not None:
             wide = wide + bias.double()
+        if accumulate:
+            wide = wide + out.double()
         self.calls += 1
+        if out is not None:
+            return out.copy_(wide)
         return wide.to(x.dtype)
 
     def close(self) -> None:

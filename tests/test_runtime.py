@@ -4,6 +4,7 @@ kernel as fallback (on the CPU dispatch key with a double executor), the CLI and
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -263,3 +264,100 @@ def test_cli_needs_a_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path)], capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_the_out_overloads_take_the_plan_too(routed):
+    """Compiled code calls mm.out/addmm.out/bmm.out into buffers it owns: the same routing writes there."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 256, generator=g).bfloat16()
+    w, b = torch.randn(512, 256, generator=g).bfloat16(), torch.randn(512, generator=g).bfloat16()
+    out = torch.empty(64, 512, dtype=torch.bfloat16)
+    torch.mm(x, w.t(), out=out)
+    biased = torch.empty(64, 512, dtype=torch.bfloat16)
+    torch.addmm(b, x, w.t(), out=biased)
+    batched = torch.empty(4, 16, 32, dtype=torch.bfloat16)
+    torch.bmm(torch.randn(4, 16, 8, generator=g).bfloat16(), torch.randn(4, 8, 32, generator=g).bfloat16(),
+              out=batched)
+    assert _tuned(routed) == 3 and routed.status()["fallbacks"] == {}
+    strided = torch.empty(512, 64, dtype=torch.bfloat16).t()  # a transposed out: torch's kernel, counted
+    torch.mm(x, w.t(), out=strided)
+    assert _tuned(routed) == 3
+    assert routed.status()["fallbacks"] == {"out= not a contiguous output of the product's shape and dtype": 1}
+    import pipeline.runtime as rt
+
+    rt.uninstall()
+    assert torch.allclose(out.float(), (x @ w.t()).float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(biased.float(), torch.addmm(b, x, w.t()).float(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(strided.float(), (x @ w.t()).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_compiled_model_reaches_the_plans(routed):
+    """torch.compile (Inductor) lowers F.linear to an extern mm/addmm with out=: it must still route."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 256, generator=g).bfloat16()
+    w, b = torch.randn(512, 256, generator=g).bfloat16(), torch.randn(512, generator=g).bfloat16()
+    if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        pytest.skip("Inductor's CPU backend needs a C++ compiler (g++, c++ or clang++) on PATH")
+    got = torch.compile(lambda x: F.linear(x, w, b) + F.linear(x, w), backend="inductor")(x)
+    assert _tuned(routed) >= 2, routed.status()
+    import pipeline.runtime as rt
+
+    rt.uninstall()
+    assert torch.allclose(got.float(), (F.linear(x, w, b) + F.linear(x, w)).float(), rtol=3e-2, atol=3e-2)
+
+
+def test_the_bias_takes_the_key_torch_records():
+    """torch's CUDA addmm gives only a contiguous vector bias of the output's width to the cuBLASLt epilogue
+    (GemmAndBias); every other bias is broadcast into the output and a Gemm accumulates."""
+    from pipeline.runtime.dispatch import contiguous, epilogue_bias, expandable
+
+    assert epilogue_bias((256, 512), (512,), (1,))
+    assert epilogue_bias((256, 512), (1, 512), (7, 1))                     # squeezes to a vector
+    assert not epilogue_bias((256, 512), (512,), (1,), lt_disabled=True)
+    assert not epilogue_bias((256, 512), (64, 512), (0, 1))                # an expanded 2-D bias
+    assert not epilogue_bias((256, 512), (64, 512), (512, 1))              # a full 2-D bias
+    assert not epilogue_bias((256, 512), (512,), (2,))                     # a strided vector
+    assert not epilogue_bias((256, 512), (64, 1), (1, 1))                  # a column
+    assert contiguous((1, 512), (7, 1)) and not contiguous((64, 512), (0, 1))
+    assert expandable((512,), (64, 512)) and expandable((64, 1), (64, 512)) and not expandable((63, 512), (64, 512))
+
+
+def test_a_bias_torch_does_not_fuse_routes_to_the_gemm_row(routed):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 256, generator=g).bfloat16()
+    w, b = torch.randn(512, 256, generator=g).bfloat16(), torch.randn(512, generator=g).bfloat16()
+    full = torch.randn(64, 512, generator=g).bfloat16()
+    strided = torch.randn(1024, generator=g).bfloat16()[::2]
+    got = [torch.addmm(b.expand(64, 512), x, w.t()), torch.addmm(full, x, w.t()), torch.addmm(strided, x, w.t())]
+    into = full.clone()
+    torch.addmm(into, x, w.t(), out=into)   # the bias is the output (torch's in-place form)
+    tuned = routed.status()["tuned_calls"]
+    assert sum(tuned.values()) == 4 and all("'gemm'" in name for name in tuned), tuned
+    assert routed.status()["fallbacks"] == {}
+    import pipeline.runtime as rt
+
+    rt.uninstall()
+    for out, bias in ((got[0], b), (got[1], full), (got[2], strided), (into, full)):
+        assert torch.allclose(out.float(), torch.addmm(bias, x, w.t()).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_helper_processes_without_gemm_calls_leave_the_status_file_to_the_command(tmp_path):
+    """torch.compile's workers import torch under the hook too: an idle one writes no record and no line."""
+    from pipeline.runtime.__main__ import report
+
+    class Runtime:
+        def __init__(self, calls: int) -> None:
+            self.calls = calls
+
+        def status(self) -> dict:
+            return {"installed": True, "tuned_rows": 1, "source": "x", "rows_rejected": {}, "fallbacks": {},
+                    "tuned_calls": {"row": self.calls} if self.calls else {}}
+
+    status = tmp_path / "status.json"
+    report(Runtime(0), status, skip_idle=True)
+    assert not status.exists()
+    report(Runtime(3), status, skip_idle=True)
+    assert json.loads(status.read_text())["tuned_calls"] == {"row": 3}
+    report(Runtime(0), tmp_path / "own.json")   # the launching process always reports
+    assert (tmp_path / "own.json").exists()

@@ -34,6 +34,8 @@ def calls():
     ba, bb = r(8, 128, 64), r(8, 64, 128)
     ha, hb = r(256, 512, dtype=torch.float16), r(512, 1024, dtype=torch.float16)
     fx, fw = r(128, 512, dtype=torch.float32), r(1024, 512, dtype=torch.float32)
+    x5, b3, x6, w6, b6 = r(1, 1024), r(3072), r(32, 512), r(2048, 512), r(2048)
+    x7, w7, b7 = r(128, 768), r(1536, 768), r(1536)
     return [
         ("decode M=1 linear", lambda: F.linear(x1, w1)),
         ("linear with bias (addmm)", lambda: F.linear(x2, w2, b2)),
@@ -42,8 +44,18 @@ def calls():
         ("fp16 NN mm", lambda: torch.mm(ha, hb)),
         ("fp32 linear", lambda: F.linear(fx, fw)),
         ("q slice of a fused qkv (ld 3072)", lambda: F.linear(qkv[:, :1024], w3)),
+        ("decode linear with bias (torch: a Gemm onto the copied bias)", lambda: F.linear(x5, w3, b3)),
+        ("addmm with an expanded 2-D bias", lambda: torch.addmm(b6.expand(32, 2048), x6, w6.t())),
+        ("compiled linear with bias (Inductor's extern addmm, out=)", lambda: COMPILED(x7, w7, b7)),
     ]
+
+
+COMPILED = torch.compile(lambda x, w, b: F.linear(x, w, b))
 '''
+
+
+CALLS_NAMES = [line.split('("', 1)[1].split('"', 1)[0] for line in CALLS.splitlines()
+               if line.startswith('        ("')]
 
 
 def _calls_module(tmp_path: Path):
@@ -113,15 +125,23 @@ def test_keys_are_the_ones_torch_records(tuned):
 
     module = _calls_module(tmp_path)
     runtime = rt.install(csv)
+    outcomes = {}
     try:
-        for _, call in module.calls():
+        for name, call in module.calls():
+            before = runtime.status()
             call()
+            after = runtime.status()
+            tuned = {k: v - before["tuned_calls"].get(k, 0) for k, v in after["tuned_calls"].items()}
+            fell = {k: v - before["fallbacks"].get(k, 0) for k, v in after["fallbacks"].items()}
+            outcomes[name] = ([k for k, v in tuned.items() if v], [k for k, v in fell.items() if v])
         status = runtime.status()
     finally:
         rt.uninstall()
-    assert len({runtime_key(p) for p in recorded}) == len(module.calls())
-    assert sum(status["tuned_calls"].values()) == len(module.calls()), status
-    assert status["fallbacks"] == {} and status["rows_rejected"] == {}
+    report = "\n".join(f"{name}: tuned {t} fell back {f}" for name, (t, f) in outcomes.items())
+    report += "\nrecorded: " + "; ".join(" ".join(map(str, runtime_key(p))) for p in recorded)
+    assert len({runtime_key(p) for p in recorded}) == len(module.calls()), report
+    assert all(len(t) == 1 and not f for t, f in outcomes.values()), report
+    assert status["fallbacks"] == {} and status["rows_rejected"] == {}, report
 
 
 def test_routed_calls_equal_torchs_within_the_dtype_tolerance(tuned):
@@ -203,6 +223,29 @@ def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned):
         assert float((got.float() - want.float()).norm() / want.float().norm()) < 1e-2
 
 
+def test_compiled_code_under_cuda_graphs_reaches_the_tuned_plans(tuned):
+    """torch.compile's reduce-overhead mode (Inductor's extern addmm.out, captured in a CUDA graph tree)."""
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    _tmp_path, csv, _ = tuned
+    g = torch.Generator("cuda").manual_seed(5)
+    x, w, b = (torch.randn(*s, device="cuda", generator=g).bfloat16() for s in ((128, 768), (1536, 768), (1536,)))
+    want = F.linear(x, w, b)
+    runtime = rt.install(csv)
+    try:
+        graphed = torch.compile(lambda x: F.linear(x, w, b), mode="reduce-overhead")
+        outs = [graphed(x).clone() for _ in range(4)]
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert sum(status["tuned_calls"].values()) >= 1 and status["fallbacks"] == {}, status
+    for out in outs:
+        assert float((out.float() - want.float()).norm() / want.float().norm()) < 1e-2
+
+
 def test_cli_in_process_and_in_child_processes(tuned):
     tmp_path, csv, _ = tuned
     script = tmp_path / "workload.py"
@@ -214,7 +257,7 @@ def test_cli_in_process_and_in_child_processes(tuned):
         assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
         assert "calls ran a tuned algorithm" in proc.stderr
         record = json.loads(status.read_text())
-        assert sum(record["tuned_calls"].values()) == 7, (name, record)
+        assert sum(record["tuned_calls"].values()) == len(CALLS_NAMES), (name, record)
 
 
 def test_graph_decode_makes_the_same_tokens_as_eager_decode():

@@ -46,8 +46,13 @@ def summary_line(status: dict) -> str:
             + (f"; rejected rows: {len(status['rows_rejected'])}" if status["rows_rejected"] else ""))
 
 
-def report(runtime, status_file: Path | None) -> None:
+def report(runtime, status_file: Path | None, skip_idle: bool = False) -> None:
+    """The summary line on stderr and the record in ``status_file`` (one per process: the first takes the name,
+    later ones add their pid). ``skip_idle``: a helper process that made no GEMM call (torch.compile's workers,
+    a data loader) reports nothing, so the command's own record is the one under the name."""
     status = runtime.status()
+    if skip_idle and status.get("installed") and not status["tuned_calls"] and not status["fallbacks"]:
+        return
     print(summary_line(status), file=sys.stderr)
     if status_file:
         if status_file.exists():  # several processes of one command: one record each

@@ -21,7 +21,7 @@ def _install_now() -> None:
         print(f"gemm-tune runtime: not installed in process {os.getpid()}: {err}", file=sys.stderr)
         return
     status = os.environ.get(STATUS_ENV)
-    atexit.register(report, runtime, Path(status) if status else None)
+    atexit.register(report, runtime, Path(status) if status else None, skip_idle=True)
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):

@@ -1,9 +1,12 @@
 """The runtime's executor on NVIDIA GPUs: one cuBLASLt plan per tuned problem (descriptors, layouts and the
 algorithm built once and checked with ``cublasLtMatmulAlgoCheck``), run with ``nvmath.bindings.cublasLt.matmul``
-on torch's current stream with a workspace per (device, stream) that is never freed or moved, so a CUDA
-graph that captured a call replays it safely (``shared/spec/nvidia-cublaslt.md`` sections 2 and 3.2)."""
+on torch's current stream with a workspace per (device, stream) that is never freed or moved, and under CUDA
+graph capture one from the graph's own pool, so a captured call replays safely (``shared/spec/nvidia-cublaslt.md``
+sections 2 and 3.2)."""
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -17,10 +20,30 @@ DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a 
 _KEEP_ALIVE: list[torch.Tensor] = []
 
 
-class LtPlan:
-    """One tuned problem on one device: ``run(x, y, bias)`` returns ``x @ y (+ bias)`` in a new tensor."""
+def _allocate_apart(nbytes: int, device: int) -> torch.Tensor:
+    """``nbytes`` on ``device``, allocated by a short-lived thread (its own stream and pool routing)."""
+    result: list = []
 
-    __slots__ = ("_gemm", "_pointers", "_record", "algo_bytes", "calls", "device", "executor", "name", "out_shape")
+    def allocate() -> None:
+        try:
+            result.append(torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device)))
+        except BaseException as err:  # re-raised in the caller's thread
+            result.append(err)
+
+    thread = threading.Thread(target=allocate, name="gemm-tune-workspace")
+    thread.start()
+    thread.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+class LtPlan:
+    """One tuned problem on one device: ``run(x, y, bias[, out])`` returns ``x @ y (+ bias)`` in a new tensor, or
+    in ``out``; with ``accumulate`` (beta 1) ``out += x @ y``, torch's unfused addmm."""
+
+    __slots__ = ("_gemm", "_one", "_pointers", "_record", "algo_bytes", "calls", "device", "executor", "name",
+                 "out_shape")
 
     def __init__(self, problem: GemmProblem, solution: str, device: int, executor: CublasLtExecutor) -> None:
         self.name, self.device, self.executor, self.calls = solution, device, executor, 0
@@ -35,17 +58,23 @@ class LtPlan:
         batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
         self.out_shape = (*batch, problem.n, problem.m)
         a, b, c = gemm.layouts  # numpy's .ctypes costs ~1 us a call: every address is read once, here
+        self._one = gemm.alpha.copy()  # beta 1 (alpha is 1)
         self._pointers = (gemm.handle, gemm.desc, gemm.alpha.ctypes.data, a, b, gemm.beta.ctypes.data, c,
-                          self._record.ctypes.data)
+                          self._record.ctypes.data, self._one.ctypes.data)
 
-    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        handle, desc, alpha, a, b, beta, c, algo = self._pointers
+    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
+            out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
+        """``x @ y (+ bias)``, into ``out`` where given (the router checked it is a contiguous output), onto what
+        ``out`` holds where ``accumulate``."""
+        handle, desc, alpha, a, b, beta, c, algo, one = self._pointers
+        if accumulate:
+            beta = one
         executor = self.executor
-        out = x.new_empty(self.out_shape)
+        out = x.new_empty(self.out_shape) if out is None else out
         stream = torch._C._cuda_getCurrentRawStream(self.device)
         workspace = executor.workspaces.get((self.device, stream))
         if workspace is None:
-            workspace = executor.new_workspace(self.device, stream)
+            workspace, _held = executor.new_workspace(self.device, stream)
         if bias is not None:
             self._gemm.set_bias(bias.data_ptr())
         pointer = out.data_ptr()
@@ -78,13 +107,20 @@ class CublasLtExecutor:
                 self._handles[device] = lt.create()
         return self._handles[device]
 
-    def new_workspace(self, device: int, stream: int) -> int:
-        """The stream's workspace address (under CUDA-graph capture it comes from the graph's pool); the tensor
-        is kept for the life of the process."""
-        workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=torch.device("cuda", device))
+    def new_workspace(self, device: int, stream: int) -> tuple[int, torch.Tensor | None]:
+        """A workspace for a call on ``stream``: (its address, the tensor to hold until the call is enqueued).
+
+        Outside capture it is the stream's workspace for the life of the process, allocated from a thread of its
+        own so that no memory pool this thread's allocations are routed to takes it (a CUDA graph tree's warm-up
+        checks that its pool holds only tensors it tracks). Under capture it is the call's own, from the graph's
+        pool like any temporary of a captured op (torch does the same with its cuBLAS workspaces)."""
+        if torch.cuda.is_current_stream_capturing():
+            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=torch.device("cuda", device))
+            return workspace.data_ptr(), workspace
+        workspace = _allocate_apart(self.workspace_bytes, device)
         _KEEP_ALIVE.append(workspace)
         self.workspaces[(device, stream)] = workspace.data_ptr()
-        return workspace.data_ptr()
+        return workspace.data_ptr(), None
 
     def plan(self, problem: GemmProblem, solution: str, device: int) -> LtPlan:
         return LtPlan(problem, solution, device, self)

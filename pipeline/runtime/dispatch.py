@@ -1,10 +1,14 @@
-"""The ``torch.library`` kernels that route ``aten::mm``, ``aten::addmm`` and ``aten::bmm`` through tuned plans.
+"""The ``torch.library`` kernels that route ``aten::mm``, ``aten::addmm`` and ``aten::bmm`` through tuned plans, and
+their ``.out`` overloads, which compiled code calls (Inductor's extern kernels write into buffers it owns).
 
 Each call is routed only when everything the tuned row was measured under still holds; anything else goes to
 torch's own kernel for that dispatch key (fetched before ours replaces it), counted by reason:
 
 * the dtype and layout map to a tuned key (``frame.gemm_key``; fp32 keys carry TF32 as torch names it),
-* ``addmm`` has a contiguous vector bias of the output's width, ``alpha == beta == 1``,
+* ``addmm`` has ``alpha == beta == 1``; its key is the one torch records: ``gemm_and_bias`` where torch
+  hands the bias to the cuBLASLt epilogue (``epilogue_bias``), else ``gemm`` over the output that the bias
+  was broadcast into, accumulated with beta 1 (``BiasCopied``: a 2-D or expanded bias, a strided one,
+  ``DISABLE_ADDMM_CUDA_LT=1``),
 * reduced-precision reductions (and their split-K form, torch >= 2.12) are allowed, as by torch's default,
   under which the tuner measured; fp16 accumulation is off; deterministic algorithms are off,
 * operands sit on the current device.
@@ -18,6 +22,7 @@ A signature cache (shapes, strides, dtype, device, compute mode) makes a repeate
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -63,6 +68,62 @@ def compute_type(dtype: torch.dtype, tf32: bool) -> str:
     return "float64" if dtype is torch.float64 else "float32"
 
 
+def fits(plan, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor):
+    """``plan`` where ``out`` is the contiguous output a plan writes (x @ y's shape, dtype and device), else why
+    the call falls back (the plan's own reason, if it already had one)."""
+    if type(plan) is str:
+        return plan
+    if (out.shape != (*x.shape[:-1], y.shape[-1]) or out.dtype != x.dtype or not out.is_contiguous()
+            or out.get_device() != x.get_device()):
+        return "out= not a contiguous output of the product's shape and dtype"
+    return plan
+
+
+def contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """``Tensor.is_contiguous()`` from a shape and strides (dimensions of size 1 take any stride)."""
+    expected = 1
+    for size, step in zip(reversed(shape), reversed(stride), strict=True):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
+
+
+def epilogue_bias(y_shape: tuple[int, ...], bias_shape: tuple[int, ...], bias_stride: tuple[int, ...],
+                  lt_disabled: bool = False) -> bool:
+    """Whether torch's CUDA addmm (alpha = beta = 1, no activation) may give this bias to the cuBLASLt epilogue
+    (``GemmAndBias``): a contiguous vector of the output's width (1-D, or 1-D once its size-1 dimensions are
+    dropped), with the Lt path not disabled by ``DISABLE_ADDMM_CUDA_LT=1`` (aten/src/ATen/native/cuda/Blas.cpp,
+    ``isInputCompliesAddmmCudaLt``). Versions differ on M, K or N of 1 (2.11 fuses M = 1), so the router looks
+    for this key first and for the ``Gemm`` of the unfused path next: the table holds what torch recorded."""
+    squeezed = [size for size in bias_shape if size != 1]
+    vector = len(bias_shape) == 1 or len(squeezed) == 1
+    return not lt_disabled and vector and bias_shape[-1] == y_shape[-1] and contiguous(bias_shape, bias_stride)
+
+
+def expandable(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``to``."""
+    return len(shape) <= len(to) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(to), strict=False))
+
+
+class BiasCopied:
+    """torch's unfused addmm on a tuned ``gemm`` row: the bias broadcast into the output, then the product
+    accumulated onto it (beta 1), as torch runs an addmm whose bias its cuBLASLt epilogue does not take."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+
+    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None = None):
+        shape = (*x.shape[:-1], y.shape[-1])
+        if out is None:
+            out = x.new_empty(shape)
+        if not (bias.data_ptr() == out.data_ptr() and bias.shape == out.shape and bias.stride() == out.stride()):
+            out.copy_(bias.expand(shape))
+        return self.plan.run(x, y, None, out, accumulate=True)
+
+
 class Router:
     """Tuned plans by call signature, torch's kernels as the fallback, and what happened to every call."""
 
@@ -74,17 +135,22 @@ class Router:
         self.fallbacks: Counter = Counter()
         self._lib: torch.library.Library | None = None
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
+        self.lt_disabled = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"  # torch reads it once, as here
         self._route = self._router()
 
     # -- registration --------------------------------------------------------------------------------------
     def install(self) -> None:
-        kernels = {name: torch.library.get_kernel(f"aten::{name}", self.dispatch_key) for name in OPS}
+        names = [*OPS, *(f"{name}.out" for name in OPS)]  # compiled code (Inductor's extern kernels) calls .out
+        kernels = {name: torch.library.get_kernel(f"aten::{name}", self.dispatch_key).call_boxed for name in names}
         lib = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
-            lib.impl("mm", self._product("gemm", kernels["mm"].call_boxed), self.dispatch_key)
-            lib.impl("addmm", self._addmm(kernels["addmm"].call_boxed), self.dispatch_key)
-            lib.impl("bmm", self._product("gemm_strided_batched", kernels["bmm"].call_boxed), self.dispatch_key)
+            lib.impl("mm", self._product("gemm", kernels["mm"]), self.dispatch_key)
+            lib.impl("addmm", self._addmm(kernels["addmm"]), self.dispatch_key)
+            lib.impl("bmm", self._product("gemm_strided_batched", kernels["bmm"]), self.dispatch_key)
+            lib.impl("mm.out", self._product_out("gemm", kernels["mm.out"]), self.dispatch_key)
+            lib.impl("addmm.out", self._addmm_out(kernels["addmm.out"]), self.dispatch_key)
+            lib.impl("bmm.out", self._product_out("gemm_strided_batched", kernels["bmm.out"]), self.dispatch_key)
         self._lib = lib
 
     def uninstall(self) -> None:
@@ -115,6 +181,35 @@ class Router:
                 fallbacks[plan] += 1
                 return fallback(keyset, bias, x, y, beta=beta, alpha=alpha)
             return plan.run(x, y, bias)
+
+        return addmm
+
+    def _product_out(self, op: str, fallback: Callable) -> Callable:
+        """``mm.out`` / ``bmm.out``: the same routing, the product written into the caller's ``out``."""
+        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
+
+        def kernel(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+            plan = fits(route(op, x, y, None), x, y, out)
+            if type(plan) is str:
+                fallbacks[plan] += 1
+                return fallback(keyset, x, y, out=out)
+            plan.run(x, y, None, out)
+            return out
+
+        return kernel
+
+    def _addmm_out(self, fallback: Callable) -> Callable:
+        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
+
+        def addmm(bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1,
+                  out: torch.Tensor) -> torch.Tensor:
+            plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else "alpha or beta not 1"
+            plan = fits(plan, x, y, out)
+            if type(plan) is str:
+                fallbacks[plan] += 1
+                return fallback(keyset, bias, x, y, beta=beta, alpha=alpha, out=out)
+            plan.run(x, y, bias, out)
+            return out
 
         return addmm
 
@@ -155,22 +250,31 @@ class Router:
             return "dtype or device not routed"
         if len(x_shape) != (3 if op == "gemm_strided_batched" else 2) or 0 in x_shape or 0 in y_shape:
             return "empty or unexpected operand shape"
-        key = gemm_key(op, name, compute, x_shape, x_stride, y_shape, y_stride)
-        if key is None:
-            return "layout torch copies first"
-        if bias is not None and (tuple(bias[0]) != (key[5],) or bias[1] != (1,) or bias[2] != dtype
-                                 or bias[3] != device):
-            return "bias not a contiguous vector of the output's width"
-        found = self.table.solutions.get(key)
-        if found is None:
+        forms = [(op, False)]  # (op, the bias copied into the output)
+        if bias is not None:
+            bias_shape, bias_stride, bias_dtype, bias_device = bias
+            if bias_dtype != dtype or bias_device != device or not expandable(bias_shape, (x_shape[0], y_shape[1])):
+                return "bias of another dtype or device, or not broadcastable to the output"
+            fused = epilogue_bias(y_shape, bias_shape, bias_stride, self.lt_disabled)
+            forms = [(op, False), ("gemm", True)] if fused else [("gemm", True)]
+        for form in forms:
+            key = gemm_key(form[0], name, compute, x_shape, x_stride, y_shape, y_stride)
+            if key is None:
+                return "layout torch copies first"
+            found = self.table.solutions.get(key)
+            if found is not None:
+                break
+        else:
             return "no tuned row"
+        copied = form[1]
         if (key, device) not in self._built:
             try:
                 self._built[(key, device)] = self.executor.plan(*found, device)
             except self.executor.errors as err:
                 self.rejected[key] = f"{type(err).__name__}: {err}"
                 self._built[(key, device)] = f"tuned row rejected by this library ({err})"
-        return self._built[(key, device)]
+        plan = self._built[(key, device)]
+        return BiasCopied(plan) if copied and type(plan) is not str else plan
 
     # -- reporting -----------------------------------------------------------------------------------------
     def tuned_calls(self) -> dict[str, int]:
