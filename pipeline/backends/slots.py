@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .. import procs
@@ -58,25 +58,29 @@ def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Ite
 VISIBLE_DEVICES = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
+def visible_devices(env: Mapping[str, str]) -> list[str] | None:
+    """The devices the first visible-devices variable set in ``env`` lists (None: none is set)."""
+    for name in VISIBLE_DEVICES:
+        value = env.get(name)
+        if value:
+            return [v.strip() for v in value.split(",") if v.strip()]
+    return None
+
+
 def amd_device_env(gpu: int, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that shows a program only GPU ``gpu`` (an index among the GPUs this process sees) as
     its device 0, for a tool that cannot be told which device to use (2024 find_exact.py)."""
     env = dict(os.environ if env is None else env)
-    for name in VISIBLE_DEVICES:
-        value = env.get(name)
-        if value:
-            visible = [v.strip() for v in value.split(",") if v.strip()]
-            return {**env, "HIP_VISIBLE_DEVICES": visible[gpu]}
-    return {**env, "HIP_VISIBLE_DEVICES": str(gpu)}
+    visible = visible_devices(env)
+    return {**env, "HIP_VISIBLE_DEVICES": visible[gpu] if visible is not None else str(gpu)}
 
 
 def amd_gpu_count() -> int:
     """GPUs the AMD tools can use, without torch: the visible-devices variable where one is set, else the
     GPU nodes of the kfd topology; at least 1 (the tool itself says so when there is none)."""
-    for name in VISIBLE_DEVICES:
-        value = os.environ.get(name)
-        if value:
-            return len([v for v in value.split(",") if v.strip()])
+    visible = visible_devices(os.environ)
+    if visible is not None:
+        return len(visible)
     nodes = Path("/sys/class/kfd/kfd/topology/nodes")
     count = 0
     for gpu_id in nodes.glob("*/gpu_id") if nodes.is_dir() else ():

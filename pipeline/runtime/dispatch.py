@@ -68,10 +68,10 @@ def compute_type(dtype: torch.dtype, tf32: bool) -> str:
     return "float64" if dtype is torch.float64 else "float32"
 
 
-def fits(plan, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor):
-    """``plan`` where ``out`` is the contiguous output a plan writes (x @ y's shape, dtype and device), else why
-    the call falls back (the plan's own reason, if it already had one)."""
-    if type(plan) is str:
+def fits(plan, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None):
+    """``plan`` where there is no ``out`` or it is the contiguous output a plan writes (x @ y's shape, dtype and
+    device), else why the call falls back (the plan's own reason, if it already had one)."""
+    if out is None or type(plan) is str:
         return plan
     if (out.shape != (*x.shape[:-1], y.shape[-1]) or out.dtype != x.dtype or not out.is_contiguous()
             or out.get_device() != x.get_device()):
@@ -148,9 +148,9 @@ class Router:
             lib.impl("mm", self._product("gemm", kernels["mm"]), self.dispatch_key)
             lib.impl("addmm", self._addmm(kernels["addmm"]), self.dispatch_key)
             lib.impl("bmm", self._product("gemm_strided_batched", kernels["bmm"]), self.dispatch_key)
-            lib.impl("mm.out", self._product_out("gemm", kernels["mm.out"]), self.dispatch_key)
-            lib.impl("addmm.out", self._addmm_out(kernels["addmm.out"]), self.dispatch_key)
-            lib.impl("bmm.out", self._product_out("gemm_strided_batched", kernels["bmm.out"]), self.dispatch_key)
+            lib.impl("mm.out", self._product("gemm", kernels["mm.out"]), self.dispatch_key)
+            lib.impl("addmm.out", self._addmm(kernels["addmm.out"]), self.dispatch_key)
+            lib.impl("bmm.out", self._product("gemm_strided_batched", kernels["bmm.out"]), self.dispatch_key)
         self._lib = lib
 
     def uninstall(self) -> None:
@@ -160,56 +160,33 @@ class Router:
 
     # -- the kernels ---------------------------------------------------------------------------------------
     def _product(self, op: str, fallback: Callable) -> Callable:
-        """The kernel of ``mm`` (op ``gemm``) or ``bmm`` (``gemm_strided_batched``): ``x @ y``."""
+        """The kernel of ``mm`` (op ``gemm``) or ``bmm`` (``gemm_strided_batched``), and of their ``.out``
+        overloads (``out`` given): ``x @ y``."""
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
 
-        def kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            plan = route(op, x, y, None)
+        def kernel(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+            plan = fits(route(op, x, y, None), x, y, out)
             if type(plan) is str:
                 fallbacks[plan] += 1
-                return fallback(keyset, x, y)
-            return plan.run(x, y, None)
+                return fallback(keyset, x, y) if out is None else fallback(keyset, x, y, out=out)
+            return plan.run(x, y, None, out)
 
         return kernel
 
     def _addmm(self, fallback: Callable) -> Callable:
-        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
-
-        def addmm(bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
-            plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else "alpha or beta not 1"
-            if type(plan) is str:
-                fallbacks[plan] += 1
-                return fallback(keyset, bias, x, y, beta=beta, alpha=alpha)
-            return plan.run(x, y, bias)
-
-        return addmm
-
-    def _product_out(self, op: str, fallback: Callable) -> Callable:
-        """``mm.out`` / ``bmm.out``: the same routing, the product written into the caller's ``out``."""
-        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
-
-        def kernel(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-            plan = fits(route(op, x, y, None), x, y, out)
-            if type(plan) is str:
-                fallbacks[plan] += 1
-                return fallback(keyset, x, y, out=out)
-            plan.run(x, y, None, out)
-            return out
-
-        return kernel
-
-    def _addmm_out(self, fallback: Callable) -> Callable:
+        """The kernel of ``addmm`` and ``addmm.out`` (``out`` given): ``bias + x @ y``."""
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
 
         def addmm(bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1,
-                  out: torch.Tensor) -> torch.Tensor:
+                  out: torch.Tensor | None = None) -> torch.Tensor:
             plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else "alpha or beta not 1"
             plan = fits(plan, x, y, out)
             if type(plan) is str:
                 fallbacks[plan] += 1
+                if out is None:
+                    return fallback(keyset, bias, x, y, beta=beta, alpha=alpha)
                 return fallback(keyset, bias, x, y, beta=beta, alpha=alpha, out=out)
-            plan.run(x, y, bias, out)
-            return out
+            return plan.run(x, y, bias, out)
 
         return addmm
 

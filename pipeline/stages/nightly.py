@@ -196,11 +196,15 @@ def _systemd_word(word: str) -> str:
     word = word.replace("%", "%%").replace("$", "$$")
     if word and re.fullmatch(r"[A-Za-z0-9_@+=:,./%$-]+", word):
         return word
-    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _systemd_quoted(word)
 
 
 def _systemd_assignment(key: str, value: str) -> str:
-    text = f"{key}={value}".replace("%", "%%")
+    return _systemd_quoted(f"{key}={value}".replace("%", "%%"))
+
+
+def _systemd_quoted(text: str) -> str:
+    """``text`` in double quotes, its backslashes and quotes escaped (systemd's quoting)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

@@ -137,18 +137,16 @@ class MergedFiles:
     def write(self, results_path: Path | None, override_path: Path | None) -> list[Path]:
         """Write each merged kind to its path (a kind without a path is refused), the results file last (a
         task's output); the paths written."""
+        kinds = (("hipBLASLt override", self.override, override_path, lambda p, m: write_override(p, *m)),
+                 ("TunableOp results", self.results, results_path, lambda p, m: write_file(p, m.validators, m.entries)))
         written = []
-        for merged, path, name in ((self.override, override_path, "hipBLASLt override"),
-                                   (self.results, results_path, "TunableOp results")):
+        for name, merged, path, write in kinds:
             if merged is None:
                 continue
             if path is None:
                 raise BadInput(f"the inputs hold {name} files, which have no output here; merge each kind "
                                "separately")
-            if name.startswith("TunableOp"):
-                write_file(path, merged.validators, merged.entries)
-            else:
-                write_override(path, *merged)
+            write(path, merged)
             written.append(Path(path))
         return written
 
