@@ -45,6 +45,17 @@ def linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmProblem
     return f"{name} M={tokens}", GemmProblem("gemm", "T", "N", n_out, tokens, k, k, k, n_out)
 
 
+FP8_TOKENS = (1, 8, 512, 2048)  # decode and prefill
+
+
+def fp8_linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmProblem]:
+    """The tensorwise e4m3 ``_scaled_mm`` of a linear layer, bf16 out, keyed as the recorder keys it."""
+    return f"fp8 {name} M={tokens}", GemmProblem(
+        "scaled_gemm", "T", "N", n_out, tokens, k, k, k, n_out, a_type="float8_e4m3fn", b_type="float8_e4m3fn",
+        c_type="bfloat16", scale_a_type="float32", scale_b_type="float32", scale_a_recipe=0, scale_b_recipe=0,
+        output_scale=False, fast_accum=False)
+
+
 def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
     llama = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() for t in TOKENS]
     llama += [linear("lm_head", t, 4096, 128256) for t in LM_HEAD_TOKENS]
@@ -52,7 +63,9 @@ def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
                 for t in WORKLOAD_TOKENS] + [linear("lm_head", t, 4096, 128256) for t in (1, 4)]
     seen = {p for _, p in llama}
     extra = [(label, p) for label, p in workload if p not in seen]
-    return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": [llama[1], llama[10], llama[-1]]}
+    fp8 = [fp8_linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824" for t in FP8_TOKENS]
+    return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": [llama[1], llama[10], llama[-1]],
+            "fp8": fp8}
 
 
 def nvmath_pick(p: GemmProblem, ops: OperandSet) -> tuple[np.ndarray, float, int]:

@@ -162,7 +162,8 @@ class GemmProblem:
     def touched_bytes(self) -> float:
         """Bytes one call must move at least: A, B and C once each (no ld padding; bias and scales ignored)."""
         m, n, k = self.m, self.n, self.k
-        return (m * k + k * n + m * n) * self.batch * dtype_bytes(self.a_type)
+        return (m * k * dtype_bytes(self.a_type) + k * n * dtype_bytes(self.b_type)
+                + m * n * dtype_bytes(self.c_type)) * self.batch
 
     def roofline_us(self, flop_rate: float, byte_rate: float) -> float:
         """The least time one call can take at these rates (flop/s, bytes/s): its flops or its bytes, whichever
@@ -170,8 +171,10 @@ class GemmProblem:
         return max(self.flops() / flop_rate, self.touched_bytes() / byte_rate) * 1e6
 
     def floor_us(self, device_name: str = "") -> float:
-        """The datasheet roofline floor of one call on ``device_name`` (``roofline_us`` at its peaks)."""
-        return self.roofline_us(*peak_of(device_name))
+        """The datasheet roofline floor of one call on ``device_name`` (``roofline_us`` at its peaks; FP8
+        operands run at twice the 16-bit rate on the GPUs listed)."""
+        flops, bandwidth = peak_of(device_name)
+        return self.roofline_us(flops * (2 if dtype_bytes(self.a_type) == 1 else 1), bandwidth)
 
     def sort_key(self) -> tuple:
         """A total order over problems (wildcards sort after numbers)."""

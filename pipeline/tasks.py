@@ -240,6 +240,15 @@ class StackBound(PipelineTask):
                   create=stage not in self.written_whole)
 
 
+def embedded_args(task: luigi.Task) -> tuple[str, ...]:
+    """The embedded workload's own options from ``task``'s parameters (none with --workload-cmd, whose command
+    carries its own)."""
+    if task.fp8 and task.workload_cmd:
+        raise BadArguments("--fp8 is an option of the embedded workload; with --workload-cmd, put the FP8 option "
+                           "in your command (e.g. 'python3 -m pipeline.workloads.llama --fp8')")
+    return ("--fp8",) if task.fp8 else ()
+
+
 class CollectShapes(PipelineTask):
     """Run the workload under TunableOp record-untuned mode and keep what it recorded."""
 
@@ -250,6 +259,8 @@ class CollectShapes(PipelineTask):
     call_times = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING,
                                      description="time each recorded GEMM once at baseline on the GPU, for its "
                                                  "share of the workload's GEMM time (--call-times false: calls only)")
+    fp8 = luigi.BoolParameter(default=False, description="the embedded workload in FP8 (its --fp8: linear layers "
+                                                         "through torch._scaled_mm, tensorwise scales)")
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("collect") / MANIFEST)
@@ -260,7 +271,7 @@ class CollectShapes(PipelineTask):
         time_on = (lambda: range(gpu_count("Timing the recorded GEMMs (--call-times false skips it)"))) \
             if self.call_times else None
         result = collect(self.stage_dir("collect"), self.workload_cmd or None, timeout_s=self.workload_timeout,
-                         time_on=time_on)
+                         time_on=time_on, embedded_args=embedded_args(self))
         self.set_status_message(f"recorded {len(result.files)} files in {result.seconds:.0f} s")
 
 
@@ -549,7 +560,7 @@ class Validate(StackBound):
             gpus=lambda: self.gpu_indices("Validate"), margin=self.margin, min_speedup=self.min_speedup,
             rounds=self.validate_rounds, e2e_reps=self.e2e_reps, workload_timeout_s=self.workload_timeout,
             workload_cmd=self.workload_cmd, has_workload=bool(self.workload_cmd or not self.untuned),
-            e2e_gpus=self.gpus)
+            e2e_gpus=self.gpus, embedded_args=embedded_args(self))
         accept(self.stage_dir(""), self.stack(), settings, progress, self.set_status_message)
 
 

@@ -14,8 +14,12 @@ class DoublePlan:
         self.problem, self.name, self.device, self.calls = problem, solution, device, 0
 
     def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
-        wide = (x.double().unsqueeze(-1) * y.double().unsqueeze(-3)).sum(-2)  # elementwise: no mm/bmm
+            out: torch.Tensor | None = None, accumulate: bool = False,
+            scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        wide_x, wide_y = x.double(), y.double()
+        if scales is not None:  # (scale of y, scale of x), as BLAS A and B take them
+            wide_x, wide_y = wide_x * scales[1].double(), wide_y * scales[0].double()
+        wide = (wide_x.unsqueeze(-1) * wide_y.unsqueeze(-3)).sum(-2)  # elementwise: no mm/bmm
         if bias is not None:
             wide = wide + bias.double()
         if accumulate:
@@ -23,7 +27,7 @@ class DoublePlan:
         self.calls += 1
         if out is not None:
             return out.copy_(wide)
-        return wide.to(x.dtype)
+        return wide.to(getattr(torch, self.problem.c_type) if scales is not None else x.dtype)
 
     def close(self) -> None:
         pass

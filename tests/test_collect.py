@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.runtime.__main__ import AUTOLOAD
 from pipeline.stages.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
 
 from .helpers import FAKE_WORKLOAD as FAKE
 from .helpers import O_PROJ, QKV
+
+ROOT = str(Path(__file__).parents[1])
 
 
 def test_recording_env(tmp_path):
@@ -19,7 +22,8 @@ def test_recording_env(tmp_path):
     assert env == {"PATH": "/bin", "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
                    "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
                    "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv"),
-                   "PYTORCH_TUNABLEOP_VERBOSE": "3", "PYTORCH_TUNABLEOP_VERBOSE_FILENAME": "err"}
+                   "PYTORCH_TUNABLEOP_VERBOSE": "3", "PYTORCH_TUNABLEOP_VERBOSE_FILENAME": "err",
+                   "GEMM_TUNE_RECORD_SCALED": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), ROOT])}
 
 
 def test_recording_env_is_absolute_whatever_it_is_given(tmp_path, monkeypatch):

@@ -4,7 +4,6 @@ CLI in-process and through a child process, and graph decode of the embedded wor
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,9 +16,9 @@ from pipeline.formats.tunableop import TunableOpEntry, read_file, write_file
 from pipeline.problem import GemmProblem
 from pipeline.runtime.table import runtime_key
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    importlib.util.find_spec("nvmath") is None,
-    reason="nvmath-python is not installed: the runtime comes with the 'cuda' extra (pip install -e '.[cuda,test]')")]
+from .helpers import nvmath_gpu_marks, source_module
+
+pytestmark = nvmath_gpu_marks("the runtime")
 
 CALLS = '''
 import torch
@@ -59,15 +58,7 @@ CALLS_NAMES = [line.split('("', 1)[1].split('"', 1)[0] for line in CALLS.splitli
 
 
 def _calls_module(tmp_path: Path):
-    path = tmp_path / "gemm_calls.py"
-    path.write_text(CALLS)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import gemm_calls
-    finally:
-        sys.path.remove(str(tmp_path))
-    sys.modules.pop("gemm_calls", None)
-    return gemm_calls
+    return source_module(tmp_path, "gemm_calls", CALLS)
 
 
 def _recorded_keys(tmp_path: Path) -> list[GemmProblem]:

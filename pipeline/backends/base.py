@@ -28,6 +28,33 @@ class ToolMissing(ToolError):
 
 SUPPORTED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
 SUPPORTED_DTYPES = ("bfloat16", "float16", "float32", "float64")
+FP8_TYPES = ("float8_e4m3fn", "float8_e5m2")  # the OCP FP8 types of NVIDIA's tensor cores
+SCALED_OUT_TYPES = ("bfloat16", "float16", "float32")
+
+
+def scaled_unsupported_reason(problem: GemmProblem) -> str | None:
+    """Why a scaled GEMM cannot be tuned against torch's ``_scaled_mm`` on NVIDIA (None: it can). Only a key
+    that states its scales (torch 2.15's CUDA grammar) is tuned: the 2.7-2.14 ``rw_0`` cannot tell tensorwise
+    from block scales (GemmCommon.h), so tuning it as tensorwise could be another problem."""
+    if problem.scale_a_recipe is None:
+        return ("scaled key without its scale recipes (the rw_ form cannot tell tensorwise from block scales): "
+                "NVIDIA tunes the 2.15 CUDA form that collection records")
+    if (problem.scale_a_recipe, problem.scale_b_recipe) not in ((0, 0), (1, 1)):
+        return f"scale recipes {problem.scale_a_recipe}/{problem.scale_b_recipe}: only tensorwise (0) and rowwise (1)"
+    if problem.scale_a_type != "float32" or problem.scale_b_type != "float32":
+        return f"scales of {problem.scale_a_type}/{problem.scale_b_type}: only fp32 scales"
+    if problem.output_scale:
+        return "an output scale (scale_result): FP8 outputs are not tuned"
+    types = (problem.a_type, problem.b_type)
+    if not set(types) <= set(FP8_TYPES) or types == ("float8_e5m2", "float8_e5m2"):
+        return f"FP8 types {problem.a_type} x {problem.b_type}: e4m3/e5m2, not both e5m2"
+    if problem.c_type not in SCALED_OUT_TYPES:
+        return f"output {problem.c_type}: bf16, fp16 and fp32 outputs are tuned"
+    if problem.bias_type not in (None, problem.c_type) or problem.bias_type == "float32":
+        return f"a {problem.bias_type} bias on a {problem.c_type} output"
+    if problem.layout != "TN":
+        return f"layout {problem.layout}: _scaled_mm runs TN only"
+    return None
 
 
 def unsupported_reason(problem: GemmProblem) -> str | None:
@@ -35,6 +62,8 @@ def unsupported_reason(problem: GemmProblem) -> str | None:
     (None when they can). Torch-free, so the runtime's table reads it without a GPU stack."""
     if problem.is_wildcard:
         return "wildcard key: tune the concrete shapes it stands for"
+    if problem.op == "scaled_gemm":
+        return scaled_unsupported_reason(problem)
     if problem.op not in SUPPORTED_OPS:
         return f"{problem.op} is not tuned on NVIDIA yet (plain, bias and strided-batched GEMMs are)"
     if problem.a_type not in SUPPORTED_DTYPES or problem.c_type != problem.a_type:

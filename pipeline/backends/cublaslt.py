@@ -46,8 +46,13 @@ from .measure import (
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
-CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+ROWWISE = 1  # GemmProblem.scale_a_recipe of per-row scales: cuBLASLt's OUTER_VEC_32F scale mode
+
+
+class ScaleModeUnsupported(RuntimeError):
+    """This cuBLASLt offers no algorithm for the problem's scale mode (rowwise FP8 on some versions and GPUs)."""
 
 
 class LtGemm:
@@ -57,38 +62,63 @@ class LtGemm:
     def __init__(self, problem: GemmProblem, handle: int, workspace: torch.Tensor) -> None:
         self.problem, self.handle, self.workspace = problem, handle, workspace
         s = Shape.of(problem)
-        dtype = CUDA_R[problem.a_type]
+        a_type, b_type, c_type = (CUDA_R[t] for t in (problem.a_type, problem.b_type, problem.c_type))
         if problem.a_type == "float64":
             self.compute, self.scale = COMPUTE_64F, CUDA_R["float64"]
         else:
             self.compute = COMPUTE_32F_FAST_TF32 if problem.compute_type == "tf32" else COMPUTE_32F
             self.scale = CUDA_R["float32"]
-        self.types = (dtype, dtype, dtype, dtype)
+        self.types = (a_type, b_type, c_type, c_type)
         scalar = np.float64 if self.scale == CUDA_R["float64"] else np.float32
         self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
         self.desc = lt.matmul_desc_create(self.compute, self.scale)
         self._desc_set(lt.MatmulDescAttribute.TRANSA, int(problem.transa == "T"))
         self._desc_set(lt.MatmulDescAttribute.TRANSB, int(problem.transb == "T"))
-        if problem.op == "gemm_and_bias":
+        bias_type = problem.bias_type or problem.c_type
+        if problem.op == "gemm_and_bias" or (problem.op == "scaled_gemm" and problem.bias_type):
             self._desc_set(lt.MatmulDescAttribute.EPILOGUE, int(lt.Epilogue.BIAS))
-            self._desc_set(lt.MatmulDescAttribute.BIAS_DATA_TYPE, dtype)
+            self._desc_set(lt.MatmulDescAttribute.BIAS_DATA_TYPE, CUDA_R[bias_type])
+        if problem.op == "scaled_gemm":
+            self._desc_set(lt.MatmulDescAttribute.FAST_ACCUM, int(bool(problem.fast_accum)))
+            if problem.scale_a_recipe == ROWWISE:
+                try:
+                    for attr in (lt.MatmulDescAttribute.A_SCALE_MODE, lt.MatmulDescAttribute.B_SCALE_MODE):
+                        self._desc_set(attr, int(lt.MatmulMatrixScale.OUTER_VEC_32F))
+                except lt.cuBLASLtError as err:
+                    lt.matmul_desc_destroy(self.desc)
+                    raise ScaleModeUnsupported(f"rowwise FP8 scales: cuBLASLt {lt.get_version()} has no "
+                                               f"OUTER_VEC_32F scale mode ({err})") from err
         self.layouts = [self._layout(dtype, rows, cols, ld, s.batch)
-                        for rows, cols, ld in ((s.rows_a, s.cols_a, s.lda), (s.rows_b, s.cols_b, s.ldb),
-                                               (s.m, s.n, s.ldc))]
-        bias_attr = lt.MatmulDescAttribute.BIAS_POINTER
-        bias_buf = value_buffer(lt.get_matmul_desc_attribute_dtype(bias_attr))
-        self._bias = (bias_attr, bias_buf, bias_buf.ctypes.data, bias_buf.nbytes)
+                        for dtype, rows, cols, ld in ((a_type, s.rows_a, s.cols_a, s.lda),
+                                                      (b_type, s.rows_b, s.cols_b, s.ldb), (c_type, s.m, s.n, s.ldc))]
+        self._bias, self._scale_a, self._scale_b = (
+            self._pointer_attr(attr) for attr in (lt.MatmulDescAttribute.BIAS_POINTER,
+                                                  lt.MatmulDescAttribute.A_SCALE_POINTER,
+                                                  lt.MatmulDescAttribute.B_SCALE_POINTER))
         self.pref = lt.matmul_preference_create()
         attr = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
         buf = value_buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
         lt.matmul_preference_set_attribute(self.pref, attr, buf.ctypes.data, buf.nbytes)
         self.space = AlgoSpace(handle, self.compute, self.scale, self.types, self.check)
 
-    def set_bias(self, pointer: int) -> None:
-        """Point the bias epilogue at a device vector (read when the next matmul is launched or captured)."""
-        attr, buf, address, size = self._bias
+    @staticmethod
+    def _pointer_attr(attr) -> tuple:
+        buf = value_buffer(lt.get_matmul_desc_attribute_dtype(attr))
+        return attr, buf, buf.ctypes.data, buf.nbytes
+
+    def _set_pointer(self, slot: tuple, pointer: int) -> None:
+        attr, buf, address, size = slot
         buf[0] = pointer
         lt.matmul_desc_set_attribute(self.desc, attr, address, size)
+
+    def set_bias(self, pointer: int) -> None:
+        """Point the bias epilogue at a device vector (read when the next matmul is launched or captured)."""
+        self._set_pointer(self._bias, pointer)
+
+    def set_scales(self, scale_a: int, scale_b: int) -> None:
+        """Point A's and B's FP8 scales at device memory (read, like the bias, at launch or capture)."""
+        self._set_pointer(self._scale_a, scale_a)
+        self._set_pointer(self._scale_b, scale_b)
 
     def _desc_set(self, attr, value: int) -> None:
         buf = value_buffer(lt.get_matmul_desc_attribute_dtype(attr), value)
@@ -113,9 +143,19 @@ class LtGemm:
         results = np.zeros(count, dtype=lt.matmul_heuristic_result_dtype)
         returned = value_buffer(np.int32)
         a, b, c, d = self._descs
-        lt.matmul_algo_get_heuristic(self.handle, self.desc, a, b, c, d, self.pref, count, results.ctypes.data,
-                                     returned.ctypes.data)
-        return [results[i: i + 1].copy() for i in range(int(returned[0])) if results["state"][i] == 0]
+        try:
+            lt.matmul_algo_get_heuristic(self.handle, self.desc, a, b, c, d, self.pref, count, results.ctypes.data,
+                                         returned.ctypes.data)
+        except lt.cuBLASLtError as err:
+            if self.problem.scale_a_recipe == ROWWISE:
+                raise ScaleModeUnsupported(f"rowwise FP8 scales (OUTER_VEC_32F): cuBLASLt {lt.get_version()} on "
+                                           f"this GPU has no algorithm for them ({err})") from err
+            raise
+        found = [results[i: i + 1].copy() for i in range(int(returned[0])) if results["state"][i] == 0]
+        if not found and self.problem.scale_a_recipe == ROWWISE:
+            raise ScaleModeUnsupported(f"rowwise FP8 scales (OUTER_VEC_32F): cuBLASLt {lt.get_version()} on this "
+                                       "GPU returns no algorithm for them")
+        return found
 
     def check(self, record: np.ndarray) -> bool:
         """``cublasLtMatmulAlgoCheck``; fills the record's workspace size; False if unusable here."""
@@ -137,6 +177,8 @@ class LtGemm:
         def launch(ops: OperandSet) -> None:
             if ops.bias is not None:
                 self.set_bias(ops.bias.data_ptr())
+            if ops.scale_a is not None:
+                self.set_scales(ops.scale_a.data_ptr(), ops.scale_b.data_ptr())
             lt.matmul(self.handle, self.desc, self.alpha.ctypes.data, ops.a.data_ptr(), a, ops.b.data_ptr(), b,
                       self.beta.ctypes.data, ops.c.data_ptr(), c, ops.c.data_ptr(), d, record.ctypes.data,
                       workspace, size, torch.cuda.current_stream().cuda_stream)
@@ -226,7 +268,13 @@ class CublasLtBackend:
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """Screen the pool in batches within the time budget, re-measure the tier finalists against the default
-        on fresh buffers."""
+        on fresh buffers (skipped, with the reason, where this cuBLASLt cannot express the problem's scales)."""
+        try:
+            return self._tune_one(problem, settings)
+        except ScaleModeUnsupported as err:
+            return ProblemResult(problem, skipped=str(err))
+
+    def _tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         with self._prepared(problem, settings) as (gemm, sets):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})
@@ -259,6 +307,12 @@ class CublasLtBackend:
     def exhaustive_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """The reference search: every candidate of the pool measured with full rigor (interleaved rounds),
         then its best few confirmed against the default as ``tune_one`` confirms its finalists."""
+        try:
+            return self._exhaustive_one(problem, settings)
+        except ScaleModeUnsupported as err:
+            return ProblemResult(problem, skipped=str(err))
+
+    def _exhaustive_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         with self._prepared(problem, settings) as (gemm, sets):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})

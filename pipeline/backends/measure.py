@@ -27,11 +27,13 @@ import torch
 
 from ..problem import GemmProblem
 from ..stats import Stats
-from .torch_gemm import TORCH_DTYPES, OperandSet, allocate, reference, result, set_bytes
+from .torch_gemm import OperandSet, allocate, reference, result, set_bytes, torch_dtype
 
-# Relative Frobenius error allowed against the reference, by (dtype, compute type).
+# Relative Frobenius error allowed against the reference, by (dtype, compute type). FP8 operands are exact in
+# the reference (it dequantizes them); what is left is the output's rounding and FP8 fast accumulation.
 TOLERANCES = {("bfloat16", "float32"): 1e-2, ("float16", "float32"): 2e-3, ("float32", "float32"): 1e-4,
-              ("float32", "tf32"): 5e-3, ("float64", "float64"): 1e-10}
+              ("float32", "tf32"): 5e-3, ("float64", "float64"): 1e-10, ("float8_e4m3fn", "float32"): 2e-2,
+              ("float8_e5m2", "float32"): 2e-2}
 MAX_COPIES = 64
 MIN_COPIES = 2
 SPIN_CYCLES_PER_LAUNCH = 60_000  # ~30 us of GPU spin per queued launch: more than the host takes to issue one
@@ -93,6 +95,7 @@ class DeviceLimits:
 
 
 LIMIT_DTYPES = (("bfloat16", "float32"), ("float16", "float32"))
+FP8_LIMIT = ("float8_e4m3fn", "float32")  # measured too where the GPU has FP8 tensor cores (sm 8.9 and up)
 
 
 def _best_us(fn, reps: int = 5) -> float:
@@ -119,16 +122,22 @@ def _bandwidth(device: torch.device, size: int = 1 << 30) -> float:
 
 
 def measure_limits(device: torch.device, dtypes: tuple[tuple[str, str], ...] = LIMIT_DTYPES) -> DeviceLimits:
-    """The device's bandwidth, and torch's best 8192^3 GEMM per (dtype, compute type) given."""
+    """The device's bandwidth, and torch's best 8192^3 GEMM per (dtype, compute type) given, plus its best
+    8192^3 e4m3 ``_scaled_mm`` where the GPU has FP8 tensor cores (the floor of FP8 problems)."""
     bandwidth, flops, n = _bandwidth(device), {}, 8192
     for dtype, compute in dtypes:
-        x = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+        x = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
         allow = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = compute == "tf32"
         try:
             flops[(dtype, compute)] = 2 * n ** 3 / _best_us(lambda x=x: torch.mm(x, x)) * 1e6
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow
+    if torch.cuda.get_device_capability(device) >= (8, 9):
+        x = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        one = torch.ones((), device=device)
+        flops[FP8_LIMIT] = 2 * n ** 3 / _best_us(
+            lambda: torch._scaled_mm(x, x.t(), one, one, out_dtype=torch.bfloat16)) * 1e6
     return DeviceLimits(bandwidth, flops)
 
 

@@ -8,13 +8,13 @@
 or, for any Python program: ``python -m pipeline.runtime --bundle DIR -- script.py ARGS`` (also ``-m module``,
 ``-c code``, or a command such as ``bash run.sh``/``torchrun``, whose Python processes get it on importing torch).
 
-``install`` overrides the CUDA kernels of ``aten::mm``, ``aten::addmm`` and ``aten::bmm`` through
-``torch.library``. A call whose BLAS key has a tuned ``Gemm_Cublaslt_id_..`` row runs that algorithm through
-``nvmath.bindings.cublasLt.matmul`` on torch's current stream (descriptors, layouts, algorithm cached per
-problem; a workspace per stream that never moves, so CUDA-graph capture works); every other call, and every
-call made under settings the row was not tuned under, runs torch's own kernel (``dispatch.blocked``).
-On torch >= 2.14 (CUDA) and on ROCm, TunableOp reads the same rows itself: ``install`` says so and does
-nothing. The dispatcher is process-wide, so is the installed runtime: one at a time.
+``install`` overrides the CUDA kernels of ``aten::mm``, ``aten::addmm``, ``aten::bmm`` and ``aten::_scaled_mm``
+(FP8, keyed as ``runtime.scaled`` keys it) through ``torch.library``. A call whose BLAS key has a tuned
+``Gemm_Cublaslt_id_..`` row runs that algorithm through ``nvmath.bindings.cublasLt.matmul`` on torch's current
+stream (descriptors, layouts, algorithm cached per problem; a workspace per stream that never moves, so CUDA-graph
+capture works); every other call, and every call made under settings the row was not tuned under, runs torch's own
+kernel (``dispatch.blocked``). On torch >= 2.14 (CUDA) and on ROCm, TunableOp reads the same rows itself:
+``install`` says so and does nothing. The dispatcher is process-wide, so is the installed runtime: one at a time.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Install the runtime right after ``import torch`` in a process started under ``python -m pipeline.runtime``
-(see ``autoload/sitecustomize.py``): a one-shot finder wraps torch's loader."""
+"""Install the runtime right after ``import torch`` in a process started under ``python -m pipeline.runtime``,
+or the ``_scaled_mm`` recorder in a workload under shape collection (see ``autoload/sitecustomize.py``): a
+one-shot finder wraps torch's loader."""
 
 from __future__ import annotations
 
@@ -12,6 +13,29 @@ from pathlib import Path
 
 
 def _install_now() -> None:
+    if os.environ.get("GEMM_TUNE_RECORD_SCALED"):
+        _record_now(os.environ["GEMM_TUNE_RECORD_SCALED"])
+    if os.environ.get("GEMM_TUNE_RUNTIME_BUNDLE"):
+        _apply_now()
+
+
+def _record_now(directory: str) -> None:
+    import torch
+
+    from .record import ScaledRecorder, tunableop_records_scaled
+
+    if tunableop_records_scaled(torch.__version__, torch.version.hip):
+        return
+    recorder = ScaledRecorder(directory)
+    try:
+        recorder.install()
+    except RuntimeError as err:  # a torch without CUDA kernels (a CPU build in a helper process): nothing to record
+        print(f"gemm-tune: _scaled_mm calls not recorded in process {os.getpid()}: {err}", file=sys.stderr)
+        return
+    atexit.register(recorder.write)
+
+
+def _apply_now() -> None:
     from . import install
     from .__main__ import BUNDLE_ENV, STATUS_ENV, report
 

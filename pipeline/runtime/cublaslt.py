@@ -11,7 +11,7 @@ import threading
 import torch
 
 from ..backends.base import TuneSettings
-from ..backends.cublaslt import LtGemm, lt, record_from_config
+from ..backends.cublaslt import LtGemm, ScaleModeUnsupported, lt, record_from_config
 from ..backends.cublaslt_algo import config_from_name, read_config
 from ..problem import GemmProblem
 
@@ -40,10 +40,11 @@ def _allocate_apart(nbytes: int, device: int) -> torch.Tensor:
 
 class LtPlan:
     """One tuned problem on one device: ``run(x, y, bias[, out])`` returns ``x @ y (+ bias)`` in a new tensor, or
-    in ``out``; with ``accumulate`` (beta 1) ``out += x @ y``, torch's unfused addmm."""
+    in ``out``; with ``accumulate`` (beta 1) ``out += x @ y``, torch's unfused addmm; with ``scales`` (of y and
+    of x, as BLAS A and B take them) a scaled GEMM's ``(x sx) @ (y sy) (+ bias)`` in the problem's output type."""
 
     __slots__ = ("_gemm", "_one", "_pointers", "_record", "algo_bytes", "calls", "device", "executor", "name",
-                 "out_shape")
+                 "out_dtype", "out_shape")
 
     def __init__(self, problem: GemmProblem, solution: str, device: int, executor: CublasLtExecutor) -> None:
         self.name, self.device, self.executor, self.calls = solution, device, executor, 0
@@ -57,20 +58,25 @@ class LtPlan:
         self.algo_bytes = read_config(self._record)["AlgoBytes"]
         batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
         self.out_shape = (*batch, problem.n, problem.m)
+        self.out_dtype = getattr(torch, problem.c_type) if problem.op == "scaled_gemm" else None
         a, b, c = gemm.layouts  # numpy's .ctypes costs ~1 us a call: every address is read once, here
         self._one = gemm.alpha.copy()  # beta 1 (alpha is 1)
         self._pointers = (gemm.handle, gemm.desc, gemm.alpha.ctypes.data, a, b, gemm.beta.ctypes.data, c,
                           self._record.ctypes.data, self._one.ctypes.data)
 
     def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
+            out: torch.Tensor | None = None, accumulate: bool = False,
+            scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``x @ y (+ bias)``, into ``out`` where given (the router checked it is a contiguous output), onto what
-        ``out`` holds where ``accumulate``."""
+        ``out`` holds where ``accumulate``; ``scales`` = (scale of y, scale of x) for a scaled GEMM."""
         handle, desc, alpha, a, b, beta, c, algo, one = self._pointers
         if accumulate:
             beta = one
         executor = self.executor
-        out = x.new_empty(self.out_shape) if out is None else out
+        if out is None:
+            out = x.new_empty(self.out_shape, dtype=self.out_dtype)
+        if scales is not None:
+            self._gemm.set_scales(scales[0].data_ptr(), scales[1].data_ptr())
         stream = torch._C._cuda_getCurrentRawStream(self.device)
         workspace = executor.workspaces.get((self.device, stream))
         if workspace is None:
@@ -90,7 +96,7 @@ class LtPlan:
 class CublasLtExecutor:
     """cuBLASLt handles per device and workspaces per (device, stream), kept until ``close``."""
 
-    errors = (lt.cuBLASLtError, ValueError)
+    errors = (lt.cuBLASLtError, ValueError, ScaleModeUnsupported)
 
     def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE) -> None:
         if not torch.cuda.is_available():

@@ -1,5 +1,6 @@
-"""The ``torch.library`` kernels that route ``aten::mm``, ``aten::addmm`` and ``aten::bmm`` through tuned plans, and
-their ``.out`` overloads, which compiled code calls (Inductor's extern kernels write into buffers it owns).
+"""The ``torch.library`` kernels that route ``aten::mm``, ``aten::addmm``, ``aten::bmm`` and ``aten::_scaled_mm``
+through tuned plans, and their ``.out`` overloads, which compiled code calls (Inductor's extern kernels write
+into buffers it owns).
 
 Each call is routed only when everything the tuned row was measured under still holds; anything else goes to
 torch's own kernel for that dispatch key (fetched before ours replaces it), counted by reason:
@@ -11,7 +12,9 @@ torch's own kernel for that dispatch key (fetched before ours replaces it), coun
   ``DISABLE_ADDMM_CUDA_LT=1``),
 * reduced-precision reductions (and their split-K form, torch >= 2.12) are allowed, as by torch's default,
   under which the tuner measured; fp16 accumulation is off; deterministic algorithms are off,
-* operands sit on the current device.
+* operands sit on the current device,
+* a ``_scaled_mm`` is keyed as the recorder keyed it (``scaled.problem_of_call``: tensorwise or rowwise fp32
+  scales, no output scale) and its bias, if any, is a contiguous vector the cuBLASLt epilogue takes.
 
 Autocast needs no rule of its own: its wrappers sit above the backend key and cast the operands first, so
 the kernel sees the cast dtypes, which is the key the collection recorded under autocast and the tuned row
@@ -30,11 +33,12 @@ from collections.abc import Callable
 import torch
 
 from .frame import gemm_key
-from .table import RuntimeKey, TunedTable
+from .scaled import problem_of_call
+from .table import RuntimeKey, TunedTable, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
                torch.float64: "float64"}
-OPS = {"mm": "gemm", "addmm": "gemm_and_bias", "bmm": "gemm_strided_batched"}
+OPS = {"mm": "gemm", "addmm": "gemm_and_bias", "bmm": "gemm_strided_batched", "_scaled_mm": "scaled_gemm"}
 _MISSING = object()
 MAX_SIGNATURES = 65536
 
@@ -151,6 +155,8 @@ class Router:
             lib.impl("mm.out", self._product("gemm", kernels["mm.out"]), self.dispatch_key)
             lib.impl("addmm.out", self._addmm(kernels["addmm.out"]), self.dispatch_key)
             lib.impl("bmm.out", self._product("gemm_strided_batched", kernels["bmm.out"]), self.dispatch_key)
+            lib.impl("_scaled_mm", self._scaled(kernels["_scaled_mm"]), self.dispatch_key)
+            lib.impl("_scaled_mm.out", self._scaled(kernels["_scaled_mm.out"]), self.dispatch_key)
         self._lib = lib
 
     def uninstall(self) -> None:
@@ -189,6 +195,64 @@ class Router:
             return plan.run(x, y, bias, out)
 
         return addmm
+
+    def _scaled(self, fallback: Callable) -> Callable:
+        """The kernel of ``_scaled_mm`` and ``_scaled_mm.out``: ``(x sx) @ (y sy) (+ bias)`` in ``out_dtype``."""
+        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route_scaled
+
+        def scaled_mm(x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
+                      *, out=None):
+            plan = route(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out)
+            if type(plan) is str:
+                fallbacks[plan] += 1
+                kwargs = {} if out is None else {"out": out}
+                return fallback(keyset, x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
+                                **kwargs)
+            return plan.run(x, y, bias, out, scales=(scale_b, scale_a))
+
+        return scaled_mm
+
+    def _route_scaled(self, x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast, out):
+        """The plan of a ``_scaled_mm`` call, or why it falls back (cached by signature like ``route``)."""
+        if torch.are_deterministic_algorithms_enabled():
+            return "deterministic algorithms on"
+        device = x.get_device()
+        if device != self.executor.current_device():
+            return "operands not on the current device"
+        metas = tuple((t.shape, t.stride(), t.dtype, t.get_device()) if t is not None else None
+                      for t in (x, y, scale_a, scale_b, bias, out))
+        signature = ("scaled_gemm", metas, scale_result is None, out_dtype, bool(fast))
+        plan = self.plans.get(signature, _MISSING)
+        if plan is _MISSING:
+            if len(self.plans) >= MAX_SIGNATURES:
+                self.plans.clear()
+            problem = problem_of_call((x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast), {})
+            plan = self.plans[signature] = self._resolve_scaled(problem, bias, out, device)
+        return plan
+
+    def _resolve_scaled(self, problem, bias, out, device: int):
+        if isinstance(problem, str):
+            return problem
+        if bias is not None and not (bias.dim() == 1 and bias.is_contiguous()):
+            return "bias not a contiguous vector"
+        if out is not None and (out.shape != (problem.n, problem.m) or not out.is_contiguous()
+                                or str(out.dtype).removeprefix("torch.") != problem.c_type):
+            return "out= not a contiguous output of the product's shape and dtype"
+        key = runtime_key(problem)
+        found = self.table.solutions.get(key)
+        if found is None:
+            return "no tuned row"
+        return self._build(key, found, device)
+
+    def _build(self, key: RuntimeKey, found: tuple, device: int):
+        """The plan of a tuned row on ``device`` (built once), or why this library refused it."""
+        if (key, device) not in self._built:
+            try:
+                self._built[(key, device)] = self.executor.plan(*found, device)
+            except self.executor.errors as err:
+                self.rejected[key] = f"{type(err).__name__}: {err}"
+                self._built[(key, device)] = f"tuned row rejected by this library ({err})"
+        return self._built[(key, device)]
 
     # -- routing -------------------------------------------------------------------------------------------
     def _router(self) -> Callable:
@@ -244,13 +308,7 @@ class Router:
         else:
             return "no tuned row"
         copied = form[1]
-        if (key, device) not in self._built:
-            try:
-                self._built[(key, device)] = self.executor.plan(*found, device)
-            except self.executor.errors as err:
-                self.rejected[key] = f"{type(err).__name__}: {err}"
-                self._built[(key, device)] = f"tuned row rejected by this library ({err})"
-        plan = self._built[(key, device)]
+        plan = self._build(key, found, device)
         return BiasCopied(plan) if copied and type(plan) is not str else plan
 
     # -- reporting -----------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A row is applied only where its solution names a cuBLASLt algorithm (``Gemm_Cublaslt_id_..``) and its op is
 one the runtime routes (``mm``: ``gemm``, ``addmm`` with a vector bias: ``gemm_and_bias``, ``bmm``:
-``gemm_strided_batched``). Every other row is counted with the reason it is not applied.
+``gemm_strided_batched``, ``_scaled_mm``: ``scaled_gemm`` in the 2.15 CUDA grammar, tensorwise or rowwise).
+Every other row is counted with the reason it is not applied.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends.base import unsupported_reason
-from ..formats.tunableop import DEFAULT, read_file
+from ..formats.tunableop import DEFAULT, format_key, read_file
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
@@ -22,12 +23,16 @@ RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
 
-# (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it
-RuntimeKey = tuple[str, str, str, str, str, int, int, int, int, int, int, int]
+# (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it;
+# a scaled GEMM's is ("scaled_gemm", op signature, params signature), its TunableOp key itself
+RuntimeKey = tuple
 
 
 def runtime_key(problem: GemmProblem) -> RuntimeKey:
-    """The key a problem is found under: its recorded ld's, or packed ones where the key has none (2.6)."""
+    """The key a problem is found under: its recorded ld's, or packed ones where the key has none (2.6); a
+    scaled GEMM's TunableOp key (``runtime.scaled`` builds the same one from a call)."""
+    if problem.op == "scaled_gemm":
+        return ("scaled_gemm", *format_key(problem))
     lds = (problem.lda, problem.ldb, problem.ldc)
     if problem.lda is None:
         lds = problem.stored_rows()
@@ -54,7 +59,7 @@ def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
     if not _CUBLASLT.match(solution):
         return "Default (torch's own kernel)" if solution == DEFAULT else "not a cuBLASLt solution"
     reason = unsupported_reason(problem)  # what torch's path and the cuBLASLt backend take, the runtime routes
-    if reason is None and problem.b_type != problem.a_type:
+    if reason is None and problem.op != "scaled_gemm" and problem.b_type != problem.a_type:
         reason = f"dtypes {problem.a_type} x {problem.b_type} are not routed"
     return reason
 

@@ -34,14 +34,15 @@ class AcceptanceSettings:
     workload_cmd: str = ""  # the user's workload; "" with ``has_workload``: the embedded one
     has_workload: bool = True
     e2e_gpus: int = 0  # GPUs the workload sees (0: every visible one)
+    embedded_args: tuple[str, ...] = ()  # the embedded workload's own options (--fp8)
 
 
-def e2e_command(workload_cmd: str) -> list[str]:
-    """The workload the A/B runs: the user's shell line, or the embedded one decoding through CUDA graphs (as
-    serving engines run decode)."""
+def e2e_command(workload_cmd: str, embedded_args: tuple[str, ...] = ()) -> list[str]:
+    """The workload the A/B runs: the user's shell line, or the embedded one (with its options) decoding through
+    CUDA graphs (as serving engines run decode)."""
     if workload_cmd:
         return ["bash", "-c", workload_cmd]
-    return [*embedded_command(), "--decode-mode", "graph", "--repeat", "5"]
+    return [*embedded_command(), *embedded_args, "--decode-mode", "graph", "--repeat", "5"]
 
 
 def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
@@ -70,7 +71,8 @@ def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
         say("end-to-end A/B of the workload")
         via = e2e.consumer(runtime)
         with timings.timed(run_dir, "validate-e2e"):
-            outcome = e2e.ab_test(e2e_command(settings.workload_cmd), run_dir / "bundle" / "tunableop_results.csv",
+            command = e2e_command(settings.workload_cmd, settings.embedded_args)
+            outcome = e2e.ab_test(command, run_dir / "bundle" / "tunableop_results.csv",
                                   out / f"e2e-{via}", settings.e2e_reps, settings.workload_timeout_s,
                                   gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"), via=via)
     atomic_write_json(out / "e2e.json", outcome)

@@ -7,6 +7,11 @@ the workload's cwd and, finding no directory there, records nothing and says not
 device ordinal in, so each GPU writes ``untuned<N>.csv``. Record mode appends, so the files go to a fresh
 staging directory that replaces the output directory only when the run succeeds. ``PYTORCH_TUNABLEOP_VERBOSE=3``
 makes torch log every GEMM call, counted into ``calls.json`` (``call_weights``).
+
+Where TunableOp does not record ``torch._scaled_mm`` (CUDA torch < 2.15), the workload's processes record those
+calls themselves: ``GEMM_TUNE_RECORD_SCALED`` and the runtime's ``autoload/`` on ``PYTHONPATH`` install
+``pipeline.runtime.record`` on ``import torch``, which leaves ``untuned_scaled_<pid>.csv`` (read with torch's
+files) and its call counts (merged into ``calls.json``) in the same directory.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from .. import procs
 from ..atomic import atomic_directory, atomic_write_json
 from ..errors import ToolError
 from ..procs import tail_lines, with_package_on_path
+from ..runtime.__main__ import AUTOLOAD
+from ..runtime.record import RECORD_ENV, read_counts
 from .call_weights import CALLS, VERBOSE_ENV, calls_record, run_worker, split_stderr
 
 EMBEDDED_WORKLOAD = "pipeline.workloads.llama"
@@ -72,6 +79,9 @@ def recording_env(directory: Path, base: Mapping[str, str] | None = None) -> dic
         PYTORCH_TUNABLEOP_UNTUNED_FILENAME=str(directory / UNTUNED_NAME),
         **VERBOSE_ENV,  # one lookup line per GEMM call on stderr: the call counts (see call_weights)
     )
+    env[RECORD_ENV] = str(directory)  # _scaled_mm calls, where TunableOp does not record them (runtime.record)
+    env = with_package_on_path(env)
+    env["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), env["PYTHONPATH"]])
     return env
 
 
@@ -90,20 +100,21 @@ def check_gpu_torch(python: str = sys.executable) -> None:
 
 def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s: float = 3600.0,
             env: Mapping[str, str] | None = None,
-            time_on: Sequence[int] | Callable[[], Sequence[int]] | None = None) -> Collection:
+            time_on: Sequence[int] | Callable[[], Sequence[int]] | None = None,
+            embedded_args: Sequence[str] = ()) -> Collection:
     """Run ``command`` (a shell line, an argv list, or the embedded workload) and record its GEMMs.
 
     Output lands in ``out_dir`` (``untuned<N>.csv``, ``calls.json``, ``workload.stdout.log``,
     ``workload.stderr.log``, ``manifest.json``) only after a successful run; a failed run leaves ``out_dir``
     untouched. With ``time_on`` (GPU indices, or a function giving them, asked only when needed) every GEMM
     that was counted is also timed once at baseline (``baseline.json``), so that gathering can give each its
-    share of the workload's GEMM time.
+    share of the workload's GEMM time. ``embedded_args`` are the embedded workload's options (``--fp8``).
     """
     env = dict(os.environ if env is None else env)
     out_dir = Path(out_dir).absolute()
     if command is None:
         check_gpu_torch()
-        command = embedded_command()
+        command = [*embedded_command(), *embedded_args]
         env = with_package_on_path(env)
     argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
     with atomic_directory(out_dir) as staging:  # record mode appends: never reuse old files
@@ -125,6 +136,8 @@ def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str
         raise CollectionError(
             f"workload {_show(argv)} exited with code {returncode}; last lines of its stderr "
             f"({stderr_log}):\n{tail_lines(stderr_log.read_text(errors='replace'), TAIL_LINES)}")
+    scaled_calls, scaled_skipped = read_counts(staging)
+    calls.update(scaled_calls)
     files = sorted(staging.glob("untuned*.csv"))
     if not files:
         raise CollectionError(
@@ -136,7 +149,8 @@ def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str
     atomic_write_json(staging / CALLS, record)
     atomic_write_json(staging / MANIFEST, {
         "command": argv, "cwd": os.getcwd(), "returncode": returncode, "seconds": round(seconds, 3),
-        "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files], "calls": sum(calls.values())})
+        "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files], "calls": sum(calls.values()),
+        "scaled_calls_not_recorded": dict(scaled_skipped)})
     return collection
 
 

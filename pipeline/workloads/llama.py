@@ -13,6 +13,12 @@ Its GEMMs, in TunableOp's BLAS frame for
 ``T`` tokens (batch x sequence): fused qkv ``tn_{(heads + 2 kv_heads) head_dim}_T_{hidden}``, o
 ``tn_{hidden}_T_{hidden}``, gate_up ``tn_{2 intermediate}_T_{hidden}``, down ``tn_{hidden}_T_{intermediate}``
 and lm_head ``tn_{vocab}_{batch}_{hidden}`` (logits of the last position only).
+
+``--fp8`` runs the decoder's linear layers (qkv, o, gate_up, down) as torchao's float8 inference does: each
+weight quantized once to e4m3 with one scale per tensor, each activation scaled per tensor at every call
+(dynamic: its amax over the e4m3 maximum, on the GPU, so graph decode captures it), the product through
+``torch._scaled_mm`` into the model's dtype. The lm_head stays in the model's dtype. Needs FP8 tensor cores
+(sm 8.9+, MI300+; ROCm's MI300 takes the fnuz variant).
 """
 
 from __future__ import annotations
@@ -120,6 +126,46 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         return self.down(F.silu(gate) * up)
+
+
+def fp8_dtype() -> torch.dtype:
+    """The e4m3 flavour this GPU's tensor cores take: fnuz on MI300 (gfx94x), OCP elsewhere."""
+    if torch.version.hip and "gfx94" in torch.cuda.get_device_properties(0).gcnArchName:
+        return torch.float8_e4m3fnuz
+    return torch.float8_e4m3fn
+
+
+def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` in FP8 with one fp32 scale for the whole tensor (its amax maps to the type's largest value)."""
+    top = torch.finfo(dtype).max
+    scale = x.abs().amax().float().clamp_min(1e-12) / top
+    return (x.float() / scale).clamp(-top, top).to(dtype), scale
+
+
+class FP8Linear(nn.Module):
+    """A bias-free linear layer in FP8: the weight quantized per tensor once, the input per tensor per call."""
+
+    def __init__(self, linear: nn.Linear, dtype: torch.dtype) -> None:
+        super().__init__()
+        weight, scale = quantize(linear.weight.detach(), dtype)
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", scale)
+        self.out_dtype, self.fp8 = linear.weight.dtype, dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        q, scale = quantize(flat, self.fp8)
+        out = torch._scaled_mm(q, self.weight.t(), scale, self.weight_scale, out_dtype=self.out_dtype)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def to_fp8(model: nn.Module) -> nn.Module:
+    """``model`` with the linear layers of its blocks in FP8 (``FP8Linear``); the lm_head stays as it is."""
+    dtype = fp8_dtype()
+    for block in model.blocks:
+        for parent, name in ((block.attn, "qkv"), (block.attn, "o"), (block.mlp, "gate_up"), (block.mlp, "down")):
+            setattr(parent, name, FP8Linear(getattr(parent, name), dtype))
+    return model
 
 
 class Block(nn.Module):
@@ -253,6 +299,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="untimed generations of every (batch, prompt) pair before the timed ones")
     parser.add_argument("--repeat", type=int, default=1,
                         help="timed generations per (batch, prompt) pair; the medians are reported")
+    parser.add_argument("--fp8", action="store_true",
+                        help="the decoder's linear layers in FP8 through torch._scaled_mm (tensorwise scales, "
+                             "dynamic for activations), as torchao's float8 inference")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -273,9 +322,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if mode == "graph" and device.type != "cuda":
         print("--decode-mode graph needs a CUDA or ROCm GPU (CUDA graphs)", file=sys.stderr)
         return 2
+    if args.fp8 and (device.type != "cuda" or (torch.version.cuda and torch.cuda.get_device_capability() < (8, 9))):
+        print("--fp8 needs a GPU with FP8 tensor cores (NVIDIA sm 8.9 or newer, AMD MI300 or newer)", file=sys.stderr)
+        return 2
     torch.manual_seed(args.seed)
     with torch.device(device):
         model = Llama(cfg).to(getattr(torch, args.dtype)).eval()
+        if args.fp8:
+            model = to_fp8(model)
     generator = torch.Generator(device).manual_seed(args.seed)
     total_tokens = total_s = decoded_tokens = decode_s = 0.0
     with torch.inference_mode():

@@ -1,11 +1,12 @@
 """Installs the gemm-tune runtime in a Python process right after it imports torch, when
-``GEMM_TUNE_RUNTIME_BUNDLE`` is set (``python -m pipeline.runtime -- CMD`` sets it for CMD's processes);
-then runs the ``sitecustomize`` this one shadows, if any."""
+``GEMM_TUNE_RUNTIME_BUNDLE`` is set (``python -m pipeline.runtime -- CMD`` sets it for CMD's processes), or its
+``_scaled_mm`` recorder when ``GEMM_TUNE_RECORD_SCALED`` is (shape collection sets it); then runs the
+``sitecustomize`` this one shadows, if any."""
 
 import os
 import sys
 
-if os.environ.get("GEMM_TUNE_RUNTIME_BUNDLE"):
+if os.environ.get("GEMM_TUNE_RUNTIME_BUNDLE") or os.environ.get("GEMM_TUNE_RECORD_SCALED"):
     try:
         from pipeline.runtime.autoload_hook import arm
     except ImportError as err:  # the runtime's package is not importable in this interpreter

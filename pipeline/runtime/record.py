@@ -1,0 +1,102 @@
+"""Record the ``torch._scaled_mm`` calls of a workload where TunableOp does not (CUDA torch < 2.15).
+
+torch sends ``_scaled_mm`` to ``ScaledGemmTunableOp`` only in ROCm builds before 2.15, so record mode writes
+no FP8 GEMM on an NVIDIA GPU. Collection therefore sets ``GEMM_TUNE_RECORD_SCALED=<dir>`` and puts the
+runtime's ``autoload/`` on ``PYTHONPATH``: every Python process of the workload installs a ``ScaledRecorder``
+on importing torch. It overrides the CUDA kernels of ``aten::_scaled_mm`` and ``aten::_scaled_mm.out``,
+counts each call under the key torch 2.15 writes for CUDA scaled GEMMs (``scaled.scaled_problem``), hands
+the call to torch's own kernel, and at exit writes ``untuned_scaled_<pid>.csv`` (one line per key, as
+TunableOp's untuned files) and ``scaled_calls_<pid>.json`` (calls per key, calls left unkeyed per reason)
+beside TunableOp's own file, where collection and GatherShapes read both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from collections import Counter
+from pathlib import Path
+
+from ..atomic import atomic_write_text
+from ..formats.tunableop import format_key
+from .scaled import problem_of_call
+
+RECORD_ENV = "GEMM_TUNE_RECORD_SCALED"
+UNTUNED_PREFIX = "untuned_scaled_"
+CALLS_PREFIX = "scaled_calls_"
+OVERLOADS = ("_scaled_mm", "_scaled_mm.out")
+
+
+def tunableop_records_scaled(torch_version: str, hip: str | None) -> bool:
+    """Whether this torch's TunableOp records ``_scaled_mm`` itself (ROCm builds; CUDA from 2.15)."""
+    numbers = [int(n) for n in re.findall(r"\d+", torch_version)[:2]] + [0, 0]
+    return bool(hip) or tuple(numbers[:2]) >= (2, 15)
+
+
+class ScaledRecorder:
+    """Counts ``_scaled_mm`` calls by TunableOp key; ``write`` leaves them in ``directory``."""
+
+    def __init__(self, directory: str | Path, dispatch_key: str = "CUDA") -> None:
+        import torch
+
+        self.directory, self.dispatch_key = Path(directory).absolute(), dispatch_key
+        self.calls: Counter = Counter()  # "<op>,<params>" -> calls, in the order first seen
+        self.skipped: Counter = Counter()  # reason -> calls left unkeyed
+        self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
+        self._lib = None
+
+    def install(self) -> None:
+        import torch
+
+        lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
+            for name in OVERLOADS:
+                fallback = torch.library.get_kernel(f"aten::{name}", self.dispatch_key).call_boxed
+                lib.impl(name, self._kernel(fallback), self.dispatch_key)
+        self._lib = lib
+
+    def _kernel(self, fallback):
+        keyset, calls, skipped = self._keyset, self.calls, self.skipped
+
+        def kernel(*args, **kwargs):
+            problem = problem_of_call(args, kwargs)
+            if isinstance(problem, str):
+                skipped[problem] += 1
+            else:
+                calls[",".join(format_key(problem))] += 1
+            return fallback(keyset, *args, **kwargs)
+
+        return kernel
+
+    def uninstall(self) -> None:
+        if self._lib is not None:
+            self._lib._destroy()
+            self._lib = None
+
+    def write(self) -> list[Path]:
+        """The untuned file and the call counts of this process (nothing when it made no call)."""
+        if not self.calls and not self.skipped:
+            return []
+        pid = os.getpid()
+        untuned = self.directory / f"{UNTUNED_PREFIX}{pid}.csv"
+        counts = self.directory / f"{CALLS_PREFIX}{pid}.json"
+        written = [counts]
+        if self.calls:
+            atomic_write_text(untuned, "".join(f"{key}\n" for key in self.calls))
+            written.insert(0, untuned)
+        atomic_write_text(counts, json.dumps({"calls": dict(self.calls), "skipped": dict(self.skipped)},
+                                             indent=1) + "\n")
+        return written
+
+
+def read_counts(directory: str | Path) -> tuple[Counter, Counter]:
+    """The calls per key and the unkeyed calls per reason that every recorder process left in ``directory``."""
+    calls, skipped = Counter(), Counter()
+    for path in sorted(Path(directory).glob(f"{CALLS_PREFIX}*.json")):
+        data = json.loads(path.read_text())
+        calls.update(data.get("calls", {}))
+        skipped.update(data.get("skipped", {}))
+    return calls, skipped
