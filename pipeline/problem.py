@@ -17,6 +17,7 @@ OpKind = Literal["gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm"]
 OP_KINDS: tuple[OpKind, ...] = ("gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm")
 
 WILDCARD = "*"
+TENSORWISE, ROWWISE = 0, 1  # scale recipes of the 2.15 CUDA scaled key (``ast_``/``bst_``: torch's ScalingType)
 Dim = int | Literal["*"]
 
 DTYPES: dict[str, int] = {
@@ -143,6 +144,11 @@ class GemmProblem:
         return [f"{name}={ld} < {need} rows: raised to {need} for BLAS" for name, ld, need in
                 zip(("lda", "ldb", "ldc"), (self.lda, self.ldb, self.ldc), self.stored_rows(), strict=True)
                 if ld < need]
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether a bias vector is added to the product (``gemm_and_bias``, or a scaled GEMM keyed with one)."""
+        return self.op == "gemm_and_bias" or (self.op == "scaled_gemm" and self.bias_type is not None)
 
     @property
     def layout(self) -> str:

@@ -175,7 +175,7 @@ def _recorded_layer(tmp_path: Path, layer, x) -> list[GemmProblem]:
 
 
 def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():
-    from pipeline.backends.base import TuneSettings
+    from pipeline.backends.base import TuneSettings, tune
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import TOLERANCES
 
@@ -194,6 +194,6 @@ def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():
         assert result.speedup >= 1 + settings.margin
     rowwise = GemmProblem("scaled_gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, scale_a_recipe=1,
                           scale_b_recipe=1, **fields)
-    result = backend.tune_one(rowwise, settings)
+    result = next(tune(backend, [rowwise], settings))  # a scale mode this cuBLASLt refuses is a skip, not an error
     assert (result.skipped and "rowwise" in result.skipped) or (result.default_us and not result.errors)
     print(json.dumps({"rowwise": result.skipped or f"tuned: {result.winner} x{result.speedup:.3f}"}))

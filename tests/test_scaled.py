@@ -233,3 +233,20 @@ def test_the_fp8_workload_layer_stays_close_to_its_linear():
     assert float((got.float() - want.float()).norm() / want.float().norm()) < 0.1
     assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight_scale.numel() == 1
     assert main(["--fp8", "--device", "cpu"]) == 2  # FP8 tensor cores or nothing
+
+
+def test_tune_records_a_problem_the_library_refuses_as_a_skip_with_its_reason():
+    from pipeline.backends.base import TuneSettings, Unsupported, tune
+
+    class Refusing:
+        name = "refusing"
+
+        def unsupported_reason(self, problem):
+            return None
+
+        def tune_one(self, problem, settings):
+            raise Unsupported("rowwise FP8 scales (OUTER_VEC_32F): no algorithm for them")
+
+    rowwise = parse_key(OP, TENSORWISE.replace("ast_0_bst_0", "ast_1_bst_1"))
+    result = next(tune(Refusing(), [rowwise], TuneSettings()))
+    assert result.skipped == "rowwise FP8 scales (OUTER_VEC_32F): no algorithm for them" and not result.errors

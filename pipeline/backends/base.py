@@ -18,12 +18,17 @@ from typing import Protocol
 
 from ..errors import ToolError
 from ..formats.tunableop import DEFAULT
-from ..problem import GemmProblem
+from ..problem import ROWWISE, TENSORWISE, GemmProblem
 
 
 class ToolMissing(ToolError):
     """A tool the chosen backend needs is not installed where the pipeline looks; the message says how to
     point the pipeline at it."""
+
+
+class Unsupported(RuntimeError):
+    """The library a backend drives cannot express ``problem`` (found only when it is asked, e.g. a scale mode a
+    cuBLASLt build refuses): ``tune`` records the problem as skipped with this reason, not as a failure."""
 
 
 SUPPORTED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
@@ -39,8 +44,9 @@ def scaled_unsupported_reason(problem: GemmProblem) -> str | None:
     if problem.scale_a_recipe is None:
         return ("scaled key without its scale recipes (the rw_ form cannot tell tensorwise from block scales): "
                 "NVIDIA tunes the 2.15 CUDA form that collection records")
-    if (problem.scale_a_recipe, problem.scale_b_recipe) not in ((0, 0), (1, 1)):
-        return f"scale recipes {problem.scale_a_recipe}/{problem.scale_b_recipe}: only tensorwise (0) and rowwise (1)"
+    if (problem.scale_a_recipe, problem.scale_b_recipe) not in ((TENSORWISE, TENSORWISE), (ROWWISE, ROWWISE)):
+        return (f"scale recipes {problem.scale_a_recipe}/{problem.scale_b_recipe}: only tensorwise ({TENSORWISE}) "
+                f"and rowwise ({ROWWISE})")
     if problem.scale_a_type != "float32" or problem.scale_b_type != "float32":
         return f"scales of {problem.scale_a_type}/{problem.scale_b_type}: only fp32 scales"
     if problem.output_scale:
@@ -175,6 +181,8 @@ def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettin
         if result is None:
             try:
                 result = backend.tune_one(problem, settings)
+            except Unsupported as err:
+                result = ProblemResult(problem, skipped=str(err))
             except Exception as err:  # a broken problem must not stop the shard
                 result = ProblemResult(problem, errors=[f"{type(err).__name__}: {err}",
                                                         traceback.format_exc(limit=3)])

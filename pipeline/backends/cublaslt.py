@@ -28,9 +28,9 @@ try:
 except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
-from ..problem import GemmProblem
+from ..problem import ROWWISE, GemmProblem
 from . import selection
-from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, unsupported_reason
+from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, Unsupported, unsupported_reason
 from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
 from .measure import (
     BelowFloor,
@@ -48,11 +48,13 @@ from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
-ROWWISE = 1  # GemmProblem.scale_a_recipe of per-row scales: cuBLASLt's OUTER_VEC_32F scale mode
 
 
-class ScaleModeUnsupported(RuntimeError):
+class ScaleModeUnsupported(Unsupported):
     """This cuBLASLt offers no algorithm for the problem's scale mode (rowwise FP8 on some versions and GPUs)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"rowwise FP8 scales (OUTER_VEC_32F): cuBLASLt {lt.get_version()} on this GPU {why}")
 
 
 class LtGemm:
@@ -74,10 +76,9 @@ class LtGemm:
         self.desc = lt.matmul_desc_create(self.compute, self.scale)
         self._desc_set(lt.MatmulDescAttribute.TRANSA, int(problem.transa == "T"))
         self._desc_set(lt.MatmulDescAttribute.TRANSB, int(problem.transb == "T"))
-        bias_type = problem.bias_type or problem.c_type
-        if problem.op == "gemm_and_bias" or (problem.op == "scaled_gemm" and problem.bias_type):
+        if problem.has_bias:
             self._desc_set(lt.MatmulDescAttribute.EPILOGUE, int(lt.Epilogue.BIAS))
-            self._desc_set(lt.MatmulDescAttribute.BIAS_DATA_TYPE, CUDA_R[bias_type])
+            self._desc_set(lt.MatmulDescAttribute.BIAS_DATA_TYPE, CUDA_R[problem.bias_type or problem.c_type])
         if problem.op == "scaled_gemm":
             self._desc_set(lt.MatmulDescAttribute.FAST_ACCUM, int(bool(problem.fast_accum)))
             if problem.scale_a_recipe == ROWWISE:
@@ -86,8 +87,7 @@ class LtGemm:
                         self._desc_set(attr, int(lt.MatmulMatrixScale.OUTER_VEC_32F))
                 except lt.cuBLASLtError as err:
                     lt.matmul_desc_destroy(self.desc)
-                    raise ScaleModeUnsupported(f"rowwise FP8 scales: cuBLASLt {lt.get_version()} has no "
-                                               f"OUTER_VEC_32F scale mode ({err})") from err
+                    raise ScaleModeUnsupported(f"has no such scale mode ({err})") from err
         self.layouts = [self._layout(dtype, rows, cols, ld, s.batch)
                         for dtype, rows, cols, ld in ((a_type, s.rows_a, s.cols_a, s.lda),
                                                       (b_type, s.rows_b, s.cols_b, s.ldb), (c_type, s.m, s.n, s.ldc))]
@@ -148,13 +148,11 @@ class LtGemm:
                                          returned.ctypes.data)
         except lt.cuBLASLtError as err:
             if self.problem.scale_a_recipe == ROWWISE:
-                raise ScaleModeUnsupported(f"rowwise FP8 scales (OUTER_VEC_32F): cuBLASLt {lt.get_version()} on "
-                                           f"this GPU has no algorithm for them ({err})") from err
+                raise ScaleModeUnsupported(f"has no algorithm for them ({err})") from err
             raise
         found = [results[i: i + 1].copy() for i in range(int(returned[0])) if results["state"][i] == 0]
         if not found and self.problem.scale_a_recipe == ROWWISE:
-            raise ScaleModeUnsupported(f"rowwise FP8 scales (OUTER_VEC_32F): cuBLASLt {lt.get_version()} on this "
-                                       "GPU returns no algorithm for them")
+            raise ScaleModeUnsupported("returns no algorithm for them")
         return found
 
     def check(self, record: np.ndarray) -> bool:
@@ -268,13 +266,7 @@ class CublasLtBackend:
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """Screen the pool in batches within the time budget, re-measure the tier finalists against the default
-        on fresh buffers (skipped, with the reason, where this cuBLASLt cannot express the problem's scales)."""
-        try:
-            return self._tune_one(problem, settings)
-        except ScaleModeUnsupported as err:
-            return ProblemResult(problem, skipped=str(err))
-
-    def _tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
+        on fresh buffers (``ScaleModeUnsupported`` where this cuBLASLt cannot express the problem's scales)."""
         with self._prepared(problem, settings) as (gemm, sets):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})
@@ -307,12 +299,6 @@ class CublasLtBackend:
     def exhaustive_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """The reference search: every candidate of the pool measured with full rigor (interleaved rounds),
         then its best few confirmed against the default as ``tune_one`` confirms its finalists."""
-        try:
-            return self._exhaustive_one(problem, settings)
-        except ScaleModeUnsupported as err:
-            return ProblemResult(problem, skipped=str(err))
-
-    def _exhaustive_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         with self._prepared(problem, settings) as (gemm, sets):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})

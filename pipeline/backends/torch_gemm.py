@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..problem import GemmProblem, dtype_bytes
+from ..problem import ROWWISE, GemmProblem, dtype_bytes
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
                 "float64": torch.float64}
@@ -64,16 +64,12 @@ class OperandSet:
     scale_b: torch.Tensor | None = None
 
 
-def has_bias(problem: GemmProblem) -> bool:
-    return problem.op == "gemm_and_bias" or (problem.op == "scaled_gemm" and problem.bias_type is not None)
-
-
 def set_bytes(problem: GemmProblem) -> int:
     """Bytes one operand set takes on the device."""
     s = Shape.of(problem)
     elements = (s.cols_a * s.lda * dtype_bytes(problem.a_type) + s.cols_b * s.ldb * dtype_bytes(problem.b_type)
                 + s.n * s.ldc * dtype_bytes(problem.c_type))
-    return int(s.batch * elements + (problem.m * dtype_bytes(problem.c_type) if has_bias(problem) else 0))
+    return int(s.batch * elements + (problem.m * dtype_bytes(problem.c_type) if problem.has_bias else 0))
 
 
 def _random(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
@@ -85,7 +81,7 @@ def _random(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, ge
 
 def _scales(problem: GemmProblem, device: torch.device, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The scales of A and B: tensorwise ``SCALE_VALUES``, rowwise values around them."""
-    if problem.scale_a_recipe == 1:
+    if problem.scale_a_recipe == ROWWISE:
         a = torch.empty((1, problem.m), device=device).uniform_(0.5, 1.0, generator=gen)
         b = torch.empty((problem.n, 1), device=device).uniform_(1.0, 1.5, generator=gen)
         return a, b
@@ -106,7 +102,7 @@ def allocate(problem: GemmProblem, copies: int, device: torch.device, seed: int 
         a = _random(_stored(s, s.cols_a, s.lda), torch_dtype(problem.a_type), device, gen)
         b = _random(_stored(s, s.cols_b, s.ldb), torch_dtype(problem.b_type), device, gen)
         c = torch.empty(_stored(s, s.n, s.ldc), device=device, dtype=out_dtype)
-        bias = _random((problem.m,), out_dtype, device, gen) if has_bias(problem) else None
+        bias = _random((problem.m,), out_dtype, device, gen) if problem.has_bias else None
         scales = _scales(problem, device, gen) if problem.op == "scaled_gemm" else (None, None)
         sets.append(OperandSet(a, b, c, bias, *scales))
     return sets

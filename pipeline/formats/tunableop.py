@@ -437,7 +437,8 @@ def validators_platform(validators: dict[str, str]) -> str:
     return "rocm" if rocm_keys & set(validators) else "cuda"
 
 
-def _release(version: str) -> tuple[int, int]:
+def release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a torch version string (``2.11.0+cu130`` -> ``(2, 11)``)."""
     numbers = [int(n) for n in re.findall(r"\d+", version)] + [0, 0]
     return numbers[0], numbers[1]
 
@@ -452,7 +453,7 @@ def hipblaslt_solution(solution: str, problem: GemmProblem, torch_version: str) 
     match = _HIPBLASLT.fullmatch(solution)
     if match is None:
         return solution
-    if _release(torch_version) <= (2, 6):
+    if release(torch_version) <= (2, 6):
         return f"Gemm_Hipblaslt_{problem.transa}{problem.transb}_{match['index']}"
     return f"Gemm_Hipblaslt_{match['index']}"
 
@@ -460,21 +461,21 @@ def hipblaslt_solution(solution: str, problem: GemmProblem, torch_version: str) 
 def unknown_solution(solution: str, platform: str, torch_version: str) -> str | None:
     """Why torch ``torch_version`` on ``platform`` has no candidate named ``solution`` (None: it has one).
     Such a row is a hard error at dispatch in torch <= 2.13 (shared/spec/tunableop.md 2.3-2.4)."""
-    release = _release(torch_version)
+    target = release(torch_version)
     if solution == DEFAULT:
         return None
     if solution.startswith("Gemm_Cublaslt_"):
         if platform != "cuda":
             return "a cuBLASLt solution on ROCm"
-        return None if release >= (2, 14) else f"cuBLASLt solutions arrive in torch 2.14 (this is {torch_version})"
+        return None if target >= (2, 14) else f"cuBLASLt solutions arrive in torch 2.14 (this is {torch_version})"
     if solution.startswith("Gemm_Rocblas_"):
         return None if platform == "rocm" else "a rocBLAS solution on CUDA"
     if solution.startswith("Gemm_Hipblaslt_"):
         if platform != "rocm":
             return "a hipBLASLt solution on CUDA"
         legacy = re.fullmatch(r"Gemm_Hipblaslt_[NT]{2}_-?\d+", solution) is not None
-        if legacy != (release <= (2, 6)):
+        if legacy != (target <= (2, 6)):
             return (f"torch {torch_version} names hipBLASLt solutions "
-                    + ("Gemm_Hipblaslt_<AB>_<index>" if release <= (2, 6) else "Gemm_Hipblaslt_<index>"))
+                    + ("Gemm_Hipblaslt_<AB>_<index>" if target <= (2, 6) else "Gemm_Hipblaslt_<index>"))
         return None
     return f"no torch names a solution {solution}"

@@ -19,10 +19,10 @@ kernel (``dispatch.blocked``). On torch >= 2.14 (CUDA) and on ROCm, TunableOp re
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..formats.tunableop import release
 from .table import TunedTable, load_table, tuned_device
 
 __all__ = ["Runtime", "install", "installed", "tunableop_consumes", "uninstall"]
@@ -36,8 +36,7 @@ def tunableop_consumes(torch_version: str, hip: str | None) -> str | None:
     """Why TunableOp itself applies the rows in this torch (None: it cannot, the runtime is needed)."""
     if hip:
         return f"torch {torch_version} on ROCm: TunableOp reads the bundle's results itself (source env.sh)"
-    numbers = [int(n) for n in re.findall(r"\d+", torch_version)[:2]] + [0, 0]
-    if tuple(numbers[:2]) >= (2, 14):
+    if release(torch_version) >= (2, 14):
         return (f"torch {torch_version} has cuBLASLt solutions in TunableOp: it reads the bundle's results "
                 "itself (source env.sh); the runtime is for torch < 2.14 on CUDA")
     return None

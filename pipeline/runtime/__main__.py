@@ -25,15 +25,20 @@ AUTOLOAD = Path(__file__).parent / "autoload"
 TOOL_EXIT = 11  # as gemm-tune nightly: a tool (the GPU, nvmath-python) is missing or failed
 
 
+def with_autoload(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``autoload/`` (its ``sitecustomize`` acts on the runtime's variables) and this package's root
+    first on ``PYTHONPATH``, so every Python process started with it runs the hook and can import the package."""
+    package_root = str(Path(__file__).parents[2])
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(AUTOLOAD), package_root, env.get("PYTHONPATH")) if p)}
+
+
 def child_env(bundle: Path, status_file: Path | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that makes every Python child install the runtime on importing torch."""
     env = dict(os.environ if base is None else base)
     env[BUNDLE_ENV] = str(bundle.absolute())
     if status_file:
         env[STATUS_ENV] = str(status_file.absolute())
-    package_root = str(Path(__file__).parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(AUTOLOAD), package_root, env.get("PYTHONPATH")) if p)
-    return env
+    return with_autoload(env)
 
 
 def summary_line(status: dict) -> str:

@@ -13,6 +13,7 @@ import torch
 from ..backends.base import TuneSettings
 from ..backends.cublaslt import LtGemm, ScaleModeUnsupported, lt, record_from_config
 from ..backends.cublaslt_algo import config_from_name, read_config
+from ..backends.torch_gemm import torch_dtype
 from ..problem import GemmProblem
 
 DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it
@@ -58,7 +59,7 @@ class LtPlan:
         self.algo_bytes = read_config(self._record)["AlgoBytes"]
         batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
         self.out_shape = (*batch, problem.n, problem.m)
-        self.out_dtype = getattr(torch, problem.c_type) if problem.op == "scaled_gemm" else None
+        self.out_dtype = torch_dtype(problem.c_type) if problem.op == "scaled_gemm" else None
         a, b, c = gemm.layouts  # numpy's .ctypes costs ~1 us a call: every address is read once, here
         self._one = gemm.alpha.copy()  # beta 1 (alpha is 1)
         self._pointers = (gemm.handle, gemm.desc, gemm.alpha.ctypes.data, a, b, gemm.beta.ctypes.data, c,

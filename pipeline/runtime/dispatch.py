@@ -72,15 +72,20 @@ def compute_type(dtype: torch.dtype, tf32: bool) -> str:
     return "float64" if dtype is torch.float64 else "float32"
 
 
+OUT_MISFIT = "out= not a contiguous output of the product's shape and dtype"
+
+
+def out_fits(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, device: int) -> bool:
+    """Whether ``out`` is the contiguous output a plan writes: ``shape`` and ``dtype`` on ``device``."""
+    return out.shape == shape and out.dtype == dtype and out.is_contiguous() and out.get_device() == device
+
+
 def fits(plan, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None):
     """``plan`` where there is no ``out`` or it is the contiguous output a plan writes (x @ y's shape, dtype and
     device), else why the call falls back (the plan's own reason, if it already had one)."""
     if out is None or type(plan) is str:
         return plan
-    if (out.shape != (*x.shape[:-1], y.shape[-1]) or out.dtype != x.dtype or not out.is_contiguous()
-            or out.get_device() != x.get_device()):
-        return "out= not a contiguous output of the product's shape and dtype"
-    return plan
+    return plan if out_fits(out, (*x.shape[:-1], y.shape[-1]), x.dtype, x.get_device()) else OUT_MISFIT
 
 
 def contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
@@ -226,18 +231,17 @@ class Router:
         if plan is _MISSING:
             if len(self.plans) >= MAX_SIGNATURES:
                 self.plans.clear()
-            problem = problem_of_call((x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast), {})
-            plan = self.plans[signature] = self._resolve_scaled(problem, bias, out, device)
+            problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast)
+            plan = self.plans[signature] = self._resolve_scaled(problem, bias, out, out_dtype or x.dtype, device)
         return plan
 
-    def _resolve_scaled(self, problem, bias, out, device: int):
+    def _resolve_scaled(self, problem, bias, out, out_dtype: torch.dtype, device: int):
         if isinstance(problem, str):
             return problem
         if bias is not None and not (bias.dim() == 1 and bias.is_contiguous()):
             return "bias not a contiguous vector"
-        if out is not None and (out.shape != (problem.n, problem.m) or not out.is_contiguous()
-                                or str(out.dtype).removeprefix("torch.") != problem.c_type):
-            return "out= not a contiguous output of the product's shape and dtype"
+        if out is not None and not out_fits(out, (problem.n, problem.m), out_dtype, device):
+            return OUT_MISFIT
         key = runtime_key(problem)
         found = self.table.solutions.get(key)
         if found is None:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import warnings
 from collections import Counter
 from pathlib import Path
 
 from ..atomic import atomic_write_text
-from ..formats.tunableop import format_key
+from ..formats.tunableop import format_key, release
 from .scaled import problem_of_call
 
 RECORD_ENV = "GEMM_TUNE_RECORD_SCALED"
@@ -31,8 +30,7 @@ OVERLOADS = ("_scaled_mm", "_scaled_mm.out")
 
 def tunableop_records_scaled(torch_version: str, hip: str | None) -> bool:
     """Whether this torch's TunableOp records ``_scaled_mm`` itself (ROCm builds; CUDA from 2.15)."""
-    numbers = [int(n) for n in re.findall(r"\d+", torch_version)[:2]] + [0, 0]
-    return bool(hip) or tuple(numbers[:2]) >= (2, 15)
+    return bool(hip) or release(torch_version) >= (2, 15)
 
 
 class ScaledRecorder:
@@ -61,13 +59,15 @@ class ScaledRecorder:
     def _kernel(self, fallback):
         keyset, calls, skipped = self._keyset, self.calls, self.skipped
 
-        def kernel(*args, **kwargs):
-            problem = problem_of_call(args, kwargs)
+        def kernel(x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
+                   *, out=None):
+            problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
             if isinstance(problem, str):
                 skipped[problem] += 1
             else:
                 calls[",".join(format_key(problem))] += 1
-            return fallback(keyset, *args, **kwargs)
+            kwargs = {} if out is None else {"out": out}
+            return fallback(keyset, x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, **kwargs)
 
         return kernel
 

@@ -12,13 +12,10 @@ the router both call ``scaled_problem``, so what is recorded is exactly what is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..problem import GemmProblem
+from ..problem import ROWWISE, TENSORWISE, GemmProblem
 from .frame import operand
-
-TENSORWISE, ROWWISE = 0, 1
 
 
 @dataclass(frozen=True)
@@ -71,32 +68,22 @@ def scaled_problem(x: Meta, y: Meta, scale_x: Meta, scale_y: Meta, bias: Meta | 
         scale_b_recipe=recipe, output_scale=output_scale, fast_accum=fast_accum)
 
 
+def dtype_name(dtype) -> str:
+    """torch's name of a dtype, without ``torch.`` (``bfloat16``)."""
+    return str(dtype).removeprefix("torch.")
+
+
 def meta_of(tensor) -> Meta:
     """The ``Meta`` of a torch tensor."""
-    return Meta(tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype).removeprefix("torch."))
+    return Meta(tuple(tensor.shape), tuple(tensor.stride()), dtype_name(tensor.dtype))
 
 
-def problem_of_call(args: Sequence, kwargs: dict) -> GemmProblem | str:
-    """``scaled_problem`` of a ``_scaled_mm``/``_scaled_mm.out`` call as the dispatcher hands it over."""
-    x, y, scale_x, scale_y, bias, scale_result, out_dtype, fast = _bound(args, kwargs)
+def problem_of_call(x, y, scale_x, scale_y, bias=None, scale_result=None, out_dtype=None,
+                    fast_accum: bool = False) -> GemmProblem | str:
+    """``scaled_problem`` of a ``_scaled_mm(x, y, scale_x, scale_y, bias, scale_result, out_dtype, use_fast_accum)``
+    call (the schema's order, in which the dispatcher hands the arguments to a ``torch.library`` kernel)."""
     if any(t.device != x.device for t in (y, scale_x, scale_y, *(t for t in (bias,) if t is not None))):
         return "operands on different devices"
-    out_name = str(out_dtype).removeprefix("torch.") if out_dtype is not None else None
     return scaled_problem(meta_of(x), meta_of(y), meta_of(scale_x), meta_of(scale_y),
-                          None if bias is None else meta_of(bias), scale_result is not None, out_name, bool(fast))
-
-
-_NAMES = ("self", "mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
-_DEFAULTS = (None, None, None, None, None, None, None, False)
-
-
-def _bound(args: Sequence, kwargs: dict) -> tuple:
-    """The schema's eight arguments, positional or keyword, defaults filled in."""
-    values = list(args) + [_MISSING] * (len(_NAMES) - len(args))
-    for index, name in enumerate(_NAMES):
-        if values[index] is _MISSING:
-            values[index] = kwargs.get(name, _DEFAULTS[index])
-    return tuple(values)
-
-
-_MISSING = object()
+                          None if bias is None else meta_of(bias), scale_result is not None,
+                          None if out_dtype is None else dtype_name(out_dtype), bool(fast_accum))

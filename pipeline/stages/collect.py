@@ -31,8 +31,8 @@ from typing import IO
 from .. import procs
 from ..atomic import atomic_directory, atomic_write_json
 from ..errors import ToolError
-from ..procs import tail_lines, with_package_on_path
-from ..runtime.__main__ import AUTOLOAD
+from ..procs import tail_lines
+from ..runtime.__main__ import with_autoload
 from ..runtime.record import RECORD_ENV, read_counts
 from .call_weights import CALLS, VERBOSE_ENV, calls_record, run_worker, split_stderr
 
@@ -80,9 +80,7 @@ def recording_env(directory: Path, base: Mapping[str, str] | None = None) -> dic
         **VERBOSE_ENV,  # one lookup line per GEMM call on stderr: the call counts (see call_weights)
     )
     env[RECORD_ENV] = str(directory)  # _scaled_mm calls, where TunableOp does not record them (runtime.record)
-    env = with_package_on_path(env)
-    env["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), env["PYTHONPATH"]])
-    return env
+    return with_autoload(env)  # the recorder's hook; the package importable from the workload's cwd
 
 
 def check_gpu_torch(python: str = sys.executable) -> None:
@@ -114,8 +112,7 @@ def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s:
     out_dir = Path(out_dir).absolute()
     if command is None:
         check_gpu_torch()
-        command = [*embedded_command(), *embedded_args]
-        env = with_package_on_path(env)
+        command = [*embedded_command(), *embedded_args]  # recording_env puts the package on PYTHONPATH
     argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
     with atomic_directory(out_dir) as staging:  # record mode appends: never reuse old files
         collection = _run_and_record(staging, out_dir, argv, env, timeout_s)
