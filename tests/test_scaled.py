@@ -250,3 +250,13 @@ def test_tune_records_a_problem_the_library_refuses_as_a_skip_with_its_reason():
     rowwise = parse_key(OP, TENSORWISE.replace("ast_0_bst_0", "ast_1_bst_1"))
     result = next(tune(Refusing(), [rowwise], TuneSettings()))
     assert result.skipped == "rowwise FP8 scales (OUTER_VEC_32F): no algorithm for them" and not result.errors
+
+
+@pytest.mark.parametrize("text", ['{"calls": {"k": 1}', '{"calls": {"k": 1}}', '[1, 2]'])
+def test_a_corrupt_count_file_is_an_error_naming_it(tmp_path, text):
+    from pipeline.errors import BadInput
+
+    bad = tmp_path / "scaled_calls_123.json"
+    bad.write_text(text)
+    with pytest.raises(BadInput, match=r"scaled_calls_123\.json"):
+        read_counts(tmp_path)

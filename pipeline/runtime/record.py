@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..atomic import atomic_write_text
+from ..errors import BadInput
 from ..formats.tunableop import format_key, release
 from .scaled import problem_of_call
 
@@ -96,7 +97,11 @@ def read_counts(directory: str | Path) -> tuple[Counter, Counter]:
     """The calls per key and the unkeyed calls per reason that every recorder process left in ``directory``."""
     calls, skipped = Counter(), Counter()
     for path in sorted(Path(directory).glob(f"{CALLS_PREFIX}*.json")):
-        data = json.loads(path.read_text())
-        calls.update(data.get("calls", {}))
-        skipped.update(data.get("skipped", {}))
+        try:
+            data = json.loads(path.read_text())
+            calls.update(data["calls"])
+            skipped.update(data["skipped"])
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise BadInput(f"{path}: not a scaled-call count the recorder writes ({type(err).__name__}: {err})"
+                           ) from None
     return calls, skipped
