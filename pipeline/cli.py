@@ -33,7 +33,8 @@ def _shapes(args: argparse.Namespace) -> int:
 
 
 def _configs(args: argparse.Namespace) -> int:
-    settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.tensile_preset)
+    settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.tensile_preset,
+                                      tensile_generation=args.tensile_generation)
     problems = [record.problem for record in read_shapes_json(args.shapes)]
     sys.stdout.write(configs.summary(configs.write_configs(Path(args.out), problems, settings)))
     return 0
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, metavar="DIR", help="output directory (replaced as a whole)")
     gen.add_argument("--arch", default="gfx942", help="target arch: " + ", ".join(configs.ARCH_NAMES))
     gen.add_argument("--padding", choices=["auto", "off"], default="auto")
+    gen.add_argument("--tensile-generation", choices=configs.TENSILE_GENERATIONS, default="2025",
+                     help="the TensileLite tree the configs are for: 2025 (ROCm 6.4+, rocm-libraries; FP8 fnuz is "
+                          "F8N/B8N) or 2024 (hipBLASLt <= 0.11; one F8/B8)")
     gen.add_argument("--tensile-preset", "--preset", dest="tensile_preset", default="mi300x",
                      help="TensileLite parameter preset (templates/tensile_presets.yaml), as TuneWorkload's "
                           "--tensile-preset")

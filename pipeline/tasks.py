@@ -316,6 +316,9 @@ class GenerateConfigs(PipelineTask):
     arch = luigi.ChoiceParameter(default="gfx942", choices=configs.ARCH_NAMES, description="AMD target arch")
     padding = luigi.ChoiceParameter(default="auto", choices=["auto", "off"], description="stride padding")
     tensile_preset = luigi.Parameter(default="mi300x", description="TensileLite parameter preset")
+    tensile_generation = luigi.ChoiceParameter(default="2025", choices=configs.TENSILE_GENERATIONS,
+                                               description="the TensileLite tree the configs are for (its FP8 "
+                                                           "DataType letters): 2025 (ROCm 6.4+) or 2024")
 
     def requires(self) -> luigi.Task:
         return self.clone(GatherShapes)
@@ -325,7 +328,8 @@ class GenerateConfigs(PipelineTask):
 
     @holding_workdir
     def run(self) -> None:
-        settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset)
+        settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset,
+                                          tensile_generation=self.tensile_generation)
         problems = [record.problem for record in read_shapes_json(self.input().path)]
         data = configs.write_configs(self.stage_dir("configs"), problems, settings)
         log.info("%s", configs.summary(data).rstrip())

@@ -106,15 +106,18 @@ def _gemm(dtype: str, compute: str = "float32", op: str = "gemm", **extra) -> Ge
     (_gemm("float64", "float64"), "no type letter for float64", None),
     (_gemm("float32", "tf32"), "tf32", "tf32"),
     (_gemm("complex64", "complex64"), "no type letter for complex64", "no TensileLite DataType letter for complex64"),
-    (_gemm("float8_e4m3fn", op="scaled_gemm"), None, "UseScaleAB"),
-    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=False), None, "UseScaleAB"),
-    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=True), "no scaling keys", "UseScaleAB"),
-    (_gemm("float8_e5m2", op="scaled_gemm"), "no type letter for float8_e5m2", "UseScaleAB"),
+    (_gemm("float8_e4m3fn", op="scaled_gemm"), "no --scaleA/--scaleB", "OCP FP8"),  # gfx942 runs fnuz
+    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=False), "no --scaleA/--scaleB", None),
+    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=True), "no --scaleA/--scaleB", None),
+    (_gemm("float8_e5m2fnuz", op="scaled_gemm", bias_type="bfloat16"), "no --scaleA/--scaleB", None),
+    (GemmProblem("scaled_gemm", "T", "N", 256, 256, 256, a_type="float8_e4m3fnuz", b_type="float8_e5m2",
+                 c_type="bfloat16"), "no --scaleA/--scaleB", "OCP FP8"),
+    (_gemm("float8_e4m3fnuz", op="scaled_gemm", swizzle=(1, 1)), "no --scaleA/--scaleB", "MX block-scaled"),
     (_gemm("float32", compute_suffix="bf16x9_r", lda=256, ldb=256, ldc=256), "bf16x9_r", "bf16x9_r"),
     (GemmProblem("gemm", "T", "N", "*", 256, 256), "wildcard", "wildcard"),
 ])
 def test_every_dtype_mapping_is_tuned_or_skipped_with_a_reason(problem, find_exact, tensile):
-    for reason, expected in ((find_exact_reason(problem), find_exact), (tensile_reason(problem), tensile)):
+    for reason, expected in ((find_exact_reason(problem), find_exact), (tensile_reason(problem, "gfx942"), tensile)):
         assert (reason is None) if expected is None else (expected in reason)
     plan = plan_configs([problem], ConfigSettings())
     skipped_tools = {s.tool for s in plan.skipped}

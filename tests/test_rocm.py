@@ -48,7 +48,9 @@ def test_wildcards_have_no_frame():
     ("GemmTunableOp_float_TN", "tn_8_8_8", "Cijk_Alik_Bljk_S_B"),
     ("GemmTunableOp_double_TT", "tt_8_8_8", "Cijk_Alik_Bjlk_D_B"),
     ("GemmAndBiasTunableOp_BFloat16_TN", "tn_8_8_8", "Cijk_Alik_Bljk_BBS_BH_Bias"),
-    ("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_Half_TN", "tn_8_8_8", "Cijk_Alik_Bljk_F8HS_BH"),
+    ("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_Half_TN", "tn_8_8_8", "Cijk_Alik_Bljk_F8HS_BH_SAB"),
+    ("ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN", "tn_8_8_8_ld_8_8_8_rw_1_bias_BFloat16",
+     "Cijk_Alik_Bljk_F8NBS_BH_Bias_SABV"),
 ])
 def test_problem_type_names(op, params, name):
     assert problem_type_name(parse_key(op, params)) == name

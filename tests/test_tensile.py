@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pipeline.backends.hipblaslt import ToolMissing
+from pipeline.cli import main
 from pipeline.errors import BadInput
 from pipeline.formats.tensile import benchmark_winners, config_problems
 from pipeline.formats.tunableop import read_file
@@ -20,13 +21,25 @@ from pipeline.stages.tensile import TensileTool, locate
 from .helpers import DOUBLES, FIXTURES, ROOT
 
 GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942" / "tensile" / "Cijk_Alik_Bljk_BBS_BH.yaml"
+SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
 
 
-def fake_tensilelite(root: Path) -> Path:
-    """A tensilelite directory: Tensile/bin/Tensile (the double) and Tensile/__init__.py with a version."""
+# The 'char' entries of each generation's DataType table (docs/upstream.md, "TensileLite and FP8").
+S24_CHARS = ("S", "D", "C", "Z", "H", "4xi8", "I", "B", "I8", "I64", "X", "F8", "B8", "F8B8", "B8F8")
+RL_CHARS = (*S24_CHARS[:11], "F8N", "B8N", "F8B8N", "B8F8N", "F8", "B8", "F8B8", "B8F8", "F6", "B6", "F4")
+
+
+def fake_tensilelite(root: Path, generation: str = "2025") -> Path:
+    """A tensilelite directory: Tensile/bin/Tensile (the double), Tensile/__init__.py with a version and the
+    generation's DataType table where that generation keeps it."""
     (root / "Tensile" / "bin").mkdir(parents=True)
     (root / "Tensile" / "bin" / "Tensile").symlink_to(DOUBLES / "Tensile")
     (root / "Tensile" / "__init__.py").write_text('__version__ = "4.33.0"\n')
+    table = root / "Tensile" / ("TensileInstructions" if generation == "2024" else "Common") / "DataType.py"
+    table.parent.mkdir()
+    chars = S24_CHARS if generation == "2024" else RL_CHARS
+    table.write_text("class DataType:\n    properties = [\n" + "".join(
+        f"        {{\n            'char': '{c}',\n            'reg': 1,\n        }},\n" for c in chars) + "    ]\n")
     return root
 
 
@@ -94,3 +107,64 @@ def test_tune_workload_with_tensilelite(tmp_path):
     assert all(e.solution == "Default" for e in read_file(run / "merge" / "tunableop_results.csv").entries)
     notes = json.loads((run / "report" / "summary.json").read_text())["notes"]
     assert any("take effect once the merged logic is compiled" in note for note in notes)
+
+
+@pytest.mark.parametrize(("generation", "fp8", "mixed"), [("2025", "F8N", "F8B8N"), ("2024", "F8", "F8B8")])
+def test_scaled_fp8_gemms_are_benchmarked_with_their_scales(generation, fp8, mixed, tmp_path):
+    """Tensorwise and rowwise FP8 GEMMs go to TensileLite as UseScaleAB Scalar and Vector ProblemTypes, in the
+    tree's FP8 letters; TensileLite names every kernel of a scaled ProblemType _SAB/_SABV, so a config that
+    forgot the scales would show in the logic. The library's pick they are judged against ran with its scales."""
+    settings = tmp_path / "settings.log"
+    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+                           "--workdir", str(tmp_path / "w"), "--run-name", "fp8", "--untuned", str(SCALED),
+                           "--backend", "tensile", "--tensile-root", str(fake_tensilelite(tmp_path / "tl", generation)),
+                           "--tensile-generation", generation, "--hipblaslt-bench", str(DOUBLES / "hipblaslt-bench"),
+                           "--validators-from", str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+                               "HIPBLASLT_DOUBLE_GENERATION": generation,
+                               "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "w" / "fp8"
+    results = {(r["problem"]["rowwise"], r["problem"]["b_type"], r["problem"]["bias_type"]): r
+               for r in json.loads((run / "bench" / "results.json").read_text())
+               if r["problem"]["op"] == "scaled_gemm" and r["problem"]["scale_a_recipe"] is None}
+    assert len(results) == 4 and all(not r["skipped"] and not r["errors"] for r in results.values())
+    logic = {}
+    for path in (run / "bench" / "logic").glob("*.yaml"):
+        data = yaml.safe_load(path.read_text())
+        logic[path.name] = data[4]
+        assert all(s["SolutionNameMin"].split("_MT")[0].endswith(
+            {"Scalar": "_SAB", "Vector": "_SABV"}.get(data[4].get("UseScaleAB", ""), "") + "_UserArgs")
+            for s in data[5])
+    scaled = {(pt["DataType"], pt["UseScaleAB"], pt.get("UseBias", 0)) for pt in logic.values() if "UseScaleAB" in pt}
+    assert scaled == {(fp8, "Scalar", 0), (fp8, "Vector", 0), (fp8, "Scalar", 1), (mixed, "Vector", 0)}
+    assert {pt["DataType"] for pt in logic.values() if "UseScaleAB" not in pt} == {"b"}, "the plain GEMM unscaled"
+    runs = [json.loads(line) for line in settings.read_text().splitlines()]
+    want = {"2024": ("s", "v"), "2025": (1, 2)}[generation]
+    assert {(r["scaleA"], r["scaleB"]) for r in runs if "f8" in r["a_type"]} == {(w, w) for w in want}
+
+
+def test_a_config_in_the_other_generations_letters_is_refused_before_it_runs(tmp_path):
+    configs = tmp_path / "configs"
+    assert main(["configs", str(_scaled_shapes(tmp_path)), "--out", str(configs)]) == 0  # 2025 letters: F8N
+    config = next((configs / "tensile").glob("*_SAB.yaml"))
+    tool = TensileTool(0, str(fake_tensilelite(tmp_path / "tl", "2024")), str(DOUBLES / "hipblaslt-bench"))
+    with pytest.raises(BadInput, match=r"DataType F8N is not defined by this TensileLite .*--tensile-generation 2024"):
+        tool.run(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    upstream = subprocess.run([sys.executable, str(tmp_path / "tl" / "Tensile" / "bin" / "Tensile"), str(config),
+                               str(tmp_path / "raw")], capture_output=True, text=True)
+    assert upstream.returncode != 0 and "KeyError: 'f8n'" in upstream.stderr, "the double fails as TensileLite does"
+    old = tmp_path / "configs_2024"
+    assert main(["configs", str(_scaled_shapes(tmp_path)), "--out", str(old), "--tensile-generation", "2024"]) == 0
+    assert "DataType: F8\n" in next((old / "tensile").glob("*_SAB.yaml")).read_text()
+    tool.run(next((old / "tensile").glob("*_SAB.yaml")), tmp_path / "out")
+    assert next((tmp_path / "out" / "3_LibraryLogic").glob("*_SAB_UserArgs.yaml"))
+
+
+def _scaled_shapes(tmp_path: Path) -> Path:
+    path = tmp_path / "shapes.json"
+    if not path.exists():
+        assert main(["shapes", str(SCALED), "--json", str(path)]) == 0
+    return path

@@ -24,6 +24,13 @@ FIND_EXACT_TYPES = {
 }
 # TensileLite ProblemType DataType letters (spec section 4 names h|s|b; d is Tensile's double).
 TENSILE_TYPES = {"float16": "h", "float32": "s", "bfloat16": "b", "float64": "d"}
+# FP8 DataType letters per TensileLite generation (docs/upstream.md, "TensileLite and FP8"): the 2024 tree has one
+# E4M3 type F8 and one E5M2 type B8 (the fnuz ones on gfx942, the OCP ones where the arch runs OCP); the 2025
+# tree spells the fnuz types F8N/B8N. A mixed pair is one letter group: F8B8, B8F8 (2025 fnuz: F8B8N, B8F8N).
+TENSILE_GENERATIONS = ("2025", "2024")
+_TENSILE_FP8 = {"float8_e4m3fn": ("F8", ""), "float8_e5m2": ("B8", ""), "float8_e4m3fnuz": ("F8", "N"),
+                "float8_e5m2fnuz": ("B8", "N")}
+NO_FP8_ARCHS = ("gfx90a",)  # no FP8 matrix instructions (S24's FP8 TensileLite tests are marked skip-gfx90a)
 # Letters of Tensile's ProblemType names (e.g. Cijk_Alik_Bljk_HHS_BH).
 _NAME_LETTERS = {"float16": "H", "float32": "S", "bfloat16": "B", "float64": "D",
                  "float8_e4m3fn": "F8", "float8_e4m3fnuz": "F8N", "float8_e5m2": "B8", "float8_e5m2fnuz": "B8N"}
@@ -112,5 +119,33 @@ def problem_type_name(problem: GemmProblem) -> str:
         types, hpa = a, ""
     else:
         types, hpa = (a if a == b else a + b) + d + compute, "H"
-    bias = "_Bias" if problem.op == "gemm_and_bias" or problem.bias_type else ""
-    return f"Cijk_{a_index}_{b_index}_{types}_B{hpa}{bias}"
+    bias = "_Bias" if problem.has_bias else ""
+    return f"Cijk_{a_index}_{b_index}_{types}_B{hpa}{bias}{scale_ab_suffix(problem)}"
+
+
+def scale_ab(problem: GemmProblem) -> str:
+    """TensileLite's ``UseScaleAB`` of a scaled GEMM: ``Scalar`` (tensorwise), ``Vector`` (rowwise); else ``""``."""
+    if problem.op != "scaled_gemm":
+        return ""
+    return "Vector" if problem.rowwise else "Scalar"
+
+
+def scale_ab_suffix(problem: GemmProblem) -> str:
+    """The name part TensileLite gives ``UseScaleAB`` (S24 ``SolutionStructs.py:547-548``): ``_SAB``, ``_SABV``."""
+    return {"Scalar": "_SAB", "Vector": "_SABV"}.get(scale_ab(problem), "")
+
+
+def tensile_data_type(dtype: str, generation: str, b_type: str | None = None) -> str | None:
+    """TensileLite's DataType letter of ``dtype`` (and of the pair with ``b_type`` where it differs) in
+    ``generation``; None where that generation has none."""
+    if b_type is None or b_type == dtype:
+        if dtype in TENSILE_TYPES:
+            return TENSILE_TYPES[dtype]
+        b_type = dtype
+    if dtype not in _TENSILE_FP8 or b_type not in _TENSILE_FP8:
+        return None
+    (a_letter, a_flavour), (b_letter, b_flavour) = _TENSILE_FP8[dtype], _TENSILE_FP8[b_type]
+    if a_flavour != b_flavour:
+        return None  # an fnuz operand beside an OCP one: no TensileLite type holds the pair
+    flavour = a_flavour if generation == "2025" else ""
+    return (a_letter if a_letter == b_letter else a_letter + b_letter) + flavour

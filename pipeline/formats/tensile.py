@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 TOP_LEVEL = ("GlobalParameters", "BenchmarkProblems", "LibraryLogic", "LibraryClient", "TestParameters")
 RETIRED = ("InitialSolutionParameters", "BenchmarkForkParameters", "JoinParameters", "BenchmarkJoinParameters")
@@ -63,6 +65,32 @@ def _group_problems(where: str, group: object) -> list[str]:
     if min_strides > 1:
         problems.append(f"{where}: at most one MinStride")
     return problems
+
+
+# Where a TensileLite tree defines its DataType table: S24 ``Tensile/TensileInstructions/DataType.py``, the 2025
+# tree (RL) ``Tensile/Common/DataType.py``. Both look a config's letters up by ``'char'``, lower-cased.
+DATA_TYPE_FILES = ("TensileInstructions/DataType.py", "Common/DataType.py")
+TYPE_KEYS = ("DataType", "DataTypeA", "DataTypeB", "DestDataType", "ComputeDataType")
+
+
+def tree_data_types(package: Path) -> tuple[Path, set[str]] | None:
+    """The DataType letters (lower case) a TensileLite ``Tensile`` package defines, and the file that says so;
+    None where neither generation's file is there."""
+    for relative in DATA_TYPE_FILES:
+        path = package / relative
+        if path.is_file():
+            return path, {c.lower() for c in re.findall(r"""['"]char['"]\s*:\s*['"]([^'"]+)['"]""", path.read_text())}
+    return None
+
+
+def config_data_types(data: dict) -> set[str]:
+    """Every DataType letter a parsed config names in its ProblemTypes (bias lists included)."""
+    found = set()
+    for problem in data.get("BenchmarkProblems") or []:
+        ptype = problem[0] if isinstance(problem, list) and problem and isinstance(problem[0], dict) else {}
+        found |= {str(ptype[k]) for k in TYPE_KEYS if ptype.get(k) not in (None, 0)}
+        found |= {str(t) for t in ptype.get("BiasDataTypeList") or []}
+    return found
 
 
 @dataclass(frozen=True)

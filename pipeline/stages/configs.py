@@ -16,7 +16,20 @@ import jinja2
 import yaml
 
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ..formats.rocm import ARCHS, FIND_EXACT_TYPES, TENSILE_TYPES, get_arch, is_packed, problem_type_name, to_amd
+from ..formats.hipblaslt_bench import FP8_TYPES, NO_OCP_FP8, scaled_reason
+from ..formats.rocm import (
+    ARCHS,
+    FIND_EXACT_TYPES,
+    NO_FP8_ARCHS,
+    TENSILE_GENERATIONS,
+    TENSILE_TYPES,
+    get_arch,
+    is_packed,
+    problem_type_name,
+    scale_ab,
+    tensile_data_type,
+    to_amd,
+)
 from ..formats.tunableop import format_key
 from ..problem import GemmProblem
 from .padding import PaddedProblem, PaddingRule, plan_padding, rule_for_arch
@@ -38,10 +51,14 @@ class ConfigSettings:
     preset: str = "mi300x"
     sleep_percent: int = 300
     max_workspace_bytes: int = 128 * 1024 * 1024
+    tensile_generation: str = "2025"  # whose FP8 DataType letters the Tensile configs use (formats/rocm.py)
     templates: Path = TEMPLATES
 
     def __post_init__(self) -> None:
         get_arch(self.arch)
+        if self.tensile_generation not in TENSILE_GENERATIONS:
+            raise ValueError(f"tensile_generation must be one of {', '.join(TENSILE_GENERATIONS)}, "
+                             f"not {self.tensile_generation!r}")
         if self.padding not in ("auto", "off"):
             raise ValueError(f"padding must be 'auto' or 'off', not {self.padding!r}")
         if any(not 0 <= s <= 255 for s in self.split_k):
@@ -86,24 +103,39 @@ def find_exact_reason(problem: GemmProblem) -> str | None:
     reason = _common_reason(problem)
     if reason:
         return reason
+    if problem.op == "scaled_gemm":
+        return ("find_exact.py passes hipblaslt-bench no --scaleA/--scaleB (docs/upstream.md), so it would time "
+                "this FP8 GEMM unscaled: another problem, whose winner may be a kernel the scaled one cannot run. "
+                "Tuned by --backend hipblaslt or tensile")
     for dtype in {problem.a_type, problem.b_type, problem.c_type}:
         if dtype not in FIND_EXACT_TYPES:
             return f"find_exact.py has no type letter for {dtype} (it knows {', '.join(FIND_EXACT_TYPES.values())})"
-    if problem.rowwise or problem.scale_a_recipe or problem.scale_b_recipe:
-        return "find_exact.py has no scaling keys, so row-wise scaled GEMMs cannot be reproduced"
     return None
 
 
-def tensile_reason(problem: GemmProblem) -> str | None:
-    """Why the TensileLite config cannot hold ``problem`` (None when it can)."""
+def tensile_reason(problem: GemmProblem, arch: str | None = None, generation: str = "2025") -> str | None:
+    """Why the TensileLite config for ``arch`` (any, when None) in ``generation`` cannot hold ``problem``
+    (None when it can). Scaled GEMMs go in as UseScaleAB Scalar (tensorwise) or Vector (rowwise)."""
     reason = _common_reason(problem)
     if reason:
         return reason
     if problem.op == "scaled_gemm":
-        return "scaled GEMMs need UseScaleAB configs, which this pipeline does not generate"
-    for dtype in {problem.a_type, problem.c_type}:
-        if dtype not in TENSILE_TYPES:
+        reason = scaled_reason(problem)
+        if reason:
+            return reason
+    fp8 = [t for t in (problem.a_type, problem.b_type) if t in FP8_TYPES]
+    if fp8 and (arch or "").startswith(NO_FP8_ARCHS):
+        return f"{arch} has no FP8 matrix instructions"
+    if fp8 and (arch or "").startswith(NO_OCP_FP8) and any(t in ("float8_e4m3fn", "float8_e5m2") for t in fp8):
+        return f"OCP FP8 ({', '.join(fp8)}) does not run on {arch}, whose FP8 kernels are the fnuz types"
+    if fp8 and problem.op != "scaled_gemm":
+        return "an FP8 GEMM without scales is not one torch records"
+    for dtype in (problem.c_type, problem.bias_type) if problem.op == "scaled_gemm" else (problem.c_type,):
+        if dtype is not None and dtype not in TENSILE_TYPES:
             return f"no TensileLite DataType letter for {dtype} (known: {', '.join(TENSILE_TYPES)})"
+    if tensile_data_type(problem.a_type, generation, problem.b_type) is None:
+        return (f"no TensileLite DataType letter for {problem.a_type} x {problem.b_type} "
+                f"(known: {', '.join(TENSILE_TYPES)} and the FP8 types)")
     return None
 
 
@@ -115,12 +147,13 @@ def describe(problem: GemmProblem) -> str:
 def plan_configs(problems: Iterable[GemmProblem], settings: ConfigSettings) -> ConfigPlan:
     """Sort ``problems`` into per-ProblemType find_exact and Tensile files, padding where the rule says."""
     problems = list(dict.fromkeys(problems))
-    plan = ConfigPlan(padded=plan_padding([p for p in problems if tensile_reason(p) is None
+    plan = ConfigPlan(padded=plan_padding([p for p in problems if tensile_reason(p, settings.arch) is None
                                            or find_exact_reason(p) is None], settings.rule()))
     padded_by_original = {p.original: p for p in plan.padded}
     for problem in problems:
         name, padded = None, padded_by_original.get(problem)
-        fe_reason, t_reason = find_exact_reason(problem), tensile_reason(problem)
+        fe_reason = find_exact_reason(problem)
+        t_reason = tensile_reason(problem, settings.arch, settings.tensile_generation)
         if fe_reason:
             plan.skipped.append(Skipped(problem, "find_exact", fe_reason))
         else:
@@ -155,18 +188,27 @@ def _find_exact_problem_type(problem: GemmProblem) -> dict:
     }
 
 
-def _tensile_problem_type(problem: GemmProblem) -> dict:
-    data_type = TENSILE_TYPES[problem.a_type]
+def _tensile_problem_type(problem: GemmProblem, generation: str) -> dict:
+    data_type = tensile_data_type(problem.a_type, generation, problem.b_type)
     compute = "d" if data_type == "d" else "s"
     return {
         "DataType": data_type,
         "DestDataType": TENSILE_TYPES[problem.c_type],
         "ComputeDataType": compute,
-        "HighPrecisionAccumulate": data_type in ("h", "b"),
+        "HighPrecisionAccumulate": data_type not in ("s", "d"),
         "TransposeA": int(problem.transa == "T"),
         "TransposeB": int(problem.transb == "T"),
-        "UseBias": problem.op == "gemm_and_bias",
+        "UseBias": problem.has_bias,
+        "BiasDataType": TENSILE_TYPES[problem.bias_type or problem.c_type] if problem.has_bias else None,
+        "UseScaleAB": scale_ab(problem),
     }
+
+
+def _matrix_instructions(preset: dict, data_type: str) -> list | None:
+    """The preset's MatrixInstruction rows for ``data_type``: every FP8 letter (F8, B8, F8B8, their N forms)
+    shares the preset's ``f8`` rows."""
+    table = preset["matrix_instructions"]
+    return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
 
 
 def load_presets(templates: Path) -> dict:
@@ -196,9 +238,9 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
             excluded=plan.find_exact_excluded.get(name, []))
     padded_lines = {p.problem: f"{describe(p.problem)}: {'; '.join(p.reasons)}" for p in plan.padded}
     for name, problems in sorted(plan.tensile.items()):
-        problem_type = _tensile_problem_type(problems[0])
+        problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
         sizes = list(dict.fromkeys(tuple(to_amd(p).tensile_exact) for p in problems))
-        instructions = preset["matrix_instructions"].get(problem_type["DataType"])
+        instructions = _matrix_instructions(preset, problem_type["DataType"])
         if not instructions:
             raise ValueError(f"preset {settings.preset!r} has no MatrixInstruction for DataType "
                              f"{problem_type['DataType']!r}")
@@ -214,6 +256,7 @@ def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings) -
     rule = settings.rule()
     return {
         "arch": settings.arch,
+        "tensile_generation": settings.tensile_generation,
         "padding": {"mode": settings.padding, "rule": asdict(rule) if rule else None},
         "files": sorted(files),
         "padded": [{"problem": describe(p.problem), "original": describe(p.original), "reasons": list(p.reasons)}

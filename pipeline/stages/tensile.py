@@ -27,7 +27,7 @@ from ..backends.hipblaslt import HipblasltBackend
 from ..errors import BadInput, PipelineError
 from ..formats.logic import dump_logic, load_logic
 from ..formats.rocm import to_amd
-from ..formats.tensile import benchmark_winners, config_problems
+from ..formats.tensile import benchmark_winners, config_data_types, config_problems, tree_data_types
 from ..problem import GemmProblem
 from .config_tool import run_into, tool_root
 from .configs import tensile_reason
@@ -39,6 +39,10 @@ ENV = "TENSILE_ROOT"
 class TensileLite:
     script: Path
     version: str
+
+    @property
+    def package(self) -> Path:
+        return self.script.parent.parent
 
 
 def locate(explicit: str | None = None) -> TensileLite:
@@ -76,11 +80,26 @@ class TensileTool:
 
     def run(self, config: Path, out: Path) -> None:
         """Refuse a config TensileLite would refuse; else run it into ``out`` (replaced only on success)."""
-        reasons = config_problems(yaml.safe_load(config.read_text()))
+        data = yaml.safe_load(config.read_text())
+        reasons = config_problems(data) or self.unknown_types(data)
         if reasons:
             raise BadInput(f"{config}: TensileLite would refuse this config: " + "; ".join(reasons))
         run_into([str(self.tool.script), str(config.absolute())], out, self.timeout_s,
                  f"TensileLite on {config.name}")
+
+    def unknown_types(self, data: dict) -> list[str]:
+        """The config's DataType letters this tree does not define (it would stop on a KeyError): the FP8
+        letters differ by generation (formats/rocm.py), so a config for the other one is refused here."""
+        table = tree_data_types(self.tool.package)
+        if table is None:
+            return []
+        path, known = table
+        unknown = sorted(t for t in config_data_types(data) if t.lower() not in known)
+        if not unknown:
+            return []
+        other = "2024" if "f8n" not in known else "2025"
+        return [f"DataType {', '.join(unknown)} is not defined by this TensileLite ({path} defines "
+                f"{', '.join(sorted(known))}): generate the configs for its generation (--tensile-generation {other})"]
 
     def winners(self, out: Path) -> dict:
         """Each size's winner from ``2_BenchmarkData``; the library logic is read too (a torn one fails here)."""
