@@ -94,8 +94,17 @@ def summarize(rows: list[dict]) -> dict:
                                                if "shipped" in r.get("nvmath", {})]),
             "exhaustive_s": sum(sum(r["seconds"].values()) for r in rows),
             "ceiling_min": min(speedups, default=None),
+            **_ours_of_ceiling([r["ours_of_ceiling"] for r in rows if r.get("ours_of_ceiling")]),
             "eff_default": geomean([r["floor_us"] / r["default_us"] for r in rows]),
             "eff_ceiling": geomean([r["floor_us"] / r["ceiling_us"] for r in rows])}
+
+
+def _ours_of_ceiling(ratios: list[float]) -> dict:
+    """The product's winner against the ceiling, timed in the ceiling's own rounds (datasets from 2026-11-23 on)."""
+    if not ratios:
+        return {}
+    return {"ours_of_ceiling_geomean": geomean(ratios), "ours_of_ceiling_min": min(ratios),
+            "ours_at_99pct": sum(r >= 0.99 for r in ratios), "ours_judged": len(ratios)}
 
 
 def merge(parts: list[dict]) -> dict:

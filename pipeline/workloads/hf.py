@@ -2,6 +2,12 @@
 a workload: prefill a batch of prompts, then a few greedy decode steps; prints tokens/s.
 
     python -m pipeline.workloads.hf --arch llama [--layers 2] [--dtype bfloat16] [--batch 2] [--prompt 64]
+        [--compile reduce-overhead]
+
+``--compile MODE`` decodes as transformers documents for compiled generation: a static KV cache
+(``generation_config.cache_implementation = "static"``), with which ``generate`` compiles the decode step's
+forward itself, here in ``torch.compile`` mode MODE (``generation_config.compile_config``; ``reduce-overhead``:
+CUDA graphs). The first, untimed generation compiles; its time is printed.
 
 It is the model code of ``transformers`` itself, not ours, so its GEMMs are the ones a user's model runs:
 rotary outer products, Conv1D ``addmm`` (GPT-2), mixture-of-experts routing (Mixtral), encoder-decoder
@@ -15,6 +21,7 @@ not one of the pipeline's. Tune one of these with::
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +36,13 @@ ARCHS: dict[str, dict] = {
     "mistral": {"config": "MistralConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
                 "kw": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
                        "num_key_value_heads": 8, "vocab_size": 32768, "max_position_embeddings": 4096}},
+    "llama3-8b": {"config": "LlamaConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
+                  "kw": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                         "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+                         "rope_theta": 500000.0}},
+    "qwen2-7b": {"config": "Qwen2Config", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
+                 "kw": {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+                        "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 32768}},
     "gpt2": {"config": "GPT2Config", "head": "AutoModelForCausalLM", "dtype": "float16",
              "kw": {"n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}},
     "bert": {"config": "BertConfig", "head": "AutoModel", "dtype": "float32",
@@ -42,6 +56,7 @@ ARCHS: dict[str, dict] = {
                   "decoder_start_token_id": 0, "pad_token_id": 0}},
 }
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def build(arch: str, layers: int, dtype: str, device: str):
@@ -55,7 +70,8 @@ def build(arch: str, layers: int, dtype: str, device: str):
     kw = dict(spec["kw"])
     kw.update({key: layers for key in _LAYER_KEYS if hasattr(probe, key)})
     config = config_class(**kw)
-    model = getattr(transformers, spec["head"]).from_config(config)
+    with torch.device(device):  # random init on the GPU: a billion-parameter model builds in seconds
+        model = getattr(transformers, spec["head"]).from_config(config)
     return model.to(device=device, dtype=getattr(torch, dtype)).eval(), config
 
 
@@ -89,12 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=4)
-    parser.add_argument("--reps", type=int, default=2, help="timed runs after one untimed warm-up")
+    parser.add_argument("--reps", type=int, default=2, help="timed generations after one untimed warm-up; the "
+                                                             "median rate is printed")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="none",
+                        help="decode with a static cache and the forward compiled in this torch.compile mode")
     args = parser.parse_args(argv)
+    if args.compile != "none" and ARCHS[args.arch]["head"] != "AutoModelForCausalLM":
+        print(f"--compile decodes a causal LM; {args.arch} is not one", file=sys.stderr)
+        return 2
     try:
         import torch
-        import transformers  # noqa: F401
+        import transformers
     except ImportError as err:
         print(f"this workload needs torch and transformers ({err}); pip install transformers", file=sys.stderr)
         return 2
@@ -108,13 +130,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.device == "cuda":
             torch.cuda.synchronize()
 
+    if args.compile != "none":  # generate() compiles the decode step itself (transformers' CompileConfig)
+        model.generation_config.cache_implementation = "static"
+        model.generation_config.compile_config = transformers.CompileConfig(mode=args.compile, fullgraph=True)
+    start = time.perf_counter()
     run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
-    tokens = seconds = 0.0
+    if args.compile != "none":
+        print(f"compile ({args.compile}) and first generation: {time.perf_counter() - start:.1f} s")
+    rates = []
     for _ in range(args.reps):
         n, s = run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
-        tokens, seconds = tokens + n, seconds + s
-    print(f"{args.arch}: {args.layers} layers, batch {args.batch}, prompt {args.prompt}, {args.new_tokens} new tokens")
-    print(f"throughput: {tokens / seconds:.1f} tokens/s")
+        rates.append(n / s)
+    print(f"{args.arch}: {args.layers} layers, batch {args.batch}, prompt {args.prompt}, {args.new_tokens} new tokens"
+          + (f", compiled ({args.compile}, static cache)" if args.compile != "none" else ""))
+    spread = (max(rates) - min(rates)) / statistics.median(rates)
+    print(f"throughput: {statistics.median(rates):.1f} tokens/s (median of {args.reps} generations, "
+          f"spread {spread:.1%})")
     return 0
 
 
