@@ -101,7 +101,7 @@ def unsupported_reason(problem: GemmProblem, generation: Generation | None = Non
         dtype = getattr(problem, name)
         if generation.type_name(dtype) is None:
             return f"{name} {dtype} has no hipblaslt-bench type"
-        if dtype in ("float8_e4m3fn", "float8_e5m2") and (arch or "").startswith(NO_OCP_FP8):
+        if ocp_fp8_on_fnuz_arch(dtype, arch):
             return (f"{name} {dtype} is OCP FP8, which {arch} does not run: its bench runs f8_r/bf8_r as the fnuz "
                     "types, another problem")
     if problem.compute_type not in COMPUTE_TYPES or problem.compute_suffix:
@@ -110,6 +110,11 @@ def unsupported_reason(problem: GemmProblem, generation: Generation | None = Non
 
 
 FP8_TYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+
+
+def ocp_fp8_on_fnuz_arch(dtype: str, arch: str | None) -> bool:
+    """Whether ``dtype`` is an OCP FP8 type on an arch whose FP8 is the fnuz kind (``NO_OCP_FP8``)."""
+    return dtype in ("float8_e4m3fn", "float8_e5m2") and (arch or "").startswith(NO_OCP_FP8)
 
 
 def scaled_reason(problem: GemmProblem) -> str | None:

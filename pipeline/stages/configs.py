@@ -16,7 +16,7 @@ import jinja2
 import yaml
 
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ..formats.hipblaslt_bench import FP8_TYPES, NO_OCP_FP8, scaled_reason
+from ..formats.hipblaslt_bench import FP8_TYPES, ocp_fp8_on_fnuz_arch, scaled_reason
 from ..formats.rocm import (
     ARCHS,
     FIND_EXACT_TYPES,
@@ -126,7 +126,7 @@ def tensile_reason(problem: GemmProblem, arch: str | None = None, generation: st
     fp8 = [t for t in (problem.a_type, problem.b_type) if t in FP8_TYPES]
     if fp8 and (arch or "").startswith(NO_FP8_ARCHS):
         return f"{arch} has no FP8 matrix instructions"
-    if fp8 and (arch or "").startswith(NO_OCP_FP8) and any(t in ("float8_e4m3fn", "float8_e5m2") for t in fp8):
+    if any(ocp_fp8_on_fnuz_arch(t, arch) for t in fp8):
         return f"OCP FP8 ({', '.join(fp8)}) does not run on {arch}, whose FP8 kernels are the fnuz types"
     if fp8 and problem.op != "scaled_gemm":
         return "an FP8 GEMM without scales is not one torch records"
@@ -147,13 +147,13 @@ def describe(problem: GemmProblem) -> str:
 def plan_configs(problems: Iterable[GemmProblem], settings: ConfigSettings) -> ConfigPlan:
     """Sort ``problems`` into per-ProblemType find_exact and Tensile files, padding where the rule says."""
     problems = list(dict.fromkeys(problems))
-    plan = ConfigPlan(padded=plan_padding([p for p in problems if tensile_reason(p, settings.arch) is None
-                                           or find_exact_reason(p) is None], settings.rule()))
+    reasons = {p: (find_exact_reason(p), tensile_reason(p, settings.arch, settings.tensile_generation))
+               for p in problems}
+    plan = ConfigPlan(padded=plan_padding([p for p in problems if None in reasons[p]], settings.rule()))
     padded_by_original = {p.original: p for p in plan.padded}
     for problem in problems:
         name, padded = None, padded_by_original.get(problem)
-        fe_reason = find_exact_reason(problem)
-        t_reason = tensile_reason(problem, settings.arch, settings.tensile_generation)
+        fe_reason, t_reason = reasons[problem]
         if fe_reason:
             plan.skipped.append(Skipped(problem, "find_exact", fe_reason))
         else:

@@ -66,6 +66,7 @@ class TensileTool:
     def __init__(self, gpu: int = 0, root: str | None = None, bench: str | None = None,
                  timeout_s: float = 4 * 3600.0) -> None:
         self.tool = locate(root)
+        self.data_types = tree_data_types(self.tool.package)  # (file, letters) of the tree, read once
         self.bench = HipblasltBackend(gpu, bench)
         self.timeout_s = timeout_s
 
@@ -90,10 +91,9 @@ class TensileTool:
     def unknown_types(self, data: dict) -> list[str]:
         """The config's DataType letters this tree does not define (it would stop on a KeyError): the FP8
         letters differ by generation (formats/rocm.py), so a config for the other one is refused here."""
-        table = tree_data_types(self.tool.package)
-        if table is None:
+        if self.data_types is None:
             return []
-        path, known = table
+        path, known = self.data_types
         unknown = sorted(t for t in config_data_types(data) if t.lower() not in known)
         if not unknown:
             return []
