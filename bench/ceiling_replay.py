@@ -95,16 +95,18 @@ def summarize(rows: list[dict]) -> dict:
             "exhaustive_s": sum(sum(r["seconds"].values()) for r in rows),
             "ceiling_min": min(speedups, default=None),
             **_ours_of_ceiling([r["ours_of_ceiling"] for r in rows if r.get("ours_of_ceiling")]),
+            **_ours_of_ceiling([r["judged"]["ours_of_ceiling"] for r in rows if r.get("judged")], "judged_"),
             "eff_default": geomean([r["floor_us"] / r["default_us"] for r in rows]),
             "eff_ceiling": geomean([r["floor_us"] / r["ceiling_us"] for r in rows])}
 
 
-def _ours_of_ceiling(ratios: list[float]) -> dict:
-    """The product's winner against the ceiling, timed in the ceiling's own rounds (datasets from 2026-11-23 on)."""
+def _ours_of_ceiling(ratios: list[float], prefix: str = "") -> dict:
+    """The product's winner against the ceiling: timed in the ceiling's own rounds (datasets from 2026-11-23 on),
+    or, ``judged_``, in rounds of their own after the ceiling was chosen (no winner's curse)."""
     if not ratios:
         return {}
-    return {"ours_of_ceiling_geomean": geomean(ratios), "ours_of_ceiling_min": min(ratios),
-            "ours_at_99pct": sum(r >= 0.99 for r in ratios), "ours_judged": len(ratios)}
+    return {f"{prefix}ours_of_ceiling_geomean": geomean(ratios), f"{prefix}ours_of_ceiling_min": min(ratios),
+            f"{prefix}ours_at_99pct": sum(r >= 0.99 for r in ratios), f"{prefix}ours_judged": len(ratios)}
 
 
 def merge(parts: list[dict]) -> dict:

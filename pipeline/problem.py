@@ -106,7 +106,7 @@ class GemmProblem:
             raise ValueError("lda, ldb and ldc are recorded together or not at all")
         for name, ld in zip(("lda", "ldb", "ldc"), lds, strict=True):
             if ld is not None:
-                _check_dim(name, ld)
+                _check_dim(name, ld, low=0)  # torch records ld 0 for a one-column operand (blas_lds raises it)
         if self.op != "gemm_strided_batched" and self.batch != 1:
             raise ValueError(f"batch {self.batch} on a {self.op}: only gemm_strided_batched is batched")
         for name in ("a_type", "b_type", "c_type", "bias_type", "scale_a_type", "scale_b_type"):
@@ -128,8 +128,9 @@ class GemmProblem:
     def blas_lds(self) -> tuple[int, int, int]:
         """``(lda, ldb, ldc)`` as a BLAS library accepts them: packed where the key recorded none, and never
         under the stored row count. torch records ``ld = 1`` for an operand with one column (e.g. the
-        rotary outer product ``tn_64_1_1_ld_1_1_1``); one column makes every ld >= rows equivalent, so
-        raising it changes nothing in memory. ``ld_notes`` says which were raised."""
+        rotary outer product ``tn_64_1_1_ld_1_1_1``), and ``ld = 0`` for one in a compiled decode at batch 1;
+        one column makes every ld >= rows equivalent, so raising it changes nothing in memory. ``ld_notes``
+        says which were raised."""
         if self.is_wildcard or WILDCARD in (self.lda, self.ldb, self.ldc):
             raise ValueError("a wildcard problem has no concrete leading dimensions")
         rows = self.stored_rows()
@@ -204,8 +205,9 @@ class GemmProblem:
         return cls(**data)
 
 
-def _check_dim(name: str, value: object) -> None:
+def _check_dim(name: str, value: object, low: int = 1) -> None:
     if value == WILDCARD:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer or '*', not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a positive" if low == 1 else "a non-negative"
+        raise ValueError(f"{name} must be {kind} integer or '*', not {value!r}")

@@ -148,3 +148,49 @@ def test_tune_workload_dag_through_bench(tmp_path):
     print(f"\nTuneWorkload: {len(shapes)} GEMMs, bench improved {summary['improved']} (geomean x"
           f"{summary['geomean_speedup']:.3f}); validated kept {report['kept']}, weighted GEMM speedup "
           f"x{report['weighted_gemm_speedup']:.3f}; {report['e2e']}")
+
+
+def test_screen_passes_take_medians_and_keep_a_refused_launch_refused():
+    import torch
+
+    from pipeline.backends.measure import TimingSettings, rotating_operands, screen_passes
+    from pipeline.backends.torch_gemm import torch_launcher
+
+    problem = PROBLEMS[0]
+    sets = rotating_operands(problem, torch.device("cuda", 0), TimingSettings())
+    calls = {"n": 0}
+
+    def counted(ops):
+        calls["n"] += 1
+        torch_launcher(problem)(ops)
+
+    def refused(ops):
+        raise RuntimeError("refused at launch")
+
+    out = screen_passes([torch_launcher(problem), refused, counted], sets, passes=3)
+    assert isinstance(out[0], float) and out[0] > 0 and isinstance(out[2], float)
+    assert isinstance(out[1], RuntimeError)
+    assert calls["n"] == 3 * (len(sets) + 1), "three passes, each one untimed call and one timed pass"
+
+
+def test_near_equal_finalists_are_judged_again_before_a_winner_is_named():
+    from pipeline.backends.cublaslt import CublasLtBackend
+
+    backend = CublasLtBackend(0)
+    result = next(iter(tune(backend, [PROBLEMS[0]], QUICK)))
+    finals = sorted(c.final_us for c in result.candidates if c.final_us is not None and c.name != DEFAULT)
+    assert finals, "finalists were timed against the default"
+    if result.winner != DEFAULT:  # the winner's time is its confirmation's, and it beat the default there
+        assert result.winner_us == next(c.final_us for c in result.candidates if c.name == result.winner)
+        assert result.default_us / result.winner_us >= 1 + QUICK.margin
+
+
+def test_solution_names_with_signed_attributes_parse():
+    """cuBLASLt 130100 on the H100 reads SPLITK_NUM -1 for algorithm 12; the runtime once refused that name."""
+    from pipeline.backends.cublaslt_algo import config_from_name, solution_name
+
+    name = "Gemm_Cublaslt_id_12_tile_0_stages_0_splitk_-1_red_2_swizzle_0_custom_0"
+    config = config_from_name(name)
+    assert config["SplitK"] == -1 and config["AlgoId"] == 12 and solution_name(config) == name
+    with pytest.raises(ValueError, match="is not a Gemm_Cublaslt_id_"):
+        config_from_name("Gemm_Cublaslt_id_12_tile_0_stages_0_splitk_--1_red_2_swizzle_0_custom_0")

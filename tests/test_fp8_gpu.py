@@ -90,7 +90,7 @@ def test_collection_records_scaled_calls_under_the_keys_the_runtime_routes(tmp_p
     import torch
 
     import pipeline.runtime as rt
-    from pipeline.runtime.table import runtime_key
+    from pipeline.formats.tunableop import format_key
 
     collection, problems = _recorded(tmp_path)
     names = [name for name, _ in _calls_module(tmp_path).calls()]
@@ -119,7 +119,7 @@ def test_collection_records_scaled_calls_under_the_keys_the_runtime_routes(tmp_p
         error = float((have.float() - want.float()).norm() / want.float().norm())
         assert error < 2e-2, f"{name}: relative error {error:.3g} against torch's _scaled_mm"
     assert len(status["tuned_calls"]) == len(problems) - len(refused)
-    assert all(any(str(runtime_key(p)) in k for p in problems) for k in status["tuned_calls"])
+    assert all(any(k.endswith(" " + ",".join(format_key(p))) for p in problems) for k in status["tuned_calls"])
 
 
 def test_routed_scaled_calls_replay_under_cuda_graph_capture(tmp_path):

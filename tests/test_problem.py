@@ -46,6 +46,11 @@ def test_lds_under_the_row_count_are_kept_and_raised_only_for_blas():
     assert outer.stored_rows() == (1, 1, 64)
     assert outer.blas_lds() == (1, 1, 64)
     assert outer.ld_notes() == ["ldc=1 < 64 rows: raised to 64 for BLAS"]
+    decode = GemmProblem("gemm", "T", "N", 4096, 1, 4096, 4096, 0, 4096)  # compiled decode at batch 1
+    assert decode.blas_lds() == (4096, 4096, 4096)
+    assert decode.ld_notes() == ["ldb=0 < 4096 rows: raised to 4096 for BLAS"]
+    with pytest.raises(ValueError, match="ldb must be a non-negative integer"):
+        GemmProblem("gemm", "T", "N", 4096, 1, 4096, 4096, -1, 4096)
     packed = GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144)
     assert packed.blas_lds() == (4096, 4096, 6144) and packed.ld_notes() == []
     legacy = GemmProblem("gemm", "N", "T", 64, 32, 16)  # torch 2.6: no ld's recorded

@@ -140,6 +140,10 @@ def test_tuned_calls_take_the_plan_and_match_torch(routed):
     batched = torch.bmm(torch.randn(4, 16, 8, generator=g).bfloat16(), torch.randn(4, 8, 32, generator=g).bfloat16())
     assert _tuned(routed) == 3
     assert routed.status()["fallbacks"] == {}
+    assert {name.split(" ", 1)[1] for name in routed.status()["tuned_calls"]} == {  # the bundle rows' own keys
+        "GemmAndBiasTunableOp_BFloat16_TN,tn_512_64_256_ld_256_256_512",
+        "GemmTunableOp_BFloat16_TN,tn_512_64_256_ld_256_256_512",
+        "GemmStridedBatchedTunableOp_BFloat16_NN,nn_32_16_8_B_4_ld_32_8_32"}
     import pipeline.runtime as rt
 
     rt.uninstall()
@@ -333,7 +337,7 @@ def test_a_bias_torch_does_not_fuse_routes_to_the_gemm_row(routed):
     into = full.clone()
     torch.addmm(into, x, w.t(), out=into)   # the bias is the output (torch's in-place form)
     tuned = routed.status()["tuned_calls"]
-    assert sum(tuned.values()) == 4 and all("'gemm'" in name for name in tuned), tuned
+    assert sum(tuned.values()) == 4 and all(" GemmTunableOp_" in name for name in tuned), tuned
     assert routed.status()["fallbacks"] == {}
     import pipeline.runtime as rt
 

@@ -141,6 +141,7 @@ MALFORMED = [
     ("GemmTunableOp_Half_TN,tn_8_x_8_ld_8_8_8", "n 'x' is not a positive integer"),
     ("GemmTunableOp_Half_TN,tn_0_8_8_ld_8_8_8", "m '0' is not a positive integer"),
     ("GemmTunableOp_Half_TN,tn_08_8_8_ld_8_8_8", "m '08' is not a positive integer"),
+    ("GemmTunableOp_Half_TN,tn_8_8_8_ld_8_00_8", "ldb '00' is not a non-negative integer"),
     ("GemmTunableOp_Half_TN,tn_8_8_8_ld_8_8", "is not _ld_LDA_LDB_LDC"),
     ("GemmTunableOp_Half_TN,tn_8_8_8_B_2_ld_8_8_8", "_B_<batch> on a non-batched op"),
     ("GemmStridedBatchedTunableOp_Half_NN,nn_8_8_8_ld_8_8_8", "needs _B_<batch>"),
@@ -199,6 +200,7 @@ def test_non_utf8_names_the_line(tmp_path):
     "GemmTunableOp_float_TN,tn_64_1_1_ld_1_1_1",
     "GemmStridedBatchedTunableOp_float_TN,tn_64_1_1_B_8_ld_1_1_1",
     "GemmTunableOp_Half_NN,nn_64_8_8_ld_32_8_64",
+    "GemmTunableOp_BFloat16_TN,tn_4096_1_4096_ld_4096_0_4096",  # ld 0: HF Llama-3 compiled decode at batch 1
 ])
 def test_keys_under_the_blas_ld_rule_parse_strictly_and_round_trip(line):
     """Whatever torch writes parses in strict mode (a HuggingFace model recorded the first two)."""

@@ -105,6 +105,9 @@ def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
     script = tmp_path / "workload.py"
     script.write_text("import os\nname = os.environ.get('PYTORCH_TUNABLEOP_FILENAME', 'none')\n"
                       "assert name == 'none' or os.path.exists(name.replace('%d', '0')), name\n"
+                      "arm = 'baseline' if name == 'none' else 'tuned'\n"
+                      "cache = os.environ['TORCHINDUCTOR_CACHE_DIR']\n"
+                      "assert os.path.isabs(cache) and cache.endswith('inductor-' + arm), cache\n"
                       "print('throughput: ' + ('2000.0' if name != 'none' else '1000.0') + ' tokens/s')\n")
     csv = tmp_path / "bundle.csv"
     csv.write_text("Validator,PT_VERSION,2.11.0\n")
@@ -272,3 +275,18 @@ def test_nothing_kept_is_exactly_x1_whatever_the_shares_add_up_to():
         row.update(time_share=share, solution="Default")
     result = gate(typed(rows), GateSettings(min_speedup=1.0))
     assert result.weighted_speedup == 1.0 and result.passed and not result.kept
+
+
+def test_report_lists_gemms_the_compiled_workload_kept_from_the_library(tmp_path, no_nvmath):
+    run = _run_dir(tmp_path, RECORDED)
+    (run / "collect").mkdir()
+    log = Path(__file__).parent / "fixtures" / "inductor" / "autotune_written.log"
+    (run / "collect" / "workload.stderr.log").write_text(log.read_text())
+    assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
+    md = (run / "report" / "report.md").read_text()
+    assert "## Compiled workload: GEMMs not sent to the library" in md
+    assert "- mm(8x4096, 4096x6144) torch.bfloat16, torch.bfloat16: not sent to the library" in md
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert [t["kernel"] for t in summary["not_sent"]["inductor_kernels"]] == ["triton_mm_4", "triton_mm_31"]
+    assert "not through the library: 2 GEMMs compiled to Inductor's own kernels, 0 kept rows" in (
+        run / "tune-workload.txt").read_text()

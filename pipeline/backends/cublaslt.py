@@ -42,7 +42,7 @@ from .measure import (
     interleaved,
     measure_limits,
     rotating_operands,
-    screen_batch,
+    screen_passes,
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
@@ -274,7 +274,7 @@ class CublasLtBackend:
             candidates = {n: CandidateResult(n, config=pool.configs[n]) for n in pool.names}
             result.candidates = list(candidates.values())
             deadline = time.monotonic() + settings.time_budget_s
-            screened = screen_batch([pool.launchers[n] for n in pool.names], sets, deadline)
+            screened = screen_passes([pool.launchers[n] for n in pool.names], sets, self.timing.screen_passes, deadline)
             for name, outcome in zip(pool.names, screened, strict=True):
                 if outcome is None:
                     candidates[name].error = "not screened: time budget spent"
@@ -359,31 +359,49 @@ class CublasLtBackend:
 
     def _decide(self, problem: GemmProblem, result: ProblemResult, pool: Pool, finalists: list[CandidateResult],
                 sets: list[OperandSet], ref: torch.Tensor, settings: TuneSettings, rounds: int) -> None:
-        """Interleave the default and the finalists; the fastest wins only by ``margin``."""
+        """Interleave the default and the finalists; those within ``confirm_band`` of the best are judged again
+        with the default in twice the rounds on other fresh buffers (the winner of many near-equal medians is
+        the luckiest as often as the fastest); the fastest there wins, only by ``margin``."""
         start = time.monotonic()
-        names = [DEFAULT, *(c.name for c in finalists)]
-        fresh = rotating_operands(problem, self.device, dataclasses.replace(self.timing, seed=self.timing.seed + 1))
-        final = interleaved(problem, {n: pool.launchers[n] for n in names}, fresh, self.timing, rounds=rounds)
-        del fresh  # screened on one set of buffers, judged on others: no winner's curse from lucky buffers
-        self.limits.check(problem, final[DEFAULT].median, "torch's default")
-        for candidate in list(finalists):
-            candidate.final_us = final[candidate.name].median
-            try:
-                self.limits.check(problem, candidate.final_us, candidate.name)
-            except BelowFloor as err:
-                candidate.error = f"{type(err).__name__}: {err}"
-                finalists.remove(candidate)
-        result.default_us = final[DEFAULT].median
+        default_us = self._judge(problem, pool, finalists, rounds, 1)
+        ranked = sorted(finalists, key=lambda c: c.final_us)
+        promising = bool(ranked) and default_us / ranked[0].final_us >= 1 + settings.margin / 2
+        close = [c for c in ranked[: self.timing.confirm]
+                 if c.final_us <= ranked[0].final_us * (1 + self.timing.confirm_band)] if promising else []
+        if close:
+            default_us = self._judge(problem, pool, close, 2 * rounds, 2)
+        result.default_us = default_us
         for candidate in result.candidates:
             if candidate.name == DEFAULT:
                 candidate.final_us = result.default_us
-        best = min(finalists, key=lambda c: c.final_us, default=None)
+        best = min(close or finalists, key=lambda c: c.final_us, default=None)
         result.winner_us = result.default_us
         if best is not None and result.default_us / best.final_us >= 1 + settings.margin:
             result.winner, result.winner_us, result.winner_config = best.name, best.final_us, best.config
             result.numerics[best.name] = check_numerics(problem, pool.launchers[best.name], sets[0], ref)
         result.numerics[DEFAULT] = check_numerics(problem, pool.launchers[DEFAULT], sets[0], ref)
         result.phases["final_s"] = time.monotonic() - start
+
+    def _judge(self, problem: GemmProblem, pool: Pool, candidates: list[CandidateResult], rounds: int,
+               seed_offset: int) -> float:
+        """Interleaved rounds of the default and ``candidates`` on operand buffers of their own (seed +
+        ``seed_offset``: screened on one set, judged on others, no winner's curse from lucky buffers); sets
+        each candidate's ``final_us``, drops (with the error) those under the device's floor, returns the
+        default's median."""
+        fresh = rotating_operands(problem, self.device,
+                                  dataclasses.replace(self.timing, seed=self.timing.seed + seed_offset))
+        names = [DEFAULT, *(c.name for c in candidates)]
+        final = interleaved(problem, {n: pool.launchers[n] for n in names}, fresh, self.timing, rounds=rounds)
+        del fresh
+        self.limits.check(problem, final[DEFAULT].median, "torch's default")
+        for candidate in list(candidates):
+            candidate.final_us = final[candidate.name].median
+            try:
+                self.limits.check(problem, candidate.final_us, candidate.name)
+            except BelowFloor as err:
+                candidate.error = f"{type(err).__name__}: {err}"
+                candidates.remove(candidate)
+        return final[DEFAULT].median
 
     def launcher_for(self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor
                      ) -> tuple[Callable[[OperandSet], None], LtGemm | None]:

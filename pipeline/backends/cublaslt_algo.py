@@ -42,9 +42,10 @@ def solution_name(config: dict) -> str:
     return name
 
 
-_NAME_RE = re.compile(r"Gemm_Cublaslt_id_(?P<AlgoId>\d+)_tile_(?P<Tile>\d+)_stages_(?P<Stages>\d+)"
-                      r"_splitk_(?P<SplitK>\d+)_red_(?P<ReductionScheme>\d+)_swizzle_(?P<Swizzle>\d+)"
-                      r"_custom_(?P<CustomOption>\d+)(?:_inner_(?P<InnerShape>\d+)_cluster_(?P<ClusterShape>\d+))?")
+_INT = r"-?\d+"  # cuBLASLt's attributes are signed: algorithm 12 on the H100 reads SPLITK_NUM -1
+_NAME_RE = re.compile(rf"Gemm_Cublaslt_id_(?P<AlgoId>{_INT})_tile_(?P<Tile>{_INT})_stages_(?P<Stages>{_INT})"
+                      rf"_splitk_(?P<SplitK>{_INT})_red_(?P<ReductionScheme>{_INT})_swizzle_(?P<Swizzle>{_INT})"
+                      rf"_custom_(?P<CustomOption>{_INT})(?:_inner_(?P<InnerShape>{_INT})_cluster_(?P<ClusterShape>{_INT}))?")
 
 
 def config_from_name(name: str) -> dict:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class TimingSettings:
     warmup_replays: int = 2
     rounds: int = 7
     seed: int = 0
+    screen_passes: int = 3  # screen passes over the pool, alternating direction; a candidate's time is its median
+    confirm: int = 4  # finalists within ``confirm_band`` of the best that a second, longer set of rounds re-judges
+    confirm_band: float = 0.03
 
 
 class NumericsError(RuntimeError):
@@ -257,6 +261,28 @@ def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequen
         spin_us = max(spin[0].elapsed_time(spin[1]) * 1000.0, 1.0)
         cycles = int(cycles / spin_us * next_spin_us(host_us, spin_us))  # cycles per us: the spin's clock
     return out
+
+
+def screen_passes(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequence[OperandSet], passes: int,
+                  deadline: float | None = None) -> list[float | Exception | None]:
+    """``screen_batch`` ``passes`` times, every other pass in reverse order (a candidate's neighbours in the
+    queue, and its place in its chunk, change); per launcher the median of its passes, the exception a pass
+    raised, or None where the deadline left it unscreened. One pass is one sample of a few microseconds'
+    kernels: on the FP8 problems a single pass misranked configs 12% apart."""
+    order = list(range(len(launchers)))
+    per: list[list[float]] = [[] for _ in launchers]
+    failed: dict[int, Exception | None] = {}
+    for number in range(max(1, passes)):
+        if number and deadline is not None and time.monotonic() > deadline:
+            break
+        this = order if number % 2 == 0 else order[::-1]
+        live = [i for i in this if i not in failed]
+        for i, outcome in zip(live, screen_batch([launchers[i] for i in live], sets, deadline), strict=True):
+            if isinstance(outcome, float):
+                per[i].append(outcome)
+            elif not per[i]:
+                failed[i] = outcome
+    return [failed.get(i) if not per[i] else statistics.median(per[i]) for i in range(len(launchers))]
 
 
 def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet], None]],

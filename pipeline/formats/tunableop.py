@@ -96,6 +96,7 @@ _TYPES_RE = {
     3: re.compile(rf"(?P<a>{_T})_(?P<b>{_T})_(?P<c>{_T})"),
 }
 _DIM = r"[1-9][0-9]*|\*"
+_LD = r"0|[1-9][0-9]*|\*"  # torch records ld 0 for a one-column operand (compiled decode at batch 1, H100)
 _HEAD_RE = re.compile(r"(?P<ta>[^_])(?P<tb>[^_])_(?P<m>[^_]*)_(?P<n>[^_]*)_(?P<k>[^_]*)")
 _BATCH_RE = re.compile(r"_B_(?P<batch>[^_]*)")
 _LD_RE = re.compile(r"_ld_(?P<lda>[^_]*)_(?P<ldb>[^_]*)_(?P<ldc>[^_]*)")
@@ -115,6 +116,12 @@ class TunableOpFormatError(BadInput):
 def _dim(name: str, token: str) -> int | str:
     if not re.fullmatch(_DIM, token):
         raise ValueError(f"{name} {token!r} is not a positive integer or '*'")
+    return token if token == WILDCARD else int(token)
+
+
+def _ld(name: str, token: str) -> int | str:
+    if not re.fullmatch(_LD, token):
+        raise ValueError(f"{name} {token!r} is not a non-negative integer or '*'")
     return token if token == WILDCARD else int(token)
 
 
@@ -159,7 +166,7 @@ def parse_key(op_signature: str, params_signature: str) -> GemmProblem:
 
     ld = _LD_RE.match(rest)
     if ld:
-        fields.update({name: _dim(name, ld[name]) for name in ("lda", "ldb", "ldc")})
+        fields.update({name: _ld(name, ld[name]) for name in ("lda", "ldb", "ldc")})
         rest = rest[ld.end():]
     elif rest.startswith("_ld_"):
         raise ValueError(f"{rest!r} is not _ld_LDA_LDB_LDC")

@@ -1,6 +1,6 @@
 """Install the runtime right after ``import torch`` in a process started under ``python -m pipeline.runtime``,
-or the ``_scaled_mm`` recorder in a workload under shape collection (see ``autoload/sitecustomize.py``): a
-one-shot finder wraps torch's loader."""
+or, in a workload under shape collection, the CUDA-graph replay counter and the ``_scaled_mm`` recorder (see
+``autoload/sitecustomize.py``): a one-shot finder wraps torch's loader."""
 
 from __future__ import annotations
 
@@ -22,11 +22,15 @@ def _install_now() -> None:
 def _record_now(directory: str) -> None:
     import torch
 
+    from .graphs import GraphCounter
     from .record import ScaledRecorder, tunableop_records_scaled
 
+    graphs = GraphCounter()
+    graphs.install()
+    atexit.register(graphs.report)
     if tunableop_records_scaled(torch.__version__, torch.version.hip):
         return
-    recorder = ScaledRecorder(directory)
+    recorder = ScaledRecorder(directory, graphs=graphs)
     try:
         recorder.install()
     except RuntimeError as err:  # a torch without CUDA kernels (a CPU build in a helper process): nothing to record

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..formats.tunableop import format_key
 from .frame import gemm_key
 from .scaled import problem_of_call
 from .table import RuntimeKey, TunedTable, runtime_key
@@ -317,9 +318,9 @@ class Router:
 
     # -- reporting -----------------------------------------------------------------------------------------
     def tuned_calls(self) -> dict[str, int]:
-        """Calls that ran a tuned plan, by solution and key."""
-        return {f"{plan.name} {key}": plan.calls for (key, _), plan in self._built.items()
-                if not isinstance(plan, str) and plan.calls}
+        """Calls that ran a tuned plan, as ``"<solution> <TunableOp key>"``: the key the bundle's row has."""
+        return {f"{plan.name} {','.join(format_key(self.table.solutions[key][0]))}": plan.calls
+                for (key, _), plan in self._built.items() if not isinstance(plan, str) and plan.calls}
 
     def close(self) -> None:
         for plan in self._built.values():

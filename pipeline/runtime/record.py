@@ -37,11 +37,13 @@ def tunableop_records_scaled(torch_version: str, hip: str | None) -> bool:
 class ScaledRecorder:
     """Counts ``_scaled_mm`` calls by TunableOp key; ``write`` leaves them in ``directory``."""
 
-    def __init__(self, directory: str | Path, dispatch_key: str = "CUDA") -> None:
+    def __init__(self, directory: str | Path, dispatch_key: str = "CUDA", graphs=None) -> None:
         import torch
 
         self.directory, self.dispatch_key = Path(directory).absolute(), dispatch_key
+        self.graphs = graphs  # a runtime.graphs.GraphCounter: calls inside a capture count once per replay
         self.calls: Counter = Counter()  # "<op>,<params>" -> calls, in the order first seen
+        self.captured: dict[str, Counter] = {}  # graph -> calls while it was captured
         self.skipped: Counter = Counter()  # reason -> calls left unkeyed
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
         self._lib = None
@@ -58,13 +60,15 @@ class ScaledRecorder:
         self._lib = lib
 
     def _kernel(self, fallback):
-        keyset, calls, skipped = self._keyset, self.calls, self.skipped
+        keyset, calls, skipped, graphs = self._keyset, self.calls, self.skipped, self.graphs
 
         def kernel(x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
                    *, out=None):
             problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
             if isinstance(problem, str):
                 skipped[problem] += 1
+            elif graphs is not None and graphs.capturing is not None:
+                self.captured.setdefault(graphs.capturing, Counter())[",".join(format_key(problem))] += 1
             else:
                 calls[",".join(format_key(problem))] += 1
             kwargs = {} if out is None else {"out": out}
@@ -78,7 +82,12 @@ class ScaledRecorder:
             self._lib = None
 
     def write(self) -> list[Path]:
-        """The untuned file and the call counts of this process (nothing when it made no call)."""
+        """The untuned file and the call counts of this process (nothing when it made no call); a call
+        captured in a CUDA graph counts once per replay of that graph."""
+        for graph, keys in self.captured.items():
+            for key, count in keys.items():
+                self.calls[key] += count * (self.graphs.replays[graph] if self.graphs else 1)
+        self.captured = {}
         if not self.calls and not self.skipped:
             return []
         pid = os.getpid()

@@ -10,7 +10,9 @@ are learnt during collection instead:
   ``ResultEntry found for ...`` are counted the same way). This is libtorch's own C++ log, so it counts the
   calls of any process of the workload, Python or not, on every GPU, with torch's exact keys. Collection
   strips those lines from the stderr log it keeps. A workload that swallows its stderr leaves no count:
-  each recorded line then counts as one call, and the notes say so.
+  each recorded line then counts as one call, and the notes say so. Under CUDA graphs a GEMM is looked up
+  only when its graph is captured: the workload's processes mark each capture and count each graph's
+  replays on the same stream (``runtime.graphs``), and a lookup inside a capture counts once per replay.
 * **Baseline time per call.** After the workload, each distinct GEMM is timed once with torch's default
   call through the shared harness (``python -m pipeline.stages call-weights DIR --gpus 0,1``). GEMMs the harness
   cannot run (scaled or wildcard keys) get their roofline floor, with a note.
@@ -33,6 +35,7 @@ from .. import procs
 from ..atomic import atomic_write_json
 from ..backends.slots import gpu_slot, lock_dir
 from ..errors import ToolError
+from ..runtime.graphs import parse_marker
 
 CALLS = "calls.json"
 BASELINE = "baseline.json"
@@ -51,13 +54,32 @@ def lookup_key(line: str) -> str | None:
 
 def split_stderr(lines: Iterable[str], calls: Counter) -> Iterable[str]:
     """Count lookup lines into ``calls``; yield the workload's own stderr, without TunableOp's per-call
-    chatter (``no result, using default`` after each lookup, ``Untuned,<key>`` at each first record)."""
+    chatter (``no result, using default`` after each lookup, ``Untuned,<key>`` at each first record) and
+    without the graph markers. A lookup inside a capture counts once per replay of its graph (added when
+    the lines end: the replays are written at exit)."""
+    capturing: str | None = None
+    captured: dict[str, Counter] = {}
+    replays: Counter = Counter()
     for line in lines:
         key = lookup_key(line)
         if key is not None:
-            calls[key] += 1
+            if capturing is None:
+                calls[key] += 1
+            else:
+                captured.setdefault(capturing, Counter())[key] += 1
+            continue
+        marker = parse_marker(line)
+        if marker is not None:
+            graph, what, count = marker
+            if what == "replayed":
+                replays[graph] += count
+            else:
+                capturing = graph if what == "begin" else None
         elif not (line.startswith("Untuned,") or line.rstrip() == _NO_RESULT):
             yield line
+    for graph, keys in captured.items():
+        for key, count in keys.items():
+            calls[key] += count * replays[graph]
 
 
 def calls_record(calls: Mapping[str, int]) -> dict:

@@ -4,6 +4,11 @@ Who applies the bundle in the tuned runs: TunableOp (enabled, tuning off, the bu
 and on CUDA torch >= 2.14; on CUDA torch < 2.14, whose TunableOp knows only ``Default``, ``pipeline.runtime``
 (the tuned command is ``python -m pipeline.runtime --bundle DIR -- <command>``). Where neither can run the
 A/B is skipped with the reason rather than reporting noise as a result.
+
+Each arm compiles into its own Inductor cache (``TORCHINDUCTOR_CACHE_DIR`` under the scratch folder): a
+compiled workload's first run of an arm compiles as that arm would alone (Inductor benchmarks some choices,
+``pad_mm`` among them, with the GEMMs it will call), and its later runs reuse that code, so repetitions of
+an arm run the same kernels and the spread is the GPU's, not the compiler's.
 """
 
 from __future__ import annotations
@@ -93,6 +98,9 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
         tuned_command, tuned_env = runtime_command(command, Path(bundle_csv).parent, status), base_env
     else:
         tuned_command, tuned_env = command, {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
+    envs = {"baseline": base_env, "tuned": tuned_env}
+    envs = {name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
+            for name, e in envs.items()}
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
     for rep in range(reps):
         order = ("baseline", "tuned") if rep % 2 == 0 else ("tuned", "baseline")
@@ -100,7 +108,7 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
             argv = command if name == "baseline" else tuned_command
             start = time.monotonic()
             try:
-                proc = procs.run(argv, timeout_s=timeout_s, env=base_env if name == "baseline" else tuned_env)
+                proc = procs.run(argv, timeout_s=timeout_s, env=envs[name])
             except subprocess.TimeoutExpired:
                 raise ToolError(f"{name} run {rep} of {argv} ran past {timeout_s:.0f} s") from None
             wall = time.monotonic() - start

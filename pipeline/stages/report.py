@@ -13,7 +13,7 @@ from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import DEFAULT
 from ..formats.tunableop import parse_key
 from ..stats import geomean
-from . import timings
+from . import compiled, timings
 from .configs import TEMPLATES
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
@@ -107,6 +107,7 @@ def build(run_dir: Path) -> dict:
     kept_speedups = [r["speedup"] for r in rows if r["kept"]]
     top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
     e2e_line = e2e_summary(e2e)
+    not_sent = compiled.section(run_dir, gate["kept"], [r.key for r in measured_rows], e2e)
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     drift = compare(run_dir, previous_run(run_dir))
@@ -120,6 +121,7 @@ def build(run_dir: Path) -> dict:
         "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")], "top": top, "basis": basis,
         "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]], "notes": notes,
         "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",
+        "not_sent_lines": compiled.lines(not_sent),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
@@ -140,7 +142,7 @@ def build(run_dir: Path) -> dict:
                "eff_geomean_before": context["eff_before"], "eff_geomean_after": context["eff_after"],
                "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
                "e2e_tokens_speedup": e2e.get("tokens_speedup"), "e2e_noise": e2e.get("noise"),
-               "e2e_via": e2e.get("via"), "bundle": context["bundle"],
+               "e2e_via": e2e.get("via"), "not_sent": not_sent, "bundle": context["bundle"],
                "report": str(out / "report.html"), "stage_seconds": context["stage_seconds"]}
     atomic_write_json(out / SUMMARY, summary)
     return summary
@@ -174,6 +176,15 @@ def backend_notes(bench_summary: dict) -> list[str]:
     return notes
 
 
+def not_sent_line(facts: dict) -> list[str]:
+    """One line when the workload kept GEMMs from the library (Inductor's kernels) or never ran kept rows."""
+    inductor, unused = len(facts.get("inductor_kernels", [])), len(facts.get("never_run", []))
+    if not inductor and not unused:
+        return []
+    return [f"not through the library: {plural(inductor, 'GEMM')} compiled to Inductor's own kernels, "
+            f"{plural(unused, 'kept row')} never run by the tuned workload (see the report)"]
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
@@ -200,6 +211,7 @@ def key_lines(summary: dict) -> list[str]:
         *[f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {plural(t['calls'], 'call')}, "
           f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}" for t in summary.get("top_gemms", [])[:3]],
         f"end to end: {summary['e2e']}",
+        *not_sent_line(summary.get("not_sent") or {}),
         *([f"stage times: {timings.line(summary['stage_seconds'])}"] if summary.get("stage_seconds") else []),
         *[f"drift: {line}" for line in drift_lines(summary.get("drift") or {})],
         f"bundle: {summary['bundle']}",

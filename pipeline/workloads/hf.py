@@ -4,10 +4,12 @@ a workload: prefill a batch of prompts, then a few greedy decode steps; prints t
     python -m pipeline.workloads.hf --arch llama [--layers 2] [--dtype bfloat16] [--batch 2] [--prompt 64]
         [--compile reduce-overhead]
 
-``--compile MODE`` decodes as transformers documents for compiled generation: a static KV cache
-(``generation_config.cache_implementation = "static"``), with which ``generate`` compiles the decode step's
-forward itself, here in ``torch.compile`` mode MODE (``generation_config.compile_config``; ``reduce-overhead``:
-CUDA graphs). The first, untimed generation compiles; its time is printed.
+``--compile MODE`` decodes as transformers documents for a compiled decode loop (its "static cache and
+torch.compile" guide): a ``StaticCache``, the prompt prefilled eagerly, then one token per call of a
+``torch.compile``'d step (``mode=MODE``, ``fullgraph=True``; ``reduce-overhead``: CUDA graphs). Only the decode
+loop is timed, one host sync at each end, so the figure is the GPU's decode rate, not ``generate``'s per-token
+host work (with which an A/B of GEMM tuning drowns in noise). The first, untimed rep compiles; its time is
+printed. ``--decode generate`` times ``generate`` itself instead, compiled by transformers' ``CompileConfig``.
 
 It is the model code of ``transformers`` itself, not ours, so its GEMMs are the ones a user's model runs:
 rotary outer products, Conv1D ``addmm`` (GPT-2), mixture-of-experts routing (Mixtral), encoder-decoder
@@ -96,6 +98,46 @@ def run(model, config, arch: str, batch: int, prompt: int, new_tokens: int, devi
     return tokens, time.perf_counter() - start
 
 
+def decode_one_token(model, token, cache_position, cache):
+    """One greedy decode step (the function the guide compiles): the next token of each sequence."""
+    logits = model(token, cache_position=cache_position, past_key_values=cache, use_cache=True, return_dict=False)[0]
+    return logits[:, -1].argmax(-1, keepdim=True)
+
+
+class CompiledDecoder:
+    """transformers' documented compiled decoding: a ``StaticCache``, an eager prefill, a compiled step."""
+
+    def __init__(self, model, config, batch: int, prompt: int, new_tokens: int, device: str, mode: str) -> None:
+        import torch
+        import transformers
+
+        self.model, self.config, self.shape, self.device = model, config, (batch, prompt), device
+        self.new_tokens, self.generated = new_tokens, None
+        self.cache = transformers.StaticCache(config=config, max_cache_len=prompt + new_tokens)
+        self.step = torch.compile(decode_one_token, mode=mode, fullgraph=True)
+
+    def run(self, synchronize: Callable[[], None]) -> tuple[int, float]:
+        """Prefill a fresh batch of prompts, then decode; (decoded tokens, seconds of the decode loop)."""
+        import torch
+
+        batch, prompt = self.shape
+        ids = torch.randint(1, self.config.vocab_size, (batch, prompt), device=self.device)
+        with torch.inference_mode():
+            self.cache.reset()
+            position = torch.arange(prompt, device=self.device)
+            tokens = [decode_one_token(self.model, ids, position, self.cache)]
+            position = torch.tensor([prompt], device=self.device)
+            synchronize()
+            start = time.perf_counter()
+            for _ in range(self.new_tokens - 1):  # clone: the token outlives the graph replay that wrote it
+                tokens.append(self.step(self.model, tokens[-1], position, self.cache).clone())
+                position += 1
+            synchronize()
+            seconds = time.perf_counter() - start
+        self.generated = torch.cat([ids, *tokens], dim=1)  # what generate() would return
+        return batch * (self.new_tokens - 1), seconds
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.workloads.hf", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--compile", choices=COMPILE_MODES, default="none",
                         help="decode with a static cache and the forward compiled in this torch.compile mode")
+    parser.add_argument("--decode", choices=("loop", "generate"), default="loop",
+                        help="with --compile: time the compiled decode loop alone (default) or generate()")
     args = parser.parse_args(argv)
     if args.compile != "none" and ARCHS[args.arch]["head"] != "AutoModelForCausalLM":
         print(f"--compile decodes a causal LM; {args.arch} is not one", file=sys.stderr)
@@ -130,21 +174,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.device == "cuda":
             torch.cuda.synchronize()
 
-    if args.compile != "none":  # generate() compiles the decode step itself (transformers' CompileConfig)
-        model.generation_config.cache_implementation = "static"
-        model.generation_config.compile_config = transformers.CompileConfig(mode=args.compile, fullgraph=True)
+    loop = args.compile != "none" and args.decode == "loop"
+    if loop:
+        if args.new_tokens < 2:
+            print("--compile times the decode loop: --new-tokens must be 2 or more", file=sys.stderr)
+            return 2
+        decoder = CompiledDecoder(model, config, args.batch, args.prompt, args.new_tokens, args.device, args.compile)
+
+        def once() -> tuple[int, float]:
+            return decoder.run(synchronize)
+    else:
+        if args.compile != "none":  # generate() compiles the decode step itself (transformers' CompileConfig)
+            model.generation_config.cache_implementation = "static"
+            model.generation_config.compile_config = transformers.CompileConfig(mode=args.compile, fullgraph=True)
+
+        def once() -> tuple[int, float]:
+            return run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
     start = time.perf_counter()
-    run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
+    once()
     if args.compile != "none":
-        print(f"compile ({args.compile}) and first generation: {time.perf_counter() - start:.1f} s")
-    rates = []
-    for _ in range(args.reps):
-        n, s = run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
-        rates.append(n / s)
+        print(f"compile ({args.compile}) and first {'decode' if loop else 'generation'}: "
+              f"{time.perf_counter() - start:.1f} s")
+    rates = [n / s for n, s in (once() for _ in range(args.reps))]
     print(f"{args.arch}: {args.layers} layers, batch {args.batch}, prompt {args.prompt}, {args.new_tokens} new tokens"
           + (f", compiled ({args.compile}, static cache)" if args.compile != "none" else ""))
     spread = (max(rates) - min(rates)) / statistics.median(rates)
-    print(f"throughput: {statistics.median(rates):.1f} tokens/s (median of {args.reps} generations, "
+    what = "decode loops" if loop else "generations"
+    print(f"throughput: {statistics.median(rates):.1f} tokens/s (median of {args.reps} {what}, "
           f"spread {spread:.1%})")
     return 0
 

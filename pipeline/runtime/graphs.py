@@ -1,0 +1,88 @@
+"""Count CUDA-graph replays in a workload under collection, so that a GEMM captured once weighs as often as it
+runs.
+
+Under CUDA graphs (``torch.compile(mode="reduce-overhead")``, ``torch.cuda.graph``) a GEMM goes through the
+dispatcher, and through TunableOp's lookup, only while its graph is captured; every replay runs its kernel
+again without a trace on the host. Call counts from the lookup log (``stages.call_weights``) therefore count
+captures. ``GraphCounter`` wraps ``torch.cuda.CUDAGraph``'s ``capture_begin``, ``capture_end`` and ``replay``
+(the Python methods that ``torch.cuda.graph`` and Inductor's cudagraph trees call) in the workload's processes:
+it writes a marker line to stderr around each capture, in order with TunableOp's own lookup lines on the same
+stream, counts each graph's replays, and writes them at exit. Collection weighs each lookup logged between a
+graph's markers by that graph's replays.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter
+
+MARK = "gemm-tune: CUDA graph"
+_LINE = re.compile(rf"^{MARK} (?P<graph>\d+\.\d+) (?:capture (?P<edge>begin|end)|replayed (?P<replays>\d+))\s*$")
+
+
+def parse_marker(line: str) -> tuple[str, str, int] | None:
+    """``(graph, "begin" | "end" | "replayed", replays)`` for a marker line, None for any other line."""
+    match = _LINE.match(line)
+    if match is None:
+        return None
+    if match["edge"]:
+        return match["graph"], match["edge"], 0
+    return match["graph"], "replayed", int(match["replays"])
+
+
+class GraphCounter:
+    """Names each captured graph ``<pid>.<n>``, marks its capture on stderr and counts its replays."""
+
+    def __init__(self) -> None:
+        self.capturing: str | None = None
+        self.replays: Counter = Counter()
+        self._names: dict[int, str] = {}
+        self._saved: tuple | None = None
+
+    def name(self, graph) -> str:
+        return self._names.setdefault(id(graph), f"{os.getpid()}.{len(self._names)}")
+
+    @staticmethod
+    def say(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()  # before the C++ lookup lines that follow on the same stream
+
+    def install(self) -> None:
+        import torch
+
+        graph_class = torch.cuda.CUDAGraph
+        begin, end, replay = graph_class.capture_begin, graph_class.capture_end, graph_class.replay
+        counter = self
+
+        def capture_begin(graph, *args, **kwargs):
+            counter.capturing = counter.name(graph)
+            counter.say(f"{MARK} {counter.capturing} capture begin")
+            return begin(graph, *args, **kwargs)
+
+        def capture_end(graph, *args, **kwargs):
+            try:
+                return end(graph, *args, **kwargs)
+            finally:
+                counter.say(f"{MARK} {counter.name(graph)} capture end")
+                counter.capturing = None
+
+        def counted_replay(graph, *args, **kwargs):
+            counter.replays[counter.name(graph)] += 1
+            return replay(graph, *args, **kwargs)
+
+        graph_class.capture_begin, graph_class.capture_end, graph_class.replay = (
+            capture_begin, capture_end, counted_replay)
+        self._saved = (graph_class, begin, end, replay)
+
+    def uninstall(self) -> None:
+        if self._saved is not None:
+            graph_class, begin, end, replay = self._saved
+            graph_class.capture_begin, graph_class.capture_end, graph_class.replay = begin, end, replay
+            self._saved = None
+
+    def report(self) -> None:
+        """The replays of every graph captured in this process (at exit)."""
+        for graph in self._names.values():
+            self.say(f"{MARK} {graph} replayed {self.replays[graph]}")
