@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.atomic import atomic_write_json
+from pipeline.formats.inductor_autotune import read_tables
 from pipeline.stages.collect import parse_tokens_per_s
 
 COMPILE = re.compile(r"compile \(([\w-]+)\) and first decode: ([0-9.]+) s")
@@ -77,7 +78,7 @@ def peer(workdir: Path, name: str, command: list[str], bundle: str | None, timeo
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     row = {"exit": proc.returncode, "wall_s": time.monotonic() - start, "compile_s": compile_seconds(proc.stdout),
            "tokens_per_s": parse_tokens_per_s(proc.stdout),
-           "autotuned": proc.stderr.count("\nAUTOTUNE ") + proc.stderr.startswith("AUTOTUNE "),
+           "autotuned": len(read_tables(proc.stderr.splitlines())),
            "runtime": next((ln for ln in proc.stderr.splitlines() if ln.startswith("gemm-tune runtime:")), None)}
     if proc.returncode != 0:
         row["error"] = proc.stderr[-3000:]

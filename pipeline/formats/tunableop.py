@@ -113,15 +113,9 @@ class TunableOpFormatError(BadInput):
     """A line that is not TunableOp grammar; the message starts with ``path:line:``."""
 
 
-def _dim(name: str, token: str) -> int | str:
-    if not re.fullmatch(_DIM, token):
-        raise ValueError(f"{name} {token!r} is not a positive integer or '*'")
-    return token if token == WILDCARD else int(token)
-
-
-def _ld(name: str, token: str) -> int | str:
-    if not re.fullmatch(_LD, token):
-        raise ValueError(f"{name} {token!r} is not a non-negative integer or '*'")
+def _dim(name: str, token: str, pattern: str = _DIM, what: str = "a positive") -> int | str:
+    if not re.fullmatch(pattern, token):
+        raise ValueError(f"{name} {token!r} is not {what} integer or '*'")
     return token if token == WILDCARD else int(token)
 
 
@@ -166,7 +160,7 @@ def parse_key(op_signature: str, params_signature: str) -> GemmProblem:
 
     ld = _LD_RE.match(rest)
     if ld:
-        fields.update({name: _ld(name, ld[name]) for name in ("lda", "ldb", "ldc")})
+        fields.update({name: _dim(name, ld[name], _LD, "a non-negative") for name in ("lda", "ldb", "ldc")})
         rest = rest[ld.end():]
     elif rest.startswith("_ld_"):
         raise ValueError(f"{rest!r} is not _ld_LDA_LDB_LDC")

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 from collections import Counter
+from collections.abc import Mapping
 
 MARK = "gemm-tune: CUDA graph"
 _LINE = re.compile(rf"^{MARK} (?P<graph>\d+\.\d+) (?:capture (?P<edge>begin|end)|replayed (?P<replays>\d+))\s*$")
@@ -30,6 +31,14 @@ def parse_marker(line: str) -> tuple[str, str, int] | None:
     if match["edge"]:
         return match["graph"], match["edge"], 0
     return match["graph"], "replayed", int(match["replays"])
+
+
+def add_replayed(calls: Counter, captured: Mapping[str, Counter], replays: Mapping[str, int]) -> None:
+    """Add to ``calls`` each call made while a graph was captured (``captured``: graph -> calls by key), once
+    per replay of that graph."""
+    for graph, keys in captured.items():
+        for key, count in keys.items():
+            calls[key] += count * replays.get(graph, 0)
 
 
 class GraphCounter:

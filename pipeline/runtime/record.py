@@ -21,6 +21,7 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..errors import BadInput
 from ..formats.tunableop import format_key, release
+from .graphs import add_replayed
 from .scaled import problem_of_call
 
 RECORD_ENV = "GEMM_TUNE_RECORD_SCALED"
@@ -84,9 +85,8 @@ class ScaledRecorder:
     def write(self) -> list[Path]:
         """The untuned file and the call counts of this process (nothing when it made no call); a call
         captured in a CUDA graph counts once per replay of that graph."""
-        for graph, keys in self.captured.items():
-            for key, count in keys.items():
-                self.calls[key] += count * (self.graphs.replays[graph] if self.graphs else 1)
+        if self.graphs is not None:  # only a counter fills ``captured``
+            add_replayed(self.calls, self.captured, self.graphs.replays)
         self.captured = {}
         if not self.calls and not self.skipped:
             return []

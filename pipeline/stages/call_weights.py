@@ -35,7 +35,7 @@ from .. import procs
 from ..atomic import atomic_write_json
 from ..backends.slots import gpu_slot, lock_dir
 from ..errors import ToolError
-from ..runtime.graphs import parse_marker
+from ..runtime.graphs import add_replayed, parse_marker
 
 CALLS = "calls.json"
 BASELINE = "baseline.json"
@@ -77,9 +77,7 @@ def split_stderr(lines: Iterable[str], calls: Counter) -> Iterable[str]:
                 capturing = graph if what == "begin" else None
         elif not (line.startswith("Untuned,") or line.rstrip() == _NO_RESULT):
             yield line
-    for graph, keys in captured.items():
-        for key, count in keys.items():
-            calls[key] += count * replays[graph]
+    add_replayed(calls, captured, replays)
 
 
 def calls_record(calls: Mapping[str, int]) -> dict:
