@@ -80,6 +80,18 @@ def test_the_counter_wraps_capture_and_replay_and_unwraps(monkeypatch, capsys):
     assert names[0] == names[1] == names[4] != names[2] == names[3] == names[5]
 
 
+def test_a_graph_made_after_another_was_freed_gets_a_name_of_its_own(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)
+    counter = GraphCounter()
+    seen = set()
+    for _ in range(50):  # CPython hands a freed object's id to the next one of its size
+        graph = _Graph()
+        seen.add(counter.name(graph))
+        del graph
+    assert len(seen) == 50
+
+
 def test_the_scaled_recorder_weighs_captured_calls_by_replays(tmp_path):
     torch = pytest.importorskip("torch")
     from pipeline.runtime.record import ScaledRecorder, read_counts

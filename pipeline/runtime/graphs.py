@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 
@@ -47,11 +48,15 @@ class GraphCounter:
     def __init__(self) -> None:
         self.capturing: str | None = None
         self.replays: Counter = Counter()
-        self._names: dict[int, str] = {}
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> name, never reused
+        self._named: list[str] = []  # every name given, graphs freed since included (their replays count)
         self._saved: tuple | None = None
 
     def name(self, graph) -> str:
-        return self._names.setdefault(id(graph), f"{os.getpid()}.{len(self._names)}")
+        if graph not in self._names:  # by identity of a live graph: a freed graph's id may come back
+            self._names[graph] = f"{os.getpid()}.{len(self._named)}"
+            self._named.append(self._names[graph])
+        return self._names[graph]
 
     @staticmethod
     def say(line: str) -> None:
@@ -93,5 +98,5 @@ class GraphCounter:
 
     def report(self) -> None:
         """The replays of every graph captured in this process (at exit)."""
-        for graph in self._names.values():
+        for graph in self._named:
             self.say(f"{MARK} {graph} replayed {self.replays[graph]}")
