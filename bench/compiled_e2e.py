@@ -12,7 +12,8 @@ the bundle (``pipeline.runtime``), each arm in its own Inductor cache; the row t
 the run's GEMM-level weighted speedup. With ``--peer-batches``, the same decode compiled in ``max-autotune``
 (Inductor times its Triton templates against the library and keeps the faster per GEMM): alone, and with
 the bundle applied (the library's side of that contest is then the tuned kernel), each in a fresh Inductor
-cache, its compile time (first decode, compile included) and tokens/s recorded.
+cache, its compile time (first decode, compile included) and tokens/s recorded; ``--peer-reps`` alternating
+pairs of them, with every process's autotuning choices.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import datetime
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -72,17 +74,41 @@ def peer(workdir: Path, name: str, command: list[str], bundle: str | None, timeo
     applied through pipeline.runtime when ``bundle`` is given)."""
     cache = workdir / f"inductor-{name}"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache.absolute())}
-    argv = ([sys.executable, "-m", "pipeline.runtime", "--bundle", str(Path(bundle).absolute()), "--", *command]
-            if bundle else command)
+    status = workdir / f"{name}.runtime.json"
+    status.unlink(missing_ok=True)
+    argv = ([sys.executable, "-m", "pipeline.runtime", "--bundle", str(Path(bundle).absolute()),
+             "--status-file", str(status), "--", *command] if bundle else command)
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     row = {"exit": proc.returncode, "wall_s": time.monotonic() - start, "compile_s": compile_seconds(proc.stdout),
            "tokens_per_s": parse_tokens_per_s(proc.stdout),
-           "autotuned": len(read_tables(proc.stderr.splitlines())),
+           "autotuned": [[t.describe(), t.chosen, t.chosen_ms, t.library_ms]
+                         for t in read_tables(proc.stderr.splitlines())],
            "runtime": next((ln for ln in proc.stderr.splitlines() if ln.startswith("gemm-tune runtime:")), None)}
+    if status.exists():  # the command's own process: tuned calls, fallbacks, the keys that found no row
+        row["runtime_status"] = json.loads(status.read_text())
     if proc.returncode != 0:
         row["error"] = proc.stderr[-3000:]
     return row
+
+
+def peers(workdir: Path, name: str, command: list[str], bundle: str, reps: int, timeout_s: float) -> dict:
+    """``reps`` alternating pairs of max-autotune processes, alone and with the bundle, each in a fresh cache:
+    per arm the median tokens/s and compile time, the spread, and every process (its autotuning choices:
+    Inductor's picks can differ from one compile to the next)."""
+    arms: dict[str, list] = {"max_autotune": [], "max_autotune_with_bundle": []}
+    for rep in range(reps):
+        for arm, applied in (("max_autotune", None), ("max_autotune_with_bundle", bundle)):
+            arms[arm].append(peer(workdir, f"{name}-{arm}-{rep}", command, applied, timeout_s))
+    summary = {}
+    for arm, runs in arms.items():
+        rates = [r["tokens_per_s"] for r in runs if r["tokens_per_s"]]
+        compiles = [r["compile_s"] for r in runs if r["compile_s"]]
+        summary[arm] = {"tokens_per_s": statistics.median(rates) if rates else None,
+                        "compile_s": statistics.median(compiles) if compiles else None,
+                        "spread": (max(rates) - min(rates)) / statistics.median(rates) if rates else None,
+                        "runs": runs}
+    return summary
 
 
 def main() -> int:
@@ -93,6 +119,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--reps", type=int, default=3, help="alternating A/B processes per arm")
+    parser.add_argument("--peer-reps", type=int, default=1, help="alternating max-autotune processes per arm")
     parser.add_argument("--workdir", default="workdir/compiled-bench")
     parser.add_argument("--timeout-s", type=float, default=900)
     parser.add_argument("--out", required=True)
@@ -104,19 +131,17 @@ def main() -> int:
     data = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0),
             "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
                          "transformers": __import__("transformers").__version__},
-            "settings": {k: getattr(args, k) for k in ("layers", "new_tokens", "reps")}, "rows": []}
-    peers = {int(b) for b in args.peer_batches.split(",") if b}
+            "settings": {k: getattr(args, k) for k in ("layers", "new_tokens", "reps", "peer_reps")}, "rows": []}
+    peer_batches = {int(b) for b in args.peer_batches.split(",") if b}
     for model in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             name = f"{model}-b{batch}"
             row = {"model": model, "batch": batch, "layers": args.layers,
                    "tuned": tune(workdir, name, workload(model, args.layers, batch, "reduce-overhead",
                                                          args.new_tokens), args.reps, args.timeout_s)}
-            if batch in peers and "error" not in row["tuned"]:
+            if batch in peer_batches and "error" not in row["tuned"]:
                 command = workload(model, args.layers, batch, "max-autotune", args.new_tokens)
-                row["max_autotune"] = peer(workdir, f"{name}-ma", command, None, args.timeout_s)
-                row["max_autotune_with_bundle"] = peer(workdir, f"{name}-ma-bundle", command,
-                                                       row["tuned"]["bundle"], args.timeout_s)
+                row.update(peers(workdir, name, command, row["tuned"]["bundle"], args.peer_reps, args.timeout_s))
             data["rows"].append(row)
             atomic_write_json(Path(args.out), data)
             tuned, e2e = row["tuned"], row["tuned"].get("e2e", {})

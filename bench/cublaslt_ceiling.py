@@ -29,8 +29,9 @@ its own, minutes apart, whose default alone moves by several percent on small pr
 ceiling is judged only within one set of rounds. The ceiling is the fastest of many finalists' medians in
 those rounds, so it is also the luckiest (the winner's curse): ``judged`` times the default, the ceiling's
 winner and ours again, in ``JUDGE_ROUNDS`` interleaved rounds on buffers of their own, after the ceiling was
-chosen; ``judged.ours_of_ceiling`` is the unbiased figure. The product's finalists (screen and final times)
-are recorded in ``product.finalists``.
+chosen; ``judged.ours_of_ceiling`` is the unbiased figure. The product's screen (``product.screen_us``), its
+finalists (screen and final times, ``product.finalists``) and where the ceiling's winner ranked in its screen
+(``product.ceiling_winner_screen_rank``) are recorded; ``--finalists`` and ``--product-neighbours`` set its knobs.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def product_search(backend: CublasLtBackend, problem, settings: TuneSettings) ->
     return {"speedup": speedup, "shipped": speedup if speedup >= 1 + SHIPPING_MARGIN else 1.0,
             "winner": result.winner, "default_us": result.default_us, "seconds": seconds,
             "screened": sum(c.screen_us is not None for c in result.candidates),
+            "screen_us": {c.name: round(c.screen_us, 3) for c in result.candidates if c.screen_us is not None},
             "finalists": {c.name: [c.screen_us, c.final_us] for c in result.candidates
                           if c.final_us is not None and c.name != DEFAULT}}
 
@@ -138,8 +140,10 @@ def nvmath_result(problem, final: dict, default_us: float, limits) -> dict:
 
 def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSettings, args) -> dict:
     device, limits = backend.device, backend.limits
-    cheap = product_search(backend, problem, TuneSettings(margin=0.0, neighbours=0, enumerate_budget=0))
-    product = product_search(backend, problem, TuneSettings(margin=0.0))
+    cheap = product_search(backend, problem, TuneSettings(margin=0.0, neighbours=0, enumerate_budget=0,
+                                                          finalists=args.finalists))
+    product = product_search(backend, problem, TuneSettings(margin=0.0, finalists=args.finalists,
+                                                            neighbours=args.product_neighbours))
     workspace = torch.empty(32 << 20, dtype=torch.uint8, device=device)
     gemm = LtGemm(problem, backend.handle, workspace)
     start = time.monotonic()
@@ -202,6 +206,8 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
     product["same_round_us"] = final[ours].median if ours in final else None  # DEFAULT is in final too
     if product["same_round_us"]:
         product["same_round_speedup"] = default_us / product["same_round_us"]
+    ranked = sorted(product["screen_us"], key=product["screen_us"].get)
+    product["ceiling_winner_screen_rank"] = ranked.index(winner) + 1 if winner in ranked else None
     row = {"label": label, "default_us": default_us, "ceiling_us": ceiling_us,
            "ceiling_speedup": default_us / ceiling_us,
            "ours_of_ceiling": ceiling_us / product["same_round_us"] if product["same_round_us"] else None,
@@ -256,6 +262,10 @@ def main() -> int:
     parser.add_argument("--enum-s", type=float, default=2.0)
     parser.add_argument("--max-configs", type=int, default=2500)
     parser.add_argument("--shard", default="0/1")
+    parser.add_argument("--finalists", type=int, default=TuneSettings().finalists,
+                        help="the product's finalists (TuneSettings.finalists)")
+    parser.add_argument("--product-neighbours", type=int, default=TuneSettings().neighbours,
+                        help="the product's neighbours per heuristic result (TuneSettings.neighbours)")
     parser.add_argument("--neighbours", type=int, default=0,
                         help="also try up to N configs one axis away from each heuristic result, before the draws "
                              "(0: as the 2026-11-22 dataset was made)")
@@ -288,7 +298,8 @@ def write(out: str, rows: list, limits, args, started: float, device) -> None:
             "limits": {"bandwidth_Bps": limits.bandwidth,
                        "flops": {f"{d}/{c}": v for (d, c), v in limits.flops.items()}},
             "settings": {k: getattr(args, k)
-                         for k in ("enum_s", "max_configs", "shard", "neighbours", "start", "nvmath")},
+                         for k in ("enum_s", "max_configs", "shard", "neighbours", "start", "nvmath", "finalists",
+                                   "product_neighbours")},
             "wall_s": time.monotonic() - started, "summary": summarize(rows),
             "problems": rows}
     with gzip.open(out + ".tmp", "wt") as f:

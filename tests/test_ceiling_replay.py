@@ -74,7 +74,7 @@ def test_random_draws_add_nothing_to_the_heuristic_neighbourhood(replay):
 
 
 def test_the_products_local_search_reaches_99_percent_of_the_neighbourhood_ceiling(replay):
-    """The pool CublasLtBackend screens (the heuristic's list and the 4 nearest valid neighbours of each of
+    """The pool CublasLtBackend screens (the heuristic's list and the nearest valid neighbours of each of
     its results), replayed on the run that screened up to 200 neighbours of each; and the product's search as
     measured in that run."""
     from pipeline.backends.base import TuneSettings
@@ -85,7 +85,7 @@ def test_the_products_local_search_reaches_99_percent_of_the_neighbourhood_ceili
     ours = results[f"heuristic + its {keep} nearest valid neighbours each"]
     ceiling, heuristic = results["everything screened (the ceiling's pool)"], results["heuristic list only"]
     assert ours["geomean"] >= 0.99 * ceiling["geomean"] and ours["geomean"] > heuristic["geomean"] + 0.005
-    assert ours["screened"] <= 0.2 * ceiling["screened"]
+    assert ours["screened"] <= 0.3 * ceiling["screened"]  # 16 each: 26% (8: 16%, but it missed FP8 winners)
     assert min(ours["per_problem"]) >= 1.0
     summary = data["summary"]
     assert summary["product_geomean"] >= 0.99 * summary["ceiling_geomean"]
@@ -116,11 +116,29 @@ def test_the_products_pool_never_loses_to_the_heuristic_list_it_contains(replay)
     keeps its finalists: on the recorded screens, problem by problem, no neighbour budget does worse."""
     data = replay.load(FULL)
     assert all(r["tiers"][0] == 1 + r["heuristic"] for r in data["problems"])
-    results = replay.replay(data, keeps=(1, 2, 4, 8))
+    results = replay.replay(data, keeps=(1, 2, 4, 8, 16))
     heuristic = results["heuristic list only"]["per_problem"]
-    for keep in (1, 2, 4, 8):
+    for keep in (1, 2, 4, 8, 16):
         ours = results[f"heuristic + its {keep} nearest valid neighbours each"]["per_problem"]
         assert all(o >= h for o, h in zip(ours, heuristic, strict=True))
     everything = results["everything screened (the ceiling's pool)"]
     assert all(e >= h for e, h in zip(everything["per_problem"], heuristic, strict=True))
     assert everything["geomean"] > results["heuristic list only"]["geomean"] + 0.01
+
+
+def test_sixteen_neighbours_each_put_the_fp8_ceilings_winner_in_the_products_pool(replay):
+    """The A/B behind ``TuneSettings.neighbours``: with 8 neighbours of each heuristic result the product never
+    screened the ceiling's winner on 7 of 16 FP8 problems, and its misses under 99% were among them; with 16
+    it screened every one, and 15 of 16 are at >= 99% of the ceiling judged apart."""
+    from pipeline.backends.base import TuneSettings
+
+    runs = {n: replay.load(ROOT / "bench" / "results" / f"cublaslt_ceiling_fp8_neighbours{n}_h100_2026-11-23.json.gz")
+            for n in (8, 16)}
+    assert TuneSettings().neighbours == 16 == runs[16]["settings"]["product_neighbours"]
+    outside = {n: [p["label"] for p in d["problems"] if p["product"]["ceiling_winner_screen_rank"] is None]
+               for n, d in runs.items()}
+    assert len(outside[8]) == 7 and outside[16] == []
+    misses = [p["label"] for p in runs[8]["problems"] if p["judged"]["ours_of_ceiling"] < 0.99]
+    assert misses and set(misses) <= set(outside[8])
+    judged = [p["judged"]["ours_of_ceiling"] for p in runs[16]["problems"]]
+    assert sum(j >= 0.99 for j in judged) == 15 and min(judged) > 0.985

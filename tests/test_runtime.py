@@ -16,6 +16,8 @@ from pipeline.runtime import DeviceMismatch, tunableop_consumes
 from pipeline.runtime.frame import gemm_key, operand
 from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, load_table, runtime_key
 
+from .helpers import FIXTURES
+
 SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
 REFUSED = "Gemm_Cublaslt_id_999_tile_1_stages_1_splitk_1_red_0_swizzle_0_custom_0"
 
@@ -173,6 +175,8 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     fallbacks = routed.status()["fallbacks"]
     assert _tuned(routed) == 0
     assert fallbacks["no tuned row"] == 2
+    assert routed.status()["untuned_keys"] == ["GemmTunableOp_BFloat16_TN,tn_512_63_256_ld_256_256_512",
+                                               "GemmTunableOp_BFloat16_NN,nn_512_64_256_ld_512_256_512"]
     assert sum(n for reason, n in fallbacks.items() if reason.startswith("tuned row rejected")) == 1
     assert fallbacks["alpha or beta not 1"] == 1
     assert fallbacks["layout torch copies first"] == 1
@@ -365,3 +369,15 @@ def test_helper_processes_without_gemm_calls_leave_the_status_file_to_the_comman
     assert json.loads(status.read_text())["tuned_calls"] == {"row": 3}
     report(Runtime(0), tmp_path / "own.json")   # the launching process always reports
     assert (tmp_path / "own.json").exists()
+
+
+@pytest.mark.parametrize("fixture", ["torch2.11_hf_llama_untuned0.csv", "torch2.11_hf_t5_untuned0.csv",
+                                     "torch2.11_rocm_scaled_untuned0.csv"])
+def test_a_runtime_key_reads_back_as_the_tunableop_key_it_came_from(fixture):
+    from pipeline.runtime.table import key_text, runtime_key
+
+    lines = (FIXTURES / "tunableop" / fixture).read_text().splitlines()
+    keys = [",".join(line.split(",")[:2]) for line in lines if "TunableOp" in line.split(",")[0]]
+    assert keys
+    for key in keys:
+        assert key_text(runtime_key(parse_key(*key.split(",")))) == key

@@ -7,13 +7,11 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from pipeline.formats.tunableop import read_file
 
-from .helpers import FIXTURES, ROOT
+from .helpers import FIXTURES, ROOT, nvmath_gpu_marks
 
-pytestmark = pytest.mark.gpu
+pytestmark = nvmath_gpu_marks("validating TunableOp's picks (cuBLASLt solutions, run through nvmath-python)")
 
 
 def test_tune_workload_with_tunableop_offline_tuning(tmp_path):

@@ -86,7 +86,7 @@ class TuneSettings:
     margin: float = 0.02  # a winner must beat the default by this much after re-measurement
     time_budget_s: float = 20.0  # screening budget per problem
     heuristic_count: int = 128  # cuBLASLt heuristic candidates requested
-    neighbours: int = 8  # valid configs kept one axis away from each heuristic result (cuBLASLt's local search)
+    neighbours: int = 16  # valid configs kept one axis away from each heuristic result (cuBLASLt's local search)
     enumerate_budget: int = 0  # extra configs drawn at random from the whole space (checked ones)
     finalists: int = 8  # best screened candidates re-measured against the default
     workspace_bytes: int = 32 * 1024 * 1024  # as torch has it on sm90 (CUBLASLT_WORKSPACE_SIZE)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..formats.tunableop import release
-from .table import TunedTable, load_table, tuned_device
+from .table import TunedTable, key_text, load_table, tuned_device
 
 __all__ = ["Runtime", "install", "installed", "tunableop_consumes", "uninstall"]
 
@@ -60,7 +60,8 @@ class Runtime:
         router = self.router
         return {**out, "installed": router is not None and router._lib is not None,
                 "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
-                "tuned_calls": router.tuned_calls(), "fallbacks": dict(router.fallbacks)}
+                "tuned_calls": router.tuned_calls(), "fallbacks": dict(router.fallbacks),
+                "untuned_keys": [key_text(k) for k in router.untuned]}
 
     def uninstall(self) -> None:
         if self.router is not None:

@@ -42,6 +42,7 @@ DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float
 OPS = {"mm": "gemm", "addmm": "gemm_and_bias", "bmm": "gemm_strided_batched", "_scaled_mm": "scaled_gemm"}
 _MISSING = object()
 MAX_SIGNATURES = 65536
+MAX_UNTUNED = 256  # keys without a tuned row kept for the status record (the first ones met)
 
 
 def blocked(dtype: torch.dtype) -> str | None:
@@ -143,6 +144,7 @@ class Router:
         self.rejected: dict[RuntimeKey, str] = {}  # tuned rows this library refused to build
         self._built: dict[tuple[RuntimeKey, int], object] = {}
         self.fallbacks: Counter = Counter()
+        self.untuned: dict[RuntimeKey, None] = {}  # keys of calls that found no tuned row, in the order met
         self._lib: torch.library.Library | None = None
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
         self.lt_disabled = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"  # torch reads it once, as here
@@ -246,8 +248,14 @@ class Router:
         key = runtime_key(problem)
         found = self.table.solutions.get(key)
         if found is None:
-            return "no tuned row"
+            return self._no_row(key)
         return self._build(key, found, device)
+
+    def _no_row(self, key: RuntimeKey) -> str:
+        """The fallback reason of a call signature whose key has no tuned row, the key noted for the status."""
+        if len(self.untuned) < MAX_UNTUNED:
+            self.untuned.setdefault(key, None)
+        return "no tuned row"
 
     def _build(self, key: RuntimeKey, found: tuple, device: int):
         """The plan of a tuned row on ``device`` (built once), or why this library refused it."""
@@ -296,7 +304,7 @@ class Router:
             return "dtype or device not routed"
         if len(x_shape) != (3 if op == "gemm_strided_batched" else 2) or 0 in x_shape or 0 in y_shape:
             return "empty or unexpected operand shape"
-        forms = [(op, False)]  # (op, the bias copied into the output)
+        forms, tried = [(op, False)], []  # (op, the bias copied into the output); the keys looked up
         if bias is not None:
             bias_shape, bias_stride, bias_dtype, bias_device = bias
             if bias_dtype != dtype or bias_device != device or not expandable(bias_shape, (x_shape[0], y_shape[1])):
@@ -307,11 +315,12 @@ class Router:
             key = gemm_key(form[0], name, compute, x_shape, x_stride, y_shape, y_stride)
             if key is None:
                 return "layout torch copies first"
+            tried.append(key)
             found = self.table.solutions.get(key)
             if found is not None:
                 break
         else:
-            return "no tuned row"
+            return self._no_row(tried[0])
         copied = form[1]
         plan = self._build(key, found, device)
         return BiasCopied(plan) if copied and type(plan) is not str else plan

@@ -40,6 +40,16 @@ def runtime_key(problem: GemmProblem) -> RuntimeKey:
             problem.m, problem.n, problem.k, *lds, problem.batch)  # type: ignore[return-value]
 
 
+def key_text(key: RuntimeKey) -> str:
+    """A runtime key as the TunableOp key that a results row for it carries (``op_signature,params``)."""
+    if key[0] == "scaled_gemm":
+        return ",".join(key[1:])
+    op, dtype, compute, transa, transb, m, n, k, lda, ldb, ldc, batch = key
+    problem = GemmProblem(op, transa, transb, m, n, k, lda, ldb, ldc, batch, a_type=dtype, b_type=dtype,
+                          c_type=dtype, compute_type=compute)
+    return ",".join(format_key(problem))
+
+
 @dataclass
 class TunedTable:
     """Tuned cuBLASLt solutions by runtime key, where they came from, and what was left out and why."""
