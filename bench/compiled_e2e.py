@@ -24,13 +24,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline import procs
 from pipeline.atomic import atomic_write_json
 from pipeline.formats.inductor_autotune import read_tables
 from pipeline.stages.collect import parse_tokens_per_s
@@ -51,9 +51,9 @@ def compile_seconds(stdout: str) -> float | None:
 def tune(workdir: Path, name: str, command: list[str], reps: int, timeout_s: float) -> dict:
     """The nightly job on ``command``; what its report and Validate's A/B say."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                           "--workdir", str(workdir), "--run-name", name, "--workload-cmd", " ".join(command),
-                           "--e2e-reps", str(reps)], capture_output=True, text=True, timeout=timeout_s)
+    proc = procs.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+                      "--workdir", str(workdir), "--run-name", name, "--workload-cmd", " ".join(command),
+                      "--e2e-reps", str(reps)], timeout_s=timeout_s)
     run = workdir / name
     row: dict = {"command": " ".join(command), "exit": proc.returncode, "seconds": time.monotonic() - start}
     if proc.returncode != 0:
@@ -79,7 +79,7 @@ def peer(workdir: Path, name: str, command: list[str], bundle: str | None, timeo
     argv = ([sys.executable, "-m", "pipeline.runtime", "--bundle", str(Path(bundle).absolute()),
              "--status-file", str(status), "--", *command] if bundle else command)
     start = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+    proc = procs.run(argv, timeout_s=timeout_s, env=env)
     row = {"exit": proc.returncode, "wall_s": time.monotonic() - start, "compile_s": compile_seconds(proc.stdout),
            "tokens_per_s": parse_tokens_per_s(proc.stdout),
            "autotuned": [[t.describe(), t.chosen, t.chosen_ms, t.library_ms]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from pipeline import procs  # noqa: E402
 from pipeline.atomic import atomic_write_json  # noqa: E402
 from pipeline.formats.tunableop import format_key  # noqa: E402
 from pipeline.problem import GemmProblem  # noqa: E402
@@ -59,7 +60,7 @@ def run_bench(workdir: Path, backend: str, gpus: int, time_budget: float, proble
     if stack_cache is not None:
         shutil.copytree(stack_cache, workdir / "cache" / "stack", dirs_exist_ok=True)
     start = time.time()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    proc = procs.run(command, env=env)
     wall = time.time() - start
     if proc.returncode != 0:
         raise RuntimeError(f"Bench with {gpus} GPUs failed:\n{proc.stderr[-4000:]}")
