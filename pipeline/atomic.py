@@ -7,11 +7,12 @@ scheduler's account). ``make_readable`` opens a whole tree to every user, whatev
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +22,8 @@ from typing import IO, Any
 def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; it replaces ``path`` only if the block succeeds."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file to write", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -59,6 +62,17 @@ def make_readable(root: str | Path) -> None:
         path.chmod(0o755 if executable else 0o644)
 
 
+def mkdirs_readable(path: str | Path) -> Path:
+    """Create ``path`` and its missing parents 0755 whatever the umask (those that exist keep their mode:
+    they are not ours to change); ``path``, absolute."""
+    path = Path(os.path.abspath(path))
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o755)
+    return path
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_open(path) as handle:
         handle.write(text)
@@ -69,19 +83,50 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
 
 
 @contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(path: str | Path, marker: str | None = None) -> Iterator[Path]:
     """Build a directory in ``<path>.partial`` (emptied first); it replaces ``path`` only if the block succeeds.
 
-    A failed block leaves ``<path>.partial`` for inspection and ``path`` as it was.
+    A failed block leaves ``<path>.partial`` for inspection and ``path`` as it was. ``path`` may be a directory
+    or nothing, never a file (``NotADirectoryError``); ``marker``: text of an ``OUTPUT_MARKER`` file written
+    into the new directory, which says the pipeline wrote it (``claim_output_dir``).
     """
-    path = Path(path)
+    path = Path(os.path.abspath(path))
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(path))
     staging = path.with_name(path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     yield staging
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        path.rename(old)
+    if marker is not None:
+        atomic_write_text(staging / OUTPUT_MARKER, marker + "\n")
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent)) if path.exists() else None
+    if old is not None:
+        path.replace(old)  # onto the empty directory of a name nobody else uses
     staging.rename(path)
-    shutil.rmtree(old, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+OUTPUT_MARKER = ".gemm-tune-output"
+
+
+def claim_output_dir(out: str | Path, inputs: Sequence[str | Path], force: bool = False) -> Path:
+    """Check that a command may replace the directory ``out`` as a whole, before it reads anything; its
+    absolute path. Refused (``BadInput``): a file; a directory that holds one of ``inputs`` or the current
+    directory (never, even with ``force``); a non-empty directory without this pipeline's ``OUTPUT_MARKER``
+    (unless ``force``)."""
+    from .errors import BadInput
+
+    target = Path(os.path.abspath(out))
+    if target.exists() and not target.is_dir():
+        raise BadInput(f"{out}: exists and is not a directory (the output is a directory, written as a whole)")
+    real = target.resolve()
+    for name, held in [*((f"the input {p}", p) for p in inputs), ("the current directory", os.getcwd())]:
+        where = Path(os.path.abspath(held)).resolve()
+        if where == real or real in where.parents:
+            raise BadInput(f"{out}: holds {name}, which writing it as a whole would delete; name another "
+                           "output directory")
+    if target.is_dir() and not (target / OUTPUT_MARKER).exists() and any(target.iterdir()) and not force:
+        raise BadInput(f"{out}: a non-empty directory gemm-tune did not write; name a new or empty one, or pass "
+                       "--force to replace it as a whole")
+    return target

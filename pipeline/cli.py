@@ -7,7 +7,6 @@ Exit codes: 0 success, 2 a malformed command line, 10 bundle refused, 11 tool fa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -16,16 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import errors
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, claim_output_dir
+from .formats import json_file
 from .stages import configs
-from .stages.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
+from .stages.logic_merge import MergeOptions, merge_dirs
 from .stages.results_merge import merge_paths
 from .stages.shapes import apply_weights, gather, read_shapes_json, summary_table, write_shapes_json
 
 
 def _shapes(args: argparse.Namespace) -> int:
     result = gather(args.paths, lenient=args.lenient)
-    apply_weights(result, *(json.loads(Path(f).read_text()) if f else None for f in (args.calls, args.baseline)))
+    apply_weights(result, *(json_file.load(f, what) if f else None
+                            for f, what in ((args.calls, "calls JSON"), (args.baseline, "baseline JSON"))))
     sys.stdout.write(summary_table(result))
     if args.json:
         write_shapes_json(args.json, result)
@@ -35,19 +36,17 @@ def _shapes(args: argparse.Namespace) -> int:
 def _configs(args: argparse.Namespace) -> int:
     settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.tensile_preset,
                                       tensile_generation=args.tensile_generation)
+    out = claim_output_dir(args.out, [args.shapes], args.force)
     problems = [record.problem for record in read_shapes_json(args.shapes)]
-    sys.stdout.write(configs.summary(configs.write_configs(Path(args.out), problems, settings)))
+    sys.stdout.write(configs.summary(configs.write_configs(out, problems, settings, marker="gemm-tune configs")))
     return 0
 
 
 def _merge_logic(args: argparse.Namespace) -> int:
     options = MergeOptions(policy=args.policy, trim=args.trim, no_eff=args.no_eff, force_merge=args.force_merge,
                            margin=args.margin)
-    try:
-        report = merge_dirs(Path(args.base), Path(args.new), Path(args.out), options)
-    except ProblemTypeMismatch as err:
-        print(err, file=sys.stderr)
-        return 1  # upstream merge.py's sys.exit status
+    out = claim_output_dir(args.out, [args.base, args.new], args.force)
+    report = merge_dirs(Path(args.base), Path(args.new), out, options, marker="gemm-tune merge-logic")
     print("\n".join(report.lines))
     print(f"{len(report.written)} logic files written to {args.out}")
     return 0
@@ -86,7 +85,7 @@ def _nightly(args: argparse.Namespace) -> int:
     code, failures = nightly.run(workdir, task, args.luigi_args, args.wait, sys.argv)
     print(f"gemm-tune nightly: exit {code} ({errors.KINDS.get(code, 'failure')}) after "
           f"{time.monotonic() - start:.1f} s" + "".join(f"\n  {f['task']}: {f['error']}: {f['message'][:300]}"
-                                                      for f in failures))
+                                                      for f in failures), file=sys.stderr)
     return code
 
 
@@ -96,6 +95,16 @@ def _report(args: argparse.Namespace) -> int:
     summary = report.build(Path(args.run_dir))
     print("\n".join(report.key_lines(summary)))
     return 0
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+    return value
 
 
 def _time_of_day(text: str) -> str:
@@ -145,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                            description="One find_exact and one TensileLite config per ProblemType, with stride "
                                        "padding; lists padded and skipped problems with the reason.")
     gen.add_argument("shapes", metavar="SHAPES.json")
-    gen.add_argument("--out", required=True, metavar="DIR", help="output directory (replaced as a whole)")
+    gen.add_argument("--out", required=True, metavar="DIR",
+                     help="output directory, replaced as a whole: new, empty or written by gemm-tune")
+    gen.add_argument("--force", action="store_true", help="replace a non-empty --out that gemm-tune did not write")
     gen.add_argument("--arch", default="gfx942", help="target arch: " + ", ".join(configs.ARCH_NAMES))
     gen.add_argument("--padding", choices=["auto", "off"], default="auto")
     gen.add_argument("--tensile-generation", choices=configs.TENSILE_GENERATIONS, default="2025",
@@ -160,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Merge NEW_DIR's logic files into BASE_DIR's, by basename, into OUT_DIR.")
     merge.add_argument("base", metavar="BASE_DIR", help="the base logic directory (e.g. the library's)")
     merge.add_argument("new", metavar="NEW_DIR", help="the tuned logic files")
-    merge.add_argument("out", metavar="OUT_DIR", help="where the merged logic goes (replaced as a whole)")
+    merge.add_argument("out", metavar="OUT_DIR", help="where the merged logic goes, replaced as a whole: new, empty or "
+                                                      "written by gemm-tune, holding neither input nor the cwd")
+    merge.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR that gemm-tune did not write")
     merge.add_argument("--policy", choices=["upstream", "faster"], default="faster",
                        help="upstream: S24 merge.py exactly; faster (default): keep the faster entry, report all")
     merge.add_argument("--notrim", dest="trim", action="store_false",
@@ -168,8 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--no-eff", "--no_eff", dest="no_eff", action="store_true",
                        help="store efficiency 0.0 for merged rows")
     merge.add_argument("--force-merge", "--force_merge", dest="force_merge", default="none",
+                       choices=["none", "true", "false"],
                        help="none (upstream: forced unless the path holds 'arcturus'), true or false")
-    merge.add_argument("--margin", type=float, default=0.02,
+    merge.add_argument("--margin", type=_non_negative, default=0.02,
                        help="faster policy: how much faster a new entry must be to replace the base (0.02 = 2%%)")
     merge.set_defaults(func=_merge_logic)
 
@@ -191,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                              add_help=False)
     night.add_argument("-h", "--help", action=_NightlyHelp, help="show this help and the TuneWorkload parameters")
     night.add_argument("--workdir", default="workdir", help="root of the run directories (default: ./workdir)")
-    night.add_argument("--wait", type=float, default=0.0, help="seconds to wait for another run's lock (default: 0)")
+    night.add_argument("--wait", type=_non_negative, default=0.0,
+                       help="seconds to wait for another run's lock (default: 0)")
     night.add_argument("--print-units", action="store_true",
                        help="write WORKDIR/nightly.env and print a crontab line and a systemd service and timer "
                             "for this command; run nothing")
@@ -215,7 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.step != "nightly":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.luigi_args = [*getattr(args, "luigi_args", []), *extra]
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # what the stages say
+    said = logging.getLogger("pipeline")  # what the stages say (Luigi's own logger stays quiet here)
+    if not said.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        said.addHandler(handler)
+        said.setLevel(logging.INFO)
     try:
         return args.func(args)
     except (errors.PipelineError, OSError) as err:  # the error says what is wrong, and its exit code which kind

@@ -68,6 +68,11 @@ def run_exit_code(codes: Iterable[int]) -> int:
     return next((code for code in SEVERITY if code in codes), OK if not codes else FAILED)
 
 
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` as an error message quotes it: at most ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def one_line(error: BaseException) -> str:
     """``<Class> (exit <code>, <kind>): <message>`` on one line, the message's first line only."""
     code = exit_code(error)

@@ -183,6 +183,20 @@ class GemmProblem:
         flops, bandwidth = peak_of(device_name)
         return self.roofline_us(flops * (2 if dtype_bytes(self.a_type) == 1 else 1), bandwidth)
 
+    def label(self, with_lds: bool = False) -> str:
+        """A short readable name: ``gemm 28672x1x4096 bf16``, ``scaled_gemm 28672x512x4096 e4m3 -> bf16``,
+        ``gemm_strided_batched 64x64x128 B=32 f16``, plus ``ld 4096/4096/28672`` with ``with_lds``."""
+        a, c = _short_type(self.a_type), _short_type(self.c_type)
+        types = f"{a} -> {c}" if a != c else a
+        text = f"{self.op} {self.m}x{self.n}x{self.k}" + (f" B={self.batch}" if self.batch != 1 else "") + f" {types}"
+        if self.op == "scaled_gemm" and (self.rowwise or ROWWISE in (self.scale_a_recipe, self.scale_b_recipe)):
+            text += " rowwise"
+        if self.bias_type:
+            text += f" +bias {_short_type(self.bias_type)}"
+        if with_lds and self.lda is not None:
+            text += f" ld {self.lda}/{self.ldb}/{self.ldc}"
+        return text
+
     def sort_key(self) -> tuple:
         """A total order over problems (wildcards sort after numbers)."""
         return tuple((1, 0) if v == WILDCARD else (0, v) if isinstance(v, int) else (2, str(v)) for v in
@@ -211,3 +225,19 @@ def _check_dim(name: str, value: object, low: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         kind = "a positive" if low == 1 else "a non-negative"
         raise ValueError(f"{name} must be {kind} integer or '*', not {value!r}")
+
+
+def _short_type(dtype: str) -> str:
+    """``bfloat16`` -> ``bf16``, ``float8_e4m3fn`` -> ``e4m3``, ``float8_e5m2fnuz`` -> ``e5m2fnuz``."""
+    short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64", "float8_e4m3fn": "e4m3",
+             "float8_e5m2": "e5m2", "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz"}
+    return short.get(dtype, dtype)
+
+
+def distinct_labels(keys: dict[str, GemmProblem]) -> dict[str, str]:
+    """Each key's ``label``, with the leading dimensions added where two keys would otherwise read alike."""
+    plain = {key: problem.label() for key, problem in keys.items()}
+    counts: dict[str, int] = {}
+    for text in plain.values():
+        counts[text] = counts.get(text, 0) + 1
+    return {key: keys[key].label(with_lds=True) if counts[text] > 1 else text for key, text in plain.items()}

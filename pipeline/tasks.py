@@ -26,8 +26,10 @@ import json
 import logging
 import operator
 import os
+import shutil
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,6 +41,7 @@ from luigi.cmdline_parser import CmdlineParser
 from luigi.task_register import Register, TaskClassException
 from luigi.util import inherits
 
+from . import luigi_face
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import ToolMissing, TuneSettings
 from .backends.hipblaslt import find_bench
@@ -63,6 +66,7 @@ from .stages.acceptance import AcceptanceSettings, accept
 from .stages.collect import MANIFEST, collect
 from .stages.fingerprint import Stack, claim, current_stack, stamped, torch_build
 from .stages.logic_merge import MergeOptions, merge_dirs
+from .stages.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
 from .stages.results_merge import check_target, merge_paths, require_target
 from .stages.shapes import (
     apply_weights,
@@ -96,18 +100,11 @@ def _default_logging() -> None:
         logger.setLevel(logging.INFO)
 
 
-def _default_exit_codes() -> None:
-    """Make ``luigi --module pipeline ...`` exit non-zero when a task fails, unless luigi.cfg says otherwise."""
-    config = luigi.configuration.get_config()
-    for key, code in (("unhandled_exception", 4), ("missing_data", 3), ("task_failed", 2),
-                      ("scheduling_error", 5)):
-        if not config.has_option("retcode", key):
-            config.set("retcode", key, str(code))
-
-
-_default_exit_codes()
+LAST_LINE = luigi_face.install()  # luigi's exit codes, one-line errors, the failure repeated last
 _default_logging()
 log = logging.getLogger("pipeline")
+RUN_LOCKS = nightly.RunLocks()  # the run directories this process holds, until it exits
+STARTED = time.time()  # when this process began (a record written since is this run's own)
 
 
 class BadArguments(BadInput):
@@ -121,31 +118,150 @@ def counted(kind: type = int, low: float = 0, high: float = float("inf"), low_in
                                     left_op=operator.le if low_included else operator.lt, **kwargs)
 
 
-def holding_workdir(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
-    """Run a task's ``run`` holding its workdir's lock shared (so never beside a ``gemm-tune nightly``), unless
-    Luigi runs with ``--no-lock`` (a fleet's workers, and the nightly's own Luigi process, which holds it)."""
+def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
+    """A task's ``run``: holding its workdir's lock shared (so never beside a ``gemm-tune nightly``) and its run
+    directory's, unless Luigi runs with ``--no-lock`` (a fleet's workers, and the nightly's own Luigi process,
+    which holds the workdir); a stage made from other inputs before is moved aside first
+    (``<stage>.before-redo``); the record of what it was made from is written last."""
 
     @functools.wraps(run)
     def held(self: PipelineTask) -> None:
         lock = (contextlib.nullcontext() if luigi.interface.core().no_lock
                 else nightly.workdir_lock(Path(self.workdir), shared=True))
         with lock:
+            self.hold_run()
+            made_from = self.made_from()
+            old = read_record(self.stage_dir(""), self.record_name())
+            if old is not None and old.identity != made_from.identity:
+                self.set_aside(self.redo_stages())
             run(self)
+            write_record(self.stage_dir(""), self.record_name(), made_from)
 
     return held
+
+
+class RunName(luigi.Parameter):
+    """A run directory's name: one path component under --workdir."""
+
+    def normalize(self, x: object) -> str:
+        name = str(super().normalize(x))
+        if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+            raise ValueError(f"{name!r} is not a run name: one path component under --workdir, not starting "
+                             "with a dot (e.g. 2026-11-24 or llama-nightly)")
+        return name
 
 
 class PipelineTask(luigi.Task):
     """Common parameters: where runs live and which run this is."""
 
     workdir = luigi.Parameter(default="workdir", description="root of all run directories")
-    run_name = luigi.Parameter(default=datetime.date.today().isoformat(),
-                               description="run directory under --workdir (default: today's date); "
-                                           "a rerun with the same name resumes")
+    run_name = RunName(default=datetime.date.today().isoformat(),
+                       description="run directory under --workdir (default: today's date); a rerun with the same "
+                                   "name resumes, and redoes each stage whose parameters or input files changed")
+    no_redo = luigi.BoolParameter(default=False, significant=False,
+                                  description="refuse (exit 12), rather than redo, a stage of this run name whose "
+                                              "parameters or input files changed since it was made")
+
+    made_from_params: tuple[str, ...] = ()  # the parameters this stage's output depends on (its record)
 
     def timing_name(self) -> str:
-        """The name of this task's record in ``<run>/timings/``."""
+        """The name of this task's record in ``<run>/timings/`` and ``<run>/made_from/``."""
         return self.task_family
+
+    def record_name(self) -> str:
+        return self.timing_name()
+
+    def dependencies(self) -> list[PipelineTask]:
+        """What ``requires`` names, without the checks some tasks run there."""
+        return luigi.task.flatten(self.requires())
+
+    def user_files(self) -> list[Path]:
+        """The files of the user's this stage reads (their content is part of its record)."""
+        return []
+
+    def redo_stages(self) -> tuple[str, ...]:
+        """The stage directories moved aside when this stage is redone (what a resume would otherwise reuse)."""
+        return ()
+
+    def set_aside(self, stages: Sequence[str]) -> None:
+        """Move each of ``stages`` to ``<stage>.before-redo`` (replacing the one an earlier redo left)."""
+        for stage in stages:
+            path = self.stage_dir(stage)
+            if path.exists():
+                aside = path.with_name(path.name + ".before-redo")
+                shutil.rmtree(aside, ignore_errors=True)
+                path.rename(aside)
+
+    def made_from(self) -> MadeFrom:
+        """This stage's parameters, user files and inputs' identities, as of now (computed once)."""
+        if getattr(self, "_made_from", None) is None:
+            self._made_from = MadeFrom.of({name: self.param_kwargs[name] for name in self.made_from_params},
+                                          self.user_files(),
+                                          {dep.record_name(): dep.made_from().identity for dep in self.dependencies()})
+        return self._made_from
+
+    def what_changed(self) -> list[str]:
+        """Why this stage's record is not what its inputs give now, in the user's words (empty: it is, or
+        there is no record)."""
+        old = read_record(self.stage_dir(""), self.record_name())
+        if old is None:
+            return []
+        now = self.made_from()
+        if old.identity == now.identity:
+            return []
+        said = [f"{self.record_name()}: {what}" for what in changes(old, now)]
+        for dep in self.dependencies():
+            if old.inputs.get(dep.record_name()) != dep.made_from().identity:
+                redone_now = dep.record_time() >= STARTED  # by this process: the change was said where it was
+                said += dep.what_changed() or ([] if redone_now else
+                                               [f"{self.record_name()}: {dep.record_name()} was redone since"])
+        return list(dict.fromkeys(said)) or [f"the inputs of {self.record_name()} were redone in this run"]
+
+    def record_time(self) -> float:
+        """When this stage's record was written (0: never)."""
+        try:
+            return record_path(self.stage_dir(""), self.record_name()).stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def says_why(self, changed: list[str]) -> bool:
+        """Whether this stage is where the change is (the stages after it are redone without a word)."""
+        return any(line.startswith(f"{self.record_name()}: ") for line in changed)
+
+    def hold_run(self) -> None:
+        """Hold this run directory's lock until the process exits, in a plain ``luigi`` command (not with
+        ``--no-lock``, nor under ``luigi.build``, whose caller holds what it needs)."""
+        if "luigi.cmdline" in sys.modules and not luigi.interface.core().no_lock:
+            RUN_LOCKS.hold(self.stage_dir(""), sys.argv)
+
+    def done(self) -> bool:
+        """Whether the outputs are there (and, for a stack-bound stage, made under this stack)."""
+        return super().complete()
+
+    def complete(self) -> bool:
+        """Done, and made from what the parameters and input files give now. Where they changed, it says so
+        once and is redone (``--no-redo``: refused). An error the pipeline expects (bad input, a busy run
+        directory) is recorded for the nightly and Luigi's last line."""
+        try:
+            self.hold_run()
+            changed = self.what_changed()
+            if changed:
+                line = f"this run ({self.stage_dir('')}) was made from other inputs: {'; '.join(changed)}"
+                if self.no_redo:
+                    raise BadInput(f"{line}; --no-redo refuses to redo it (drop --no-redo, or give another "
+                                   "--run-name)")
+                if self.says_why(changed) and not getattr(self, "_said_redo", False):
+                    self._said_redo = True
+                    log.warning("gemm-tune: %s: redoing %s and what depends on it", line, self.record_name())
+                return False
+            return self.done()  # outputs without a record (made before records existed) are taken as they are
+        except (PipelineError, OSError) as err:
+            error = err if isinstance(err, PipelineError) else BadInput(
+                f"{self.stage_dir('')}: {err.strerror or err} (--workdir names where runs go)")
+            _record(f"{self.task_family} (checked before any work)", error, "scheduling_error")
+            if error is err:
+                raise
+            raise error from None
 
     def on_failure(self, exception: BaseException) -> str:
         """What the scheduler shows: the error's class, exit code and message; a traceback only for a bug."""
@@ -165,14 +281,19 @@ class PipelineTask(luigi.Task):
         return Path(os.path.abspath(self.workdir)) / self.run_name / stage
 
 
+def _record(who: str, error: BaseException, luigi_code: str) -> None:
+    """A failure, for the nightly's record, the log and the line printed last."""
+    LAST_LINE.add(error, nightly.record_failure(who, error), luigi_code)
+
+
 @PipelineTask.event_handler(luigi.Event.FAILURE)
 def _failed(task: PipelineTask, error: BaseException) -> None:
-    nightly.record_failure(task.task_family, error)
+    _record(task.task_family, error, "task_failed")
 
 
 @PipelineTask.event_handler(luigi.Event.BROKEN_TASK)
 def _refused_before_running(task: PipelineTask, error: BaseException) -> None:
-    nightly.record_failure(f"{task.task_family} (checked before any work)", error)
+    _record(f"{task.task_family} (checked before any work)", error, "scheduling_error")
 
 
 @PipelineTask.event_handler(luigi.Event.PROCESSING_TIME)
@@ -220,19 +341,27 @@ class StackBound(PipelineTask):
             self._stack = current_stack(Path(self.workdir), self.tuning_settings(), bench_path)
         return self._stack
 
-    def complete(self) -> bool:
-        """Done under this stack's fingerprint. A stack that cannot be probed is not complete here; the error
+    def done(self) -> bool:
+        """Done under this stack's fingerprint. A stack that cannot be probed is not done here; the error
         comes from the preflight (or the run) with its exit code."""
+        if not super().done():
+            return False
         try:
             fp = self.stack().fingerprint
         except PipelineError:
             return False
-        return (super().complete() and all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
+        return (all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
                 and (not self.chained or self.upstream().complete()))
 
     def upstream(self) -> luigi.Task:
         """What a chained task summarises (its requirement, without the preflight)."""
         raise NotImplementedError
+
+    def set_aside(self, stages: Sequence[str]) -> None:
+        """As ``PipelineTask.set_aside`` for the stages made under this stack; those of another stack are
+        ``claim``'s to move (``<stage>.<fingerprint>``)."""
+        fp = self.stack().fingerprint
+        super().set_aside([s for s in stages if stamped(self.stage_dir(s)) in (fp, None)])
 
     def claim_stages(self) -> None:
         for stage in self.stack_stages:
@@ -261,11 +390,15 @@ class CollectShapes(PipelineTask):
                                                  "share of the workload's GEMM time (--call-times false: calls only)")
     fp8 = luigi.BoolParameter(default=False, description="the embedded workload in FP8 (its --fp8: linear layers "
                                                          "through torch._scaled_mm, tensorwise scales)")
+    made_from_params = ("workload_cmd", "call_times", "fp8")
+
+    def redo_stages(self) -> tuple[str, ...]:
+        return ("collect",)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("collect") / MANIFEST)
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         self.set_status_message("running the workload with TunableOp recording")
         time_on = (lambda: range(gpu_count("Timing the recorded GEMMs (--call-times false skips it)"))) \
@@ -282,9 +415,16 @@ class GatherShapes(PipelineTask):
     untuned = luigi.Parameter(default="", description="comma-separated files, directories or globs of "
                                                       "TunableOp CSVs; when given, no collection runs")
     lenient = luigi.BoolParameter(default=False, description="skip and count malformed lines")
+    made_from_params = ("untuned", "lenient")
 
     def requires(self) -> luigi.Task | None:
         return None if self.untuned else self.clone(CollectShapes)
+
+    def user_files(self) -> list[Path]:
+        return _user_files(self.input_specs()) if self.untuned else []
+
+    def redo_stages(self) -> tuple[str, ...]:
+        return ("shapes",)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("shapes") / "shapes.json")
@@ -295,7 +435,7 @@ class GatherShapes(PipelineTask):
         manifest = Path(self.input().path)
         return [str(manifest.parent / name) for name in json.loads(manifest.read_text())["files"]]
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         specs = self.input_specs()
         result = gather(specs, lenient=self.lenient)
@@ -319,6 +459,10 @@ class GenerateConfigs(PipelineTask):
     tensile_generation = luigi.ChoiceParameter(default="2025", choices=configs.TENSILE_GENERATIONS,
                                                description="the TensileLite tree the configs are for (its FP8 "
                                                            "DataType letters): 2025 (ROCm 6.4+) or 2024")
+    made_from_params = ("arch", "padding", "tensile_preset", "tensile_generation")
+
+    def redo_stages(self) -> tuple[str, ...]:
+        return ("configs",)
 
     def requires(self) -> luigi.Task:
         return self.clone(GatherShapes)
@@ -326,13 +470,18 @@ class GenerateConfigs(PipelineTask):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("configs") / configs.MANIFEST)
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset,
                                           tensile_generation=self.tensile_generation)
         problems = [record.problem for record in read_shapes_json(self.input().path)]
         data = configs.write_configs(self.stage_dir("configs"), problems, settings)
         log.info("%s", configs.summary(data).rstrip())
+
+
+BENCH_PARAMS = ("backend", "hipblaslt_bench", "hipblaslt_root", "tensile_root", "tunableop_iterations",
+                "tunableop_duration_ms", "tunableop_rotating_mb", "tunableop_numerical_check", "time_budget", "margin",
+                "shards")  # what Bench's results depend on (--gpus is how, not what)
 
 
 @inherits(GenerateConfigs)
@@ -350,11 +499,22 @@ class Bench(StackBound):
     shards = counted(int, 0, 100000, default=0, description="split the tuning into this many BenchShard tasks, "
                                                           "for Luigi workers on several hosts (0: one task)")
 
-    def requires(self) -> luigi.Task | list[luigi.Task]:
+    made_from_params = BENCH_PARAMS
+
+    def requires(self) -> list[luigi.Task]:
         preflight(self)
-        if self.shards and self.backend in bench.BACKENDS:
+        return self.dependencies()
+
+    def dependencies(self) -> list[luigi.Task]:
+        if self.sharded():
             return [self.clone(BenchShard, shard_index=i) for i in range(self.shards)]
-        return self.clone(GenerateConfigs) if self.backend in bench.CONFIG_TOOLS else self.clone(GatherShapes)
+        return [self.clone(GenerateConfigs) if self.backend in bench.CONFIG_TOOLS else self.clone(GatherShapes)]
+
+    def sharded(self) -> bool:
+        return bool(self.shards) and self.backend in bench.BACKENDS
+
+    def redo_stages(self) -> tuple[str, ...]:
+        return () if self.sharded() else ("bench",)  # sharded: BenchPlan sets it aside, before the shards
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
@@ -382,9 +542,9 @@ class Bench(StackBound):
     def tune_settings(self) -> TuneSettings:
         return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
-        if self.shards and self.backend in bench.BACKENDS:  # the BenchShard tasks did the tuning
+        if self.sharded():  # the BenchShard tasks did the tuning
             bench.write_outputs(self.problems(), self.stage_dir("bench"))
             return
         self.claim_stages()
@@ -422,14 +582,18 @@ class BenchPlan(StackBound):
     before any worker starts so every host agrees on it."""
 
     stack_stages = ("bench",)
+    made_from_params = BENCH_PARAMS
 
     def requires(self) -> luigi.Task:
         return self.clone(GatherShapes)
 
+    def redo_stages(self) -> tuple[str, ...]:
+        return ("bench",)
+
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"plan{self.shards}.json")
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         self.claim_stages()
         self.clone(Bench).backend_options()  # the tool is checked once, before any shard starts
@@ -445,6 +609,7 @@ class BenchShard(StackBound):
 
     shard_index = luigi.IntParameter(description="which shard of --shards")
     stack_stages = ("bench",)
+    made_from_params = (*BENCH_PARAMS, "shard_index")
 
     def timing_name(self) -> str:
         return f"BenchShard-{self.shard_index}"
@@ -455,7 +620,7 @@ class BenchShard(StackBound):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"done{self.shard_index}of{self.shards}.json")
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         parent = self.clone(Bench)
         problems = bench.plan_shard(Path(self.input().path), self.shard_index)
@@ -475,16 +640,21 @@ class MergeResults(StackBound):
     results = luigi.Parameter(default="", description="comma-separated TunableOp results and hipBLASLt override files "
                                                       "or globs (default: Bench's)")
     validators_from = luigi.Parameter(default="", description="results file of the runtime to target")
+    made_from_params = ("results", "validators_from")
 
     def requires(self) -> list[luigi.Task]:
         return [] if self.results else [self.clone(Bench)]
+
+    def user_files(self) -> list[Path]:
+        specs = [s.strip() for s in self.results.split(",") if s.strip()]
+        return [*_user_files(specs), *([Path(self.validators_from)] * bool(self.validators_from))]
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("merge") / "tunableop_results.csv")
 
     stack_stages = ("merge",)
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         self.claim_stages()
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
@@ -509,16 +679,20 @@ class MergeLogic(StackBound):
     new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
     policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
     logic_margin = counted(float, 0, 10, default=0.02, description="faster policy: required speedup to replace")
+    made_from_params = ("base_logic", "new_logic", "policy", "logic_margin")
 
     def requires(self) -> list[luigi.Task]:
         return [] if self.new_logic else [self.clone(Bench)]
+
+    def user_files(self) -> list[Path]:
+        return [*tree_files(self.base_logic), *(tree_files(self.new_logic) if self.new_logic else [])]
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("merge") / "logic-merge.log")
 
     stack_stages = ("merge",)
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         self.claim_stages()
         new_logic = Path(self.new_logic) if self.new_logic else self.stage_dir("bench") / "logic"
@@ -538,9 +712,17 @@ class Validate(StackBound):
                                                                   "is under this")
     validate_rounds = counted(int, 1, 10000, default=7, description="interleaved rounds per GEMM")
     e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
+    allow_e2e_regression = luigi.BoolParameter(default=False, description="ship a bundle even when the workload "
+                                               "ran slower with it end to end, beyond the run-to-run spread")
+    made_from_params = ("min_speedup", "validate_rounds", "e2e_reps", "margin", "workload_cmd", "fp8",
+                        "allow_e2e_regression")
+
+    def redo_stages(self) -> tuple[str, ...]:
+        return ("validate", "bundle", "report")
 
     def requires(self) -> list[luigi.Task]:
-        return [self.clone(GenerateConfigs), self.clone(MergeResults), self.clone(MergeLogic)]
+        configs_stage = [] if self.backend == "cublaslt" else [self.clone(GenerateConfigs)]  # AMD's (padding)
+        return [*configs_stage, self.clone(MergeResults), self.clone(MergeLogic)]
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("bundle") / bundle.MANIFEST)
@@ -548,13 +730,16 @@ class Validate(StackBound):
     stack_stages = ("validate", "bundle", "report")
     written_whole = ("bundle",)
 
-    def complete(self) -> bool:
+    def done(self) -> bool:
         """The bundle and, written after it, the report (a run killed between them is not done)."""
-        return super().complete() and (self.stage_dir("report") / report.SUMMARY).exists()
+        return super().done() and (self.stage_dir("report") / report.SUMMARY).exists()
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         self.claim_stages()
+        if self.backend == "cublaslt":
+            log.info("configs: --backend cublaslt uses no AMD configs (find_exact, TensileLite, stride padding); "
+                     "GenerateConfigs did not run")
 
         def progress(done: int, total: int) -> None:
             self.set_progress_percentage(round(100 * done / max(total, 1)))
@@ -564,7 +749,7 @@ class Validate(StackBound):
             gpus=lambda: self.gpu_indices("Validate"), margin=self.margin, min_speedup=self.min_speedup,
             rounds=self.validate_rounds, e2e_reps=self.e2e_reps, workload_timeout_s=self.workload_timeout,
             workload_cmd=self.workload_cmd, has_workload=bool(self.workload_cmd or not self.untuned),
-            e2e_gpus=self.gpus, embedded_args=embedded_args(self))
+            e2e_gpus=self.gpus, embedded_args=embedded_args(self), allow_e2e_regression=self.allow_e2e_regression)
         accept(self.stage_dir(""), self.stack(), settings, progress, self.set_status_message)
 
 
@@ -576,6 +761,9 @@ class TuneWorkload(StackBound):
         preflight(self)
         return self.upstream()
 
+    def dependencies(self) -> list[luigi.Task]:
+        return [self.upstream()]
+
     def upstream(self) -> luigi.Task:
         return self.clone(Validate)
 
@@ -584,7 +772,7 @@ class TuneWorkload(StackBound):
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.stage_dir("") / "tune-workload.txt")
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         lines = report.key_lines(report.add_stage_times(self.stage_dir("")))
         atomic_write_text(self.output().path, "\n".join(lines) + "\n")
@@ -605,6 +793,7 @@ class Package(StackBound):
     docker_builder = luigi.Parameter(default="rocm/dev-ubuntu-24.04",
                                      description="image of the logic-compiling build stage (AMD)")
     stack_stages = ("package",)
+    made_from_params = ("dist", "publish", "publish_dir", "package_devices", "docker_builder")
 
     def requires(self) -> luigi.Task:
         return self.upstream()
@@ -620,7 +809,7 @@ class Package(StackBound):
     def dist_root(self) -> Path:
         return Path(os.path.abspath(self.dist)) if self.dist else Path(os.path.abspath(self.workdir)) / "dist"
 
-    @holding_workdir
+    @stage_run
     def run(self) -> None:
         self.claim_stages()
         manifest = package.write_package(self.stage_dir(""), self.dist_root(), self.stack(), self.package_devices,
@@ -631,6 +820,18 @@ class Package(StackBound):
                                                "serves": manifest["serves"], "files": manifest["files"]})
         print(f"package: {where} (serves torch {manifest['serves']['torch']}, "
               f"{manifest['serves']['tunableop_rows']} TunableOp rows)")
+
+
+def _user_files(specs: list[str]) -> list[Path]:
+    """The files ``specs`` name (files, directories, globs); a spec that names none stands for itself (its
+    stage names what is missing when it runs)."""
+    files: list[Path] = []
+    for spec in specs:
+        try:
+            files += expand_inputs([spec])
+        except BadInput:
+            files.append(Path(spec))
+    return files
 
 
 def read_json(path: Path) -> dict | None:
@@ -695,4 +896,18 @@ def _culprit(task: str, arguments: Sequence[str]) -> str | None:
             param.normalize(param.parse(value))
         except (ValueError, TypeError) as err:
             return f"--{name} {value!r}: {err}"
+    return None
+
+
+def refused_argument(argv: Sequence[str]) -> str | None:
+    """For a ``luigi`` command line whose parameters Luigi could not take: ``Task: --name 'value': why``."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("-"):
+            continue
+        try:
+            Register.get_task_cls(arg)
+        except TaskClassException:
+            continue
+        culprit = _culprit(arg, argv[i + 1:])
+        return f"{arg}: {culprit} (see luigi --module pipeline {arg} --help)" if culprit else None
     return None

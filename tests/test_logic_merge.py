@@ -113,7 +113,7 @@ def test_unused_kernels_dropped_and_renumbered_in_pool_order(tmp_path):
     assert report.lines[-1] == "0 size(s) and 1 kernel(s) added, 2 kernel(s) removed"
 
 
-def test_problem_type_mismatch_exits_1_with_the_upstream_message(tmp_path, capsys):
+def test_problem_type_mismatch_is_bad_input_naming_the_key_as_upstream_words_it(tmp_path, capsys):
     base = logic([[[64, 64, 1, 64], [0, 5.0]]], [solution(128)])
     other = {**PROBLEM_TYPE, "DataType": 4}
     new = logic([[[32, 32, 1, 32], [0, 9.0]]], [solution(256, problem_type=other)], problem_type=other)
@@ -123,10 +123,15 @@ def test_problem_type_mismatch_exits_1_with_the_upstream_message(tmp_path, capsy
         merge_dirs(tmp_path / "base", tmp_path / "new", tmp_path / "out", UP)
     code = main(["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "out"),
                  "--policy", "upstream"])
-    assert code == 1
-    assert capsys.readouterr().err == ("[Error] ProblemType in library logic doesn't match solution(idx=0): \n"
-                                       "\tDataType: 7 != 4\n\n")
+    assert code == 12, "bad input (upstream merge.py exits 1, which gemm-tune keeps for bugs)"
+    err = capsys.readouterr().err
+    assert err.startswith("gemm-tune merge-logic: ProblemTypeMismatch (exit 12, bad input): [Error] ProblemType")
+    assert "DataType: 7 != 4" in err.splitlines()[0]
     assert not (tmp_path / "out").exists()
+    sol_only = logic([[[32, 32, 1, 32], [0, 9.0]]], [solution(256, problem_type=other)])  # header alike
+    write(tmp_path / "new2", NAME, sol_only)
+    with pytest.raises(ProblemTypeMismatch, match=r"doesn't match solution\(idx=0\): \n\tDataType: 7 != 4"):
+        merge_dirs(tmp_path / "base", tmp_path / "new2", tmp_path / "out", UP)
 
 
 def test_waived_keys_leave_the_base_and_stagger_is_sanitized(tmp_path):

@@ -174,10 +174,16 @@ def test_the_printed_service_runs_as_printed_from_a_bare_environment(tmp_path, c
     env = dict(shlex.split(v)[0].split("=", 1) for v in fields["Environment"])
     argv = shlex.split(fields["ExecStart"][0].replace("$$", "$"))
     assert Path(argv[0]).is_absolute() and Path(fields["WorkingDirectory"][0]) == tmp_path / "A"
-    proc = subprocess.run(argv, cwd=fields["WorkingDirectory"][0], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert fields["Wants"] == fields["After"] == ["network-online.target"]
+    log = tmp_path / "A" / "B" / "wd" / "nightly.log"
+    assert fields["StandardOutput"] == fields["StandardError"] == [f"append:{log}"]
+    with open(fields["StandardOutput"][0].removeprefix("append:"), "a") as journal:  # as systemd opens it
+        proc = subprocess.run(argv, cwd=fields["WorkingDirectory"][0], env=env, stdout=journal, stderr=journal,
+                              timeout=300)
+    said = log.read_text()
+    assert proc.returncode == 0, said[-3000:]
     assert (tmp_path / "A" / "B" / "wd" / "night" / "bundle" / "manifest.json").exists(), "relative to A"
+    assert not said.startswith("Loaded") and said.rstrip().splitlines()[-1].startswith("gemm-tune nightly: exit 0")
 
 
 def _holders_of_gpu_slots(lock_dir: Path) -> dict[str, str]:
@@ -238,7 +244,7 @@ def test_kill_9_of_the_nightly_leaves_no_worker_and_the_rerun_resumes(tmp_path):
     again = subprocess.run(command, env={**env, "HIPBLASLT_DOUBLE_DELAY": "0"}, capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "gemm-tune nightly: exit 0" in again.stdout
+    assert "gemm-tune nightly: exit 0" in again.stderr
 
 
 @pytest.mark.parametrize(("extra", "code", "said"), [
@@ -272,7 +278,7 @@ def test_an_amd_run_without_a_target_runtime_is_refused_before_any_work(tmp_path
     params = ["--untuned", str(_small_untuned(tmp_path)), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
               "--run-name", "night"]
     assert main(["nightly", "--workdir", str(tmp_path / "w"), *params]) == 12
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "ValidatorMismatch" in out and "--validators-from FILE" in out
     assert not (tmp_path / "w" / "night" / "shapes").exists(), "refused before gathering, tuning or merging"
 
@@ -283,7 +289,7 @@ def test_an_empty_untuned_file_is_no_gemms_not_a_crash(tmp_path, monkeypatch, ca
     params = ["--untuned", str(tmp_path / "empty.csv"), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
               "--validators-from", str(TARGET), "--run-name", "night"]
     assert main(["nightly", "--workdir", str(tmp_path / "w"), *params]) == 12
-    assert "no GEMMs in" in capsys.readouterr().out
+    assert "no GEMMs in" in capsys.readouterr().err
 
 
 def test_a_workdir_that_cannot_be_created_is_bad_input(tmp_path, capsys):
@@ -304,9 +310,9 @@ def test_nightly_package_ships_the_run_into_the_workdir(tmp_path, monkeypatch, c
     assert "# Serves torch 2.11.0 (rocm)" in (package / "Dockerfile").read_text()
     summary = json.loads((tmp_path / "w" / "night" / "report" / "summary.json").read_text())
     assert {"GatherShapes", "Bench", "MergeResults", "Validate", "validate-gemms"} <= set(summary["stage_seconds"])
-    out = capfd.readouterr().out  # Luigi runs in a child process that shares this one's stdout
-    assert re.search(r"stage times: .*Bench \d+\.\d s.*; total \d+\.\d s", out)
-    assert re.search(r"gemm-tune nightly: exit 0 \(success\) after \d+\.\d s", out)
+    said = capfd.readouterr()  # Luigi runs in a child process that shares this one's stdout and stderr
+    assert re.search(r"stage times: .*Bench \d+\.\d s.*; total \d+\.\d s", said.out)
+    assert re.search(r"gemm-tune nightly: exit 0 \(success\) after \d+\.\d s", said.err.splitlines()[-1])
 
 
 def test_a_second_run_on_a_held_workdir_exits_13(tmp_path, capsys):

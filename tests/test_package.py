@@ -148,11 +148,11 @@ def test_what_ships_is_readable_by_any_user_whatever_the_umask(tmp_path):
     run = _bundle(tmp_path / "run", {"PT_VERSION": "2.14.0"}, [CUBLASLT])
     old = os.umask(0o077)
     try:
-        write_package(run, tmp_path / "dist", STACK, devices=2)
+        write_package(run, tmp_path / "new" / "dist", STACK, devices=2)
     finally:
         os.umask(old)
-    out = tmp_path / "dist" / STACK.fingerprint
-    for path in [out, *out.rglob("*")]:
+    out = tmp_path / "new" / "dist" / STACK.fingerprint
+    for path in [tmp_path / "new", out.parent, out, *out.rglob("*")]:  # the directories it created too
         mode = path.stat().st_mode & 0o777
         if path.is_dir() or path.name == "env.sh":
             assert mode == 0o755, f"{path}: {oct(mode)}"

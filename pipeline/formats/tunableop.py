@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write_text
-from ..errors import BadInput
+from ..errors import BadInput, clip
 from ..problem import WILDCARD, GemmProblem, OpKind
 
 OP_NAMES: dict[str, OpKind] = {
@@ -374,10 +374,14 @@ def _classify(raw: bytes | str) -> object:
 def parse_lines(lines: Iterable[bytes | str], path: str = "<text>", *, lenient: bool = False) -> TunableOpFile:
     """Parse TunableOp CSV lines (with or without their newline). Strict: the first bad line raises
     ``TunableOpFormatError`` naming ``path:line``; lenient: it is skipped and listed. A line that repeats
-    (record mode writes the same keys again on every run) is parsed once and shares its entry object."""
+    (record mode writes the same keys again on every run) is parsed once and shares its entry object.
+
+    torch ends every line with a newline, so a last line without one was cut (a full disk, a killed writer):
+    it is kept only where it is as whole as the file's other entries (``_truncated``)."""
     result = TunableOpFile(path)
     seen: dict[bytes | str, object] = {}
     append = result.entries.append
+    number, raw, item = 0, "", _BLANK
     for number, raw in enumerate(lines, start=1):
         item = seen.get(raw)
         if item is None:
@@ -385,23 +389,57 @@ def parse_lines(lines: Iterable[bytes | str], path: str = "<text>", *, lenient: 
         if type(item) is TunableOpEntry:
             append(item)
             continue
-        if item is _BLANK:
-            continue
-        try:
-            if isinstance(item, ValueError):
-                raise item
-            _add_validator(result.validators, item[1])  # type: ignore[index]
-        except ValueError as err:
-            if not lenient:
-                raise TunableOpFormatError(f"{path}:{number}: {err}") from None
-            text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-            result.skipped.append(SkippedLine(path, number, str(err), text.rstrip("\r\n")))
+        if item is _BLANK or (isinstance(item, ValueError) and not _ended(raw)):
+            continue  # a line without its newline is the last: judged below
+        _refuse(result, number, raw, str(item) if isinstance(item, ValueError) else None, lenient, item)
+    why = None if item is _BLANK or _ended(raw) else _truncated(result, item)
+    if why:
+        if type(item) is TunableOpEntry:
+            result.entries.pop()
+        _refuse(result, number, raw, f"truncated line (no newline at the end of the file: {why})", lenient)
     return result
+
+
+def _ended(raw: bytes | str) -> bool:
+    return raw.endswith(b"\n" if isinstance(raw, bytes) else "\n")
+
+
+def _refuse(result: TunableOpFile, number: int, raw: bytes | str, reason: str | None, lenient: bool,
+            item: object = None) -> None:
+    """Raise (strict) or list (lenient) line ``number``; ``reason`` None: it is a validator line to add."""
+    try:
+        if reason is None:
+            _add_validator(result.validators, item[1])  # type: ignore[index]
+            return
+        raise ValueError(reason)
+    except ValueError as err:
+        if not lenient:
+            raise TunableOpFormatError(f"{result.path}:{number}: {clip(str(err))}") from None
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        result.skipped.append(SkippedLine(result.path, number, clip(str(err)), clip(text.rstrip("\r\n"))))
+
+
+def _truncated(result: TunableOpFile, item: object) -> str | None:
+    """Why the file's last line, which lacks its newline, is not whole (None: it is): it does not parse, or
+    it lacks what every other entry of the file has (leading dimensions, a solution, a time)."""
+    if isinstance(item, ValueError):
+        return str(item)
+    if type(item) is not TunableOpEntry:
+        return None
+    others = [e for e in result.entries if e is not item]
+    if not others:
+        return None
+    if "_ld_" not in item.params_signature and all("_ld_" in e.params_signature for e in others):
+        return "its key has no _ld_ part, which every other key of the file has"
+    if item.time_text is None and all(e.time_text is not None for e in others):
+        return "it has no time, which every other row of the file has"
+    return None
 
 
 def parse_text(text: str, path: str = "<text>", *, lenient: bool = False) -> TunableOpFile:
     """Parse TunableOp CSV text (see ``parse_lines``)."""
-    return parse_lines(text.split("\n"), path, lenient=lenient)
+    parts = text.split("\n")
+    return parse_lines([part + "\n" for part in parts[:-1]] + parts[-1:], path, lenient=lenient)
 
 
 def _add_validator(validators: dict[str, str], line: str) -> None:

@@ -19,6 +19,7 @@ kernel (``dispatch.blocked``). On torch >= 2.14 (CUDA) and on ROCm, TunableOp re
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class Runtime:
     executor: object = None
     consumer: str | None = None  # set when TunableOp is the consumer and nothing was installed
     notes: list[str] = field(default_factory=list)
+    install_s: float = 0.0  # install(): the table, the executor (nvmath's import), the kernels registered
 
     def status(self) -> dict:
         out = {"source": str(self.table.source), "tuned_rows": len(self.table),
@@ -61,7 +63,8 @@ class Runtime:
         return {**out, "installed": router is not None and router._lib is not None,
                 "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
                 "tuned_calls": router.tuned_calls(), "fallbacks": dict(router.fallbacks),
-                "untuned_keys": [key_text(k) for k in router.untuned]}
+                "untuned_keys": [key_text(k) for k in router.untuned],
+                "startup": {"install_s": self.install_s, "plan_build_s": router.plan_build_s}}
 
     def uninstall(self) -> None:
         if self.router is not None:
@@ -87,6 +90,7 @@ def install(bundle: str | Path, *, workspace_bytes: int | None = None, any_devic
 
     from .dispatch import Router
 
+    start = time.perf_counter()  # the runtime's own start-up, past the torch import the workload pays anyway
     table = load_table(bundle)
     consumer = tunableop_consumes(torch.__version__, torch.version.hip)
     if consumer and executor is None:
@@ -106,6 +110,7 @@ def install(bundle: str | Path, *, workspace_bytes: int | None = None, any_devic
         runtime.notes.append(message)
     runtime.router = Router(table, executor, dispatch_key)
     runtime.router.install()
+    runtime.install_s = time.perf_counter() - start
     _ACTIVE.append(runtime)
     return runtime
 

@@ -26,6 +26,7 @@ A signature cache (shapes, strides, dtype, device, compute mode) makes a repeate
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -145,6 +146,7 @@ class Router:
         self._built: dict[tuple[RuntimeKey, int], object] = {}
         self.fallbacks: Counter = Counter()
         self.untuned: dict[RuntimeKey, None] = {}  # keys of calls that found no tuned row, in the order met
+        self.plan_build_s = 0.0  # time spent building plans (once per row and device): a fixed cost of the run
         self._lib: torch.library.Library | None = None
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
         self.lt_disabled = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"  # torch reads it once, as here
@@ -260,11 +262,13 @@ class Router:
     def _build(self, key: RuntimeKey, found: tuple, device: int):
         """The plan of a tuned row on ``device`` (built once), or why this library refused it."""
         if (key, device) not in self._built:
+            start = time.perf_counter()
             try:
                 self._built[(key, device)] = self.executor.plan(*found, device)
             except self.executor.errors as err:
                 self.rejected[key] = f"{type(err).__name__}: {err}"
                 self._built[(key, device)] = f"tuned row rejected by this library ({err})"
+            self.plan_build_s += time.perf_counter() - start
         return self._built[(key, device)]
 
     # -- routing -------------------------------------------------------------------------------------------

@@ -8,12 +8,14 @@ A validation killed midway resumes (its rows are checkpointed); a refused bundle
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write_json
 from ..backends.slots import gpu_count
+from ..errors import Refused
 from . import bundle, e2e, report, timings, validate
 from .collect import embedded_command
 from .fingerprint import Stack
@@ -35,6 +37,11 @@ class AcceptanceSettings:
     has_workload: bool = True
     e2e_gpus: int = 0  # GPUs the workload sees (0: every visible one)
     embedded_args: tuple[str, ...] = ()  # the embedded workload's own options (--fp8)
+    allow_e2e_regression: bool = False  # accept a bundle whose end-to-end figure regressed beyond noise
+
+
+class EndToEndRefused(Refused):
+    """The bundle passed the GEMM gate, and the workload ran slower with it end to end."""
 
 
 def e2e_command(workload_cmd: str, embedded_args: tuple[str, ...] = ()) -> list[str]:
@@ -75,8 +82,18 @@ def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
             outcome = e2e.ab_test(command, run_dir / "bundle" / "tunableop_results.csv",
                                   out / f"e2e-{via}", settings.e2e_reps, settings.workload_timeout_s,
                                   gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"), via=via)
+    slower = e2e.regression(outcome)
+    if slower:
+        outcome["refused"] = None if settings.allow_e2e_regression else slower
+        if not settings.allow_e2e_regression:  # the bundle that made it slower does not ship
+            aside = run_dir / "bundle.refused"
+            shutil.rmtree(aside, ignore_errors=True)
+            (run_dir / "bundle").rename(aside)
     atomic_write_json(out / "e2e.json", outcome)
     summary = report.build(run_dir)
     if not result.passed:
         raise GateRefused(f"{result.message}. Report: {summary['report']}")
+    if outcome.get("refused"):
+        raise EndToEndRefused(f"bundle refused: {slower} (--allow-e2e-regression ships it anyway; the bundle is in "
+                              f"{run_dir / 'bundle.refused'}). Report: {summary['report']}")
     return summary

@@ -16,6 +16,7 @@ import jinja2
 import yaml
 
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..errors import BadInput
 from ..formats.hipblaslt_bench import FP8_TYPES, ocp_fp8_on_fnuz_arch, scaled_reason
 from ..formats.rocm import (
     ARCHS,
@@ -226,7 +227,8 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
     arch = get_arch(settings.arch)
     presets = load_presets(settings.templates)
     if settings.preset not in presets:
-        raise ValueError(f"unknown Tensile preset {settings.preset!r}; known: {', '.join(presets)}")
+        where = settings.templates / "tensile_presets.yaml"
+        raise BadInput(f"--tensile-preset {settings.preset!r}: no such preset in {where}; known: {', '.join(presets)}")
     preset = presets[settings.preset]
     common = {"arch": arch, "settings": settings}
     files = {}
@@ -265,11 +267,13 @@ def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings) -
     }
 
 
-def write_configs(out_dir: Path, problems: Iterable[GemmProblem], settings: ConfigSettings) -> dict:
-    """Plan, render and write every config into ``out_dir`` (replaced as a whole); return the manifest."""
+def write_configs(out_dir: Path, problems: Iterable[GemmProblem], settings: ConfigSettings,
+                  marker: str | None = None) -> dict:
+    """Plan, render and write every config into ``out_dir`` (replaced as a whole; ``marker``: see
+    ``atomic_directory``); return the manifest."""
     plan = plan_configs(problems, settings)
     files = render_configs(plan, settings)
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, marker) as staging:
         for relative, text in files.items():
             atomic_write_text(staging / relative, text)
         data = manifest(plan, files, settings)

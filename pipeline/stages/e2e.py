@@ -130,7 +130,51 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
         out["noise"] = max(spreads) if spreads else None
     if via == "runtime" and status.exists():
         out["runtime"] = json.loads(status.read_text())
+        out.update(startup_figures(scratch, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
     return out
+
+
+def startup_figures(scratch: Path, tuned_wall_s: float, baseline_wall_s: float) -> dict:
+    """The runtime's fixed cost per run (its install and plan building, median over the tuned runs' status
+    records), and the wall-time speedup without it: what a long-running process (a server) sees."""
+    costs = []
+    for path in sorted(Path(scratch).glob("runtime*.json")):
+        startup = json.loads(path.read_text()).get("startup") or {}
+        costs.append(startup.get("install_s", 0.0) + startup.get("plan_build_s", 0.0))
+    if not costs:
+        return {}
+    startup_s = statistics.median(costs)
+    steady = tuned_wall_s - startup_s
+    return {"runtime_startup_s": startup_s,
+            "steady_wall_speedup": baseline_wall_s / steady if steady > 0 else None}
+
+
+def figure(e2e: dict) -> tuple[str, float, float] | None:
+    """What the A/B measured: (``tokens/s`` or ``wall``, the speedup, its run-to-run spread); None when it
+    did not run."""
+    if not e2e or "skipped" in e2e:
+        return None
+    if e2e.get("tokens_speedup"):
+        return "tokens/s", e2e["tokens_speedup"], e2e.get("noise") or 0.0
+    spreads = [e2e[arm]["wall_spread"] or 0.0 for arm in ("baseline", "tuned")]
+    return "wall", e2e["wall_speedup"], max(spreads)
+
+
+def regression(e2e: dict) -> str | None:
+    """Why the tuned workload counts as slower end to end (beyond its run-to-run spread), or None."""
+    measured = figure(e2e)
+    if measured is None:
+        return None
+    what, speedup, noise = measured
+    if speedup >= 1 - noise:
+        return None
+    why = (f"end to end {what} x{speedup:.3f}, slower beyond its run-to-run spread of {noise:.1%} "
+           f"({e2e['reps']} alternating runs)")
+    if e2e.get("runtime_startup_s") is not None:
+        steady = e2e.get("steady_wall_speedup")
+        why += (f"; the runtime's start-up costs {e2e['runtime_startup_s']:.2f} s per run"
+                + (f" (without it: wall x{steady:.3f})" if steady else ""))
+    return why
 
 
 def summary_line(e2e: dict) -> str:
@@ -144,7 +188,13 @@ def summary_line(e2e: dict) -> str:
     if e2e.get("tokens_speedup"):
         noise = e2e.get("noise")
         verdict = "" if noise is None else (" (within noise)" if abs(e2e["tokens_speedup"] - 1) <= noise else "")
-        return (f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
+        line = (f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
                 f"x{e2e['tokens_speedup']:.3f}{verdict}"
                 + (f", run-to-run spread {noise:.1%}" if noise is not None else "") + f" ({how})")
-    return f"wall x{e2e['wall_speedup']:.3f} ({how})"
+    else:
+        line = f"wall x{e2e['wall_speedup']:.3f} ({how})"
+    if e2e.get("runtime_startup_s") is not None:
+        steady = e2e.get("steady_wall_speedup")
+        line += (f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
+                 f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else ""))
+    return line

@@ -81,6 +81,10 @@ def _compare_problem_type(base: LogicFile, new: LogicFile) -> None:
         header.pop(item)
         for solution in base.solutions:
             solution.get("ProblemType", {}).pop(item, None)
+    differ = [k for k in header if k in new_header and header[k] != new_header[k]]
+    if differ:  # what upstream trips on later (a kernel's ProblemType), named where it differs
+        raise ProblemTypeMismatch(f"[Error] ProblemType of {new.path} doesn't match {base.path}: "
+                                  + ", ".join(f"{k}: {header[k]} != {new_header[k]}" for k in differ))
     results, index = "", 0
     for index, solution in enumerate(new.solutions):
         kernel_type = solution.get("ProblemType", {})
@@ -280,8 +284,11 @@ def _relative(full: dict, default: dict) -> dict:
 # --- directories ----------------------------------------------------------------------------------------
 
 
-def merge_dirs(base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptions) -> MergeReport:
-    """Merge ``new_dir`` into ``base_dir``, writing ``out_dir`` as a whole once every file merged."""
+def merge_dirs(base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptions, marker: str | None = None
+               ) -> MergeReport:
+    """Merge ``new_dir`` into ``base_dir``, writing ``out_dir`` as a whole once every file merged (``marker``:
+    see ``atomic_directory``). Every file that goes into ``out_dir`` is parsed as logic first, those copied
+    as they are included: a file that does not parse stops the merge, naming it."""
     base_files, new_files = _yaml_files(Path(base_dir)), _yaml_files(Path(new_dir))
     report = MergeReport()
     outputs: dict[str, str | Path] = {}  # name -> merged text, or a file to copy as it is
@@ -291,6 +298,7 @@ def merge_dirs(base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptio
             if options.policy == "upstream":
                 report.add("Ignored", new_path, "(no base file of that name)")
             else:
+                load_logic(new_path)
                 outputs[name] = new_path
                 report.add(f"{name}: new file, copied")
             continue
@@ -307,9 +315,10 @@ def merge_dirs(base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptio
     if options.policy == "faster":
         for name, path in base_files.items():
             if name not in new_files:
+                load_logic(path)
                 outputs[name] = path
                 report.add(f"{name}: only in base, copied unchanged")
-    with atomic_directory(out_dir) as staging:
+    with atomic_directory(out_dir, marker) as staging:
         for name, content in sorted(outputs.items()):
             if isinstance(content, Path):
                 shutil.copyfile(content, staging / name)

@@ -101,7 +101,10 @@ class MeasuredRow:
 
     @property
     def label(self) -> str:
-        return f"{self.op} {self.m}x{self.n}x{self.k}"
+        """A readable name (``GemmProblem.label``); the report adds the ld's where two rows read alike."""
+        from ..formats.tunableop import parse_key
+
+        return parse_key(*self.key.split(",", 1)).label()
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("measured", "padded", "confirm")}

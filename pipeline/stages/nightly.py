@@ -99,6 +99,42 @@ def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), s
         handle.close()
 
 
+RUN_LOCK = ".gemm-tune-run.lock"
+
+
+class RunLocks:
+    """The run directories this process holds (exclusive ``flock`` on ``<run>/.gemm-tune-run.lock``), held until
+    it exits: the kernel drops them with the process. A plain ``luigi`` run holds its run's lock from its first
+    look at the run, so a second run of the same name (other parameters included) is refused, naming the
+    holder, before it does anything."""
+
+    def __init__(self) -> None:
+        self._held: dict[Path, object] = {}
+
+    def hold(self, run_dir: Path, argv: Sequence[str] = ()) -> None:
+        run_dir = Path(run_dir).absolute()
+        if run_dir in self._held:
+            return
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            handle = (run_dir / RUN_LOCK).open("a+")
+        except OSError as err:
+            raise BadInput(f"run directory {run_dir} cannot be created or written: {err.strerror or err} "
+                           "(--workdir names where runs go)") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(handle)
+            handle.close()
+            raise Locked(f"{run_dir} is in use by another run of the same --run-name: {holder}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "argv": list(argv),
+                                 "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}))
+        handle.flush()
+        self._held[run_dir] = handle
+
+
 def record_failure(who: str, error: BaseException, env: Mapping[str, str] | None = None) -> str:
     """Log, in one line, that ``who`` failed and with which exit code; append the record to the file
     ``$GEMM_TUNE_FAILURES`` names (the nightly reads it). Returns the line."""
@@ -199,6 +235,12 @@ def _systemd_word(word: str) -> str:
     return _systemd_quoted(word)
 
 
+def _systemd_path(path: Path) -> str:
+    """A path as ``StandardOutput=append:`` takes it: the rest of the line, unquoted (systemd splits no words
+    there), specifiers (%) literal."""
+    return str(path).replace("%", "%%")
+
+
 def _systemd_assignment(key: str, value: str) -> str:
     return _systemd_quoted(f"{key}={value}".replace("%", "%%"))
 
@@ -224,6 +266,7 @@ def units(workdir: Path, arguments: Sequence[str], at: str = "02:00", cwd: Path 
                                     f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"),
                "env_file": env_file, "exports": [f"export {k}={shlex.quote(v)}" for k, v in carried.items()],
                "working_directory": str(cwd).replace("%", "%%"),
+               "log_path": _systemd_path(log),
                "environment": [_systemd_assignment(k, v) for k, v in carried.items()],
                "exec_start": " ".join(_systemd_word(w) for w in command)}
     templates = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable
+from ..atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
 from ..formats.logic import RECORD_BACKENDS, load_logic
 from ..formats.tunableop import read_file, unknown_solution, validators_platform, write_file
 from ..runtime.table import RUNTIME_RESULTS
@@ -72,7 +72,7 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
             servable.append(entry)
     fp = stack.fingerprint
     install = f"{INSTALL_ROOT}/{fp}"
-    target = Path(dist_root).absolute() / fp
+    target = mkdirs_readable(dist_root) / fp  # an image's user reads through every directory we made
     with atomic_directory(target) as out:
         shutil.copytree(bundle / "logic", out / "logic")
         write_file(out / "tunableop_results.csv", results.validators, servable)
@@ -129,7 +129,7 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
 def publish(package_dir: Path, repo_logic: Path) -> Path:
     """Copy the package's logic tree to ``repo_logic/<fingerprint>/`` (replacing that fingerprint's only)."""
     package_dir = Path(package_dir)
-    with atomic_directory(Path(repo_logic) / package_dir.name) as out:
+    with atomic_directory(mkdirs_readable(repo_logic) / package_dir.name) as out:
         for path in sorted((package_dir / "logic").glob("*")):
             shutil.copyfile(path, out / path.name)
         make_readable(out)

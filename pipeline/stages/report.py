@@ -12,6 +12,7 @@ import jinja2
 from ..atomic import atomic_write_json, atomic_write_text
 from ..backends.base import DEFAULT
 from ..formats.tunableop import parse_key
+from ..problem import distinct_labels
 from ..stats import geomean
 from . import compiled, timings
 from .configs import TEMPLATES
@@ -94,6 +95,7 @@ def build(run_dir: Path) -> dict:
                      f"x{gate_of(ab).weighted_speedup:.3f}, before any gate; see validate/measurements.json")
     reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
     measured_rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
+    labels = distinct_labels({row.key: parse_key(*row.key.split(",", 1)) for row in measured_rows})
     shares, untuned_share, basis = weights(measured_rows)
     rows = []
     for row, share in zip(measured_rows, shares, strict=True):
@@ -101,7 +103,7 @@ def build(run_dir: Path) -> dict:
         tuned_us = row.tuned.median if kept else row.baseline.median
         rows.append({**row.to_json(), "speedup": row.speedup, "noise": row.noise, "kept": kept, "weight": share,
                      "basis": basis, "ld_notes": parse_key(*row.key.split(",", 1)).ld_notes(),
-                     "reason": reasons.get(row.key, ""), "label": row.label,
+                     "reason": reasons.get(row.key, ""), "label": labels[row.key],
                      "layer": f"{row.op} {row.layout} {row.m}x{row.k}",
                      "eff_before": row.floor_us / row.baseline.median, "eff_after": row.floor_us / tuned_us})
     kept_speedups = [r["speedup"] for r in rows if r["kept"]]
@@ -111,16 +113,19 @@ def build(run_dir: Path) -> dict:
     out = run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     drift = compare(run_dir, previous_run(run_dir))
+    passed, verdict = gate["passed"], gate["message"]
+    if passed and e2e.get("refused"):
+        passed, verdict = False, f"bundle refused end to end: {e2e['refused']} (--allow-e2e-regression ships it)"
     context = {
         "fingerprint": stamped(run_dir / "validate"), "drift": drift, "drift_lines": drift_lines(drift),
-        "run": run_dir.name, "passed": gate["passed"], "verdict": gate["message"],
+        "run": run_dir.name, "passed": passed, "verdict": verdict,
         "device": measured["meta"]["device"]["name"], "rows": rows, "kept": len(kept_speedups),
         "weighted": gate["weighted_speedup"], "kept_geomean": geomean(kept_speedups),
         "eff_before": geomean([r["eff_before"] for r in rows]) or 0.0,
         "eff_after": geomean([r["eff_after"] for r in rows]) or 0.0,
         "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")], "top": top, "basis": basis,
         "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]], "notes": notes,
-        "bundle": str(run_dir / "bundle") if gate["passed"] else "refused (see verdict)",
+        "bundle": str(run_dir / "bundle") if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
@@ -130,8 +135,8 @@ def build(run_dir: Path) -> dict:
     _plots(rows, out)
     atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(context))
     atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
-    summary = {"run": run_dir.name, "fingerprint": context["fingerprint"], "passed": gate["passed"],
-               "verdict": gate["message"], "drift": drift,
+    summary = {"run": run_dir.name, "fingerprint": context["fingerprint"], "passed": passed,
+               "verdict": verdict, "drift": drift,
                "device": context["device"], "gemms": len(rows), "kept": len(kept_speedups),
                "weighted_gemm_speedup": gate["weighted_speedup"], "weight_basis": basis,
                "untuned_time_share": untuned_share, "notes": notes,
@@ -142,7 +147,9 @@ def build(run_dir: Path) -> dict:
                "eff_geomean_before": context["eff_before"], "eff_geomean_after": context["eff_after"],
                "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
                "e2e_tokens_speedup": e2e.get("tokens_speedup"), "e2e_noise": e2e.get("noise"),
-               "e2e_via": e2e.get("via"), "not_sent": not_sent, "bundle": context["bundle"],
+               "e2e_via": e2e.get("via"), "e2e_runtime_startup_s": e2e.get("runtime_startup_s"),
+               "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"), "not_sent": not_sent,
+               "bundle": context["bundle"],
                "report": str(out / "report.html"), "stage_seconds": context["stage_seconds"]}
     atomic_write_json(out / SUMMARY, summary)
     return summary

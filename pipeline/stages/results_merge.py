@@ -151,14 +151,25 @@ class MergedFiles:
         return written
 
 
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise BadInput(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
 def merge_paths(paths: Sequence[str | Path], validators_from: str | Path | None = None, lenient: bool = False
                 ) -> MergedFiles:
     """Merge the files at ``paths`` (TunableOp results and hipBLASLt override files, told apart by content).
     ``validators_from`` names the target: a results file (its validator block) or an override file (its
     Git Version)."""
-    texts = {str(path): Path(path).read_text(encoding="utf-8") for path in paths}
+    texts = {str(path): _read(path) for path in paths}
     if not texts:
         raise BadInput("no results files to merge")
+    empty = [p for p, t in texts.items() if not t.strip()]
+    if empty:
+        raise BadInput(f"{empty[0]}: the file is empty (a TunableOp results or hipBLASLt override file has at "
+                       "least its validator block or header)")
     target_text = Path(validators_from).read_text(encoding="utf-8") if validators_from else None
     out = MergedFiles()
     results = [parse_text(t, p, lenient=lenient) for p, t in texts.items() if not is_override_text(t)]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import glob
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import atomic_write_json
-from ..errors import BadInput
+from ..errors import BadInput, clip
+from ..formats import json_file
 from ..formats.tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
 from ..problem import GemmProblem
 from .call_weights import time_shares
@@ -184,15 +184,16 @@ def write_shapes_json(path: str | Path, result: GatherResult) -> None:
 
 def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
     """Load ``shapes.json``; a row that does not parse names the file and the row index."""
-    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    rows = json_file.load(path, "shapes JSON (gemm-tune shapes --json)")
     if not isinstance(rows, list):
         raise ShapeInputError(f"{path}: expected a JSON list of shape objects")
     records = []
     for index, row in enumerate(rows):
         try:
             records.append(ShapeRecord.from_json(row))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ShapeInputError(f"{path}: row {index}: {err}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            what = f"no {err} field" if isinstance(err, KeyError) else clip(str(err))
+            raise ShapeInputError(f"{path}: row {index}: {what}") from None
     return records
 
 

@@ -1,0 +1,85 @@
+"""A bundle that makes the workload slower end to end is refused (#34), the runtime's fixed start-up is told
+apart from the steady state, and the report names GEMMs by a readable label."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.tunableop import parse_key
+from pipeline.problem import distinct_labels
+from pipeline.stages import e2e
+
+from .helpers import run_amd_dag
+
+
+def _ab(base_walls: list[float], tuned_walls: list[float], tokens: tuple[list, list] | None = None) -> dict:
+    runs = {"baseline": [{"wall_s": w, "tokens_per_s": t} for w, t in zip(base_walls, (tokens or ([None] * 9,))[0],
+                                                                          strict=False)],
+            "tuned": [{"wall_s": w, "tokens_per_s": t} for w, t in zip(tuned_walls, (tokens or (0, [None] * 9))[1],
+                                                                       strict=False)]}
+    out: dict = {"reps": len(base_walls), "via": "runtime", "runs": runs}
+    for name, walls in (("baseline", base_walls), ("tuned", tuned_walls)):
+        out[name] = {"median_wall_s": sorted(walls)[len(walls) // 2], "wall_spread": e2e._spread(walls)}
+    out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
+    return out
+
+
+def test_a_wall_time_regression_beyond_the_spread_is_named_with_its_figure():
+    slower = _ab([4.0, 4.05, 4.02], [4.5, 4.55, 4.52])
+    why = e2e.regression(slower)
+    assert why and "end to end wall x0.889" in why and "run-to-run spread of 1.2%" in why
+    assert e2e.regression(_ab([4.0, 4.4, 4.2], [4.3, 4.35, 4.32])) is None, "within the spread"
+    assert e2e.regression(_ab([4.0, 4.05], [3.9, 3.95])) is None, "faster"
+    assert e2e.regression({"skipped": "no workload"}) is None and e2e.regression({}) is None
+    tokens = {**slower, "tokens_speedup": 1.03, "noise": 0.01}
+    assert e2e.regression(tokens) is None, "tokens/s is the figure where the workload prints it"
+
+
+def test_the_runtimes_start_up_is_told_apart(tmp_path):
+    for pid, (install, plans) in enumerate([(0.40, 0.05), (0.50, 0.06), (0.42, 0.04)]):
+        name = "runtime.json" if pid == 0 else f"runtime.{pid}.json"
+        (tmp_path / name).write_text(json.dumps({"startup": {"install_s": install, "plan_build_s": plans}}))
+    figures = e2e.startup_figures(tmp_path, tuned_wall_s=4.5, baseline_wall_s=4.0)
+    assert figures["runtime_startup_s"] == pytest.approx(0.46)
+    assert figures["steady_wall_speedup"] == pytest.approx(4.0 / (4.5 - 0.46))
+    ab = {**_ab([4.0, 4.05, 4.02], [4.5, 4.55, 4.52]), **figures}
+    assert "start-up costs 0.46 s per run (without it: wall x0.990)" in e2e.regression(ab)
+    assert "fixed start-up (install, plans) 0.46 s per run of 4.5 s, steady state wall x0.990" in e2e.summary_line(ab)
+    assert e2e.startup_figures(tmp_path / "none", 4.5, 4.0) == {}
+
+
+def test_readable_labels_tell_ld_twins_apart():
+    keys = {k: parse_key(*k.split(",", 1)) for k in (
+        "GemmTunableOp_BFloat16_TN,tn_4096_8_4096_ld_4096_4096_4096",
+        "GemmTunableOp_BFloat16_TN,tn_4096_8_4096_ld_4224_4224_4096",
+        "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,"
+        "tn_28672_512_4096_ld_4096_4096_28672_rw_0_bias_None")}
+    labels = list(distinct_labels(keys).values())
+    assert labels == ["gemm 4096x8x4096 bf16 ld 4096/4096/4096", "gemm 4096x8x4096 bf16 ld 4224/4224/4096",
+                      "scaled_gemm 28672x512x4096 e4m3 -> bf16"]
+
+
+def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
+    # a workload that runs slower whenever torch is pointed at the bundle (the e2e A/B's tuned arm)
+    slow = "import os, time; time.sleep(0.9 if os.environ.get('PYTORCH_TUNABLEOP_ENABLED') == '1' else 0.3)"
+    workload = shlex.join([sys.executable, "-c", slow])
+    extra = ("--validate-rounds", "1", "--e2e-reps", "2", "--gpus", "1", "--workload-cmd", workload)
+    refused = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, check=False)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "EndToEndRefused (exit 10, bundle refused)" in last and "end to end wall x0." in last
+    run = tmp_path / "w" / "e"
+    assert not (run / "bundle").exists() and (run / "bundle.refused" / "manifest.json").exists()
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert not summary["passed"] and summary["verdict"].startswith("bundle refused end to end")
+    report = (run / "report" / "report.md").read_text()
+    assert "bundle refused end to end" in report
+    row = next(line for line in report.splitlines() if line.startswith("| gemm ") and "x" in line)
+    assert row.rstrip().endswith("` |"), "the label leads, the TunableOp key has its own column"
+    allowed = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, "--allow-e2e-regression")
+    assert "end to end: wall x0." in allowed.stdout and (run / "bundle" / "manifest.json").exists()

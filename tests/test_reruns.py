@@ -1,0 +1,144 @@
+"""A rerun must not ignore what changed, two runs of one run name never share its directory, and a plain
+``luigi`` run that the pipeline refuses says so in one line, last (#34), against the hipblaslt-bench double."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.formats.tunableop import read_file
+from pipeline.problem import GemmProblem
+
+from .helpers import FIXTURES, amd_dag, run_amd_dag
+
+A = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
+B = FIXTURES / "tunableop" / "torch2.11_hf_mistral_untuned0.csv"
+FAST = ("--validate-rounds", "1", "--e2e-reps", "1")
+
+
+def _gathered(tmp_path: Path, run: str) -> set[str]:
+    rows = json.loads((tmp_path / "w" / run / "shapes" / "shapes.json").read_text())
+    return {f"{r['op_signature']},{r['params_signature']}" for r in rows}
+
+
+def _keys(path: Path) -> set[str]:
+    return {f"{e.op_signature},{e.params_signature}" for e in read_file(path).entries}
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_nothing(tmp_path):
+    csv = tmp_path / "mine.csv"
+    csv.write_bytes(A.read_bytes())
+    run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=csv)
+    assert _gathered(tmp_path, "r") == _keys(A)
+    same = run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=csv)
+    assert "ran successfully" not in same.stderr and "redoing" not in same.stderr, "nothing changed: nothing done"
+
+    other = run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=B)
+    said = [line for line in other.stderr.splitlines() if "redoing" in line]
+    assert len(said) == 1 and f"--untuned '{csv}' -> '{B}'" in said[0] and "GatherShapes" in said[0]
+    assert _gathered(tmp_path, "r") == _keys(B)
+    bench = json.loads((tmp_path / "w" / "r" / "bench" / "summary.json").read_text())
+    assert bench["problems"] == len(_keys(B)), "Bench tuned B's shapes, not A's"
+    assert (tmp_path / "w" / "r" / "shapes.before-redo" / "shapes.json").exists(), "the old stage is kept aside"
+
+    csv.write_bytes(B.read_bytes())  # the same path, other content
+    run_amd_dag(tmp_path, "c", "", "TuneWorkload", *FAST, untuned=csv)
+    csv.write_bytes(A.read_bytes())
+    refused = run_amd_dag(tmp_path, "c", "", "TuneWorkload", *FAST, "--no-redo", untuned=csv, check=False)
+    assert refused.returncode == 5
+    assert "Traceback" not in refused.stderr
+    last = _last_line(refused)
+    assert "(exit 12, bad input)" in last and f"{csv} changed (content)" in last and "--no-redo" in last
+    assert _gathered(tmp_path, "c") == _keys(B), "refused: nothing was redone"
+    redone = run_amd_dag(tmp_path, "c", "", "TuneWorkload", *FAST, untuned=csv)
+    assert f"{csv} changed (content)" in redone.stderr and _gathered(tmp_path, "c") == _keys(A)
+
+
+def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
+    run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
+    run = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--margin", "0.05", untuned=B)
+    assert "--margin 0.02 -> 0.05" in run.stderr
+    tuned = {GemmProblem.from_dict(json.loads(p.read_text())["problem"])
+             for p in (tmp_path / "w" / "m" / "bench" / "problems").glob("*.json")}
+    assert tuned == {e.problem for e in read_file(B).entries}
+
+
+def test_two_runs_of_one_run_name_at_once(tmp_path):
+    command, env = amd_dag(tmp_path, "same", "", "TuneWorkload", *FAST)
+    slow = {**env, "HIPBLASLT_DOUBLE_DELAY": "0.3"}
+    first = subprocess.Popen(command, cwd=tmp_path, env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = tmp_path / "w" / "same" / ".gemm-tune-run.lock"
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        identical = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert identical.returncode == 13 and "already running" in identical.stdout + identical.stderr
+        other = subprocess.run([*command, "--margin", "0.04"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=120)
+        assert other.returncode == 5, other.stderr[-2000:]
+        last = _last_line(other)
+        assert "Locked (exit 13, busy)" in last and f'"pid": {first.pid}' in last and "(luigi exit 5)" in last
+        assert "Traceback" not in other.stderr
+        _, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err[-2000:]
+    finally:
+        first.kill()
+    assert not list((tmp_path / "w" / "same").glob("*.before-redo")), "the refused run changed nothing"
+
+
+@pytest.mark.parametrize("extra,luigi_code,says", [
+    (("--gpus", "-1"), 4, "--gpus '-1'"),
+    (("--margin", "abc"), 4, "--margin 'abc'"),
+    (("--backend", "nosuch"), 4, "--backend 'nosuch'"),
+    (("--run-name", "../escape"), 4, "'../escape' is not a run name"),
+    (("--call-times", "maybe"), 4, "--call-times 'maybe'"),
+    (("--hipblaslt-bench", "/no/such/bench"), 5, "ToolMissing (exit 11, tool failure)"),
+])
+def test_plain_luigi_says_an_expected_error_in_one_line_last(tmp_path, extra, luigi_code, says):
+    command, env = amd_dag(tmp_path, "p", "", "TuneWorkload", *FAST)
+    proc = subprocess.run([*command, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == luigi_code, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = _last_line(proc)
+    assert last.startswith("ERROR: gemm-tune: ") and says in last and f"(luigi exit {luigi_code})" in last
+    assert not (tmp_path / "escape").exists()
+
+
+def test_a_workdir_that_cannot_be_written_is_bad_input_in_one_line(tmp_path):
+    (tmp_path / "afile").write_text("")
+    command, env = amd_dag(tmp_path, "p", "", "TuneWorkload", *FAST)
+    command[command.index("--workdir") + 1] = str(tmp_path / "afile" / "w")
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 5 and "Traceback" not in proc.stderr
+    assert "(exit 12, bad input)" in _last_line(proc) and "cannot be created or written" in _last_line(proc)
+
+
+def test_a_failing_task_ends_with_its_line_after_luigis_summary(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("GemmTunableOp_Half_TN,tn_8_8\n")
+    command, env = amd_dag(tmp_path, "f", "", "TuneWorkload", *FAST)
+    command[command.index("--untuned") + 1] = str(bad)
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "Luigi Execution Summary" in proc.stderr
+    last = _last_line(proc)
+    assert f"{bad}:1: params 'tn_8_8'" in last and "(exit 12, bad input)" in last and "(luigi exit 2)" in last
+
+
+def test_an_nvidia_run_renders_no_amd_configs():
+    from pipeline.tasks import GenerateConfigs, Validate
+
+    def requires(backend: str) -> set[str]:
+        return {type(t).__name__ for t in Validate(backend=backend, untuned="x.csv").requires()}
+
+    assert "GenerateConfigs" not in requires("cublaslt")
+    assert GenerateConfigs.__name__ in requires("hipblaslt")
