@@ -90,9 +90,13 @@ def _nightly(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .stages import report
+    from .stages import nightly, report
 
-    summary = report.build(Path(args.run_dir))
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise errors.BadInput(f"{run_dir}: no such run directory")
+    nightly.RunLocks().hold(run_dir, sys.argv)  # never beside a run that writes it
+    summary = report.build(run_dir)
     print("\n".join(report.key_lines(summary)))
     return 0
 

@@ -34,6 +34,7 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_nothing(tmp_path):
+    inputs = {path: path.read_bytes() for path in (A, B)}
     csv = tmp_path / "mine.csv"
     csv.write_bytes(A.read_bytes())
     run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=csv)
@@ -60,6 +61,8 @@ def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_not
     assert _gathered(tmp_path, "c") == _keys(B), "refused: nothing was redone"
     redone = run_amd_dag(tmp_path, "c", "", "TuneWorkload", *FAST, untuned=csv)
     assert f"{csv} changed (content)" in redone.stderr and _gathered(tmp_path, "c") == _keys(A)
+    assert {path: path.read_bytes() for path in (A, B)} == inputs, "the runs left their inputs byte-identical"
+    assert csv.read_bytes() == A.read_bytes()
 
 
 def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
@@ -142,3 +145,23 @@ def test_an_nvidia_run_renders_no_amd_configs():
 
     assert "GenerateConfigs" not in requires("cublaslt")
     assert GenerateConfigs.__name__ in requires("hipblaslt")
+
+
+def test_gemm_tune_report_never_writes_beside_a_run_that_holds_the_directory(tmp_path, capsys):
+    import sys
+
+    from pipeline.cli import main
+
+    run = tmp_path / "w" / "held"
+    run.mkdir(parents=True)
+    hold = ("import time; from pipeline.stages.nightly import RunLocks; locks = RunLocks(); "
+            f"locks.hold({str(run)!r}); print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["report", str(run)]) == 13
+        assert "is in use by another run" in capsys.readouterr().err
+    finally:
+        holder.kill()
+    assert main(["report", str(tmp_path / "w" / "typo")]) == 12
+    assert not (tmp_path / "w" / "typo").exists()

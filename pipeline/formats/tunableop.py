@@ -376,8 +376,9 @@ def parse_lines(lines: Iterable[bytes | str], path: str = "<text>", *, lenient: 
     ``TunableOpFormatError`` naming ``path:line``; lenient: it is skipped and listed. A line that repeats
     (record mode writes the same keys again on every run) is parsed once and shares its entry object.
 
-    torch ends every line with a newline, so a last line without one was cut (a full disk, a killed writer):
-    it is kept only where it is as whole as the file's other entries (``_truncated``)."""
+    torch ends every line with a newline (docs/upstream.md, "How torch writes TunableOp files"), so a last line
+    without one was cut (a full disk, a killed writer): it is kept only where it is as whole as the file's
+    other entries (``_truncated``)."""
     result = TunableOpFile(path)
     seen: dict[bytes | str, object] = {}
     append = result.entries.append
