@@ -39,8 +39,25 @@ COMPILE = re.compile(r"compile \(([\w-]+)\) and first decode: ([0-9.]+) s")
 
 
 def workload(model: str, layers: int, batch: int, mode: str, new_tokens: int) -> list[str]:
-    return [sys.executable, "-m", "pipeline.workloads.hf", "--arch", model, "--layers", str(layers), "--batch",
-            str(batch), "--prompt", "16", "--new-tokens", str(new_tokens), "--reps", "5", "--compile", mode]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.workloads.hf",
+        "--arch",
+        model,
+        "--layers",
+        str(layers),
+        "--batch",
+        str(batch),
+        "--prompt",
+        "16",
+        "--new-tokens",
+        str(new_tokens),
+        "--reps",
+        "5",
+        "--compile",
+        mode,
+    ]
 
 
 def compile_seconds(stdout: str) -> float | None:
@@ -51,9 +68,26 @@ def compile_seconds(stdout: str) -> float | None:
 def tune(workdir: Path, name: str, command: list[str], reps: int, timeout_s: float) -> dict:
     """The nightly job on ``command``; what its report and Validate's A/B say."""
     start = time.monotonic()
-    proc = procs.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                      "--workdir", str(workdir), "--run-name", name, "--workload-cmd", " ".join(command),
-                      "--e2e-reps", str(reps)], timeout_s=timeout_s)
+    proc = procs.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "TuneWorkload",
+            "--local-scheduler",
+            "--workdir",
+            str(workdir),
+            "--run-name",
+            name,
+            "--workload-cmd",
+            " ".join(command),
+            "--e2e-reps",
+            str(reps),
+        ],
+        timeout_s=timeout_s,
+    )
     run = workdir / name
     row: dict = {"command": " ".join(command), "exit": proc.returncode, "seconds": time.monotonic() - start}
     if proc.returncode != 0:
@@ -62,10 +96,19 @@ def tune(workdir: Path, name: str, command: list[str], reps: int, timeout_s: flo
     summary = json.loads((run / "report" / "summary.json").read_text())
     e2e = json.loads((run / "validate" / "e2e.json").read_text())
     collected = (run / "collect" / "workload.stdout.log").read_text()
-    row.update({"gemms": summary["gemms"], "kept": summary["kept"], "weighted_gemm_speedup":
-                summary["weighted_gemm_speedup"], "weight_basis": summary["weight_basis"],
-                "top_gemms": summary["top_gemms"], "not_sent": summary.get("not_sent"),
-                "compile_s": compile_seconds(collected), "e2e": e2e, "bundle": str(run / "bundle")})
+    row.update(
+        {
+            "gemms": summary["gemms"],
+            "kept": summary["kept"],
+            "weighted_gemm_speedup": summary["weighted_gemm_speedup"],
+            "weight_basis": summary["weight_basis"],
+            "top_gemms": summary["top_gemms"],
+            "not_sent": summary.get("not_sent"),
+            "compile_s": compile_seconds(collected),
+            "e2e": e2e,
+            "bundle": str(run / "bundle"),
+        }
+    )
     return row
 
 
@@ -76,15 +119,33 @@ def peer(workdir: Path, name: str, command: list[str], bundle: str | None, timeo
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache.absolute())}
     status = workdir / f"{name}.runtime.json"
     status.unlink(missing_ok=True)
-    argv = ([sys.executable, "-m", "pipeline.runtime", "--bundle", str(Path(bundle).absolute()),
-             "--status-file", str(status), "--", *command] if bundle else command)
+    argv = (
+        [
+            sys.executable,
+            "-m",
+            "pipeline.runtime",
+            "--bundle",
+            str(Path(bundle).absolute()),
+            "--status-file",
+            str(status),
+            "--",
+            *command,
+        ]
+        if bundle
+        else command
+    )
     start = time.monotonic()
     proc = procs.run(argv, timeout_s=timeout_s, env=env)
-    row = {"exit": proc.returncode, "wall_s": time.monotonic() - start, "compile_s": compile_seconds(proc.stdout),
-           "tokens_per_s": parse_tokens_per_s(proc.stdout),
-           "autotuned": [[t.describe(), t.chosen, t.chosen_ms, t.library_ms]
-                         for t in read_tables(proc.stderr.splitlines())],
-           "runtime": next((ln for ln in proc.stderr.splitlines() if ln.startswith("gemm-tune runtime:")), None)}
+    row = {
+        "exit": proc.returncode,
+        "wall_s": time.monotonic() - start,
+        "compile_s": compile_seconds(proc.stdout),
+        "tokens_per_s": parse_tokens_per_s(proc.stdout),
+        "autotuned": [
+            [t.describe(), t.chosen, t.chosen_ms, t.library_ms] for t in read_tables(proc.stderr.splitlines())
+        ],
+        "runtime": next((ln for ln in proc.stderr.splitlines() if ln.startswith("gemm-tune runtime:")), None),
+    }
     if status.exists():  # the command's own process: tuned calls, fallbacks, the keys that found no row
         row["runtime_status"] = json.loads(status.read_text())
     if proc.returncode != 0:
@@ -104,10 +165,12 @@ def peers(workdir: Path, name: str, command: list[str], bundle: str, reps: int, 
     for arm, runs in arms.items():
         rates = [r["tokens_per_s"] for r in runs if r["tokens_per_s"]]
         compiles = [r["compile_s"] for r in runs if r["compile_s"]]
-        summary[arm] = {"tokens_per_s": statistics.median(rates) if rates else None,
-                        "compile_s": statistics.median(compiles) if compiles else None,
-                        "spread": (max(rates) - min(rates)) / statistics.median(rates) if rates else None,
-                        "runs": runs}
+        summary[arm] = {
+            "tokens_per_s": statistics.median(rates) if rates else None,
+            "compile_s": statistics.median(compiles) if compiles else None,
+            "spread": (max(rates) - min(rates)) / statistics.median(rates) if rates else None,
+            "runs": runs,
+        }
     return summary
 
 
@@ -128,27 +191,49 @@ def main() -> int:
 
     workdir = Path(args.workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
-    data = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0),
-            "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                         "transformers": __import__("transformers").__version__},
-            "settings": {k: getattr(args, k) for k in ("layers", "new_tokens", "reps", "peer_reps")}, "rows": []}
+    data = {
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name(0),
+        "versions": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "transformers": __import__("transformers").__version__,
+        },
+        "settings": {k: getattr(args, k) for k in ("layers", "new_tokens", "reps", "peer_reps")},
+        "rows": [],
+    }
     peer_batches = {int(b) for b in args.peer_batches.split(",") if b}
     for model in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             name = f"{model}-b{batch}"
-            row = {"model": model, "batch": batch, "layers": args.layers,
-                   "tuned": tune(workdir, name, workload(model, args.layers, batch, "reduce-overhead",
-                                                         args.new_tokens), args.reps, args.timeout_s)}
+            row = {
+                "model": model,
+                "batch": batch,
+                "layers": args.layers,
+                "tuned": tune(
+                    workdir,
+                    name,
+                    workload(model, args.layers, batch, "reduce-overhead", args.new_tokens),
+                    args.reps,
+                    args.timeout_s,
+                ),
+            }
             if batch in peer_batches and "error" not in row["tuned"]:
                 command = workload(model, args.layers, batch, "max-autotune", args.new_tokens)
                 row.update(peers(workdir, name, command, row["tuned"]["bundle"], args.peer_reps, args.timeout_s))
             data["rows"].append(row)
             atomic_write_json(Path(args.out), data)
             tuned, e2e = row["tuned"], row["tuned"].get("e2e", {})
-            print(f"{name}: {tuned.get('seconds', 0):.0f} s, GEMM x{tuned.get('weighted_gemm_speedup', 0):.3f}, "
-                  f"e2e x{e2e.get('tokens_speedup', 0):.3f} noise {e2e.get('noise') or 0:.1%}"
-                  + "".join(f" | {k} {row[k]['tokens_per_s']} tok/s compile {row[k]['compile_s']} s"
-                            for k in ("max_autotune", "max_autotune_with_bundle") if k in row), flush=True)
+            print(
+                f"{name}: {tuned.get('seconds', 0):.0f} s, GEMM x{tuned.get('weighted_gemm_speedup', 0):.3f}, "
+                f"e2e x{e2e.get('tokens_speedup', 0):.3f} noise {e2e.get('noise') or 0:.1%}"
+                + "".join(
+                    f" | {k} {row[k]['tokens_per_s']} tok/s compile {row[k]['compile_s']} s"
+                    for k in ("max_autotune", "max_autotune_with_bundle")
+                    if k in row
+                ),
+                flush=True,
+            )
     return 0
 
 

@@ -100,12 +100,18 @@ def product_search(backend: CublasLtBackend, problem, settings: TuneSettings) ->
     seconds = time.monotonic() - start
     finals = [c.final_us for c in result.candidates if c.name != DEFAULT and c.final_us and not c.error]
     speedup = result.default_us / min([*finals, result.default_us])
-    return {"speedup": speedup, "shipped": speedup if speedup >= 1 + SHIPPING_MARGIN else 1.0,
-            "winner": result.winner, "default_us": result.default_us, "seconds": seconds,
-            "screened": sum(c.screen_us is not None for c in result.candidates),
-            "screen_us": {c.name: round(c.screen_us, 3) for c in result.candidates if c.screen_us is not None},
-            "finalists": {c.name: [c.screen_us, c.final_us] for c in result.candidates
-                          if c.final_us is not None and c.name != DEFAULT}}
+    return {
+        "speedup": speedup,
+        "shipped": speedup if speedup >= 1 + SHIPPING_MARGIN else 1.0,
+        "winner": result.winner,
+        "default_us": result.default_us,
+        "seconds": seconds,
+        "screened": sum(c.screen_us is not None for c in result.candidates),
+        "screen_us": {c.name: round(c.screen_us, 3) for c in result.candidates if c.screen_us is not None},
+        "finalists": {
+            c.name: [c.screen_us, c.final_us] for c in result.candidates if c.final_us is not None and c.name != DEFAULT
+        },
+    }
 
 
 NVMATH = "nvmath autotune"  # its pick's name among the contenders (it may also be a finalist of ours)
@@ -117,8 +123,10 @@ def nvmath_contender(problem, gemm: LtGemm, ops, ref, contenders: dict) -> dict:
     try:
         record, tuning_s, count = nvmath_pick(problem, ops)
         if not gemm.check(record):
-            return {"error": "its algorithm does not pass AlgoCheck under the BLAS-frame descriptors",
-                    "tuning_s": tuning_s}
+            return {
+                "error": "its algorithm does not pass AlgoCheck under the BLAS-frame descriptors",
+                "tuning_s": tuning_s,
+            }
         launcher = gemm.launcher(record)
         check_numerics(problem, launcher, ops, ref)
     except Exception as err:  # reported in the row, the ceiling goes on
@@ -140,10 +148,12 @@ def nvmath_result(problem, final: dict, default_us: float, limits) -> dict:
 
 def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSettings, args) -> dict:
     device, limits = backend.device, backend.limits
-    cheap = product_search(backend, problem, TuneSettings(margin=0.0, neighbours=0, enumerate_budget=0,
-                                                          finalists=args.finalists))
-    product = product_search(backend, problem, TuneSettings(margin=0.0, finalists=args.finalists,
-                                                            neighbours=args.product_neighbours))
+    cheap = product_search(
+        backend, problem, TuneSettings(margin=0.0, neighbours=0, enumerate_budget=0, finalists=args.finalists)
+    )
+    product = product_search(
+        backend, problem, TuneSettings(margin=0.0, finalists=args.finalists, neighbours=args.product_neighbours)
+    )
     workspace = torch.empty(32 << 20, dtype=torch.uint8, device=device)
     gemm = LtGemm(problem, backend.handle, workspace)
     start = time.monotonic()
@@ -208,29 +218,49 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
         product["same_round_speedup"] = default_us / product["same_round_us"]
     ranked = sorted(product["screen_us"], key=product["screen_us"].get)
     product["ceiling_winner_screen_rank"] = ranked.index(winner) + 1 if winner in ranked else None
-    row = {"label": label, "default_us": default_us, "ceiling_us": ceiling_us,
-           "ceiling_speedup": default_us / ceiling_us,
-           "ours_of_ceiling": ceiling_us / product["same_round_us"] if product["same_round_us"] else None,
-           "judged": judged,
-           "winner": winner, "floor_us": problem.floor_us(), "measured_floor_us": limits.floor_us(problem),
-           "pool": len(names), "tiers": list(tiers), "heuristic": len(heuristic), "neighbours": len(near), **space,
-           "below_floor": sum(1 for t in screened if t is not None and t < 0),
-           "seconds": {"enumerate": enum_s, "screen": screen_s, "final": final_s}, "cheap": cheap, "product": product,
-           **({"nvmath": nvmath} if nvmath else {}),
-           "fields": list(FIELDS), "configs": configs,  # configs[i] is what screened_us[i] timed; 0: default
-           "screened_us": [None if t is None else round(t, 3) for t in screened],
-           "finalists": {names[i]: {"index": i, "screened_us": screened[i], "final_us": finals.get(names[i])}
-                         for i in sound},
-           "errors": errors}
-    print(f"{label:22s} pool {len(names):5d} of {space['space']:>9d} (checked {space['checked']})  default "
-          f"{default_us:9.2f}  ceiling {ceiling_us:9.2f}  x{row['ceiling_speedup']:.3f}  eff "
-          f"{row['floor_us'] / default_us:.2f}->{row['floor_us'] / ceiling_us:.2f}  "
-          f"{enum_s:4.1f}+{screen_s:4.1f}+{final_s:4.1f} s | heuristic-only x{cheap['speedup']:.3f} "
-          f"{cheap['seconds']:.1f} s | product x{product['speedup']:.3f} {product['seconds']:.1f} s"
-          + (f" (same rounds x{product['same_round_speedup']:.3f}, {row['ours_of_ceiling']:.1%} of the ceiling)"
-             if row["ours_of_ceiling"] else "")
-          + (f" | judged apart: {judged['ours_of_ceiling']:.1%}" if judged else "")
-          + (f" | nvmath x{nvmath.get('speedup', float('nan')):.3f}" if nvmath else ""), flush=True)
+    row = {
+        "label": label,
+        "default_us": default_us,
+        "ceiling_us": ceiling_us,
+        "ceiling_speedup": default_us / ceiling_us,
+        "ours_of_ceiling": ceiling_us / product["same_round_us"] if product["same_round_us"] else None,
+        "judged": judged,
+        "winner": winner,
+        "floor_us": problem.floor_us(),
+        "measured_floor_us": limits.floor_us(problem),
+        "pool": len(names),
+        "tiers": list(tiers),
+        "heuristic": len(heuristic),
+        "neighbours": len(near),
+        **space,
+        "below_floor": sum(1 for t in screened if t is not None and t < 0),
+        "seconds": {"enumerate": enum_s, "screen": screen_s, "final": final_s},
+        "cheap": cheap,
+        "product": product,
+        **({"nvmath": nvmath} if nvmath else {}),
+        "fields": list(FIELDS),
+        "configs": configs,  # configs[i] is what screened_us[i] timed; 0: default
+        "screened_us": [None if t is None else round(t, 3) for t in screened],
+        "finalists": {
+            names[i]: {"index": i, "screened_us": screened[i], "final_us": finals.get(names[i])} for i in sound
+        },
+        "errors": errors,
+    }
+    print(
+        f"{label:22s} pool {len(names):5d} of {space['space']:>9d} (checked {space['checked']})  default "
+        f"{default_us:9.2f}  ceiling {ceiling_us:9.2f}  x{row['ceiling_speedup']:.3f}  eff "
+        f"{row['floor_us'] / default_us:.2f}->{row['floor_us'] / ceiling_us:.2f}  "
+        f"{enum_s:4.1f}+{screen_s:4.1f}+{final_s:4.1f} s | heuristic-only x{cheap['speedup']:.3f} "
+        f"{cheap['seconds']:.1f} s | product x{product['speedup']:.3f} {product['seconds']:.1f} s"
+        + (
+            f" (same rounds x{product['same_round_speedup']:.3f}, {row['ours_of_ceiling']:.1%} of the ceiling)"
+            if row["ours_of_ceiling"]
+            else ""
+        )
+        + (f" | judged apart: {judged['ours_of_ceiling']:.1%}" if judged else "")
+        + (f" | nvmath x{nvmath.get('speedup', float('nan')):.3f}" if nvmath else ""),
+        flush=True,
+    )
     return row
 
 
@@ -250,9 +280,16 @@ def judge(problem, contenders: dict, ours: str, final: dict, timing: TimingSetti
         return None
     us = {n: again[n].median for n in names}
     ours_us = us[ours] if ours in us else us[DEFAULT]
-    return {"ceiling": best, "rounds": JUDGE_ROUNDS, "default_us": us[DEFAULT], "ceiling_us": us[best],
-            "ours_us": ours_us, "ceiling_speedup": us[DEFAULT] / us[best], "ours_speedup": us[DEFAULT] / ours_us,
-            "ours_of_ceiling": us[best] / ours_us}
+    return {
+        "ceiling": best,
+        "rounds": JUDGE_ROUNDS,
+        "default_us": us[DEFAULT],
+        "ceiling_us": us[best],
+        "ours_us": ours_us,
+        "ceiling_speedup": us[DEFAULT] / us[best],
+        "ours_speedup": us[DEFAULT] / ours_us,
+        "ours_of_ceiling": us[best] / ours_us,
+    }
 
 
 def main() -> int:
@@ -262,21 +299,39 @@ def main() -> int:
     parser.add_argument("--enum-s", type=float, default=2.0)
     parser.add_argument("--max-configs", type=int, default=2500)
     parser.add_argument("--shard", default="0/1")
-    parser.add_argument("--finalists", type=int, default=TuneSettings().finalists,
-                        help="the product's finalists (TuneSettings.finalists)")
-    parser.add_argument("--product-neighbours", type=int, default=TuneSettings().neighbours,
-                        help="the product's neighbours per heuristic result (TuneSettings.neighbours)")
-    parser.add_argument("--neighbours", type=int, default=0,
-                        help="also try up to N configs one axis away from each heuristic result, before the draws "
-                             "(0: as the 2026-11-22 dataset was made)")
-    parser.add_argument("--nvmath", action="store_true",
-                        help="also judge nvmath's Matmul.autotune pick in the ceiling's final rounds")
+    parser.add_argument(
+        "--finalists",
+        type=int,
+        default=TuneSettings().finalists,
+        help="the product's finalists (TuneSettings.finalists)",
+    )
+    parser.add_argument(
+        "--product-neighbours",
+        type=int,
+        default=TuneSettings().neighbours,
+        help="the product's neighbours per heuristic result (TuneSettings.neighbours)",
+    )
+    parser.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        help="also try up to N configs one axis away from each heuristic result, before the draws "
+        "(0: as the 2026-11-22 dataset was made)",
+    )
+    parser.add_argument(
+        "--nvmath", action="store_true", help="also judge nvmath's Matmul.autotune pick in the ceiling's final rounds"
+    )
     parser.add_argument("--deadline-s", type=float, default=1e9, help="stop starting problems after this")
-    parser.add_argument("--start", type=int, default=0, help="skip the first N problems (a run cut by its "
-                        "deadline goes on; bench/ceiling_replay.py --merge joins the parts)")
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=0,
+        help="skip the first N problems (a run cut by its "
+        "deadline goes on; bench/ceiling_replay.py --merge joins the parts)",
+    )
     args = parser.parse_args()
     index, count = (int(x) for x in args.shard.split("/"))
-    problems = problem_sets()[args.set][index::count][args.start:]
+    problems = problem_sets()[args.set][index::count][args.start :]
     started = time.monotonic()
     device = torch.device("cuda", 0)
     backend = CublasLtBackend(0)
@@ -293,15 +348,28 @@ def main() -> int:
 
 def write(out: str, rows: list, limits, args, started: float, device) -> None:
     """The dataset so far (rewritten after every problem: a time-out leaves what was measured)."""
-    data = {"date": datetime.date.today().isoformat(), "device": device_info(device),
-            "versions": {"torch": torch.__version__, "cublasLt": lt.get_version()},
-            "limits": {"bandwidth_Bps": limits.bandwidth,
-                       "flops": {f"{d}/{c}": v for (d, c), v in limits.flops.items()}},
-            "settings": {k: getattr(args, k)
-                         for k in ("enum_s", "max_configs", "shard", "neighbours", "start", "nvmath", "finalists",
-                                   "product_neighbours")},
-            "wall_s": time.monotonic() - started, "summary": summarize(rows),
-            "problems": rows}
+    data = {
+        "date": datetime.date.today().isoformat(),
+        "device": device_info(device),
+        "versions": {"torch": torch.__version__, "cublasLt": lt.get_version()},
+        "limits": {"bandwidth_Bps": limits.bandwidth, "flops": {f"{d}/{c}": v for (d, c), v in limits.flops.items()}},
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "enum_s",
+                "max_configs",
+                "shard",
+                "neighbours",
+                "start",
+                "nvmath",
+                "finalists",
+                "product_neighbours",
+            )
+        },
+        "wall_s": time.monotonic() - started,
+        "summary": summarize(rows),
+        "problems": rows,
+    }
     with gzip.open(out + ".tmp", "wt") as f:
         json.dump(data, f, separators=(",", ":"))
     Path(out + ".tmp").replace(out)

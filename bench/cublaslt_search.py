@@ -34,8 +34,13 @@ from pipeline.formats.tunableop import format_key
 from pipeline.problem import GemmProblem
 from pipeline.stats import geomean
 
-LINEARS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
-           "5120->13824": (5120, 13824)}
+LINEARS = {
+    "qkv": (4096, 6144),
+    "o": (4096, 4096),
+    "gate_up": (4096, 28672),
+    "down": (14336, 4096),
+    "5120->13824": (5120, 13824),
+}
 TOKENS = (1, 8, 32, 128, 512, 2048, 8192)
 LM_HEAD_TOKENS = (1, 8, 32, 128, 512)
 WORKLOAD_TOKENS = (1, 4, 128, 512, 1024, 4096)
@@ -51,21 +56,43 @@ FP8_TOKENS = (1, 8, 512, 2048)  # decode and prefill
 def fp8_linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmProblem]:
     """The tensorwise e4m3 ``_scaled_mm`` of a linear layer, bf16 out, keyed as the recorder keys it."""
     return f"fp8 {name} M={tokens}", GemmProblem(
-        "scaled_gemm", "T", "N", n_out, tokens, k, k, k, n_out, a_type="float8_e4m3fn", b_type="float8_e4m3fn",
-        c_type="bfloat16", scale_a_type="float32", scale_b_type="float32", scale_a_recipe=0, scale_b_recipe=0,
-        output_scale=False, fast_accum=False)
+        "scaled_gemm",
+        "T",
+        "N",
+        n_out,
+        tokens,
+        k,
+        k,
+        k,
+        n_out,
+        a_type="float8_e4m3fn",
+        b_type="float8_e4m3fn",
+        c_type="bfloat16",
+        scale_a_type="float32",
+        scale_b_type="float32",
+        scale_a_recipe=0,
+        scale_b_recipe=0,
+        output_scale=False,
+        fast_accum=False,
+    )
 
 
 def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
     llama = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() for t in TOKENS]
     llama += [linear("lm_head", t, 4096, 128256) for t in LM_HEAD_TOKENS]
-    workload = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824"
-                for t in WORKLOAD_TOKENS] + [linear("lm_head", t, 4096, 128256) for t in (1, 4)]
+    workload = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824" for t in WORKLOAD_TOKENS] + [
+        linear("lm_head", t, 4096, 128256) for t in (1, 4)
+    ]
     seen = {p for _, p in llama}
     extra = [(label, p) for label, p in workload if p not in seen]
     fp8 = [fp8_linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824" for t in FP8_TOKENS]
-    return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": [llama[1], llama[10], llama[-1]],
-            "fp8": fp8}
+    return {
+        "llama": llama,
+        "workload": extra,
+        "all": llama + extra,
+        "smoke": [llama[1], llama[10], llama[-1]],
+        "fp8": fp8,
+    }
 
 
 def nvmath_pick(p: GemmProblem, ops: OperandSet) -> tuple[np.ndarray, float, int]:
@@ -92,36 +119,57 @@ def nvmath_autotune(backend: CublasLtBackend, p: GemmProblem, settings: TuneSett
     gemm = LtGemm(p, backend.handle, workspace)
     try:
         if not gemm.check(record):
-            return {"error": "nvmath's best algorithm does not pass AlgoCheck under the BLAS-frame descriptors",
-                    "tuning_s": tuning_s}
+            return {
+                "error": "nvmath's best algorithm does not pass AlgoCheck under the BLAS-frame descriptors",
+                "tuning_s": tuning_s,
+            }
         config = read_config(record)
         final = interleaved(p, {DEFAULT: torch_launcher(p), "nvmath": gemm.launcher(record)}, sets, backend.timing)
     finally:
         gemm.close()
     ratio = final[DEFAULT].median / final["nvmath"].median
-    return {"default_us": final[DEFAULT].median, "tuned_us": final["nvmath"].median, "raw_speedup": ratio,
-            "speedup": ratio if ratio >= 1 + settings.margin else 1.0, "tuning_s": tuning_s,
-            "winner": config["SolutionNameMin"], "candidates": count}
+    return {
+        "default_us": final[DEFAULT].median,
+        "tuned_us": final["nvmath"].median,
+        "raw_speedup": ratio,
+        "speedup": ratio if ratio >= 1 + settings.margin else 1.0,
+        "tuning_s": tuning_s,
+        "winner": config["SolutionNameMin"],
+        "candidates": count,
+    }
 
 
-def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaustive: bool, with_nvmath: bool,
-        partial: Path) -> list:
+def run(
+    problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaustive: bool, with_nvmath: bool, partial: Path
+) -> list:
     backend = CublasLtBackend(settings.device)
     rows = []
     for label, p in problems:
         row: dict = {"label": label, "key": ",".join(format_key(p)), "floor_us": p.floor_us()}
         start = time.monotonic()
         ours = backend.tune_one(p, settings)
-        row["ours"] = {"default_us": ours.default_us, "tuned_us": ours.winner_us, "speedup": ours.speedup,
-                       "winner": ours.winner, "tuning_s": time.monotonic() - start,
-                       "pool": len(ours.candidates), "numerics": ours.numerics, "phases": ours.phases,
-                       "screened": sum(c.screen_us is not None for c in ours.candidates)}
+        row["ours"] = {
+            "default_us": ours.default_us,
+            "tuned_us": ours.winner_us,
+            "speedup": ours.speedup,
+            "winner": ours.winner,
+            "tuning_s": time.monotonic() - start,
+            "pool": len(ours.candidates),
+            "numerics": ours.numerics,
+            "phases": ours.phases,
+            "screened": sum(c.screen_us is not None for c in ours.candidates),
+        }
         if exhaustive:
             start = time.monotonic()
             full = backend.exhaustive_one(p, settings)
-            row["exhaustive"] = {"default_us": full.default_us, "tuned_us": full.winner_us, "speedup": full.speedup,
-                                 "winner": full.winner, "tuning_s": time.monotonic() - start,
-                                 "phases": full.phases}
+            row["exhaustive"] = {
+                "default_us": full.default_us,
+                "tuned_us": full.winner_us,
+                "speedup": full.speedup,
+                "winner": full.winner,
+                "tuning_s": time.monotonic() - start,
+                "phases": full.phases,
+            }
         if with_nvmath:
             try:
                 row["nvmath"] = nvmath_autotune(backend, p, settings)
@@ -129,11 +177,17 @@ def run(problems: list[tuple[str, GemmProblem]], settings: TuneSettings, exhaust
                 row["nvmath"] = {"error": f"{type(err).__name__}: {err}"}
         o = row["ours"]
         o["eff_default"], o["eff_tuned"] = row["floor_us"] / o["default_us"], row["floor_us"] / o["tuned_us"]
-        print(f"{label:22s} default {o['default_us']:9.1f} us  tuned {o['tuned_us']:9.1f} us  x{o['speedup']:.3f}"
-              f"  eff {o['eff_default']:.2f}->{o['eff_tuned']:.2f}  {o['tuning_s']:5.1f} s  pool {o['pool']}"
-              + (f"  | exh x{row['exhaustive']['speedup']:.3f} {row['exhaustive']['tuning_s']:5.1f} s"
-                 if exhaustive else "")
-              + (f"  | nvmath x{row['nvmath'].get('speedup', float('nan')):.3f}" if with_nvmath else ""), flush=True)
+        print(
+            f"{label:22s} default {o['default_us']:9.1f} us  tuned {o['tuned_us']:9.1f} us  x{o['speedup']:.3f}"
+            f"  eff {o['eff_default']:.2f}->{o['eff_tuned']:.2f}  {o['tuning_s']:5.1f} s  pool {o['pool']}"
+            + (
+                f"  | exh x{row['exhaustive']['speedup']:.3f} {row['exhaustive']['tuning_s']:5.1f} s"
+                if exhaustive
+                else ""
+            )
+            + (f"  | nvmath x{row['nvmath'].get('speedup', float('nan')):.3f}" if with_nvmath else ""),
+            flush=True,
+        )
         rows.append(row)
         partial.write_text(json.dumps(rows) + "\n")  # what a time-out leaves behind
         torch.cuda.empty_cache()
@@ -145,16 +199,21 @@ def summary(rows: list) -> dict:
     for mode in ("ours", "exhaustive", "nvmath"):
         ok = [r[mode] for r in rows if mode in r and "speedup" in r[mode]]
         if ok:
-            out[mode] = {"geomean_speedup": geomean([r["speedup"] for r in ok]),
-                         "min_speedup": min(r["speedup"] for r in ok),
-                         "improved_3pct": sum(r["speedup"] >= 1.03 for r in ok),
-                         "tuning_s": sum(r["tuning_s"] for r in ok), "problems": len(ok)}
+            out[mode] = {
+                "geomean_speedup": geomean([r["speedup"] for r in ok]),
+                "min_speedup": min(r["speedup"] for r in ok),
+                "improved_3pct": sum(r["speedup"] >= 1.03 for r in ok),
+                "tuning_s": sum(r["tuning_s"] for r in ok),
+                "problems": len(ok),
+            }
     if "exhaustive" in out:
         out["ours_vs_exhaustive"] = {
             "speedup_share": (out["ours"]["geomean_speedup"] - 1) / (out["exhaustive"]["geomean_speedup"] - 1)
-            if out["exhaustive"]["geomean_speedup"] > 1 else None,
+            if out["exhaustive"]["geomean_speedup"] > 1
+            else None,
             "geomean_ratio": out["ours"]["geomean_speedup"] / out["exhaustive"]["geomean_speedup"],
-            "time_share": out["ours"]["tuning_s"] / out["exhaustive"]["tuning_s"]}
+            "time_share": out["ours"]["tuning_s"] / out["exhaustive"]["tuning_s"],
+        }
     out["eff_geomean_default"] = geomean([r["ours"]["eff_default"] for r in rows])
     out["eff_geomean_tuned"] = geomean([r["ours"]["eff_tuned"] for r in rows])
     return out
@@ -175,10 +234,16 @@ def main() -> int:
     settings = TuneSettings(time_budget_s=args.budget)
     started = time.monotonic()
     rows = run(problems, settings, not args.no_exhaustive, not args.no_nvmath, Path(args.out + ".partial"))
-    data = {"date": datetime.date.today().isoformat(), "device": device_info(torch.device("cuda", 0)),
-            "versions": {"torch": torch.__version__, "cublasLt": lt.get_version(), "nvmath": nvmath.__version__},
-            "settings": settings.__dict__, "set": args.set, "wall_s": time.monotonic() - started,
-            "summary": summary(rows), "problems": rows}
+    data = {
+        "date": datetime.date.today().isoformat(),
+        "device": device_info(torch.device("cuda", 0)),
+        "versions": {"torch": torch.__version__, "cublasLt": lt.get_version(), "nvmath": nvmath.__version__},
+        "settings": settings.__dict__,
+        "set": args.set,
+        "wall_s": time.monotonic() - started,
+        "summary": summary(rows),
+        "problems": rows,
+    }
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(data["summary"], indent=1))
     return 0

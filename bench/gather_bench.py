@@ -47,8 +47,11 @@ def keys(distinct: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     out: set[str] = set()
     while len(out) < distinct:
-        n, k, m = rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192]), \
-            rng.choice([1024, 2048, 4096, 5120, 8192, 14336]), rng.choice([1024, 4096, 6144, 14336, 28672, 128256])
+        n, k, m = (
+            rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192]),
+            rng.choice([1024, 2048, 4096, 5120, 8192, 14336]),
+            rng.choice([1024, 4096, 6144, 14336, 28672, 128256]),
+        )
         kind = rng.randrange(4)
         if kind == 0:
             out.add(f"GemmTunableOp_BFloat16_TN,tn_{m}_{n}_{k}_ld_{k}_{k}_{m}")
@@ -57,8 +60,10 @@ def keys(distinct: int, seed: int = 0) -> list[str]:
         elif kind == 2:
             out.add(f"GemmStridedBatchedTunableOp_float_NN,nn_{m}_{n}_{k}_B_{rng.choice([8, 32])}_ld_{m}_{k}_{m}")
         else:
-            out.add(f"ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,tn_{m}_{n}_{k}_ld_{k}_{k}_{m}"
-                    f"_rw_{rng.randrange(2)}_bias_None")
+            out.add(
+                f"ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,tn_{m}_{n}_{k}_ld_{k}_{k}_{m}"
+                f"_rw_{rng.randrange(2)}_bias_None"
+            )
     return sorted(out)
 
 
@@ -82,19 +87,29 @@ def main() -> int:
         write_file(path, args.lines, args.distinct)
         runs = []
         for _ in range(args.repeats):
-            proc = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True,
-                                  check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            proc = subprocess.run(
+                [sys.executable, "-c", CHILD, str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
             runs.append(json.loads(proc.stdout))
         size_mb = path.stat().st_size / 2**20
     result = {
-        "benchmark": "gather 1M-line untuned file", "date": datetime.date.today().isoformat(),
+        "benchmark": "gather 1M-line untuned file",
+        "date": datetime.date.today().isoformat(),
         "device": f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "python": platform.python_version(), "lines": args.lines, "distinct": args.distinct,
+        "python": platform.python_version(),
+        "lines": args.lines,
+        "distinct": args.distinct,
         "file_mb": round(size_mb, 1),
         "seconds_median": statistics.median(r["seconds"] for r in runs),
         "traced_peak_mb_median": statistics.median(r["traced_peak_mb"] for r in runs),
         "max_rss_mb_median": statistics.median(r["max_rss_mb"] for r in runs),
-        "targets": {"seconds": 2.0, "memory_mb": 200}, "runs": runs,
+        "targets": {"seconds": 2.0, "memory_mb": 200},
+        "runs": runs,
     }
     assert all(r["distinct"] == args.distinct and r["lines"] == args.lines for r in runs)
     text = json.dumps(result, indent=2) + "\n"

@@ -31,8 +31,9 @@ EMBEDDED = "pipeline.workloads.llama"
 def commands(run: Path) -> dict[str, list[str]]:
     argv = json.loads((run / "collect" / "manifest.json").read_text())["command"]
     if EMBEDDED in argv:
-        return {f"{run.name} decode {mode}": [*argv, "--decode-mode", mode, "--repeat", "5"]
-                for mode in ("eager", "graph")}
+        return {
+            f"{run.name} decode {mode}": [*argv, "--decode-mode", mode, "--repeat", "5"] for mode in ("eager", "graph")
+        }
     return {run.name: argv}
 
 
@@ -41,17 +42,27 @@ def end_to_end(run: Path, reps: int, timeout_s: float) -> list[dict]:
     out = []
     for name, argv in commands(run).items():
         with tempfile.TemporaryDirectory() as scratch:
-            ab = ab_test(argv, run / "bundle" / "tunableop_results.csv", Path(scratch), reps, timeout_s,
-                         via="runtime")
+            ab = ab_test(argv, run / "bundle" / "tunableop_results.csv", Path(scratch), reps, timeout_s, via="runtime")
         runtime = ab.pop("runtime", {})
-        out.append({"name": name, "command": argv, "gemm_weighted_speedup": summary["weighted_gemm_speedup"],
-                    "bundle_rows": summary["kept"], **ab,
-                    "tuned_calls": sum(runtime.get("tuned_calls", {}).values()),
-                    "tuned_problems": len(runtime.get("tuned_calls", {})), "fallbacks": runtime.get("fallbacks")})
+        out.append(
+            {
+                "name": name,
+                "command": argv,
+                "gemm_weighted_speedup": summary["weighted_gemm_speedup"],
+                "bundle_rows": summary["kept"],
+                **ab,
+                "tuned_calls": sum(runtime.get("tuned_calls", {}).values()),
+                "tuned_problems": len(runtime.get("tuned_calls", {})),
+                "fallbacks": runtime.get("fallbacks"),
+            }
+        )
         base, tuned = ab["baseline"]["median_tokens_per_s"], ab["tuned"]["median_tokens_per_s"]
-        print(f"{name}: tokens/s {base:.1f} -> {tuned:.1f}"
-              f" x{ab.get('tokens_speedup', 0):.3f} (spread {ab.get('noise') or 0:.1%}); GEMM-level "
-              f"x{summary['weighted_gemm_speedup']:.3f}", flush=True)
+        print(
+            f"{name}: tokens/s {base:.1f} -> {tuned:.1f}"
+            f" x{ab.get('tokens_speedup', 0):.3f} (spread {ab.get('noise') or 0:.1%}); GEMM-level "
+            f"x{summary['weighted_gemm_speedup']:.3f}",
+            flush=True,
+        )
     return out
 
 
@@ -87,8 +98,12 @@ def host_cost(rounds: int, calls: int) -> dict:
         torch.cuda.synchronize()
         return issued / calls * 1e6
 
-    arms: dict[str, list[float]] = {"torch": [], "runtime tuned": [], "torch (other shape)": [],
-                                    "runtime fallback (other shape)": []}
+    arms: dict[str, list[float]] = {
+        "torch": [],
+        "runtime tuned": [],
+        "torch (other shape)": [],
+        "runtime fallback (other shape)": [],
+    }
     for _ in range(2):  # warm-up
         per_call(x), per_call(other)
     for r in range(rounds):
@@ -104,10 +119,15 @@ def host_cost(rounds: int, calls: int) -> dict:
                 arms["torch"].append(per_call(x))
                 arms["torch (other shape)"].append(per_call(other))
     medians = {name: statistics.median(v) for name, v in arms.items()}
-    return {"problem": f"F.linear bf16 x[8,256] W[256,256] ({solution})", "calls_per_sample": calls,
-            "rounds": rounds, "median_us_per_call": medians, "samples_us": arms,
-            "tuned_extra_us": medians["runtime tuned"] - medians["torch"],
-            "fallback_extra_us": medians["runtime fallback (other shape)"] - medians["torch (other shape)"]}
+    return {
+        "problem": f"F.linear bf16 x[8,256] W[256,256] ({solution})",
+        "calls_per_sample": calls,
+        "rounds": rounds,
+        "median_us_per_call": medians,
+        "samples_us": arms,
+        "tuned_extra_us": medians["runtime tuned"] - medians["torch"],
+        "fallback_extra_us": medians["runtime fallback (other shape)"] - medians["torch (other shape)"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,9 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.backends.cublaslt import lt
 
     props = torch.cuda.get_device_properties(0)
-    result = {"device": {"name": props.name, "sm_count": props.multi_processor_count},
-              "versions": {"torch": torch.__version__, "cublasLt": lt.get_version(), "python": sys.version.split()[0]},
-              "date": datetime.date.today().isoformat(), "host_cost": host_cost(args.host_rounds, args.host_calls)}
+    result = {
+        "device": {"name": props.name, "sm_count": props.multi_processor_count},
+        "versions": {"torch": torch.__version__, "cublasLt": lt.get_version(), "python": sys.version.split()[0]},
+        "date": datetime.date.today().isoformat(),
+        "host_cost": host_cost(args.host_rounds, args.host_calls),
+    }
     print(json.dumps(result["host_cost"]["median_us_per_call"], indent=1), flush=True)
     result["end_to_end"] = [row for run in args.run for row in end_to_end(run, args.reps, args.timeout)]
     atomic_write_json(args.out, result)

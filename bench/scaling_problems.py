@@ -20,15 +20,51 @@ PREFILL = (512, 2048, 4096)
 
 # model: [(name, N, K, bias)] per layer projection, then the lm_head (decode and the first prefill size only)
 MODELS = {
-    "llama3-8b": ([("q", 4096, 4096, False), ("kv", 1024, 4096, False), ("o", 4096, 4096, False),
-                   ("gate_up", 14336, 4096, False), ("down", 4096, 14336, False)], 128256, 4096),
-    "llama3-70b-tp8": ([("q", 1024, 8192, False), ("kv", 128, 8192, False), ("o", 8192, 1024, False),
-                        ("gate_up", 3584, 8192, False), ("down", 8192, 3584, False)], 16032, 8192),
-    "mixtral-8x7b": ([("q", 4096, 4096, False), ("kv", 1024, 4096, False), ("o", 4096, 4096, False),
-                      ("router", 8, 4096, False), ("expert_w1", 14336, 4096, False),
-                      ("expert_w2", 4096, 14336, False)], 32000, 4096),
-    "qwen2.5-7b": ([("q", 3584, 3584, True), ("kv", 512, 3584, True), ("o", 3584, 3584, False),
-                    ("gate_up", 18944, 3584, False), ("down", 3584, 18944, False)], 152064, 3584),
+    "llama3-8b": (
+        [
+            ("q", 4096, 4096, False),
+            ("kv", 1024, 4096, False),
+            ("o", 4096, 4096, False),
+            ("gate_up", 14336, 4096, False),
+            ("down", 4096, 14336, False),
+        ],
+        128256,
+        4096,
+    ),
+    "llama3-70b-tp8": (
+        [
+            ("q", 1024, 8192, False),
+            ("kv", 128, 8192, False),
+            ("o", 8192, 1024, False),
+            ("gate_up", 3584, 8192, False),
+            ("down", 8192, 3584, False),
+        ],
+        16032,
+        8192,
+    ),
+    "mixtral-8x7b": (
+        [
+            ("q", 4096, 4096, False),
+            ("kv", 1024, 4096, False),
+            ("o", 4096, 4096, False),
+            ("router", 8, 4096, False),
+            ("expert_w1", 14336, 4096, False),
+            ("expert_w2", 4096, 14336, False),
+        ],
+        32000,
+        4096,
+    ),
+    "qwen2.5-7b": (
+        [
+            ("q", 3584, 3584, True),
+            ("kv", 512, 3584, True),
+            ("o", 3584, 3584, False),
+            ("gate_up", 18944, 3584, False),
+            ("down", 3584, 18944, False),
+        ],
+        152064,
+        3584,
+    ),
 }
 
 

@@ -11,8 +11,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-__all__ = ["Bench", "CollectShapes", "GatherShapes", "GenerateConfigs", "MergeLogic", "MergeResults", "TuneWorkload",
-           "Validate"]
+__all__ = [
+    "Bench",
+    "CollectShapes",
+    "GatherShapes",
+    "GenerateConfigs",
+    "MergeLogic",
+    "MergeResults",
+    "TuneWorkload",
+    "Validate",
+]
 
 
 def __getattr__(name: str):

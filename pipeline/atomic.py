@@ -124,9 +124,12 @@ def claim_output_dir(out: str | Path, inputs: Sequence[str | Path], force: bool 
     for name, held in [*((f"the input {p}", p) for p in inputs), ("the current directory", os.getcwd())]:
         where = Path(os.path.abspath(held)).resolve()
         if where == real or real in where.parents:
-            raise BadInput(f"{out}: holds {name}, which writing it as a whole would delete; name another "
-                           "output directory")
+            raise BadInput(
+                f"{out}: holds {name}, which writing it as a whole would delete; name another output directory"
+            )
     if target.is_dir() and not (target / OUTPUT_MARKER).exists() and any(target.iterdir()) and not force:
-        raise BadInput(f"{out}: a non-empty directory gemm-tune did not write; name a new or empty one, or pass "
-                       "--force to replace it as a whole")
+        raise BadInput(
+            f"{out}: a non-empty directory gemm-tune did not write; name a new or empty one, or pass "
+            "--force to replace it as a whole"
+        )
     return target

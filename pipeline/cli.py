@@ -25,8 +25,13 @@ from .stages.shapes import apply_weights, gather, read_shapes_json, summary_tabl
 
 def _shapes(args: argparse.Namespace) -> int:
     result = gather(args.paths, lenient=args.lenient)
-    apply_weights(result, *(json_file.load(f, what) if f else None
-                            for f, what in ((args.calls, "calls JSON"), (args.baseline, "baseline JSON"))))
+    apply_weights(
+        result,
+        *(
+            json_file.load(f, what) if f else None
+            for f, what in ((args.calls, "calls JSON"), (args.baseline, "baseline JSON"))
+        ),
+    )
     sys.stdout.write(summary_table(result))
     if args.json:
         write_shapes_json(args.json, result)
@@ -34,8 +39,9 @@ def _shapes(args: argparse.Namespace) -> int:
 
 
 def _configs(args: argparse.Namespace) -> int:
-    settings = configs.ConfigSettings(arch=args.arch, padding=args.padding, preset=args.tensile_preset,
-                                      tensile_generation=args.tensile_generation)
+    settings = configs.ConfigSettings(
+        arch=args.arch, padding=args.padding, preset=args.tensile_preset, tensile_generation=args.tensile_generation
+    )
     out = claim_output_dir(args.out, [args.shapes], args.force)
     problems = [record.problem for record in read_shapes_json(args.shapes)]
     sys.stdout.write(configs.summary(configs.write_configs(out, problems, settings, marker="gemm-tune configs")))
@@ -43,8 +49,9 @@ def _configs(args: argparse.Namespace) -> int:
 
 
 def _merge_logic(args: argparse.Namespace) -> int:
-    options = MergeOptions(policy=args.policy, trim=args.trim, no_eff=args.no_eff, force_merge=args.force_merge,
-                           margin=args.margin)
+    options = MergeOptions(
+        policy=args.policy, trim=args.trim, no_eff=args.no_eff, force_merge=args.force_merge, margin=args.margin
+    )
     out = claim_output_dir(args.out, [args.base, args.new], args.force)
     report = merge_dirs(Path(args.base), Path(args.new), out, options, marker="gemm-tune merge-logic")
     print("\n".join(report.lines))
@@ -55,8 +62,7 @@ def _merge_logic(args: argparse.Namespace) -> int:
 def _merge_results(args: argparse.Namespace) -> int:
     merged = merge_paths(args.inputs, args.validators_from, lenient=args.lenient)
     if merged.results is not None and merged.override is not None:
-        raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind "
-                              "separately")
+        raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind separately")
     merged.write(args.out if merged.results else None, args.out if merged.override else None)
     print("\n".join(merged.lines))
     print(f"written {args.out}")
@@ -83,9 +89,12 @@ def _nightly(args: argparse.Namespace) -> int:
         return 0
     start = time.monotonic()
     code, failures = nightly.run(workdir, task, args.luigi_args, args.wait, sys.argv)
-    print(f"gemm-tune nightly: exit {code} ({errors.KINDS.get(code, 'failure')}) after "
-          f"{time.monotonic() - start:.1f} s" + "".join(f"\n  {f['task']}: {f['error']}: {f['message'][:300]}"
-                                                      for f in failures), file=sys.stderr)
+    print(
+        f"gemm-tune nightly: exit {code} ({errors.KINDS.get(code, 'failure')}) after "
+        f"{time.monotonic() - start:.1f} s"
+        + "".join(f"\n  {f['task']}: {f['error']}: {f['message'][:300]}" for f in failures),
+        file=sys.stderr,
+    )
     return code
 
 
@@ -127,8 +136,9 @@ class _NightlyHelp(argparse.Action):
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values, option_string=None
-                 ) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values, option_string=None
+    ) -> None:
         from . import tasks
 
         parser.print_help()
@@ -140,89 +150,158 @@ class _NightlyHelp(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gemm-tune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="gemm-tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
-    shapes = steps.add_parser("shapes", help="gather and dedupe GEMMs from TunableOp CSV files",
-                              description="Read TunableOp untuned/results files (torch 2.6-2.15), dedupe by "
-                                          "problem and print a summary table.")
+    shapes = steps.add_parser(
+        "shapes",
+        help="gather and dedupe GEMMs from TunableOp CSV files",
+        description="Read TunableOp untuned/results files (torch 2.6-2.15), dedupe by "
+        "problem and print a summary table.",
+    )
     shapes.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     shapes.add_argument("--json", metavar="OUT", help="also write the shapes as JSON")
     shapes.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
     shapes.add_argument("--calls", metavar="CALLS.json", help="call counts a collection recorded (collect/calls.json)")
-    shapes.add_argument("--baseline", metavar="BASELINE.json",
-                        help="baseline time per call a collection measured (collect/baseline.json): time shares")
+    shapes.add_argument(
+        "--baseline",
+        metavar="BASELINE.json",
+        help="baseline time per call a collection measured (collect/baseline.json): time shares",
+    )
     shapes.set_defaults(func=_shapes)
 
-    gen = steps.add_parser("configs", help="render find_exact and TensileLite configs from shapes.json",
-                           description="One find_exact and one TensileLite config per ProblemType, with stride "
-                                       "padding; lists padded and skipped problems with the reason.")
+    gen = steps.add_parser(
+        "configs",
+        help="render find_exact and TensileLite configs from shapes.json",
+        description="One find_exact and one TensileLite config per ProblemType, with stride "
+        "padding; lists padded and skipped problems with the reason.",
+    )
     gen.add_argument("shapes", metavar="SHAPES.json")
-    gen.add_argument("--out", required=True, metavar="DIR",
-                     help="output directory, replaced as a whole: new, empty or written by gemm-tune")
+    gen.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output directory, replaced as a whole: new, empty or written by gemm-tune",
+    )
     gen.add_argument("--force", action="store_true", help="replace a non-empty --out that gemm-tune did not write")
     gen.add_argument("--arch", default="gfx942", help="target arch: " + ", ".join(configs.ARCH_NAMES))
     gen.add_argument("--padding", choices=["auto", "off"], default="auto")
-    gen.add_argument("--tensile-generation", choices=configs.TENSILE_GENERATIONS, default="2025",
-                     help="the TensileLite tree the configs are for: 2025 (ROCm 6.4+, rocm-libraries; FP8 fnuz is "
-                          "F8N/B8N) or 2024 (hipBLASLt <= 0.11; one F8/B8)")
-    gen.add_argument("--tensile-preset", "--preset", dest="tensile_preset", default="mi300x",
-                     help="TensileLite parameter preset (templates/tensile_presets.yaml), as TuneWorkload's "
-                          "--tensile-preset")
+    gen.add_argument(
+        "--tensile-generation",
+        choices=configs.TENSILE_GENERATIONS,
+        default="2025",
+        help="the TensileLite tree the configs are for: 2025 (ROCm 6.4+, rocm-libraries; FP8 fnuz is "
+        "F8N/B8N) or 2024 (hipBLASLt <= 0.11; one F8/B8)",
+    )
+    gen.add_argument(
+        "--tensile-preset",
+        "--preset",
+        dest="tensile_preset",
+        default="mi300x",
+        help="TensileLite parameter preset (templates/tensile_presets.yaml), as TuneWorkload's --tensile-preset",
+    )
     gen.set_defaults(func=_configs)
 
-    merge = steps.add_parser("merge-logic", help="merge a directory of tuned logic YAMLs into the base logic",
-                             description="Merge NEW_DIR's logic files into BASE_DIR's, by basename, into OUT_DIR.")
+    merge = steps.add_parser(
+        "merge-logic",
+        help="merge a directory of tuned logic YAMLs into the base logic",
+        description="Merge NEW_DIR's logic files into BASE_DIR's, by basename, into OUT_DIR.",
+    )
     merge.add_argument("base", metavar="BASE_DIR", help="the base logic directory (e.g. the library's)")
     merge.add_argument("new", metavar="NEW_DIR", help="the tuned logic files")
-    merge.add_argument("out", metavar="OUT_DIR", help="where the merged logic goes, replaced as a whole: new, empty or "
-                                                      "written by gemm-tune, holding neither input nor the cwd")
+    merge.add_argument(
+        "out",
+        metavar="OUT_DIR",
+        help="where the merged logic goes, replaced as a whole: new, empty or "
+        "written by gemm-tune, holding neither input nor the cwd",
+    )
     merge.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR that gemm-tune did not write")
-    merge.add_argument("--policy", choices=["upstream", "faster"], default="faster",
-                       help="upstream: S24 merge.py exactly; faster (default): keep the faster entry, report all")
-    merge.add_argument("--notrim", dest="trim", action="store_false",
-                       help="keep 8-value (LD-distinct) keys instead of trimming them to [M, N, B, K]")
-    merge.add_argument("--no-eff", "--no_eff", dest="no_eff", action="store_true",
-                       help="store efficiency 0.0 for merged rows")
-    merge.add_argument("--force-merge", "--force_merge", dest="force_merge", default="none",
-                       choices=["none", "true", "false"],
-                       help="none (upstream: forced unless the path holds 'arcturus'), true or false")
-    merge.add_argument("--margin", type=_non_negative, default=0.02,
-                       help="faster policy: how much faster a new entry must be to replace the base (0.02 = 2%%)")
+    merge.add_argument(
+        "--policy",
+        choices=["upstream", "faster"],
+        default="faster",
+        help="upstream: S24 merge.py exactly; faster (default): keep the faster entry, report all",
+    )
+    merge.add_argument(
+        "--notrim",
+        dest="trim",
+        action="store_false",
+        help="keep 8-value (LD-distinct) keys instead of trimming them to [M, N, B, K]",
+    )
+    merge.add_argument(
+        "--no-eff", "--no_eff", dest="no_eff", action="store_true", help="store efficiency 0.0 for merged rows"
+    )
+    merge.add_argument(
+        "--force-merge",
+        "--force_merge",
+        dest="force_merge",
+        default="none",
+        choices=["none", "true", "false"],
+        help="none (upstream: forced unless the path holds 'arcturus'), true or false",
+    )
+    merge.add_argument(
+        "--margin",
+        type=_non_negative,
+        default=0.02,
+        help="faster policy: how much faster a new entry must be to replace the base (0.02 = 2%%)",
+    )
     merge.set_defaults(func=_merge_logic)
 
-    results = steps.add_parser("merge-results", help="merge tunableop_results.csv (or hipBLASLt override) files",
-                               description="Dedupe on (op, params), keep the fastest row, write one validator block.")
+    results = steps.add_parser(
+        "merge-results",
+        help="merge tunableop_results.csv (or hipBLASLt override) files",
+        description="Dedupe on (op, params), keep the fastest row, write one validator block.",
+    )
     results.add_argument("out", metavar="OUT.csv")
     results.add_argument("inputs", nargs="+", metavar="IN.csv")
-    results.add_argument("--validators-from", metavar="FILE",
-                         help="take the validator block (or Git Version) of the runtime to target from FILE")
+    results.add_argument(
+        "--validators-from",
+        metavar="FILE",
+        help="take the validator block (or Git Version) of the runtime to target from FILE",
+    )
     results.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
     results.set_defaults(func=_merge_results)
 
-    night = steps.add_parser("nightly", help="the nightly run: TuneWorkload under a workdir lock, scheduler exit codes",
-                             description="Run TuneWorkload (or, with --package, the Package task after it) holding "
-                                         "WORKDIR's lock. Every option not listed here is a TuneWorkload/Package "
-                                         "parameter passed on, e.g. --backend hipblaslt (listed below). Exit 0 "
-                                         "accepted, 10 bundle refused, 11 tool failure, 12 bad input, 13 workdir in "
-                                         "use, 2 a malformed command line, 1 other failure.",
-                             add_help=False)
+    night = steps.add_parser(
+        "nightly",
+        help="the nightly run: TuneWorkload under a workdir lock, scheduler exit codes",
+        description="Run TuneWorkload (or, with --package, the Package task after it) holding "
+        "WORKDIR's lock. Every option not listed here is a TuneWorkload/Package "
+        "parameter passed on, e.g. --backend hipblaslt (listed below). Exit 0 "
+        "accepted, 10 bundle refused, 11 tool failure, 12 bad input, 13 workdir in "
+        "use, 2 a malformed command line, 1 other failure.",
+        add_help=False,
+    )
     night.add_argument("-h", "--help", action=_NightlyHelp, help="show this help and the TuneWorkload parameters")
     night.add_argument("--workdir", default="workdir", help="root of the run directories (default: ./workdir)")
-    night.add_argument("--wait", type=_non_negative, default=0.0,
-                       help="seconds to wait for another run's lock (default: 0)")
-    night.add_argument("--print-units", action="store_true",
-                       help="write WORKDIR/nightly.env and print a crontab line and a systemd service and timer "
-                            "for this command; run nothing")
-    night.add_argument("--at", default="02:00", type=_time_of_day,
-                       help="with --print-units: the time of day, HH:MM from 00:00 to 23:59 (default 02:00)")
-    night.add_argument("--package", action="store_true",
-                       help="end with the Package task: WORKDIR/dist/<fingerprint>/ for the image (--dist DIR, "
-                            "--publish)")
+    night.add_argument(
+        "--wait", type=_non_negative, default=0.0, help="seconds to wait for another run's lock (default: 0)"
+    )
+    night.add_argument(
+        "--print-units",
+        action="store_true",
+        help="write WORKDIR/nightly.env and print a crontab line and a systemd service and timer "
+        "for this command; run nothing",
+    )
+    night.add_argument(
+        "--at",
+        default="02:00",
+        type=_time_of_day,
+        help="with --print-units: the time of day, HH:MM from 00:00 to 23:59 (default 02:00)",
+    )
+    night.add_argument(
+        "--package",
+        action="store_true",
+        help="end with the Package task: WORKDIR/dist/<fingerprint>/ for the image (--dist DIR, --publish)",
+    )
     night.set_defaults(func=_nightly, luigi_args=[])
 
-    rep = steps.add_parser("report", help="rebuild report.md, report.html, plots and summary.json of a run",
-                           description="Rebuild RUN_DIR/report from the run's validation, gate and e2e records.")
+    rep = steps.add_parser(
+        "report",
+        help="rebuild report.md, report.html, plots and summary.json of a run",
+        description="Rebuild RUN_DIR/report from the run's validation, gate and e2e records.",
+    )
     rep.add_argument("run_dir", metavar="RUN_DIR", help="e.g. workdir/2026-11-22")
     rep.set_defaults(func=_report)
     return parser

@@ -17,8 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 OK, FAILED, USAGE, REFUSED, TOOL, INPUT, BUSY = 0, 1, 2, 10, 11, 12, 13
-KINDS = {OK: "success", FAILED: "unexpected failure", USAGE: "usage error", REFUSED: "bundle refused",
-         TOOL: "tool failure", INPUT: "bad input", BUSY: "busy"}
+KINDS = {
+    OK: "success",
+    FAILED: "unexpected failure",
+    USAGE: "usage error",
+    REFUSED: "bundle refused",
+    TOOL: "tool failure",
+    INPUT: "bad input",
+    BUSY: "busy",
+}
 SEVERITY = (REFUSED, TOOL, INPUT, BUSY, FAILED)  # a run that failed several ways reports the first of these
 
 

@@ -24,11 +24,9 @@ import luigi.configuration
 
 from .errors import PipelineError, exit_code, one_line
 
-RETCODES = {"unhandled_exception": 4, "missing_data": 3, "task_failed": 2, "scheduling_error": 5,
-            "already_running": 13}
+RETCODES = {"unhandled_exception": 4, "missing_data": 3, "task_failed": 2, "scheduling_error": 5, "already_running": 13}
 LUIGI_LOGGER = "luigi-interface"
-_REFUSED = re.compile(r"^(Will not run .*? or any dependencies due to error in (?:complete|deps)\(\) method):\n",
-                      re.S)
+_REFUSED = re.compile(r"^(Will not run .*? or any dependencies due to error in (?:complete|deps)\(\) method):\n", re.S)
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*): ", re.M)
 
 

@@ -38,8 +38,13 @@ DTYPES: dict[str, int] = {
 COMPUTE_TYPES = ("float32", "tf32", "float64", "complex64", "complex128")
 
 # Datasheet peaks, dense 16-bit matrix flop/s and HBM bytes/s, by a name the device reports (first match).
-PEAKS = (("H200", (989e12, 4.8e12)), ("H100", (989e12, 3.35e12)), ("MI350", (2.3e15, 8.0e12)),
-         ("MI325", (1.307e15, 6.0e12)), ("MI300", (1.307e15, 5.3e12)))
+PEAKS = (
+    ("H200", (989e12, 4.8e12)),
+    ("H100", (989e12, 3.35e12)),
+    ("MI350", (2.3e15, 8.0e12)),
+    ("MI325", (1.307e15, 6.0e12)),
+    ("MI300", (1.307e15, 5.3e12)),
+)
 DEFAULT_PEAK = PEAKS[1][1]
 
 
@@ -121,9 +126,7 @@ class GemmProblem:
 
     def stored_rows(self) -> tuple[Dim, Dim, Dim]:
         """Rows of A, B and C as stored (column-major): the least leading dimensions BLAS allows."""
-        return (self.m if self.transa == "N" else self.k,
-                self.k if self.transb == "N" else self.n,
-                self.m)
+        return (self.m if self.transa == "N" else self.k, self.k if self.transb == "N" else self.n, self.m)
 
     def blas_lds(self) -> tuple[int, int, int]:
         """``(lda, ldb, ldc)`` as a BLAS library accepts them: packed where the key recorded none, and never
@@ -142,9 +145,13 @@ class GemmProblem:
         """One line per recorded leading dimension under its operand's row count (raised by ``blas_lds``)."""
         if self.lda is None or self.is_wildcard or WILDCARD in (self.lda, self.ldb, self.ldc):
             return []
-        return [f"{name}={ld} < {need} rows: raised to {need} for BLAS" for name, ld, need in
-                zip(("lda", "ldb", "ldc"), (self.lda, self.ldb, self.ldc), self.stored_rows(), strict=True)
-                if ld < need]
+        return [
+            f"{name}={ld} < {need} rows: raised to {need} for BLAS"
+            for name, ld, need in zip(
+                ("lda", "ldb", "ldc"), (self.lda, self.ldb, self.ldc), self.stored_rows(), strict=True
+            )
+            if ld < need
+        ]
 
     @property
     def has_bias(self) -> bool:
@@ -169,8 +176,9 @@ class GemmProblem:
     def touched_bytes(self) -> float:
         """Bytes one call must move at least: A, B and C once each (no ld padding; bias and scales ignored)."""
         m, n, k = self.m, self.n, self.k
-        return (m * k * dtype_bytes(self.a_type) + k * n * dtype_bytes(self.b_type)
-                + m * n * dtype_bytes(self.c_type)) * self.batch
+        return (
+            m * k * dtype_bytes(self.a_type) + k * n * dtype_bytes(self.b_type) + m * n * dtype_bytes(self.c_type)
+        ) * self.batch
 
     def roofline_us(self, flop_rate: float, byte_rate: float) -> float:
         """The least time one call can take at these rates (flop/s, bytes/s): its flops or its bytes, whichever
@@ -199,10 +207,29 @@ class GemmProblem:
 
     def sort_key(self) -> tuple:
         """A total order over problems (wildcards sort after numbers)."""
-        return tuple((1, 0) if v == WILDCARD else (0, v) if isinstance(v, int) else (2, str(v)) for v in
-                     (self.op, self.a_type, self.c_type, self.layout, self.m, self.n, self.k, self.batch,
-                      self.lda, self.ldb, self.ldc, self.compute_type, self.compute_suffix, self.bias_type,
-                      self.rowwise, self.scale_a_type, self.scale_a_recipe, self.scale_b_recipe))
+        return tuple(
+            (1, 0) if v == WILDCARD else (0, v) if isinstance(v, int) else (2, str(v))
+            for v in (
+                self.op,
+                self.a_type,
+                self.c_type,
+                self.layout,
+                self.m,
+                self.n,
+                self.k,
+                self.batch,
+                self.lda,
+                self.ldb,
+                self.ldc,
+                self.compute_type,
+                self.compute_suffix,
+                self.bias_type,
+                self.rowwise,
+                self.scale_a_type,
+                self.scale_a_recipe,
+                self.scale_b_recipe,
+            )
+        )
 
     def to_dict(self) -> dict:
         """Plain JSON-able fields (the swizzle pair as a list)."""
@@ -229,8 +256,16 @@ def _check_dim(name: str, value: object, low: int = 1) -> None:
 
 def _short_type(dtype: str) -> str:
     """``bfloat16`` -> ``bf16``, ``float8_e4m3fn`` -> ``e4m3``, ``float8_e5m2fnuz`` -> ``e5m2fnuz``."""
-    short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64", "float8_e4m3fn": "e4m3",
-             "float8_e5m2": "e5m2", "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz"}
+    short = {
+        "bfloat16": "bf16",
+        "float16": "f16",
+        "float32": "f32",
+        "float64": "f64",
+        "float8_e4m3fn": "e4m3",
+        "float8_e5m2": "e5m2",
+        "float8_e4m3fnuz": "e4m3fnuz",
+        "float8_e5m2fnuz": "e5m2fnuz",
+    }
     return short.get(dtype, dtype)
 
 

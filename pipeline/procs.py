@@ -101,17 +101,31 @@ def running(argv: Sequence[str], env: Mapping[str, str] | None = None, **popen: 
         kill(proc)
 
 
-def run(argv: Sequence[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None,
-        cwd: str | Path | None = None, log: Path | None = None, stdin: Any = subprocess.DEVNULL
-        ) -> subprocess.CompletedProcess:
+def run(
+    argv: Sequence[str],
+    timeout_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    log: Path | None = None,
+    stdin: Any = subprocess.DEVNULL,
+) -> subprocess.CompletedProcess:
     """Run ``argv`` to its end, its output captured as text (or, with ``log``, written to that file, stderr
     with stdout). On a time-out the group is killed and ``subprocess.TimeoutExpired`` raised; whatever
     stops the caller meanwhile kills it too."""
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(Path(log).open("w")) if log is not None else subprocess.PIPE
-        proc = stack.enter_context(running(argv, env, cwd=cwd, stdin=stdin, stdout=sink,
-                                           stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
-                                           text=True, errors="replace"))
+        proc = stack.enter_context(
+            running(
+                argv,
+                env,
+                cwd=cwd,
+                stdin=stdin,
+                stdout=sink,
+                stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
+                text=True,
+                errors="replace",
+            )
+        )
         out, err = proc.communicate(timeout=timeout_s)
         return subprocess.CompletedProcess(list(argv), proc.returncode, out or "", err or "")
 

@@ -31,11 +31,21 @@ class Stats:
         return cls(statistics.median(ordered), q[0], q[2], ordered[0], len(ordered))
 
     def to_json(self) -> dict:
-        return {"median_us": self.median, "p25_us": self.p25, "p75_us": self.p75, "min_us": self.minimum,
-                "samples": self.samples}
+        return {
+            "median_us": self.median,
+            "p25_us": self.p25,
+            "p75_us": self.p75,
+            "min_us": self.minimum,
+            "samples": self.samples,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> Stats:
         """The JSON of ``to_json`` (the minimum and sample count may be absent: the median stands in, 0 samples)."""
-        return cls(data["median_us"], data["p25_us"], data["p75_us"], data.get("min_us", data["median_us"]),
-                   data.get("samples", 0))
+        return cls(
+            data["median_us"],
+            data["p25_us"],
+            data["p75_us"],
+            data.get("min_us", data["median_us"]),
+            data.get("samples", 0),
+        )

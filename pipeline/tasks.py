@@ -111,11 +111,13 @@ class BadArguments(BadInput):
     """Parameters the job does not take, or values it cannot use."""
 
 
-def counted(kind: type = int, low: float = 0, high: float = float("inf"), low_included: bool = True, **kwargs
-            ) -> luigi.NumericalParameter:
+def counted(
+    kind: type = int, low: float = 0, high: float = float("inf"), low_included: bool = True, **kwargs
+) -> luigi.NumericalParameter:
     """A number parameter refused outside ``[low, high]`` (``low_included=False``: above ``low``)."""
-    return luigi.NumericalParameter(var_type=kind, min_value=low, max_value=high,
-                                    left_op=operator.le if low_included else operator.lt, **kwargs)
+    return luigi.NumericalParameter(
+        var_type=kind, min_value=low, max_value=high, left_op=operator.le if low_included else operator.lt, **kwargs
+    )
 
 
 def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
@@ -126,8 +128,11 @@ def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]
 
     @functools.wraps(run)
     def held(self: PipelineTask) -> None:
-        lock = (contextlib.nullcontext() if luigi.interface.core().no_lock
-                else nightly.workdir_lock(Path(self.workdir), shared=True))
+        lock = (
+            contextlib.nullcontext()
+            if luigi.interface.core().no_lock
+            else nightly.workdir_lock(Path(self.workdir), shared=True)
+        )
         with lock:
             self.hold_run()
             made_from = self.made_from()
@@ -146,8 +151,10 @@ class RunName(luigi.Parameter):
     def normalize(self, x: object) -> str:
         name = str(super().normalize(x))
         if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
-            raise ValueError(f"{name!r} is not a run name: one path component under --workdir, not starting "
-                             "with a dot (e.g. 2026-11-24 or llama-nightly)")
+            raise ValueError(
+                f"{name!r} is not a run name: one path component under --workdir, not starting "
+                "with a dot (e.g. 2026-11-24 or llama-nightly)"
+            )
         return name
 
 
@@ -155,12 +162,17 @@ class PipelineTask(luigi.Task):
     """Common parameters: where runs live and which run this is."""
 
     workdir = luigi.Parameter(default="workdir", description="root of all run directories")
-    run_name = RunName(default=datetime.date.today().isoformat(),
-                       description="run directory under --workdir (default: today's date); a rerun with the same "
-                                   "name resumes, and redoes each stage whose parameters or input files changed")
-    no_redo = luigi.BoolParameter(default=False, significant=False,
-                                  description="refuse (exit 12), rather than redo, a stage of this run name whose "
-                                              "parameters or input files changed since it was made")
+    run_name = RunName(
+        default=datetime.date.today().isoformat(),
+        description="run directory under --workdir (default: today's date); a rerun with the same "
+        "name resumes, and redoes each stage whose parameters or input files changed",
+    )
+    no_redo = luigi.BoolParameter(
+        default=False,
+        significant=False,
+        description="refuse (exit 12), rather than redo, a stage of this run name whose "
+        "parameters or input files changed since it was made",
+    )
 
     made_from_params: tuple[str, ...] = ()  # the parameters this stage's output depends on (its record)
 
@@ -195,9 +207,11 @@ class PipelineTask(luigi.Task):
     def made_from(self) -> MadeFrom:
         """This stage's parameters, user files and inputs' identities, as of now (computed once)."""
         if getattr(self, "_made_from", None) is None:
-            self._made_from = MadeFrom.of({name: self.param_kwargs[name] for name in self.made_from_params},
-                                          self.user_files(),
-                                          {dep.record_name(): dep.made_from().identity for dep in self.dependencies()})
+            self._made_from = MadeFrom.of(
+                {name: self.param_kwargs[name] for name in self.made_from_params},
+                self.user_files(),
+                {dep.record_name(): dep.made_from().identity for dep in self.dependencies()},
+            )
         return self._made_from
 
     def what_changed(self) -> list[str]:
@@ -213,8 +227,9 @@ class PipelineTask(luigi.Task):
         for dep in self.dependencies():
             if old.inputs.get(dep.record_name()) != dep.made_from().identity:
                 redone_now = dep.record_time() >= STARTED  # by this process: the change was said where it was
-                said += dep.what_changed() or ([] if redone_now else
-                                               [f"{self.record_name()}: {dep.record_name()} was redone since"])
+                said += dep.what_changed() or (
+                    [] if redone_now else [f"{self.record_name()}: {dep.record_name()} was redone since"]
+                )
         return list(dict.fromkeys(said)) or [f"the inputs of {self.record_name()} were redone in this run"]
 
     def record_time(self) -> float:
@@ -248,16 +263,18 @@ class PipelineTask(luigi.Task):
             if changed:
                 line = f"this run ({self.stage_dir('')}) was made from other inputs: {'; '.join(changed)}"
                 if self.no_redo:
-                    raise BadInput(f"{line}; --no-redo refuses to redo it (drop --no-redo, or give another "
-                                   "--run-name)")
+                    raise BadInput(f"{line}; --no-redo refuses to redo it (drop --no-redo, or give another --run-name)")
                 if self.says_why(changed) and not getattr(self, "_said_redo", False):
                     self._said_redo = True
                     log.warning("gemm-tune: %s: redoing %s and what depends on it", line, self.record_name())
                 return False
             return self.done()  # outputs without a record (made before records existed) are taken as they are
         except (PipelineError, OSError) as err:
-            error = err if isinstance(err, PipelineError) else BadInput(
-                f"{self.stage_dir('')}: {err.strerror or err} (--workdir names where runs go)")
+            error = (
+                err
+                if isinstance(err, PipelineError)
+                else BadInput(f"{self.stage_dir('')}: {err.strerror or err} (--workdir names where runs go)")
+            )
             _record(f"{self.task_family} (checked before any work)", error, "scheduling_error")
             if error is err:
                 raise
@@ -310,15 +327,20 @@ class StackBound(PipelineTask):
     chained = False  # complete only while what it requires is (its output summarises theirs)
 
     # The tuning settings a stack's fingerprint includes, declared here for every stack-bound task (Bench's own)
-    backend = luigi.ChoiceParameter(default="cublaslt", choices=[*bench.BACKENDS, *bench.CONFIG_TOOLS],
-                                    description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD")
-    hipblaslt_bench = luigi.Parameter(default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, "
-                                                              "then hipblaslt-bench on PATH)")
+    backend = luigi.ChoiceParameter(
+        default="cublaslt",
+        choices=[*bench.BACKENDS, *bench.CONFIG_TOOLS],
+        description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD",
+    )
+    hipblaslt_bench = luigi.Parameter(
+        default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, then hipblaslt-bench on PATH)"
+    )
     tunableop_iterations = counted(int, 0, default=100, description="tunableop: tuning iterations per candidate")
     tunableop_duration_ms = counted(int, 0, default=30, description="tunableop: tuning ms per candidate")
     tunableop_rotating_mb = counted(int, -1, default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
-    tunableop_numerical_check = luigi.BoolParameter(default=False, description="tunableop: check every candidate "
-                                                                               "against Default")
+    tunableop_numerical_check = luigi.BoolParameter(
+        default=False, description="tunableop: check every candidate against Default"
+    )
     time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
     margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
 
@@ -326,8 +348,12 @@ class StackBound(PipelineTask):
         """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
         settings = {"backend": self.backend, "margin": self.margin, "time_budget": self.time_budget}
         if self.backend == "tunableop":
-            settings.update(iterations=self.tunableop_iterations, duration_ms=self.tunableop_duration_ms,
-                            rotating_mb=self.tunableop_rotating_mb, numerical_check=self.tunableop_numerical_check)
+            settings.update(
+                iterations=self.tunableop_iterations,
+                duration_ms=self.tunableop_duration_ms,
+                rotating_mb=self.tunableop_rotating_mb,
+                numerical_check=self.tunableop_numerical_check,
+            )
         return settings
 
     def stack(self) -> Stack:
@@ -350,8 +376,9 @@ class StackBound(PipelineTask):
             fp = self.stack().fingerprint
         except PipelineError:
             return False
-        return (all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages)
-                and (not self.chained or self.upstream().complete()))
+        return all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages) and (
+            not self.chained or self.upstream().complete()
+        )
 
     def upstream(self) -> luigi.Task:
         """What a chained task summarises (its requirement, without the preflight)."""
@@ -365,31 +392,45 @@ class StackBound(PipelineTask):
 
     def claim_stages(self) -> None:
         for stage in self.stack_stages:
-            claim(self.stage_dir(stage), self.stack().fingerprint, self.stack().facts,
-                  create=stage not in self.written_whole)
+            claim(
+                self.stage_dir(stage),
+                self.stack().fingerprint,
+                self.stack().facts,
+                create=stage not in self.written_whole,
+            )
 
 
 def embedded_args(task: luigi.Task) -> tuple[str, ...]:
     """The embedded workload's own options from ``task``'s parameters (none with --workload-cmd, whose command
     carries its own)."""
     if task.fp8 and task.workload_cmd:
-        raise BadArguments("--fp8 is an option of the embedded workload; with --workload-cmd, put the FP8 option "
-                           "in your command (e.g. 'python3 -m pipeline.workloads.llama --fp8')")
+        raise BadArguments(
+            "--fp8 is an option of the embedded workload; with --workload-cmd, put the FP8 option "
+            "in your command (e.g. 'python3 -m pipeline.workloads.llama --fp8')"
+        )
     return ("--fp8",) if task.fp8 else ()
 
 
 class CollectShapes(PipelineTask):
     """Run the workload under TunableOp record-untuned mode and keep what it recorded."""
 
-    workload_cmd = luigi.Parameter(default="", description="shell command of the workload "
-                                                           "(default: the embedded Llama decoder)")
-    workload_timeout = counted(float, 0, low_included=False, default=3600.0,
-                               description="seconds before the workload is stopped")
-    call_times = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING,
-                                     description="time each recorded GEMM once at baseline on the GPU, for its "
-                                                 "share of the workload's GEMM time (--call-times false: calls only)")
-    fp8 = luigi.BoolParameter(default=False, description="the embedded workload in FP8 (its --fp8: linear layers "
-                                                         "through torch._scaled_mm, tensorwise scales)")
+    workload_cmd = luigi.Parameter(
+        default="", description="shell command of the workload (default: the embedded Llama decoder)"
+    )
+    workload_timeout = counted(
+        float, 0, low_included=False, default=3600.0, description="seconds before the workload is stopped"
+    )
+    call_times = luigi.BoolParameter(
+        default=True,
+        parsing=luigi.BoolParameter.EXPLICIT_PARSING,
+        description="time each recorded GEMM once at baseline on the GPU, for its "
+        "share of the workload's GEMM time (--call-times false: calls only)",
+    )
+    fp8 = luigi.BoolParameter(
+        default=False,
+        description="the embedded workload in FP8 (its --fp8: linear layers "
+        "through torch._scaled_mm, tensorwise scales)",
+    )
     made_from_params = ("workload_cmd", "call_times", "fp8")
 
     def redo_stages(self) -> tuple[str, ...]:
@@ -401,10 +442,18 @@ class CollectShapes(PipelineTask):
     @stage_run
     def run(self) -> None:
         self.set_status_message("running the workload with TunableOp recording")
-        time_on = (lambda: range(gpu_count("Timing the recorded GEMMs (--call-times false skips it)"))) \
-            if self.call_times else None
-        result = collect(self.stage_dir("collect"), self.workload_cmd or None, timeout_s=self.workload_timeout,
-                         time_on=time_on, embedded_args=embedded_args(self))
+        time_on = (
+            (lambda: range(gpu_count("Timing the recorded GEMMs (--call-times false skips it)")))
+            if self.call_times
+            else None
+        )
+        result = collect(
+            self.stage_dir("collect"),
+            self.workload_cmd or None,
+            timeout_s=self.workload_timeout,
+            time_on=time_on,
+            embedded_args=embedded_args(self),
+        )
         self.set_status_message(f"recorded {len(result.files)} files in {result.seconds:.0f} s")
 
 
@@ -412,8 +461,10 @@ class CollectShapes(PipelineTask):
 class GatherShapes(PipelineTask):
     """Parse the recorded (or the user's ``--untuned``) TunableOp files into ``shapes.json``."""
 
-    untuned = luigi.Parameter(default="", description="comma-separated files, directories or globs of "
-                                                      "TunableOp CSVs; when given, no collection runs")
+    untuned = luigi.Parameter(
+        default="",
+        description="comma-separated files, directories or globs of TunableOp CSVs; when given, no collection runs",
+    )
     lenient = luigi.BoolParameter(default=False, description="skip and count malformed lines")
     made_from_params = ("untuned", "lenient")
 
@@ -441,8 +492,12 @@ class GatherShapes(PipelineTask):
         result = gather(specs, lenient=self.lenient)
         require_gemms(result, specs)
         collected = None if self.untuned else Path(self.input().path).parent
-        apply_weights(result, *(None, None) if collected is None else (
-            read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)))
+        apply_weights(
+            result,
+            *(None, None)
+            if collected is None
+            else (read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)),
+        )
         summary = summary_table(result)
         atomic_write_text(self.stage_dir("shapes") / "summary.txt", summary)
         write_shapes_json(self.output().path, result)
@@ -456,9 +511,11 @@ class GenerateConfigs(PipelineTask):
     arch = luigi.ChoiceParameter(default="gfx942", choices=configs.ARCH_NAMES, description="AMD target arch")
     padding = luigi.ChoiceParameter(default="auto", choices=["auto", "off"], description="stride padding")
     tensile_preset = luigi.Parameter(default="mi300x", description="TensileLite parameter preset")
-    tensile_generation = luigi.ChoiceParameter(default="2025", choices=configs.TENSILE_GENERATIONS,
-                                               description="the TensileLite tree the configs are for (its FP8 "
-                                                           "DataType letters): 2025 (ROCm 6.4+) or 2024")
+    tensile_generation = luigi.ChoiceParameter(
+        default="2025",
+        choices=configs.TENSILE_GENERATIONS,
+        description="the TensileLite tree the configs are for (its FP8 DataType letters): 2025 (ROCm 6.4+) or 2024",
+    )
     made_from_params = ("arch", "padding", "tensile_preset", "tensile_generation")
 
     def redo_stages(self) -> tuple[str, ...]:
@@ -472,16 +529,27 @@ class GenerateConfigs(PipelineTask):
 
     @stage_run
     def run(self) -> None:
-        settings = configs.ConfigSettings(arch=self.arch, padding=self.padding, preset=self.tensile_preset,
-                                          tensile_generation=self.tensile_generation)
+        settings = configs.ConfigSettings(
+            arch=self.arch, padding=self.padding, preset=self.tensile_preset, tensile_generation=self.tensile_generation
+        )
         problems = [record.problem for record in read_shapes_json(self.input().path)]
         data = configs.write_configs(self.stage_dir("configs"), problems, settings)
         log.info("%s", configs.summary(data).rstrip())
 
 
-BENCH_PARAMS = ("backend", "hipblaslt_bench", "hipblaslt_root", "tensile_root", "tunableop_iterations",
-                "tunableop_duration_ms", "tunableop_rotating_mb", "tunableop_numerical_check", "time_budget", "margin",
-                "shards")  # what Bench's results depend on (--gpus is how, not what)
+BENCH_PARAMS = (
+    "backend",
+    "hipblaslt_bench",
+    "hipblaslt_root",
+    "tensile_root",
+    "tunableop_iterations",
+    "tunableop_duration_ms",
+    "tunableop_rotating_mb",
+    "tunableop_numerical_check",
+    "time_budget",
+    "margin",
+    "shards",
+)  # what Bench's results depend on (--gpus is how, not what)
 
 
 @inherits(GenerateConfigs)
@@ -491,13 +559,21 @@ class Bench(StackBound):
 
     stack_stages = ("bench",)
 
-    hipblaslt_root = luigi.Parameter(default="", description="find_exact: the hipBLASLt build directory "
-                                                             "(default: $HIPBLASLT_ROOT)")
-    tensile_root = luigi.Parameter(default="", description="tensile: hipBLASLt's tensilelite directory "
-                                                           "(default: $TENSILE_ROOT)")
+    hipblaslt_root = luigi.Parameter(
+        default="", description="find_exact: the hipBLASLt build directory (default: $HIPBLASLT_ROOT)"
+    )
+    tensile_root = luigi.Parameter(
+        default="", description="tensile: hipBLASLt's tensilelite directory (default: $TENSILE_ROOT)"
+    )
     gpus = counted(int, 0, 4096, default=0, description="GPUs to use (0: every visible one)")
-    shards = counted(int, 0, 100000, default=0, description="split the tuning into this many BenchShard tasks, "
-                                                          "for Luigi workers on several hosts (0: one task)")
+    shards = counted(
+        int,
+        0,
+        100000,
+        default=0,
+        description="split the tuning into this many BenchShard tasks, "
+        "for Luigi workers on several hosts (0: one task)",
+    )
 
     made_from_params = BENCH_PARAMS
 
@@ -532,8 +608,12 @@ class Bench(StackBound):
             return {"root": self.hipblaslt_root or None}
         bench.check_backend(self.backend)
         if self.backend == "tunableop":
-            return {"iterations": self.tunableop_iterations, "duration_ms": self.tunableop_duration_ms,
-                    "rotating_mb": self.tunableop_rotating_mb, "numerical_check": self.tunableop_numerical_check}
+            return {
+                "iterations": self.tunableop_iterations,
+                "duration_ms": self.tunableop_duration_ms,
+                "rotating_mb": self.tunableop_rotating_mb,
+                "numerical_check": self.tunableop_numerical_check,
+            }
         return {}
 
     def problems(self) -> list:
@@ -563,17 +643,29 @@ class Bench(StackBound):
             atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
         bench.write_outputs(problems, out)
 
-    def tune_cached(self, problems: list, options: dict, progress: Callable[[int, int], None] | None = None,
-                    name: str = "shard") -> dict:
+    def tune_cached(
+        self, problems: list, options: dict, progress: Callable[[int, int], None] | None = None, name: str = "shard"
+    ) -> dict:
         """Tune ``problems`` on this host's GPUs through the fingerprint's cache (``tuned_cache``)."""
         gpus, settings = self.gpu_indices("Bench"), self.tune_settings()
 
         def tune_pending(previous: dict, previous_fp: str | None) -> None:
-            bench.run_shards(problems, self.stage_dir("bench"), gpus, settings, self.backend, progress, options,
-                             previous, previous_fp, name=name)
+            bench.run_shards(
+                problems,
+                self.stage_dir("bench"),
+                gpus,
+                settings,
+                self.backend,
+                progress,
+                options,
+                previous,
+                previous_fp,
+                name=name,
+            )
 
-        return tuned_cache.tune_through_cache(problems, self.stage_dir("bench"), Path(self.workdir), self.stack(),
-                                              tune_pending)
+        return tuned_cache.tune_through_cache(
+            problems, self.stage_dir("bench"), Path(self.workdir), self.stack(), tune_pending
+        )
 
 
 @inherits(Bench)
@@ -625,8 +717,15 @@ class BenchShard(StackBound):
         parent = self.clone(Bench)
         problems = bench.plan_shard(Path(self.input().path), self.shard_index)
         done = parent.tune_cached(problems, parent.backend_options(), name=f"s{self.shard_index}of{self.shards}-")
-        atomic_write_json(self.output().path, {**done, "host": socket.gethostname(), "pid": os.getpid(),
-                                               "problems": [bench.problem_id(p) for p in problems]})
+        atomic_write_json(
+            self.output().path,
+            {
+                **done,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "problems": [bench.problem_id(p) for p in problems],
+            },
+        )
 
 
 @inherits(Bench)
@@ -637,8 +736,10 @@ class MergeResults(StackBound):
     Inputs: ``--results`` files, or the Bench stage's results (and override file) when none are given.
     """
 
-    results = luigi.Parameter(default="", description="comma-separated TunableOp results and hipBLASLt override files "
-                                                      "or globs (default: Bench's)")
+    results = luigi.Parameter(
+        default="",
+        description="comma-separated TunableOp results and hipBLASLt override files or globs (default: Bench's)",
+    )
     validators_from = luigi.Parameter(default="", description="results file of the runtime to target")
     made_from_params = ("results", "validators_from")
 
@@ -660,12 +761,17 @@ class MergeResults(StackBound):
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
         if not specs:
             bench_out = self.stage_dir("bench")
-            specs = [str(bench_out / name) for name in ("tunableop_results.csv", bench.OVERRIDE)
-                     if name == "tunableop_results.csv" or (bench_out / name).exists()]
+            specs = [
+                str(bench_out / name)
+                for name in ("tunableop_results.csv", bench.OVERRIDE)
+                if name == "tunableop_results.csv" or (bench_out / name).exists()
+            ]
         merged = merge_paths(expand_inputs(specs), self.validators_from or None)
         if merged.results is None:
-            raise BadArguments(f"--results {self.results}: no TunableOp results file among them (Validate "
-                               "measures the merged tunableop_results.csv)")
+            raise BadArguments(
+                f"--results {self.results}: no TunableOp results file among them (Validate "
+                "measures the merged tunableop_results.csv)"
+            )
         atomic_write_text(self.stage_dir("merge") / "results-merge.log", "\n".join(merged.lines) + "\n")
         merged.write(self.output().path, self.stage_dir("merge") / bench.OVERRIDE)
 
@@ -674,8 +780,11 @@ class MergeResults(StackBound):
 class MergeLogic(StackBound):
     """Merge tuned logic files into the base logic (``logic/`` or ``--base-logic``) under ``merge/logic``."""
 
-    base_logic = luigi.Parameter(default=str(REPO_LOGIC), description="directory of the base logic files "
-                                 "(default: what Package --publish put in logic/<fingerprint>, else logic/)")
+    base_logic = luigi.Parameter(
+        default=str(REPO_LOGIC),
+        description="directory of the base logic files "
+        "(default: what Package --publish put in logic/<fingerprint>, else logic/)",
+    )
     new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
     policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
     logic_margin = counted(float, 0, 10, default=0.02, description="faster policy: required speedup to replace")
@@ -699,8 +808,12 @@ class MergeLogic(StackBound):
         base = Path(self.base_logic)
         if base == REPO_LOGIC:
             base = package.published_base(REPO_LOGIC, self.stack().fingerprint)
-        merged = merge_dirs(base, new_logic, self.stage_dir("merge") / "logic",
-                            MergeOptions(policy=self.policy, margin=self.logic_margin))
+        merged = merge_dirs(
+            base,
+            new_logic,
+            self.stage_dir("merge") / "logic",
+            MergeOptions(policy=self.policy, margin=self.logic_margin),
+        )
         atomic_write_text(self.output().path, "\n".join(merged.lines) + "\n")
 
 
@@ -708,14 +821,24 @@ class MergeLogic(StackBound):
 class Validate(StackBound):
     """Time the merged artifact against the baseline, gate it, bundle what passes, A/B the workload, report."""
 
-    min_speedup = counted(float, 0, 1000, default=1.0, description="refuse a bundle whose weighted GEMM speedup "
-                                                                  "is under this")
+    min_speedup = counted(
+        float, 0, 1000, default=1.0, description="refuse a bundle whose weighted GEMM speedup is under this"
+    )
     validate_rounds = counted(int, 1, 10000, default=7, description="interleaved rounds per GEMM")
     e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
-    allow_e2e_regression = luigi.BoolParameter(default=False, description="ship a bundle even when the workload "
-                                               "ran slower with it end to end, beyond the run-to-run spread")
-    made_from_params = ("min_speedup", "validate_rounds", "e2e_reps", "margin", "workload_cmd", "fp8",
-                        "allow_e2e_regression")
+    allow_e2e_regression = luigi.BoolParameter(
+        default=False,
+        description="ship a bundle even when the workload ran slower with it end to end, beyond the run-to-run spread",
+    )
+    made_from_params = (
+        "min_speedup",
+        "validate_rounds",
+        "e2e_reps",
+        "margin",
+        "workload_cmd",
+        "fp8",
+        "allow_e2e_regression",
+    )
 
     def redo_stages(self) -> tuple[str, ...]:
         return ("validate", "bundle", "report")
@@ -738,18 +861,28 @@ class Validate(StackBound):
     def run(self) -> None:
         self.claim_stages()
         if self.backend == "cublaslt":
-            log.info("configs: --backend cublaslt uses no AMD configs (find_exact, TensileLite, stride padding); "
-                     "GenerateConfigs did not run")
+            log.info(
+                "configs: --backend cublaslt uses no AMD configs (find_exact, TensileLite, stride padding); "
+                "GenerateConfigs did not run"
+            )
 
         def progress(done: int, total: int) -> None:
             self.set_progress_percentage(round(100 * done / max(total, 1)))
             progress_bar("Validate", done, total)
 
         settings = AcceptanceSettings(
-            gpus=lambda: self.gpu_indices("Validate"), margin=self.margin, min_speedup=self.min_speedup,
-            rounds=self.validate_rounds, e2e_reps=self.e2e_reps, workload_timeout_s=self.workload_timeout,
-            workload_cmd=self.workload_cmd, has_workload=bool(self.workload_cmd or not self.untuned),
-            e2e_gpus=self.gpus, embedded_args=embedded_args(self), allow_e2e_regression=self.allow_e2e_regression)
+            gpus=lambda: self.gpu_indices("Validate"),
+            margin=self.margin,
+            min_speedup=self.min_speedup,
+            rounds=self.validate_rounds,
+            e2e_reps=self.e2e_reps,
+            workload_timeout_s=self.workload_timeout,
+            workload_cmd=self.workload_cmd,
+            has_workload=bool(self.workload_cmd or not self.untuned),
+            e2e_gpus=self.gpus,
+            embedded_args=embedded_args(self),
+            allow_e2e_regression=self.allow_e2e_regression,
+        )
         accept(self.stage_dir(""), self.stack(), settings, progress, self.set_status_message)
 
 
@@ -784,14 +917,15 @@ class Package(StackBound):
     """``dist/<fingerprint>/``: the accepted bundle as an image takes it (results, logic, override, env.sh,
     Dockerfile fragment, README, manifest); ``--publish`` also puts its logic into ``logic/<fingerprint>``."""
 
-    dist = luigi.Parameter(default="", description="where package directories go, one per fingerprint "
-                                                   "(default: <workdir>/dist)")
+    dist = luigi.Parameter(
+        default="", description="where package directories go, one per fingerprint (default: <workdir>/dist)"
+    )
     publish = luigi.BoolParameter(default=False, description="copy the logic tree to --publish-dir/<fp>/")
-    publish_dir = luigi.Parameter(default=str(REPO_LOGIC), description="where --publish puts logic (the repo's "
-                                                                       "logic/)")
+    publish_dir = luigi.Parameter(default=str(REPO_LOGIC), description="where --publish puts logic (the repo's logic/)")
     package_devices = counted(int, 1, 1024, default=8, description="per-ordinal copies of the results file")
-    docker_builder = luigi.Parameter(default="rocm/dev-ubuntu-24.04",
-                                     description="image of the logic-compiling build stage (AMD)")
+    docker_builder = luigi.Parameter(
+        default="rocm/dev-ubuntu-24.04", description="image of the logic-compiling build stage (AMD)"
+    )
     stack_stages = ("package",)
     made_from_params = ("dist", "publish", "publish_dir", "package_devices", "docker_builder")
 
@@ -812,14 +946,19 @@ class Package(StackBound):
     @stage_run
     def run(self) -> None:
         self.claim_stages()
-        manifest = package.write_package(self.stage_dir(""), self.dist_root(), self.stack(), self.package_devices,
-                                         self.docker_builder)
+        manifest = package.write_package(
+            self.stage_dir(""), self.dist_root(), self.stack(), self.package_devices, self.docker_builder
+        )
         where = self.dist_root() / manifest["fingerprint"]
         published = str(package.publish(where, Path(self.publish_dir))) if self.publish else None
-        atomic_write_json(self.output().path, {"package": str(where), "published": published,
-                                               "serves": manifest["serves"], "files": manifest["files"]})
-        print(f"package: {where} (serves torch {manifest['serves']['torch']}, "
-              f"{manifest['serves']['tunableop_rows']} TunableOp rows)")
+        atomic_write_json(
+            self.output().path,
+            {"package": str(where), "published": published, "serves": manifest["serves"], "files": manifest["files"]},
+        )
+        print(
+            f"package: {where} (serves torch {manifest['serves']['torch']}, "
+            f"{manifest['serves']['tunableop_rows']} TunableOp rows)"
+        )
 
 
 def _user_files(specs: list[str]) -> list[Path]:
@@ -853,8 +992,9 @@ def preflight(task: luigi.Task) -> None:
     build = torch_build()
     rocm = task.backend in AMD_TOOLS or (task.backend == "tunableop" and bool(build and build["hip"]))
     if task.validators_from:
-        check_target("rocm" if rocm else "cuda", tunableop.read_file(task.validators_from).validators,
-                     task.validators_from)
+        check_target(
+            "rocm" if rocm else "cuda", tunableop.read_file(task.validators_from).validators, task.validators_from
+        )
     elif task.backend in AMD_TOOLS:
         require_target(task.backend, bool(build and build["hip"]), task.validators_from)
 
@@ -872,8 +1012,10 @@ def check_parameters(task: str, arguments: Sequence[str]) -> None:
             parser.get_task_obj()
     except SystemExit:  # argparse's own refusal (it wrote why)
         said = [line for line in refusal.getvalue().splitlines() if "error:" in line]
-        raise BadArguments(f"{task}: {said[-1].split('error:', 1)[1].strip() if said else 'parameters refused'} "
-                           f"(see luigi --module pipeline {task} --help)") from None
+        raise BadArguments(
+            f"{task}: {said[-1].split('error:', 1)[1].strip() if said else 'parameters refused'} "
+            f"(see luigi --module pipeline {task} --help)"
+        ) from None
     except ValueError as err:
         raise BadArguments(f"{task}: {_culprit(task, arguments) or err}") from None
 
@@ -908,6 +1050,6 @@ def refused_argument(argv: Sequence[str]) -> str | None:
             Register.get_task_cls(arg)
         except TaskClassException:
             continue
-        culprit = _culprit(arg, argv[i + 1:])
+        culprit = _culprit(arg, argv[i + 1 :])
         return f"{arg}: {culprit} (see luigi --module pipeline {arg} --help)" if culprit else None
     return None

@@ -10,9 +10,20 @@ import os
 from pipeline.backends.base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
 from pipeline.problem import GemmProblem
 
-WINNER = {"AlgoId": 66, "Tile": 20, "Stages": 8, "SplitK": 1, "ReductionScheme": 0, "Swizzle": 0, "CustomOption": 0,
-          "InnerShape": 0, "ClusterShape": 0, "AlgoBytes": "42" * 64, "WorkspaceBytes": 0,
-          "SolutionNameMin": "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0"}
+WINNER = {
+    "AlgoId": 66,
+    "Tile": 20,
+    "Stages": 8,
+    "SplitK": 1,
+    "ReductionScheme": 0,
+    "Swizzle": 0,
+    "CustomOption": 0,
+    "InnerShape": 0,
+    "ClusterShape": 0,
+    "AlgoBytes": "42" * 64,
+    "WorkspaceBytes": 0,
+    "SolutionNameMin": "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0",
+}
 FAILING_K = 777
 
 
@@ -40,6 +51,8 @@ class FakeBackend:
         result = ProblemResult(problem, default_us=default_us, winner_us=default_us / 1.1 if faster else default_us)
         if faster:
             result.winner, result.winner_config = WINNER["SolutionNameMin"], dict(WINNER)
-        result.candidates = [CandidateResult(DEFAULT, final_us=default_us),
-                             CandidateResult(WINNER["SolutionNameMin"], final_us=default_us / 1.1, config=WINNER)]
+        result.candidates = [
+            CandidateResult(DEFAULT, final_us=default_us),
+            CandidateResult(WINNER["SolutionNameMin"], final_us=default_us / 1.1, config=WINNER),
+        ]
         return result

@@ -29,8 +29,10 @@ assert os.environ["PYTORCH_TUNABLEOP_RECORD_UNTUNED"] == "1"
 verbose = int(os.environ.get("PYTORCH_TUNABLEOP_VERBOSE", "0"))
 name = os.environ["PYTORCH_TUNABLEOP_UNTUNED_FILENAME"]
 stem, dot, ext = name.rpartition(".")
-calls = [(line.rpartition("@")[0], int(line.rpartition("@")[2])) if "@" in line else (line, args.calls)
-         for line in args.lines]
+calls = [
+    (line.rpartition("@")[0], int(line.rpartition("@")[2])) if "@" in line else (line, args.calls)
+    for line in args.lines
+]
 print("warning: some library message", file=sys.stderr)
 for gpu in range(args.gpus if calls else 0):  # torch opens the file at the first record
     path = f"{stem}{gpu}{dot}{ext}"

@@ -21,23 +21,56 @@ QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"
 O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
 
 
-def amd_dag(tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str,
-            untuned: Path | str = UNTUNED) -> tuple[list[str], dict[str, str]]:
+def amd_dag(
+    tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str, untuned: Path | str = UNTUNED
+) -> tuple[list[str], dict[str, str]]:
     """The command and environment of ``luigi ... <task>`` on ``untuned`` with the hipblaslt backend and the
     double (``build``: its library build), from ``tmp_path``; the double logs every invocation to
     ``tmp_path/bench.log``."""
-    command = [sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler",
-               "--workdir", str(tmp_path / "w"), "--run-name", run, "--untuned", str(untuned),
-               "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
-               "--validate-rounds", "3", *extra]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025",
-           "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
-           "HIPBLASLT_DOUBLE_BUILD": build}
+    command = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        task,
+        "--local-scheduler",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--run-name",
+        run,
+        "--untuned",
+        str(untuned),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--validate-rounds",
+        "3",
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+        "HIPBLASLT_DOUBLE_GENERATION": "2025",
+        "HIPBLASLT_DOUBLE_NOISE": "0",
+        "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
+        "HIPBLASLT_DOUBLE_BUILD": build,
+    }
     return command, env
 
 
-def run_amd_dag(tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str,
-                untuned: Path | str = UNTUNED, check: bool = True) -> subprocess.CompletedProcess:
+def run_amd_dag(
+    tmp_path: Path,
+    run: str,
+    build: str = "",
+    task: str = "TuneWorkload",
+    *extra: str,
+    untuned: Path | str = UNTUNED,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Run ``amd_dag``'s command from ``tmp_path``; asserts success unless ``check`` is off."""
     command, env = amd_dag(tmp_path, run, build, task, *extra, untuned=untuned)
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
@@ -67,6 +100,11 @@ def nvmath_gpu_marks(what: str) -> list:
 
     import pytest
 
-    return [pytest.mark.gpu, pytest.mark.skipif(importlib.util.find_spec("nvmath") is None,
-                                                reason=f"nvmath-python is not installed: {what} comes with the "
-                                                       "'cuda' extra (pip install -e '.[cuda,test]')")]
+    return [
+        pytest.mark.gpu,
+        pytest.mark.skipif(
+            importlib.util.find_spec("nvmath") is None,
+            reason=f"nvmath-python is not installed: {what} comes with the "
+            "'cuda' extra (pip install -e '.[cuda,test]')",
+        ),
+    ]

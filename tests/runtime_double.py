@@ -13,9 +13,15 @@ class DoublePlan:
     def __init__(self, problem: GemmProblem, solution: str, device: int) -> None:
         self.problem, self.name, self.device, self.calls = problem, solution, device, 0
 
-    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None, accumulate: bool = False,
-            scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def run(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        accumulate: bool = False,
+        scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         wide_x, wide_y = x.double(), y.double()
         if scales is not None:  # (scale of y, scale of x), as BLAS A and B take them
             wide_x, wide_y = wide_x * scales[1].double(), wide_y * scales[0].double()

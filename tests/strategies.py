@@ -36,21 +36,28 @@ def problems(draw: st.DrawFn, wildcards: bool = True) -> GemmProblem:
         rows = (m if transa == "N" else k, k if transb == "N" else n, m)
         pads = draw(st.lists(st.integers(0, 512), min_size=3, max_size=3))
         wild = draw(st.booleans()) and wildcards
-        fields.update(lda=_ld(rows[0], pads[0], wild), ldb=_ld(rows[1], pads[1], wild),
-                      ldc=_ld(rows[2], pads[2], wild))
+        fields.update(lda=_ld(rows[0], pads[0], wild), ldb=_ld(rows[1], pads[1], wild), ldc=_ld(rows[2], pads[2], wild))
     if op == "scaled_gemm":
-        fields.update(a_type=draw(st.sampled_from(FP8)), b_type=draw(st.sampled_from(FP8)),
-                      c_type=draw(st.sampled_from(["bfloat16", "float16", "float32", *FP8])))
+        fields.update(
+            a_type=draw(st.sampled_from(FP8)),
+            b_type=draw(st.sampled_from(FP8)),
+            c_type=draw(st.sampled_from(["bfloat16", "float16", "float32", *FP8])),
+        )
         if has_ld:
             bias = draw(st.sampled_from([None, "bfloat16", "float16", "float32"]))
             if draw(st.booleans()):
                 swizzle = draw(st.one_of(st.none(), st.tuples(st.sampled_from("012"), st.sampled_from("012"))))
                 fields.update(rowwise=draw(st.booleans()), bias_type=bias, swizzle=swizzle)
             else:
-                fields.update(scale_a_type=draw(st.sampled_from(SCALAR_DTYPES)),
-                              scale_b_type=draw(st.sampled_from(SCALAR_DTYPES)),
-                              scale_a_recipe=draw(st.integers(0, 3)), scale_b_recipe=draw(st.integers(0, 3)),
-                              output_scale=draw(st.booleans()), fast_accum=draw(st.booleans()), bias_type=bias)
+                fields.update(
+                    scale_a_type=draw(st.sampled_from(SCALAR_DTYPES)),
+                    scale_b_type=draw(st.sampled_from(SCALAR_DTYPES)),
+                    scale_a_recipe=draw(st.integers(0, 3)),
+                    scale_b_recipe=draw(st.integers(0, 3)),
+                    output_scale=draw(st.booleans()),
+                    fast_accum=draw(st.booleans()),
+                    bias_type=bias,
+                )
     else:
         dtype, compute = TYPE_NAMES[draw(st.sampled_from(GEMM_TYPE_NAMES))]
         fields.update(a_type=dtype, b_type=dtype, c_type=dtype, compute_type=compute)
@@ -62,13 +69,27 @@ def problems(draw: st.DrawFn, wildcards: bool = True) -> GemmProblem:
 @st.composite
 def entries(draw: st.DrawFn, results: bool) -> TunableOpEntry:
     problem = draw(problems())
-    solution = draw(st.sampled_from(["Default", "Gemm_Hipblaslt_572", "Gemm_Rocblas_-61",
-                                     "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0"]))
+    solution = draw(
+        st.sampled_from(
+            [
+                "Default",
+                "Gemm_Hipblaslt_572",
+                "Gemm_Rocblas_-61",
+                "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0",
+            ]
+        )
+    )
     time_ms = draw(st.floats(0, 1e4, allow_nan=False))
     entry = TunableOpEntry.from_problem(problem, solution if results else None, time_ms if results else None)
     if draw(st.integers(0, 4)) == 0:
-        entry = TunableOpEntry(entry.op_signature, entry.params_signature, problem, entry.solution,
-                               entry.time_text, f"BLAS_PARAMS: - {{ function: matmul, M: {problem.m}, N: 1 }}")
+        entry = TunableOpEntry(
+            entry.op_signature,
+            entry.params_signature,
+            problem,
+            entry.solution,
+            entry.time_text,
+            f"BLAS_PARAMS: - {{ function: matmul, M: {problem.m}, N: 1 }}",
+        )
     return entry
 
 

@@ -16,16 +16,37 @@ from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED
 
 
 def _luigi(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-               "--workdir", str(tmp_path / "w"), "--run-name", "night", "--untuned", str(UNTUNED),
-               "--backend", "hipblaslt", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "TuneWorkload",
+        "--local-scheduler",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--run-name",
+        "night",
+        "--untuned",
+        str(UNTUNED),
+        "--backend",
+        "hipblaslt",
+        *extra,
+    ]
     env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), **(env or {})}
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
-    proc = _luigi(tmp_path, "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
-                  env={"HIPBLASLT_DOUBLE_GENERATION": "2025"})
+    proc = _luigi(
+        tmp_path,
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        env={"HIPBLASLT_DOUBLE_GENERATION": "2025"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     summary = json.loads((run / "bench" / "summary.json").read_text())
@@ -40,8 +61,10 @@ def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     assert all(e.solution.startswith("Gemm_Hipblaslt_") for e in bundle.entries)
     assert bundle.validators == read_file(TARGET).validators
     override = read_override(run / "bundle" / "hipblaslt_override.txt")
-    legacy_keys = {(e.problem.transa, e.problem.transb, e.problem.m, e.problem.n, e.problem.k, e.problem.batch,
-                    e.problem.a_type) for e in bundle.entries}  # the override key has no ld's: one row each
+    legacy_keys = {
+        (e.problem.transa, e.problem.transb, e.problem.m, e.problem.n, e.problem.k, e.problem.batch, e.problem.a_type)
+        for e in bundle.entries
+    }  # the override key has no ld's: one row each
     assert override.git_version == "de5c1aebb6-dirty" and len(override.entries) == len(legacy_keys) > 0
     kept_indices = {e.solution.rsplit("_", 1)[1] for e in bundle.entries}
     assert {dict(e.fields)["solution_index"] for e in override.entries} <= kept_indices
@@ -67,9 +90,27 @@ def test_a_2024_hipblaslt_for_torch_2_6_ships_the_names_that_torch_reads_and_no_
     Gemm_Hipblaslt_<TA><TB>_<index>: the rows are named so, the package serves them, no override file ships."""
     untuned = FIXTURES / "tunableop" / "torch2.6_untuned.csv"
     target = FIXTURES / "tunableop" / "torch2.6_rocm_results.csv"
-    command = [sys.executable, "-m", "luigi", "--module", "pipeline", "Package", "--local-scheduler",
-               "--workdir", str(tmp_path / "w"), "--run-name", "night", "--untuned", str(untuned),
-               "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(target)]
+    command = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "Package",
+        "--local-scheduler",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--run-name",
+        "night",
+        "--untuned",
+        str(untuned),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(target),
+    ]
     env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2024"}
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -77,7 +118,7 @@ def test_a_2024_hipblaslt_for_torch_2_6_ships_the_names_that_torch_reads_and_no_
     assert json.loads((run / "bench" / "runtime.json").read_text())["generation"] == "2024"
     bundle = read_file(run / "bundle" / "tunableop_results.csv")
     assert bundle.entries and all(re.fullmatch(r"Gemm_Hipblaslt_(TN|NN)_\d+", e.solution) for e in bundle.entries)
-    assert all(e.solution[len("Gemm_Hipblaslt_"):][:2] == e.problem.layout for e in bundle.entries)
+    assert all(e.solution[len("Gemm_Hipblaslt_") :][:2] == e.problem.layout for e in bundle.entries)
     assert not (run / "bundle" / "hipblaslt_override.txt").exists(), "hipBLASLt 0.10 reads no override file"
     package = json.loads((run / "package" / "package.json").read_text())
     assert package["serves"]["tunableop_rows"] == len(bundle.entries), "torch 2.6 can dispatch every row"

@@ -23,8 +23,10 @@ def _problems(*ks: int) -> list[GemmProblem]:
     return [GemmProblem("gemm", "T", "N", m, 128, k, k, k, m) for m in (4096, 6144) for k in ks]
 
 
-@given(st.lists(st.tuples(st.sampled_from([1, 8, 512, 8192]), st.sampled_from([4096, 14336])), max_size=30,
-                unique=True), st.integers(1, 8))
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 8, 512, 8192]), st.sampled_from([4096, 14336])), max_size=30, unique=True),
+    st.integers(1, 8),
+)
 def test_shards_cover_every_problem_once_and_balance(shapes, count):
     problems = [GemmProblem("gemm", "T", "N", 4096, n, k, k, k, 4096) for n, k in shapes]
     shards = shard(problems, count)

@@ -132,11 +132,15 @@ def test_sixteen_neighbours_each_put_the_fp8_ceilings_winner_in_the_products_poo
     it screened every one, and 15 of 16 are at >= 99% of the ceiling judged apart."""
     from pipeline.backends.base import TuneSettings
 
-    runs = {n: replay.load(ROOT / "bench" / "results" / f"cublaslt_ceiling_fp8_neighbours{n}_h100_2026-11-23.json.gz")
-            for n in (8, 16)}
+    runs = {
+        n: replay.load(ROOT / "bench" / "results" / f"cublaslt_ceiling_fp8_neighbours{n}_h100_2026-11-23.json.gz")
+        for n in (8, 16)
+    }
     assert TuneSettings().neighbours == 16 == runs[16]["settings"]["product_neighbours"]
-    outside = {n: [p["label"] for p in d["problems"] if p["product"]["ceiling_winner_screen_rank"] is None]
-               for n, d in runs.items()}
+    outside = {
+        n: [p["label"] for p in d["problems"] if p["product"]["ceiling_winner_screen_rank"] is None]
+        for n, d in runs.items()
+    }
     assert len(outside[8]) == 7 and outside[16] == []
     misses = [p["label"] for p in runs[8]["problems"] if p["judged"]["ours_of_ceiling"] < 0.99]
     assert misses and set(misses) <= set(outside[8])

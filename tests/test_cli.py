@@ -22,8 +22,10 @@ def test_shapes_strict_error_exit_code(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("GemmTunableOp_Half_TN,tn_8_8_8\nGemmTunableOp_Half_TN,tn_8_8_8,Default,slow\n")
     assert main(["shapes", str(bad)]) == 12, "bad input"
-    assert (f"gemm-tune shapes: TunableOpFormatError (exit 12, bad input): {bad}:2: time 'slow' is not a number"
-            in capsys.readouterr().err)
+    assert (
+        f"gemm-tune shapes: TunableOpFormatError (exit 12, bad input): {bad}:2: time 'slow' is not a number"
+        in capsys.readouterr().err
+    )
     assert main(["shapes", str(bad), "--lenient"]) == 0
     assert "1 malformed lines skipped" in capsys.readouterr().out
 

@@ -19,11 +19,17 @@ ROOT = str(Path(__file__).parents[1])
 
 def test_recording_env(tmp_path):
     env = recording_env(tmp_path, {"PATH": "/bin", "PYTORCH_TUNABLEOP_TUNING": "1"})
-    assert env == {"PATH": "/bin", "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
-                   "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
-                   "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv"),
-                   "PYTORCH_TUNABLEOP_VERBOSE": "3", "PYTORCH_TUNABLEOP_VERBOSE_FILENAME": "err",
-                   "GEMM_TUNE_RECORD_SCALED": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), ROOT])}
+    assert env == {
+        "PATH": "/bin",
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "PYTORCH_TUNABLEOP_TUNING": "0",
+        "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
+        "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv"),
+        "PYTORCH_TUNABLEOP_VERBOSE": "3",
+        "PYTORCH_TUNABLEOP_VERBOSE_FILENAME": "err",
+        "GEMM_TUNE_RECORD_SCALED": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), ROOT]),
+    }
 
 
 def test_recording_env_is_absolute_whatever_it_is_given(tmp_path, monkeypatch):
@@ -37,8 +43,13 @@ def test_the_double_records_nothing_silently_where_torch_would(tmp_path):
     means no file and no error; this is how a relative workdir once lost every GEMM."""
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    env = {**os.environ, "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
-           "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1", "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": "workdir/x/untuned.csv"}
+    env = {
+        **os.environ,
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "PYTORCH_TUNABLEOP_TUNING": "0",
+        "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
+        "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": "workdir/x/untuned.csv",
+    }
     proc = subprocess.run([sys.executable, FAKE, QKV], cwd=cwd, env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and not list(tmp_path.rglob("untuned*.csv"))
     (cwd / "workdir" / "x").mkdir(parents=True)
@@ -67,8 +78,9 @@ def test_no_lookup_lines_leaves_a_note_and_times_nothing(tmp_path):
 
 def test_the_workload_runs_in_the_callers_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "my_model.py").write_text(f"import runpy, sys\nsys.argv = ['fake', {QKV!r}]\n"
-                                          f"runpy.run_path({FAKE!r}, run_name='__main__')\n")
+    (tmp_path / "my_model.py").write_text(
+        f"import runpy, sys\nsys.argv = ['fake', {QKV!r}]\nrunpy.run_path({FAKE!r}, run_name='__main__')\n"
+    )
     collect(Path("collect"), f"{sys.executable} my_model.py")
     assert (tmp_path / "collect" / "untuned0.csv").read_text() == f"{QKV}\n"
     assert json.loads((tmp_path / "collect" / "manifest.json").read_text())["cwd"] == str(tmp_path)

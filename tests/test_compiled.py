@@ -23,7 +23,8 @@ def test_autotune_tables_parse_with_their_choices_fastest_first():
     assert [t.describe() for t in tables] == [
         "mm(8x4096, 4096x6144) torch.bfloat16, torch.bfloat16",
         "mm(8x4096, 4096x28672) torch.bfloat16, torch.bfloat16",
-        "addmm(3584, 8x3584, 3584x3584) torch.bfloat16, torch.bfloat16, torch.bfloat16"]
+        "addmm(3584, 8x3584, 3584x3584) torch.bfloat16, torch.bfloat16, torch.bfloat16",
+    ]
     first, second, third = tables
     assert (first.chosen, first.chosen_ms, first.library_ms, first.line) == ("triton_mm_4", 0.0123, 0.0150, 2)
     assert not first.sent_to_library and second.sent_to_library
@@ -61,13 +62,15 @@ def test_section_reads_the_collect_log_and_the_runtime_status(tmp_path):
     assert [t["kernel"] for t in facts["inductor_kernels"]] == ["triton_mm_4", "triton_mm_31"]
     assert [u["key"] for u in facts["never_run"]] == [TWIN]
     text = lines(facts)
-    assert text[0].startswith("mm(8x4096, 4096x6144) torch.bfloat16, torch.bfloat16: not sent to the library; "
-                              "Inductor compiled its own kernel triton_mm_4 (0.0123 ms against the library's best "
-                              "0.0150 ms; collect/workload.stderr.log line 2)")
+    assert text[0].startswith(
+        "mm(8x4096, 4096x6144) torch.bfloat16, torch.bfloat16: not sent to the library; "
+        "Inductor compiled its own kernel triton_mm_4 (0.0123 ms against the library's best "
+        "0.0150 ms; collect/workload.stderr.log line 2)"
+    )
     assert "no library choice in Inductor's top list" in text[1]
     assert text[2].startswith(f"{TWIN}: padded twin")
     json.dumps(facts)  # it goes into summary.json
-    assert section(tmp_path, [SERVED], [SERVED], {}) ["never_run"] == []  # no runtime ran: nothing claimed
+    assert section(tmp_path, [SERVED], [SERVED], {})["never_run"] == []  # no runtime ran: nothing claimed
 
 
 @pytest.mark.parametrize("name", ["mm", "addmm", "bias_addmm", "bmm", "_scaled_mm"])
@@ -89,18 +92,25 @@ def test_the_h100_max_autotune_log_reads_as_torch_wrote_it():
 PEERS = Path(__file__).parent.parent / "bench" / "results"
 
 
-@pytest.mark.parametrize("point, fastest", [("llama3-8b_b8", "reduce-overhead + bundle"),
-                                            ("qwen2-7b_b8", "reduce-overhead + bundle"),
-                                            ("qwen2-7b_b1", "max-autotune + bundle")])
+@pytest.mark.parametrize(
+    "point, fastest",
+    [
+        ("llama3-8b_b8", "reduce-overhead + bundle"),
+        ("qwen2-7b_b8", "reduce-overhead + bundle"),
+        ("qwen2-7b_b1", "max-autotune + bundle"),
+    ],
+)
 def test_the_peer_tables_answer_comes_from_the_recorded_runs(point, fastest):
     """bench/README.md's answer to 'max-autotune or the bundle?': each point's fastest arm, from the run's own
     tokens/s (medians where the peer ran more than once), and the autotuning tables each compile kept."""
     row = json.loads((PEERS / f"compiled_peer_{point}_h100_2026-11-23.json").read_text())["rows"][0]
     e2e = row["tuned"]["e2e"]
-    arms = {"reduce-overhead": e2e["baseline"]["median_tokens_per_s"],
-            "reduce-overhead + bundle": e2e["tuned"]["median_tokens_per_s"],
-            "max-autotune": row["max_autotune"]["tokens_per_s"],
-            "max-autotune + bundle": row["max_autotune_with_bundle"]["tokens_per_s"]}
+    arms = {
+        "reduce-overhead": e2e["baseline"]["median_tokens_per_s"],
+        "reduce-overhead + bundle": e2e["tuned"]["median_tokens_per_s"],
+        "max-autotune": row["max_autotune"]["tokens_per_s"],
+        "max-autotune + bundle": row["max_autotune_with_bundle"]["tokens_per_s"],
+    }
     assert max(arms, key=arms.get) == fastest
     for arm in ("max_autotune", "max_autotune_with_bundle"):
         assert all(run["exit"] == 0 and run["autotuned"] for run in row[arm]["runs"])

@@ -25,10 +25,13 @@ def _tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize(("golden", "settings"), [
-    ("configs_gfx942", ConfigSettings()),
-    ("configs_gfx90a", ConfigSettings(arch="gfx90a", preset="quick")),
-])
+@pytest.mark.parametrize(
+    ("golden", "settings"),
+    [
+        ("configs_gfx942", ConfigSettings()),
+        ("configs_gfx90a", ConfigSettings(arch="gfx90a", preset="quick")),
+    ],
+)
 def test_rendered_files_match_the_golden_files(golden, settings, tmp_path):
     write_configs(tmp_path / "out", _problems(), settings)
     assert _tree(tmp_path / "out") == _tree(GOLDEN / golden)
@@ -47,8 +50,13 @@ def test_find_exact_files_follow_the_schema(tmp_path):
         assert pt["ComputeDataType"] == "S" and pt["DataTypeC"] == pt["DataTypeD"]
         assert {pt["DataTypeA"], pt["DataTypeB"], pt["DataTypeC"]} <= {"H", "S", "B", "FP8", "FP8N"}
         assert pt["TransposeA"] in (0, 1) and isinstance(pt["UseBias"], bool)
-        assert bench["TestConfig"] == {"ColdIter": 20, "Iter": 100, "AlgoMethod": "all", "RotatingBuffer": 512,
-                                       "Device": 0}, "the 2025 script's device (HIP_VISIBLE_DEVICES maps it)"
+        assert bench["TestConfig"] == {
+            "ColdIter": 20,
+            "Iter": 100,
+            "AlgoMethod": "all",
+            "RotatingBuffer": 512,
+            "Device": 0,
+        }, "the 2025 script's device (HIP_VISIBLE_DEVICES maps it)"
         assert bench["TuningParameters"] == {"SplitK": [0, 4]}
         assert all(len(size) == 4 and all(isinstance(v, int) for v in size) for size in bench["ProblemSizes"])
         assert bench["ProblemSizes"] == sorted(bench["ProblemSizes"])
@@ -64,8 +72,12 @@ def test_tensile_files_follow_the_schema(tmp_path):
         assert config["GlobalParameters"]["NumElementsToValidate"] == 0
         ((problem_type, group),) = config["BenchmarkProblems"]
         assert problem_type["OperationType"] == "GEMM" and problem_type["Batched"] is True
-        for empty in ("InitialSolutionParameters", "BenchmarkForkParameters", "JoinParameters",
-                      "BenchmarkJoinParameters"):
+        for empty in (
+            "InitialSolutionParameters",
+            "BenchmarkForkParameters",
+            "JoinParameters",
+            "BenchmarkJoinParameters",
+        ):
             assert empty in group and group[empty] is None
         mi = group["ForkParameters"][0]["MatrixInstruction"]
         assert mi[0][:2] == [16, 16] and all(len(row) == 9 for row in mi)
@@ -74,8 +86,12 @@ def test_tensile_files_follow_the_schema(tmp_path):
         final = group["BenchmarkFinalParameters"]
         assert list(final[0]) == ["ProblemSizes"]
         assert all(len(size["Exact"]) == 8 for size in final[0]["ProblemSizes"])
-        assert config["LibraryLogic"] == {"ScheduleName": "aquavanjaram", "DeviceNames": ["Device 0049", "Device 0050"],
-                                          "ArchitectureName": "gfx942", "LibraryType": "Equality"}
+        assert config["LibraryLogic"] == {
+            "ScheduleName": "aquavanjaram",
+            "DeviceNames": ["Device 0049", "Device 0050"],
+            "ArchitectureName": "gfx942",
+            "LibraryType": "Equality",
+        }
         assert config["LibraryClient"] is None
 
 
@@ -95,27 +111,58 @@ def test_padding_off_and_links_to_originals(tmp_path):
 
 
 def _gemm(dtype: str, compute: str = "float32", op: str = "gemm", **extra) -> GemmProblem:
-    return GemmProblem(op, "T", "N", 256, 256, 256, a_type=dtype, b_type=dtype,
-                       c_type="bfloat16" if op == "scaled_gemm" else dtype, compute_type=compute, **extra)
+    return GemmProblem(
+        op,
+        "T",
+        "N",
+        256,
+        256,
+        256,
+        a_type=dtype,
+        b_type=dtype,
+        c_type="bfloat16" if op == "scaled_gemm" else dtype,
+        compute_type=compute,
+        **extra,
+    )
 
 
-@pytest.mark.parametrize(("problem", "find_exact", "tensile"), [
-    (_gemm("float16"), None, None),
-    (_gemm("bfloat16"), None, None),
-    (_gemm("float32"), None, None),
-    (_gemm("float64", "float64"), "no type letter for float64", None),
-    (_gemm("float32", "tf32"), "tf32", "tf32"),
-    (_gemm("complex64", "complex64"), "no type letter for complex64", "no TensileLite DataType letter for complex64"),
-    (_gemm("float8_e4m3fn", op="scaled_gemm"), "no --scaleA/--scaleB", "OCP FP8"),  # gfx942 runs fnuz
-    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=False), "no --scaleA/--scaleB", None),
-    (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=True), "no --scaleA/--scaleB", None),
-    (_gemm("float8_e5m2fnuz", op="scaled_gemm", bias_type="bfloat16"), "no --scaleA/--scaleB", None),
-    (GemmProblem("scaled_gemm", "T", "N", 256, 256, 256, a_type="float8_e4m3fnuz", b_type="float8_e5m2",
-                 c_type="bfloat16"), "no --scaleA/--scaleB", "OCP FP8"),
-    (_gemm("float8_e4m3fnuz", op="scaled_gemm", swizzle=(1, 1)), "no --scaleA/--scaleB", "MX block-scaled"),
-    (_gemm("float32", compute_suffix="bf16x9_r", lda=256, ldb=256, ldc=256), "bf16x9_r", "bf16x9_r"),
-    (GemmProblem("gemm", "T", "N", "*", 256, 256), "wildcard", "wildcard"),
-])
+@pytest.mark.parametrize(
+    ("problem", "find_exact", "tensile"),
+    [
+        (_gemm("float16"), None, None),
+        (_gemm("bfloat16"), None, None),
+        (_gemm("float32"), None, None),
+        (_gemm("float64", "float64"), "no type letter for float64", None),
+        (_gemm("float32", "tf32"), "tf32", "tf32"),
+        (
+            _gemm("complex64", "complex64"),
+            "no type letter for complex64",
+            "no TensileLite DataType letter for complex64",
+        ),
+        (_gemm("float8_e4m3fn", op="scaled_gemm"), "no --scaleA/--scaleB", "OCP FP8"),  # gfx942 runs fnuz
+        (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=False), "no --scaleA/--scaleB", None),
+        (_gemm("float8_e4m3fnuz", op="scaled_gemm", rowwise=True), "no --scaleA/--scaleB", None),
+        (_gemm("float8_e5m2fnuz", op="scaled_gemm", bias_type="bfloat16"), "no --scaleA/--scaleB", None),
+        (
+            GemmProblem(
+                "scaled_gemm",
+                "T",
+                "N",
+                256,
+                256,
+                256,
+                a_type="float8_e4m3fnuz",
+                b_type="float8_e5m2",
+                c_type="bfloat16",
+            ),
+            "no --scaleA/--scaleB",
+            "OCP FP8",
+        ),
+        (_gemm("float8_e4m3fnuz", op="scaled_gemm", swizzle=(1, 1)), "no --scaleA/--scaleB", "MX block-scaled"),
+        (_gemm("float32", compute_suffix="bf16x9_r", lda=256, ldb=256, ldc=256), "bf16x9_r", "bf16x9_r"),
+        (GemmProblem("gemm", "T", "N", "*", 256, 256), "wildcard", "wildcard"),
+    ],
+)
 def test_every_dtype_mapping_is_tuned_or_skipped_with_a_reason(problem, find_exact, tensile):
     for reason, expected in ((find_exact_reason(problem), find_exact), (tensile_reason(problem, "gfx942"), tensile)):
         assert (reason is None) if expected is None else (expected in reason)

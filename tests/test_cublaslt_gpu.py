@@ -16,21 +16,38 @@ from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
 from pipeline.stages.bench import result_path, run_shards
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    importlib.util.find_spec("nvmath") is None,
-    reason="nvmath-python is not installed: the cuBLASLt backend comes with the 'cuda' extra "
-           "(pip install -e '.[cuda,test]')")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        importlib.util.find_spec("nvmath") is None,
+        reason="nvmath-python is not installed: the cuBLASLt backend comes with the 'cuda' extra "
+        "(pip install -e '.[cuda,test]')",
+    ),
+]
 QUICK = TuneSettings(time_budget_s=3.0, heuristic_count=32, enumerate_budget=24)
 PROBLEMS = [
     GemmProblem("gemm", "T", "N", 6144, 8, 4096, 4096, 4096, 6144),
-    GemmProblem("gemm", "N", "N", 512, 128, 256, 512, 256, 512, a_type="float16", b_type="float16",
-                c_type="float16"),
+    GemmProblem("gemm", "N", "N", 512, 128, 256, 512, 256, 512, a_type="float16", b_type="float16", c_type="float16"),
     GemmProblem("gemm_and_bias", "T", "N", 11008, 64, 4096, 4096, 4096, 11008),
     GemmProblem("gemm_strided_batched", "N", "N", 128, 128, 64, 128, 64, 128, batch=8),
-    GemmProblem("gemm", "N", "N", 1024, 256, 512, 1024, 512, 1024, a_type="float32", b_type="float32",
-                c_type="float32"),
-    GemmProblem("gemm", "N", "T", 1024, 256, 512, 1024, 256, 1024, a_type="float32", b_type="float32",
-                c_type="float32", compute_type="tf32"),
+    GemmProblem(
+        "gemm", "N", "N", 1024, 256, 512, 1024, 512, 1024, a_type="float32", b_type="float32", c_type="float32"
+    ),
+    GemmProblem(
+        "gemm",
+        "N",
+        "T",
+        1024,
+        256,
+        512,
+        1024,
+        256,
+        1024,
+        a_type="float32",
+        b_type="float32",
+        c_type="float32",
+        compute_type="tf32",
+    ),
 ]
 
 
@@ -56,9 +73,11 @@ def test_every_winner_is_numerically_sound():
             assert error == pytest.approx(result.numerics[result.winner], rel=0.5, abs=1e-3)
         screened = [c for c in result.candidates if c.screen_us is not None]
         assert len(screened) >= 2, "the default and at least one cuBLASLt config were measured"
-        print(f"\n{result.problem.op} {result.problem.a_type} {result.problem.layout} {result.problem.m}x"
-              f"{result.problem.n}x{result.problem.k}: {result.winner} x{result.speedup:.3f} "
-              f"({len(result.candidates)} candidates, {result.tuning_s:.1f} s)")
+        print(
+            f"\n{result.problem.op} {result.problem.a_type} {result.problem.layout} {result.problem.m}x"
+            f"{result.problem.n}x{result.problem.k}: {result.winner} x{result.speedup:.3f} "
+            f"({len(result.candidates)} candidates, {result.tuning_s:.1f} s)"
+        )
 
 
 def test_the_config_space_walks_one_axis_from_the_heuristics_results():
@@ -88,7 +107,7 @@ def test_the_config_space_walks_one_axis_from_the_heuristics_results():
         assert set(gemm.space._axes) == {read_config(r)["AlgoId"] for r in heuristic}
         pool = backend.pool(problem, gemm, TuneSettings())
         names = {read_config(r)["SolutionNameMin"] for r in gemm.heuristic(TuneSettings().heuristic_count)}
-        assert set(pool.names[1:pool.heuristic_end]) == names and len(pool.names) > pool.heuristic_end
+        assert set(pool.names[1 : pool.heuristic_end]) == names and len(pool.names) > pool.heuristic_end
     finally:
         gemm.close()
 
@@ -96,10 +115,19 @@ def test_the_config_space_walks_one_axis_from_the_heuristics_results():
 def test_interrupted_shard_resumes(tmp_path):
     problems = PROBLEMS[:3]
     shard = tmp_path / "shard.json"
-    shard.write_text(json.dumps({"problems": [p.to_dict() for p in problems], "settings": QUICK.__dict__,
-                                 "backend": "pipeline.backends.cublaslt:CublasLtBackend"}))
-    worker = subprocess.Popen([sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard), str(tmp_path)],
-                              cwd=Path(__file__).resolve().parents[1])
+    shard.write_text(
+        json.dumps(
+            {
+                "problems": [p.to_dict() for p in problems],
+                "settings": QUICK.__dict__,
+                "backend": "pipeline.backends.cublaslt:CublasLtBackend",
+            }
+        )
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.stages", "bench-worker", str(shard), str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[1],
+    )
     first = result_path(tmp_path, problems[0])
     deadline = time.monotonic() + 300
     while not any(result_path(tmp_path, p).exists() for p in problems) and time.monotonic() < deadline:
@@ -120,9 +148,29 @@ def test_interrupted_shard_resumes(tmp_path):
 
 def test_tune_workload_dag_through_bench(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                           "--workdir", str(tmp_path), "--run-name", "gpu", "--time-budget", "1", "--gpus", "1"],
-                          cwd=repo, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "TuneWorkload",
+            "--local-scheduler",
+            "--workdir",
+            str(tmp_path),
+            "--run-name",
+            "gpu",
+            "--time-budget",
+            "1",
+            "--gpus",
+            "1",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     run = tmp_path / "gpu"
     summary = json.loads((run / "bench" / "summary.json").read_text())
@@ -145,9 +193,11 @@ def test_tune_workload_dag_through_bench(tmp_path):
     assert (run / "report" / "report.html").exists() and (run / "bundle" / "manifest.json").exists()
     lines = (run / "tune-workload.txt").read_text().splitlines()
     assert lines[-1] == f"report: {run / 'report' / 'report.html'}" and lines[-1] in proc.stdout
-    print(f"\nTuneWorkload: {len(shapes)} GEMMs, bench improved {summary['improved']} (geomean x"
-          f"{summary['geomean_speedup']:.3f}); validated kept {report['kept']}, weighted GEMM speedup "
-          f"x{report['weighted_gemm_speedup']:.3f}; {report['e2e']}")
+    print(
+        f"\nTuneWorkload: {len(shapes)} GEMMs, bench improved {summary['improved']} (geomean x"
+        f"{summary['geomean_speedup']:.3f}); validated kept {report['kept']}, weighted GEMM speedup "
+        f"x{report['weighted_gemm_speedup']:.3f}; {report['e2e']}"
+    )
 
 
 def test_screen_passes_take_medians_and_keep_a_refused_launch_refused():

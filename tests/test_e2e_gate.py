@@ -17,10 +17,14 @@ from .helpers import run_amd_dag
 
 
 def _ab(base_walls: list[float], tuned_walls: list[float], tokens: tuple[list, list] | None = None) -> dict:
-    runs = {"baseline": [{"wall_s": w, "tokens_per_s": t} for w, t in zip(base_walls, (tokens or ([None] * 9,))[0],
-                                                                          strict=False)],
-            "tuned": [{"wall_s": w, "tokens_per_s": t} for w, t in zip(tuned_walls, (tokens or (0, [None] * 9))[1],
-                                                                       strict=False)]}
+    runs = {
+        "baseline": [
+            {"wall_s": w, "tokens_per_s": t} for w, t in zip(base_walls, (tokens or ([None] * 9,))[0], strict=False)
+        ],
+        "tuned": [
+            {"wall_s": w, "tokens_per_s": t} for w, t in zip(tuned_walls, (tokens or (0, [None] * 9))[1], strict=False)
+        ],
+    }
     out: dict = {"reps": len(base_walls), "via": "runtime", "runs": runs}
     for name, walls in (("baseline", base_walls), ("tuned", tuned_walls)):
         out[name] = {"median_wall_s": sorted(walls)[len(walls) // 2], "wall_spread": e2e._spread(walls)}
@@ -53,14 +57,21 @@ def test_the_runtimes_start_up_is_told_apart(tmp_path):
 
 
 def test_readable_labels_tell_ld_twins_apart():
-    keys = {k: parse_key(*k.split(",", 1)) for k in (
-        "GemmTunableOp_BFloat16_TN,tn_4096_8_4096_ld_4096_4096_4096",
-        "GemmTunableOp_BFloat16_TN,tn_4096_8_4096_ld_4224_4224_4096",
-        "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,"
-        "tn_28672_512_4096_ld_4096_4096_28672_rw_0_bias_None")}
+    keys = {
+        k: parse_key(*k.split(",", 1))
+        for k in (
+            "GemmTunableOp_BFloat16_TN,tn_4096_8_4096_ld_4096_4096_4096",
+            "GemmTunableOp_BFloat16_TN,tn_4096_8_4096_ld_4224_4224_4096",
+            "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN,"
+            "tn_28672_512_4096_ld_4096_4096_28672_rw_0_bias_None",
+        )
+    }
     labels = list(distinct_labels(keys).values())
-    assert labels == ["gemm 4096x8x4096 bf16 ld 4096/4096/4096", "gemm 4096x8x4096 bf16 ld 4224/4224/4096",
-                      "scaled_gemm 28672x512x4096 e4m3 -> bf16"]
+    assert labels == [
+        "gemm 4096x8x4096 bf16 ld 4096/4096/4096",
+        "gemm 4096x8x4096 bf16 ld 4224/4224/4096",
+        "scaled_gemm 28672x512x4096 e4m3 -> bf16",
+    ]
 
 
 def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):

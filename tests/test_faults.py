@@ -20,29 +20,95 @@ from pipeline.formats.tunableop import read_file
 from .helpers import DOUBLE, TARGET, UNTUNED
 
 KILLS = 20
-ARTIFACTS = ("shapes/shapes.json", "bench/tunableop_results.csv", "bench/hipblaslt_override.txt", "bench/logic",
-             "merge/tunableop_results.csv", "merge/logic", "validate/gate.json", "bundle/tunableop_results.csv",
-             "bundle/hipblaslt_override.txt", "bundle/logic")
+ARTIFACTS = (
+    "shapes/shapes.json",
+    "bench/tunableop_results.csv",
+    "bench/hipblaslt_override.txt",
+    "bench/logic",
+    "merge/tunableop_results.csv",
+    "merge/logic",
+    "validate/gate.json",
+    "bundle/tunableop_results.csv",
+    "bundle/hipblaslt_override.txt",
+    "bundle/logic",
+)
 # where the 20 kills aim, in DAG order: each waits until that stage writes, then strikes a random moment later
-PLAN = ("shapes", "configs", "bench", "bench", "bench", "bench", "bench", "merge", "merge", "validate", "validate",
-        "validate", "validate", "validate", "bundle", "report", "report", "report", "tune-workload.txt",
-        "tune-workload.txt")
+PLAN = (
+    "shapes",
+    "configs",
+    "bench",
+    "bench",
+    "bench",
+    "bench",
+    "bench",
+    "merge",
+    "merge",
+    "validate",
+    "validate",
+    "validate",
+    "validate",
+    "validate",
+    "bundle",
+    "report",
+    "report",
+    "report",
+    "tune-workload.txt",
+    "tune-workload.txt",
+)
 
 
 def _start(tmp_path: Path, workdir: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-               "--workdir", str(workdir), "--run-name", "night", "--untuned", str(UNTUNED), "--backend", "hipblaslt",
-               "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET), "--validate-rounds", "3", "--gpus", "2"]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025",
-           "HIPBLASLT_DOUBLE_NOISE": "0"}
-    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "TuneWorkload",
+        "--local-scheduler",
+        "--workdir",
+        str(workdir),
+        "--run-name",
+        "night",
+        "--untuned",
+        str(UNTUNED),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--validate-rounds",
+        "3",
+        "--gpus",
+        "2",
+    ]
+    env = {
+        **os.environ,
+        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+        "HIPBLASLT_DOUBLE_GENERATION": "2025",
+        "HIPBLASLT_DOUBLE_NOISE": "0",
+    }
+    return subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _visible_files(run: Path) -> list[Path]:
     """Files a reader would take as outputs: no hidden temporaries, nothing in a ``.partial`` staging dir."""
-    return [p for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")
-            and not any(part.endswith(".partial") for part in p.relative_to(run).parts)]
+    return [
+        p
+        for p in run.rglob("*")
+        if p.is_file()
+        and not p.name.startswith(".")
+        and not any(part.endswith(".partial") for part in p.relative_to(run).parts)
+    ]
 
 
 def _assert_no_partial_file(run: Path) -> None:
@@ -63,7 +129,7 @@ ORDER = ("shapes", "configs", "bench", "merge", "validate", "bundle", "report", 
 def _wait_for_write(proc: subprocess.Popen, run: Path, target: str, since: float, timeout_s: float = 120.0) -> None:
     """Until the ``target`` stage, or one after it (a resumed run skips what is done), writes after ``since``,
     or the run ends."""
-    paths = [run / name for name in ORDER[ORDER.index(target):]]
+    paths = [run / name for name in ORDER[ORDER.index(target) :]]
     deadline = time.monotonic() + timeout_s
     while proc.poll() is None and time.monotonic() < deadline:
         for path in paths:
@@ -77,8 +143,11 @@ def _wait_for_write(proc: subprocess.Popen, run: Path, target: str, since: float
 
 def _stage_in_progress(run: Path, since: float) -> str:
     """The stage whose directory changed last before the kill (what the kill interrupted)."""
-    touched = [(p.stat().st_mtime, p.relative_to(run).parts[0]) for p in run.rglob("*")
-               if p.exists() and p.stat().st_mtime >= since]
+    touched = [
+        (p.stat().st_mtime, p.relative_to(run).parts[0])
+        for p in run.rglob("*")
+        if p.exists() and p.stat().st_mtime >= since
+    ]
     return max(touched)[1].split(".")[0] if touched else "start"
 
 
@@ -103,23 +172,27 @@ def test_sigkill_at_twenty_random_moments_then_rerun_is_byte_identical(tmp_path)
     final = _start(tmp_path, tmp_path / "faulted")
     assert final.wait(timeout=600) == 0, final.stderr.read()[-3000:]
     print(f"uninterrupted {uninterrupted:.1f} s; kills landed in: {hit}")
-    assert len(set(hit) & {"shapes", "configs", "bench", "merge", "validate", "bundle", "report"}) >= 3, \
+    assert len(set(hit) & {"shapes", "configs", "bench", "merge", "validate", "bundle", "report"}) >= 3, (
         f"the kills did not spread across the stages: {hit}"
+    )
 
     ref = tmp_path / "ref" / "night"
     _assert_no_partial_file(run)
     for name in ARTIFACTS:
         a, b = ref / name, run / name
         files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file()) if a.is_dir() else [Path()]
-        assert files and files == (sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) if a.is_dir()
-                                   else [Path()]), name
+        assert files and files == (
+            sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) if a.is_dir() else [Path()]
+        ), name
         for rel in files:
             assert (a / rel).read_bytes() == (b / rel).read_bytes(), f"{name}/{rel} differs"
+
     def figures(path: Path) -> list[str]:  # the printed lines but the wall times, which differ by nature
         return [line for line in path.read_text().splitlines() if not line.startswith("stage times: ")]
 
-    lines = [line.replace(str(tmp_path / "ref"), str(tmp_path / "faulted"))
-             for line in figures(ref / "tune-workload.txt")]
+    lines = [
+        line.replace(str(tmp_path / "ref"), str(tmp_path / "faulted")) for line in figures(ref / "tune-workload.txt")
+    ]
     assert figures(run / "tune-workload.txt") == lines, "the printed figures differ (paths and times aside)"
     results = json.loads((run / "bench" / "results.json").read_text())
     keys = [json.dumps(r["problem"], sort_keys=True) for r in results]

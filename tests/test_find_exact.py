@@ -26,9 +26,11 @@ from .helpers import FIXTURES, ROOT
 from .logic_factory import logic as make_logic
 from .logic_factory import solution
 
-PROBLEMS = [GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144),
-            GemmProblem("gemm", "T", "N", 4096, 2, 14336, 14336, 14336, 4096),
-            GemmProblem("gemm", "T", "N", 2048, 128, 4096, 4100, 4100, 2048)]  # non-packed: find_exact can't
+PROBLEMS = [
+    GemmProblem("gemm", "T", "N", 6144, 128, 4096, 4096, 4096, 6144),
+    GemmProblem("gemm", "T", "N", 4096, 2, 14336, 14336, 14336, 4096),
+    GemmProblem("gemm", "T", "N", 2048, 128, 4096, 4100, 4100, 2048),
+]  # non-packed: find_exact can't
 
 
 def test_locate_names_what_is_missing(tmp_path, monkeypatch):
@@ -83,19 +85,42 @@ def test_tune_configs_through_find_exact(tmp_path, monkeypatch):
 def test_tune_workload_with_find_exact(tmp_path):
     build = fake_build(tmp_path)  # the 2025 tree (bf16 needs its find_exact.py)
     untuned = tmp_path / "untuned0.csv"
-    untuned.write_text("".join(f"GemmTunableOp_BFloat16_TN,tn_{p.m}_{p.n}_{p.k}_ld_{p.lda}_{p.ldb}_{p.ldc}\n"
-                               for p in PROBLEMS))
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                           "--workdir", str(tmp_path / "w"), "--run-name", "night", "--untuned", str(untuned),
-                           "--backend", "find_exact", "--hipblaslt-root", str(build), "--validators-from",
-                           str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
-                               "HIPBLASLT_DOUBLE_GENERATION": "2025"})
+    untuned.write_text(
+        "".join(f"GemmTunableOp_BFloat16_TN,tn_{p.m}_{p.n}_{p.k}_ld_{p.lda}_{p.ldb}_{p.ldc}\n" for p in PROBLEMS)
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "TuneWorkload",
+            "--local-scheduler",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--run-name",
+            "night",
+            "--untuned",
+            str(untuned),
+            "--backend",
+            "find_exact",
+            "--hipblaslt-root",
+            str(build),
+            "--validators-from",
+            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     assert json.loads((run / "validate" / "measurements.json").read_text())["meta"]["measured_with"] == (
-        "hipblaslt-bench")
+        "hipblaslt-bench"
+    )
     bundle = read_file(run / "bundle" / "tunableop_results.csv")
     assert all(e.solution.startswith("Gemm_Hipblaslt_") for e in bundle.entries)
     logic = yaml.safe_load((run / "merge" / "logic" / "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
@@ -109,8 +134,11 @@ def test_find_exact_benches_on_the_gpu_the_worker_claimed(generation, tmp_path, 
     monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
     monkeypatch.setenv("HIPBLASLT_DOUBLE_SETTINGS_LOG", str(tmp_path / "settings.log"))
     monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
-    half = [GemmProblem("gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, a_type="float16", b_type="float16",
-                        c_type="float16")]
+    half = [
+        GemmProblem(
+            "gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, a_type="float16", b_type="float16", c_type="float16"
+        )
+    ]
     tool = FindExact(1, str(fake_build(tmp_path, generation)))
     configs.write_configs(tmp_path / "configs", half, configs.ConfigSettings(padding="off"))
     tune_configs(tool, half, tmp_path / "configs", tmp_path / "bench", TuneSettings())

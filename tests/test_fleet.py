@@ -23,15 +23,38 @@ WORKER = ("--no-lock", "--worker-keep-alive", "--worker-wait-interval", "0.2", "
 
 
 def _command(workdir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "luigi", "--module", "pipeline", "Bench", "--workdir", str(workdir),
-            "--run-name", "fleet", "--untuned", str(UNTUNED), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
-            "--gpus", "2", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "Bench",
+        "--workdir",
+        str(workdir),
+        "--run-name",
+        "fleet",
+        "--untuned",
+        str(UNTUNED),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--gpus",
+        "2",
+        *extra,
+    ]
 
 
 def _env(tmp_path: Path, delay: str = "0.15") -> dict:
-    return {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2025",
-            "HIPBLASLT_DOUBLE_NOISE": "0", "HIPBLASLT_DOUBLE_DELAY": delay,
-            "LUIGI_CONFIG_PATH": str(tmp_path / "luigi.cfg")}
+    return {
+        **os.environ,
+        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+        "HIPBLASLT_DOUBLE_GENERATION": "2025",
+        "HIPBLASLT_DOUBLE_NOISE": "0",
+        "HIPBLASLT_DOUBLE_DELAY": delay,
+        "LUIGI_CONFIG_PATH": str(tmp_path / "luigi.cfg"),
+    }
 
 
 @contextlib.contextmanager
@@ -41,11 +64,27 @@ def _luigid(tmp_path: Path) -> Iterator[int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     (tmp_path / "luigid").mkdir()
-    (tmp_path / "luigi.cfg").write_text("[scheduler]\nworker_disconnect_delay = 3\nretry_delay = 1\n"
-                                        "[worker]\nping_interval = 0.5\n")
-    server = subprocess.Popen([sys.executable, "-c", LUIGID, "--address", "127.0.0.1", "--port", str(port),
-                               "--logdir", str(tmp_path / "luigid"), "--state-path", str(tmp_path / "luigid" / "s")],
-                              env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (tmp_path / "luigi.cfg").write_text(
+        "[scheduler]\nworker_disconnect_delay = 3\nretry_delay = 1\n[worker]\nping_interval = 0.5\n"
+    )
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LUIGID,
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--logdir",
+            str(tmp_path / "luigid"),
+            "--state-path",
+            str(tmp_path / "luigid" / "s"),
+        ],
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
@@ -59,8 +98,18 @@ def _luigid(tmp_path: Path) -> Iterator[int]:
 
 def _workers(tmp_path: Path, fleet: Path, port: int) -> list[subprocess.Popen]:
     command = _command(fleet, "--shards", "6", "--scheduler-host", "127.0.0.1", "--scheduler-port", str(port), *WORKER)
-    return [subprocess.Popen(command, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True) for _ in range(2)]
+    return [
+        subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
 
 
 def _done(fleet: Path) -> list[dict]:
@@ -70,14 +119,21 @@ def _done(fleet: Path) -> list[dict]:
 def _assert_like_a_single_worker(tmp_path: Path, fleet: Path) -> None:
     bench = fleet / "fleet" / "bench"
     assert sorted(i for d in _done(fleet) for i in d["problems"]) == sorted(
-        p.stem for p in (bench / "problems").glob("*.json")), "a problem lost or tuned twice"
+        p.stem for p in (bench / "problems").glob("*.json")
+    ), "a problem lost or tuned twice"
     for path in bench.rglob("*"):  # no partial file: every JSON parses, no temporary is left visible
         assert not path.name.endswith(".tmp") or path.name.startswith(".")
         if path.suffix == ".json":
             json.loads(path.read_text())
     single = tmp_path / "single"
-    proc = subprocess.run(_command(single, "--local-scheduler"), cwd=tmp_path, env=_env(tmp_path, "0"),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        _command(single, "--local-scheduler"),
+        cwd=tmp_path,
+        env=_env(tmp_path, "0"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ARTIFACTS:
         assert (bench / name).read_bytes() == (single / "fleet" / "bench" / name).read_bytes()
@@ -125,7 +181,9 @@ def test_a_worker_killed_mid_shard_leaves_its_shard_to_the_other(tmp_path):
         out = survivor.communicate(timeout=600)[0]
     assert survivor.returncode == 0, out[-3000:]
     index = int(Path(shard).name[1:].split("of")[0])
-    done = {int(p.name[4:].split("of")[0]): json.loads(p.read_text())
-            for p in (fleet / "fleet" / "bench" / "shards").glob("done*of6.json")}
+    done = {
+        int(p.name[4:].split("of")[0]): json.loads(p.read_text())
+        for p in (fleet / "fleet" / "bench" / "shards").glob("done*of6.json")
+    }
     assert sorted(done) == list(range(6)) and done[index]["pid"] == survivor.pid
     _assert_like_a_single_worker(tmp_path, fleet)

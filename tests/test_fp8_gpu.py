@@ -56,8 +56,9 @@ def _recorded(tmp_path: Path):
     script = tmp_path / "record.py"
     script.write_text(FP8_CALLS + "\nfor _, call in calls():\n    call()\ntorch.cuda.synchronize()\n")
     collection = collect(tmp_path / "collect", [sys.executable, str(script)])
-    problems = [e.problem for f in collection.files if f.name.startswith("untuned_scaled_")
-                for e in read_file(f).entries]
+    problems = [
+        e.problem for f in collection.files if f.name.startswith("untuned_scaled_") for e in read_file(f).entries
+    ]
     return collection, problems
 
 
@@ -179,12 +180,20 @@ def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import TOLERANCES
 
-    fields = dict(a_type="float8_e4m3fn", b_type="float8_e4m3fn", c_type="bfloat16", scale_a_type="float32",
-                  scale_b_type="float32", output_scale=False, fast_accum=False)
+    fields = dict(
+        a_type="float8_e4m3fn",
+        b_type="float8_e4m3fn",
+        c_type="bfloat16",
+        scale_a_type="float32",
+        scale_b_type="float32",
+        output_scale=False,
+        fast_accum=False,
+    )
     backend = CublasLtBackend()
     settings = TuneSettings(time_budget_s=5.0)
-    tensorwise = GemmProblem("scaled_gemm", "T", "N", 6144, 8, 4096, 4096, 4096, 6144, scale_a_recipe=0,
-                             scale_b_recipe=0, **fields)
+    tensorwise = GemmProblem(
+        "scaled_gemm", "T", "N", 6144, 8, 4096, 4096, 4096, 6144, scale_a_recipe=0, scale_b_recipe=0, **fields
+    )
     result = backend.tune_one(tensorwise, settings)
     assert result.skipped is None and not result.errors and result.default_us > 0
     assert result.numerics["Default"] < TOLERANCES[("float8_e4m3fn", "float32")]
@@ -192,8 +201,9 @@ def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():
     assert len(screened) >= 4  # the heuristic's list and neighbours ran through the harness
     if result.winner != "Default":
         assert result.speedup >= 1 + settings.margin
-    rowwise = GemmProblem("scaled_gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, scale_a_recipe=1,
-                          scale_b_recipe=1, **fields)
+    rowwise = GemmProblem(
+        "scaled_gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, scale_a_recipe=1, scale_b_recipe=1, **fields
+    )
     result = next(tune(backend, [rowwise], settings))  # a scale mode this cuBLASLt refuses is a skip, not an error
     assert (result.skipped and "rowwise" in result.skipped) or (result.default_us and not result.errors)
     print(json.dumps({"rowwise": result.skipped or f"tuned: {result.winner} x{result.speedup:.3f}"}))

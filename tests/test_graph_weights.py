@@ -21,10 +21,21 @@ def _lookup(key: str) -> str:
 
 
 def test_lookups_inside_a_capture_count_once_per_replay_and_markers_are_stripped():
-    lines = [_lookup(QKV), "no result, using default\n", f"{MARK} 7.0 capture begin\n", _lookup(QKV),
-             _lookup(O_PROJ), f"{MARK} 7.0 capture end\n", "the workload's own line\n", _lookup(O_PROJ),
-             f"{MARK} 7.1 capture begin\n", _lookup(O_PROJ), f"{MARK} 7.1 capture end\n",
-             f"{MARK} 7.0 replayed 40\n", f"{MARK} 7.1 replayed 0\n"]
+    lines = [
+        _lookup(QKV),
+        "no result, using default\n",
+        f"{MARK} 7.0 capture begin\n",
+        _lookup(QKV),
+        _lookup(O_PROJ),
+        f"{MARK} 7.0 capture end\n",
+        "the workload's own line\n",
+        _lookup(O_PROJ),
+        f"{MARK} 7.1 capture begin\n",
+        _lookup(O_PROJ),
+        f"{MARK} 7.1 capture end\n",
+        f"{MARK} 7.0 replayed 40\n",
+        f"{MARK} 7.1 replayed 0\n",
+    ]
     calls: Counter = Counter()
     kept = list(split_stderr(lines, calls))
     assert kept == ["the workload's own line\n"]
@@ -75,8 +86,14 @@ def test_the_counter_wraps_capture_and_replay_and_unwraps(monkeypatch, capsys):
     assert _Graph.log[:2] == [("begin", "thread_local"), "end"]
     err = capsys.readouterr().err.splitlines()
     names = [parse_marker(line)[0] for line in err]
-    assert [parse_marker(line)[1:] for line in err] == [("begin", 0), ("end", 0), ("begin", 0), ("end", 0),
-                                                        ("replayed", 3), ("replayed", 1)]
+    assert [parse_marker(line)[1:] for line in err] == [
+        ("begin", 0),
+        ("end", 0),
+        ("begin", 0),
+        ("end", 0),
+        ("replayed", 3),
+        ("replayed", 1),
+    ]
     assert names[0] == names[1] == names[4] != names[2] == names[3] == names[5]
 
 
@@ -142,7 +159,8 @@ def test_collection_weighs_a_captured_gemm_by_its_replays(tmp_path):
         "    out = torch.mm(c, b)\n"
         "for _ in range(9):\n"
         "    g.replay()\n"
-        "torch.cuda.synchronize()\n")
+        "torch.cuda.synchronize()\n"
+    )
     out = tmp_path / "collect"
     collect(out, [sys.executable, str(script)])
     calls = json.loads((out / "calls.json").read_text())["calls"]

@@ -36,15 +36,20 @@ def test_every_line_parses_strictly_and_counts_match(path):
 
 def test_lds_under_the_row_count_are_what_torch_records():
     """Rotary outer products (float32 bmm with ld 1) and Mixtral's expert GEMMs (ldc 1 for 7168 rows)."""
-    odd = {f"{e.op_signature},{e.params_signature}": e.problem for path in CORPUS for e in read_file(path).entries
-           if e.problem.ld_notes()}
+    odd = {
+        f"{e.op_signature},{e.params_signature}": e.problem
+        for path in CORPUS
+        for e in read_file(path).entries
+        if e.problem.ld_notes()
+    }
     assert "GemmStridedBatchedTunableOp_float_TN,tn_32_1_1_B_2_ld_1_1_1" in odd
     assert "GemmStridedBatchedTunableOp_BFloat16_TT,tt_7168_1_1024_B_4_ld_1024_1_1" in odd
     for problem in odd.values():
         amd = to_amd(problem)
         rows = problem.stored_rows()
-        assert (amd.lda, amd.ldb, amd.ldc) == tuple(max(ld, r) for ld, r in
-                                                    zip((problem.lda, problem.ldb, problem.ldc), rows, strict=True))
+        assert (amd.lda, amd.ldb, amd.ldc) == tuple(
+            max(ld, r) for ld, r in zip((problem.lda, problem.ldb, problem.ldc), rows, strict=True)
+        )
 
 
 def test_configs_of_the_whole_corpus(tmp_path):
@@ -52,5 +57,6 @@ def test_configs_of_the_whole_corpus(tmp_path):
     data = configs.write_configs(tmp_path / "configs", problems, configs.ConfigSettings())
     assert data["files"]
     text = "".join(p.read_text() for p in (tmp_path / "configs").rglob("*.yaml"))
-    assert "7168, 1, 4, 1024, 7168, 7168, 1024" in text.replace("[", "").replace("]", ""), \
+    assert "7168, 1, 4, 1024, 7168, 7168, 1024" in text.replace("[", "").replace("]", ""), (
         "the Tensile exact size holds the normalised ldd/ldc (7168), not torch's 1"
+    )

@@ -18,12 +18,24 @@ def test_compiled_decode_loop_matches_greedy_generate():
     assert tokens == 2 * 3 and seconds > 0
     ids = decoder.generated[:, :5]
     with torch.inference_mode():
-        expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
-                                  min_new_tokens=4, do_sample=False, pad_token_id=0)
+        expected = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=4,
+            min_new_tokens=4,
+            do_sample=False,
+            pad_token_id=0,
+        )
     assert torch.equal(decoder.generated, expected)
     decoder.run(lambda: None)  # a second prompt batch reuses the cache from a reset: no stale keys
     ids = decoder.generated[:, :5]
     with torch.inference_mode():
-        expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
-                                  min_new_tokens=4, do_sample=False, pad_token_id=0)
+        expected = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=4,
+            min_new_tokens=4,
+            do_sample=False,
+            pad_token_id=0,
+        )
     assert torch.equal(decoder.generated, expected)

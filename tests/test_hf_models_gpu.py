@@ -60,5 +60,7 @@ def test_time_shares_of_a_real_model(tmp_path):
     shares = [r.time_share for r in gathered.shapes]
     assert all(s is not None and s > 0 for s in shares) and sum(shares) == pytest.approx(1.0)
     top = max(gathered.shapes, key=lambda r: r.time_share)
-    print(f"\ngpt2: top GEMM {top.key}: {100 * top.time_share:.1f}% of GEMM time, {top.calls} calls, "
-          f"{top.per_call_us:.1f} us per call")
+    print(
+        f"\ngpt2: top GEMM {top.key}: {100 * top.time_share:.1f}% of GEMM time, {top.calls} calls, "
+        f"{top.per_call_us:.1f} us per call"
+    )

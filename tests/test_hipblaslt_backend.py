@@ -62,14 +62,20 @@ def test_a_2025_bench_that_writes_no_tuning_file_gets_the_legacy_layout(monkeypa
     assert result.winner_config["OverrideSource"] == "legacy layout"
     rows = parse_override("Git Version: x\n" + result.winner_config["OverrideRows"])
     fields = dict(rows.entries[0].fields)
-    assert (fields["transA"], fields["m"], fields["n"], fields["k"], fields["a_type"]) == ("T", "6144", "128", "4096",
-                                                                                          "bf16_r")
+    assert (fields["transA"], fields["m"], fields["n"], fields["k"], fields["a_type"]) == (
+        "T",
+        "6144",
+        "128",
+        "4096",
+        "bf16_r",
+    )
     assert fields["solution_index"] == result.winner.rsplit("_", 1)[1]
 
 
 def _without_tuning_file(run):
     def wrapped(args, env=None):
         return run(args, env={k: v for k, v in (env or {}).items() if k != "HIPBLASLT_TUNING_FILE"})
+
     return wrapped
 
 
@@ -87,11 +93,14 @@ def test_a_single_solution_leaves_the_default(monkeypatch):
     assert result.winner == DEFAULT and len(result.candidates) == 1 and not result.errors
 
 
-@pytest.mark.parametrize(("knob", "message"), [
-    ("HIPBLASLT_DOUBLE_FAIL", "exit code 1: hipBLASLt error: HIPBLAS_STATUS_EXECUTION_FAILED"),
-    ("HIPBLASLT_DOUBLE_HANG", "no answer in 4 s; then no answer in 4 s"),
-    ("HIPBLASLT_DOUBLE_GARBAGE", "values for"),
-])
+@pytest.mark.parametrize(
+    ("knob", "message"),
+    [
+        ("HIPBLASLT_DOUBLE_FAIL", "exit code 1: hipBLASLt error: HIPBLAS_STATUS_EXECUTION_FAILED"),
+        ("HIPBLASLT_DOUBLE_HANG", "no answer in 4 s; then no answer in 4 s"),
+        ("HIPBLASLT_DOUBLE_GARBAGE", "values for"),
+    ],
+)
 def test_a_broken_problem_is_retried_recorded_and_the_others_finish(knob, message, monkeypatch):
     monkeypatch.setenv(knob, "6144")
     backend = HipblasltBackend(0, DOUBLE, timeout_s=4.0)  # a normal run of the double takes ~0.1 s

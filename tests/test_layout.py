@@ -1,13 +1,13 @@
 """The package layout is the architecture: imports only run downward.
 
-    problem, atomic, stats,  the data model, helpers, the error hierarchy and the process helper:
-    errors, procs            import nothing of the package but each other
-    formats/                 one module per file format: the helpers alone
-    backends/                tuners, timing harness, GPU slots: formats and helpers
-    runtime/                 applies tuned rows inside torch at run time: backends, formats, helpers
-    stages/                  the pure core of each DAG stage: runtime, backends, formats, helpers, other stages
-    tasks, cli, luigi_face   wiring: anything
-    workloads/               standalone programs: nothing of the package
+problem, atomic, stats,  the data model, helpers, the error hierarchy and the process helper:
+errors, procs            import nothing of the package but each other
+formats/                 one module per file format: the helpers alone
+backends/                tuners, timing harness, GPU slots: formats and helpers
+runtime/                 applies tuned rows inside torch at run time: backends, formats, helpers
+stages/                  the pure core of each DAG stage: runtime, backends, formats, helpers, other stages
+tasks, cli, luigi_face   wiring: anything
+workloads/               standalone programs: nothing of the package
 """
 
 from __future__ import annotations
@@ -66,10 +66,25 @@ def test_imports_only_run_downward(path):
 
 def test_every_module_belongs_to_a_layer():
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "__main__", "atomic", "cli", "errors", "luigi_face", "problem", "procs", "stats",
-                   "tasks"]
+    assert top == [
+        "__init__",
+        "__main__",
+        "atomic",
+        "cli",
+        "errors",
+        "luigi_face",
+        "problem",
+        "procs",
+        "stats",
+        "tasks",
+    ]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
-        "backends", "formats", "runtime", "stages", "workloads"]
+        "backends",
+        "formats",
+        "runtime",
+        "stages",
+        "workloads",
+    ]
 
 
 @pytest.mark.parametrize("module", ["pipeline.stages.bench_worker", "pipeline.stages.validate", "pipeline.runtime"])
@@ -78,24 +93,32 @@ def test_worker_processes_do_not_import_luigi(module):
     the ``luigi`` command still finds every task of ``--module pipeline`` by name."""
     import subprocess
     import sys
+
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m == 'luigi' or m == 'pipeline.tasks'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     code = "import luigi, luigi.task_register as r, pipeline; print(r.Register.get_task_cls('TuneWorkload').__module__)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip() == "pipeline.tasks"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "pipeline.tasks"
+    )
 
 
 def test_the_stages_import_each_other_without_a_circle():
     """A stage module may use another, never one that (through others) uses it back."""
     stages = {p.stem: p for p in (PACKAGE / "stages").glob("*.py") if p.stem not in ("__init__", "__main__")}
-    graph = {name: {m.split(".")[2] for m in imported(path) if m.startswith("pipeline.stages.")
-                    and m.split(".")[2] in stages and m.split(".")[2] != name}
-             for name, path in stages.items()}
+    graph = {
+        name: {
+            m.split(".")[2]
+            for m in imported(path)
+            if m.startswith("pipeline.stages.") and m.split(".")[2] in stages and m.split(".")[2] != name
+        }
+        for name, path in stages.items()
+    }
     done: set[str] = set()
 
     def visit(name: str, trail: tuple[str, ...]) -> None:
-        assert name not in trail, f"import circle: {' -> '.join((*trail[trail.index(name):], name))}"
+        assert name not in trail, f"import circle: {' -> '.join((*trail[trail.index(name) :], name))}"
         if name in done:
             return
         for other in sorted(graph[name]):
@@ -111,5 +134,6 @@ def test_test_modules_share_through_helpers_not_each_other():
     for path in sorted(tests.glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level and node.module:
-                assert not node.module.startswith(("test_", "conftest")), \
+                assert not node.module.startswith(("test_", "conftest")), (
                     f"{path.name} imports from {node.module}: share it through tests/helpers.py"
+                )

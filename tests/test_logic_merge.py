@@ -28,6 +28,7 @@ def _merge(tmp_path, base, new, options=UP, name=NAME, new_name=None):
 
 # --- upstream ------------------------------------------------------------------------------------------
 
+
 def test_forced_by_default_new_wins_even_when_slower(tmp_path):
     base = logic([[[64, 64, 1, 64], [0, 500.0]]], [solution(128)])
     new = logic([[[64, 64, 1, 64], [0, 100.0]]], [solution(256)])
@@ -69,9 +70,15 @@ def test_files_matched_by_basename_yaml_only_new_only_ignored(tmp_path):
 
 
 def test_trim_keeps_the_first_colliding_row_regardless_of_efficiency(tmp_path):
-    base = logic([[[64, 64, 1, 64, 64, 64, 64, 64], [0, 10.0]], [[64, 64, 1, 64, 64, 64, 128, 128], [1, 50.0]],
-                  [[96, 96, 1, 96, 96, 96, 96, 96], [0, 1.0]], [[96, 96, 1, 96], [1, 2.0]]],
-                 [solution(128, 0), solution(256, 1)])
+    base = logic(
+        [
+            [[64, 64, 1, 64, 64, 64, 64, 64], [0, 10.0]],
+            [[64, 64, 1, 64, 64, 64, 128, 128], [1, 50.0]],
+            [[96, 96, 1, 96, 96, 96, 96, 96], [0, 1.0]],
+            [[96, 96, 1, 96], [1, 2.0]],
+        ],
+        [solution(128, 0), solution(256, 1)],
+    )
     new = logic([[[32, 32, 1, 32], [0, 9.0]]], [solution(128)])
     report, out = _merge(tmp_path, base, new)
     rows = read(out / NAME)[7]
@@ -103,8 +110,10 @@ def test_kernel_dedupe_ignores_index_and_name_only(tmp_path):
 
 
 def test_unused_kernels_dropped_and_renumbered_in_pool_order(tmp_path):
-    base = logic([[[64, 64, 1, 64], [2, 5.0]], [[16, 16, 1, 16], [0, 5.0]]],
-                 [solution(64, 0), solution(128, 1), solution(256, 2)])
+    base = logic(
+        [[[64, 64, 1, 64], [2, 5.0]], [[16, 16, 1, 16], [0, 5.0]]],
+        [solution(64, 0), solution(128, 1), solution(256, 2)],
+    )
     new = logic([[[64, 64, 1, 64], [0, 9.0]]], [solution(512)])
     report, out = _merge(tmp_path, base, new)
     merged = read(out / NAME)
@@ -121,8 +130,9 @@ def test_problem_type_mismatch_is_bad_input_naming_the_key_as_upstream_words_it(
     write(tmp_path / "new", NAME, new)
     with pytest.raises(ProblemTypeMismatch):
         merge_dirs(tmp_path / "base", tmp_path / "new", tmp_path / "out", UP)
-    code = main(["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "out"),
-                 "--policy", "upstream"])
+    code = main(
+        ["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "out"), "--policy", "upstream"]
+    )
     assert code == 12, "bad input (upstream merge.py exits 1, which gemm-tune keeps for bugs)"
     err = capsys.readouterr().err
     assert err.startswith("gemm-tune merge-logic: ProblemTypeMismatch (exit 12, bad input): [Error] ProblemType")
@@ -142,7 +152,10 @@ def test_waived_keys_leave_the_base_and_stagger_is_sanitized(tmp_path):
     merged = read(out / NAME)
     assert "Legacy" not in merged[4] and "Legacy" not in merged[5][0]["ProblemType"]
     assert (merged[5][0]["StaggerUMapping"], merged[5][0]["StaggerUStride"], merged[5][0]["_staggerStrideShift"]) == (
-        0, 0, 0)
+        0,
+        0,
+        0,
+    )
 
 
 def test_no_eff_and_output_is_upstream_yaml(tmp_path):
@@ -160,9 +173,26 @@ def test_upstream_refuses_what_s24_cannot_read(tmp_path):
     base = logic([[[64, 64, 1, 64], [0, 5.0]]], [solution(128)])
     with pytest.raises(LogicFormatError, match="crashes on it"):
         _merge(tmp_path / "a", base, logic(None, [solution(256)], library_type="FreeSize"))
-    mapping = dict(zip(["MinimumRequiredVersion", "ScheduleName", "ArchitectureName", "DeviceNames", "ProblemType",
-                        "Solutions", "IndexOrder", "ExactLogic", "RangeLogic", "TileSelection", "PerfMetric",
-                        "LibraryType"], logic([[[32, 32, 1, 32], [0, 9.0]]], [solution(256)]), strict=True))
+    mapping = dict(
+        zip(
+            [
+                "MinimumRequiredVersion",
+                "ScheduleName",
+                "ArchitectureName",
+                "DeviceNames",
+                "ProblemType",
+                "Solutions",
+                "IndexOrder",
+                "ExactLogic",
+                "RangeLogic",
+                "TileSelection",
+                "PerfMetric",
+                "LibraryType",
+            ],
+            logic([[[32, 32, 1, 32], [0, 9.0]]], [solution(256)]),
+            strict=True,
+        )
+    )
     with pytest.raises(LogicFormatError, match="list-format logic only"):
         _merge(tmp_path / "b", base, mapping)
 
@@ -173,15 +203,28 @@ FAST = MergeOptions()
 
 
 def test_faster_keeps_the_faster_entry_by_margin_and_reports(tmp_path):
-    base = logic([[[64, 64, 1, 64], [0, 500.0]], [[32, 32, 1, 32], [0, 500.0]], [[16, 16, 1, 16], [0, 0.0]]],
-                 [solution(128)])
-    new = logic([[[64, 64, 1, 64], [0, 520.0]], [[32, 32, 1, 32], [0, 505.0]], [[16, 16, 1, 16], [0, 90.0]],
-                 [[8, 8, 1, 8], [0, 1.0]], [[8, 8, 1, 8], [1, 3.0]]], [solution(256, 0), solution(512, 1)])
+    base = logic(
+        [[[64, 64, 1, 64], [0, 500.0]], [[32, 32, 1, 32], [0, 500.0]], [[16, 16, 1, 16], [0, 0.0]]], [solution(128)]
+    )
+    new = logic(
+        [
+            [[64, 64, 1, 64], [0, 520.0]],
+            [[32, 32, 1, 32], [0, 505.0]],
+            [[16, 16, 1, 16], [0, 90.0]],
+            [[8, 8, 1, 8], [0, 1.0]],
+            [[8, 8, 1, 8], [1, 3.0]],
+        ],
+        [solution(256, 0), solution(512, 1)],
+    )
     report, out = _merge(tmp_path, base, new, options=FAST)
     merged = read(out / NAME)
     by_size = {tuple(k): (merged[5][i]["MacroTile0"], eff) for k, (i, eff) in merged[7]}
-    assert by_size == {(64, 64, 1, 64): (256, 520.0), (32, 32, 1, 32): (128, 500.0), (16, 16, 1, 16): (128, 0.0),
-                       (8, 8, 1, 8): (512, 3.0)}
+    assert by_size == {
+        (64, 64, 1, 64): (256, 520.0),
+        (32, 32, 1, 32): (128, 500.0),
+        (16, 16, 1, 16): (128, 0.0),
+        (8, 8, 1, 8): (512, 3.0),
+    }
     text = "\n".join(report.lines)
     assert "replaced [64, 64, 1, 64]: efficiency 500.0 -> 520.0 (1.040x faster)" in text
     assert "kept base [32, 32, 1, 32]: efficiency 500.0 vs 505.0 is within the 2% margin or slower" in text
@@ -208,24 +251,29 @@ def test_faster_refuses_other_problem_types_and_library_types(tmp_path):
     base = logic([[[64, 64, 1, 64], [0, 5.0]]], [solution(128)])
     other = {**PROBLEM_TYPE, "TransposeA": False}
     with pytest.raises(ProblemTypeMismatch, match=r"TransposeA \(True != False\)"):
-        _merge(tmp_path / "a", base, logic([[[1, 1, 1, 1], [0, 1.0]]], [solution(8)], problem_type=other),
-               options=FAST)
+        _merge(tmp_path / "a", base, logic([[[1, 1, 1, 1], [0, 1.0]]], [solution(8)], problem_type=other), options=FAST)
     with pytest.raises(LogicFormatError, match="GridBased logic cannot merge into Equality"):
-        _merge(tmp_path / "b", base, logic([[[1, 1, 1, 1], [0, 1.0]]], [solution(8)], library_type="GridBased"),
-               options=FAST)
+        _merge(
+            tmp_path / "b",
+            base,
+            logic([[[1, 1, 1, 1], [0, 1.0]]], [solution(8)], library_type="GridBased"),
+            options=FAST,
+        )
 
 
 SIZES = st.tuples(st.sampled_from([16, 32, 64]), st.sampled_from([8, 128]), st.just(1), st.sampled_from([64, 4096]))
-ROWS = st.lists(st.tuples(SIZES, st.integers(0, 2), st.floats(1, 1000)), min_size=1, max_size=8,
-                unique_by=lambda r: r[0])
+ROWS = st.lists(
+    st.tuples(SIZES, st.integers(0, 2), st.floats(1, 1000)), min_size=1, max_size=8, unique_by=lambda r: r[0]
+)
 
 
 def _clean(rows):
     """A base file whose rows use every solution, with indices equal to positions."""
     used = sorted({index for _, index, _ in rows})
     remap = {old: new for new, old in enumerate(used)}
-    return logic([[list(size), [remap[i], eff]] for size, i, eff in rows], [solution(32 * (i + 1), remap[i])
-                                                                            for i in used])
+    return logic(
+        [[list(size), [remap[i], eff]] for size, i, eff in rows], [solution(32 * (i + 1), remap[i]) for i in used]
+    )
 
 
 @settings(max_examples=40, deadline=None)

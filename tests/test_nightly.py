@@ -66,9 +66,11 @@ def test_every_pipeline_error_class_has_a_known_code():
 
 
 def test_the_lock_names_its_holder_and_a_waiter_gets_it_when_released(tmp_path):
-    with (nightly.workdir_lock(tmp_path, argv=["first"]),
-          pytest.raises(nightly.Locked, match=r'"pid": \d+.*"argv": \["first"\]'),
-          nightly.workdir_lock(tmp_path)):
+    with (
+        nightly.workdir_lock(tmp_path, argv=["first"]),
+        pytest.raises(nightly.Locked, match=r'"pid": \d+.*"argv": \["first"\]'),
+        nightly.workdir_lock(tmp_path),
+    ):
         pass
     held = threading.Event()
 
@@ -87,15 +89,41 @@ def test_the_lock_names_its_holder_and_a_waiter_gets_it_when_released(tmp_path):
 
 
 def test_plain_luigi_tasks_share_the_lock_and_never_run_beside_a_nightly(tmp_path):
-    with (nightly.workdir_lock(tmp_path, shared=True), nightly.workdir_lock(tmp_path, shared=True),
-          pytest.raises(nightly.Locked), nightly.workdir_lock(tmp_path)):
+    with (
+        nightly.workdir_lock(tmp_path, shared=True),
+        nightly.workdir_lock(tmp_path, shared=True),
+        pytest.raises(nightly.Locked),
+        nightly.workdir_lock(tmp_path),
+    ):
         pass
     with nightly.workdir_lock(tmp_path, argv=["nightly"]):
-        proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload",
-                               "--local-scheduler", "--workdir", str(tmp_path), "--run-name", "r", "--untuned",
-                               str(UNTUNED), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
-                               "--validators-from", str(TARGET)], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "luigi",
+                "--module",
+                "pipeline",
+                "TuneWorkload",
+                "--local-scheduler",
+                "--workdir",
+                str(tmp_path),
+                "--run-name",
+                "r",
+                "--untuned",
+                str(UNTUNED),
+                "--backend",
+                "hipblaslt",
+                "--hipblaslt-bench",
+                DOUBLE,
+                "--validators-from",
+                str(TARGET),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")},
+        )
     assert proc.returncode != 0
     assert "failed: Locked (exit 13, busy)" in proc.stderr and '"argv": ["nightly"]' in proc.stderr
     assert not (tmp_path / "r" / "shapes").exists(), "nothing was written beside the nightly"
@@ -112,8 +140,13 @@ def test_units_refuse_a_time_that_is_not_one(capsys):
 
 def test_units_escape_what_cron_and_systemd_would_expand(tmp_path):
     workdir = tmp_path / "50% off $HOME"
-    texts = nightly.units(workdir, ["--untuned", "a b.csv,/abs/c.csv"], "04:07", cwd=tmp_path / "here",
-                          env={"PATH": "/opt/x%y:/usr/bin", "HIPBLASLT_BENCH": "/b", "SECRET_TOKEN": "s"})
+    texts = nightly.units(
+        workdir,
+        ["--untuned", "a b.csv,/abs/c.csv"],
+        "04:07",
+        cwd=tmp_path / "here",
+        env={"PATH": "/opt/x%y:/usr/bin", "HIPBLASLT_BENCH": "/b", "SECRET_TOKEN": "s"},
+    )
     cron = texts["gemm-tune-nightly.cron"].splitlines()[-1]
     assert cron.startswith("7 4 * * * ") and "50\\% off" in cron and "%" not in cron.replace("\\%", "")
     assert f"--untuned '{tmp_path / 'here' / 'a b.csv'},/abs/c.csv'" in cron
@@ -134,9 +167,31 @@ def _print_units(tmp_path: Path, capsys, workdir: str) -> dict[str, str]:
     here = tmp_path / "A"
     _small_untuned(here)
     os.chdir(here)
-    assert main(["nightly", "--workdir", workdir, "--print-units", "--at", "03:30", "--untuned", "small.csv",
-                 "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET),
-                 "--validate-rounds", "2", "--run-name", "night"]) == 0
+    assert (
+        main(
+            [
+                "nightly",
+                "--workdir",
+                workdir,
+                "--print-units",
+                "--at",
+                "03:30",
+                "--untuned",
+                "small.csv",
+                "--backend",
+                "hipblaslt",
+                "--hipblaslt-bench",
+                DOUBLE,
+                "--validators-from",
+                str(TARGET),
+                "--validate-rounds",
+                "2",
+                "--run-name",
+                "night",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     return {name: text for name, text in re.findall(r"==> (\S+) <==\n(.*?)(?=\n==> |\Z)", out, re.S)}
 
@@ -152,9 +207,14 @@ def test_the_printed_cron_line_runs_as_printed_from_a_bare_environment(tmp_path,
     command = line.split(" ", 5)[5].replace("\\%", "%")  # what cron hands to /bin/sh
     home = tmp_path / "home"
     home.mkdir()
-    proc = subprocess.run(["sh", "-c", command], cwd=home, env={"PATH": "/usr/bin:/bin", "HOME": str(home),
-                                                                "SHELL": "/bin/sh"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["sh", "-c", command],
+        cwd=home,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), "SHELL": "/bin/sh"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     log = (workdir / nightly.LOG).read_text()
     assert "gemm-tune nightly: exit 0" in log and "bundle accepted" in log
@@ -178,8 +238,9 @@ def test_the_printed_service_runs_as_printed_from_a_bare_environment(tmp_path, c
     log = tmp_path / "A" / "B" / "wd" / "nightly.log"
     assert fields["StandardOutput"] == fields["StandardError"] == [f"append:{log}"]
     with open(fields["StandardOutput"][0].removeprefix("append:"), "a") as journal:  # as systemd opens it
-        proc = subprocess.run(argv, cwd=fields["WorkingDirectory"][0], env=env, stdout=journal, stderr=journal,
-                              timeout=300)
+        proc = subprocess.run(
+            argv, cwd=fields["WorkingDirectory"][0], env=env, stdout=journal, stderr=journal, timeout=300
+        )
     said = log.read_text()
     assert proc.returncode == 0, said[-3000:]
     assert (tmp_path / "A" / "B" / "wd" / "night" / "bundle" / "manifest.json").exists(), "relative to A"
@@ -220,19 +281,43 @@ def test_kill_9_of_the_nightly_leaves_no_worker_and_the_rerun_resumes(tmp_path):
     mark = f"GEMM_TUNE_TEST_MARK=kill{os.getpid()}"
     locks = tmp_path / "locks"
     untuned = _small_untuned(tmp_path)
-    command = [sys.executable, "-m", "pipeline", "nightly", "--workdir", str(tmp_path / "w"), "--untuned",
-               str(untuned), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from",
-               str(TARGET), "--gpus", "2", "--validate-rounds", "2", "--run-name", "night"]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(locks), "HIPBLASLT_DOUBLE_DELAY": "0.4",
-           mark.split("=")[0]: mark.split("=")[1]}
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "nightly",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--untuned",
+        str(untuned),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--gpus",
+        "2",
+        "--validate-rounds",
+        "2",
+        "--run-name",
+        "night",
+    ]
+    env = {
+        **os.environ,
+        "GEMM_TUNE_LOCK_DIR": str(locks),
+        "HIPBLASLT_DOUBLE_DELAY": "0.4",
+        mark.split("=")[0]: mark.split("=")[1],
+    }
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, holders = time.monotonic() + 120, {}
     while time.monotonic() < deadline and not holders:
         time.sleep(0.1)
         holders = _holders_of_gpu_slots(locks) if locks.is_dir() else {}
     assert holders, "no worker took a GPU slot"
-    assert all("pipeline.stages bench-worker" in cmd or "pipeline.stages validate" in cmd
-               for cmd in holders.values()), f"a slot is held by a process that does not use the GPU: {holders}"
+    assert all(
+        "pipeline.stages bench-worker" in cmd or "pipeline.stages validate" in cmd for cmd in holders.values()
+    ), f"a slot is held by a process that does not use the GPU: {holders}"
     assert len(_marked(mark)) >= 4, "the run, its Luigi process, workers and tools were running"
     first.send_signal(signal.SIGKILL)
     first.wait()
@@ -241,27 +326,43 @@ def test_kill_9_of_the_nightly_leaves_no_worker_and_the_rerun_resumes(tmp_path):
         time.sleep(0.1)
     assert _marked(mark) == [], "processes of the killed run are still there"
     assert _holders_of_gpu_slots(locks) == {}, "a GPU slot outlived the run"
-    again = subprocess.run(command, env={**env, "HIPBLASLT_DOUBLE_DELAY": "0"}, capture_output=True, text=True,
-                           timeout=300)
+    again = subprocess.run(
+        command, env={**env, "HIPBLASLT_DOUBLE_DELAY": "0"}, capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "gemm-tune nightly: exit 0" in again.stderr
 
 
-@pytest.mark.parametrize(("extra", "code", "said"), [
-    ([], 0, "exit 0 (success)"),
-    (["--min-speedup", "5"], 10, "GateRefused"),
-    (["--hipblaslt-bench", "/nonexistent/hipblaslt-bench"], 11, "is not an executable file"),
-    (["--untuned", str(FIXTURES / "tunableop" / "does-not-exist.csv")], 12, "does-not-exist.csv"),
-    (["--no-such-parameter", "1"], 12, "unrecognized arguments: --no-such-parameter"),
-    (["--gpus", "-1"], 12, "--gpus '-1'"),
-    (["--margin", "abc"], 12, "--margin 'abc'"),
-    (["--backend", "nosuch"], 12, "--backend 'nosuch'"),
-    (["--validators-from", str(CUDA_TARGET)], 12, "cuda torch's validator block, but the backend tunes for rocm"),
-])
+@pytest.mark.parametrize(
+    ("extra", "code", "said"),
+    [
+        ([], 0, "exit 0 (success)"),
+        (["--min-speedup", "5"], 10, "GateRefused"),
+        (["--hipblaslt-bench", "/nonexistent/hipblaslt-bench"], 11, "is not an executable file"),
+        (["--untuned", str(FIXTURES / "tunableop" / "does-not-exist.csv")], 12, "does-not-exist.csv"),
+        (["--no-such-parameter", "1"], 12, "unrecognized arguments: --no-such-parameter"),
+        (["--gpus", "-1"], 12, "--gpus '-1'"),
+        (["--margin", "abc"], 12, "--margin 'abc'"),
+        (["--backend", "nosuch"], 12, "--backend 'nosuch'"),
+        (["--validators-from", str(CUDA_TARGET)], 12, "cuda torch's validator block, but the backend tunes for rocm"),
+    ],
+)
 def test_nightly_exit_codes_against_the_bench_double(extra, code, said, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
-    params = ["--untuned", str(_small_untuned(tmp_path)), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
-              "--validators-from", str(TARGET), "--run-name", "night", "--validate-rounds", "2"]
+    params = [
+        "--untuned",
+        str(_small_untuned(tmp_path)),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--run-name",
+        "night",
+        "--validate-rounds",
+        "2",
+    ]
     assert main(["nightly", "--workdir", str(tmp_path / "w"), *params, *extra]) == code
     out = capsys.readouterr()
     assert said in out.out + out.err
@@ -275,8 +376,16 @@ def test_an_amd_run_without_a_target_runtime_is_refused_before_any_work(tmp_path
     if (fingerprint.torch_build() or {}).get("hip"):
         pytest.skip("this machine has a ROCm torch, which gives the validator block")
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
-    params = ["--untuned", str(_small_untuned(tmp_path)), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
-              "--run-name", "night"]
+    params = [
+        "--untuned",
+        str(_small_untuned(tmp_path)),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--run-name",
+        "night",
+    ]
     assert main(["nightly", "--workdir", str(tmp_path / "w"), *params]) == 12
     out = capsys.readouterr().err
     assert "ValidatorMismatch" in out and "--validators-from FILE" in out
@@ -286,8 +395,18 @@ def test_an_amd_run_without_a_target_runtime_is_refused_before_any_work(tmp_path
 def test_an_empty_untuned_file_is_no_gemms_not_a_crash(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     (tmp_path / "empty.csv").write_text("")
-    params = ["--untuned", str(tmp_path / "empty.csv"), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
-              "--validators-from", str(TARGET), "--run-name", "night"]
+    params = [
+        "--untuned",
+        str(tmp_path / "empty.csv"),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--run-name",
+        "night",
+    ]
     assert main(["nightly", "--workdir", str(tmp_path / "w"), *params]) == 12
     assert "no GEMMs in" in capsys.readouterr().err
 
@@ -301,8 +420,20 @@ def test_a_workdir_that_cannot_be_created_is_bad_input(tmp_path, capsys):
 def test_nightly_package_ships_the_run_into_the_workdir(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.chdir(tmp_path)
-    params = ["--untuned", str(_small_untuned(tmp_path)), "--backend", "hipblaslt", "--hipblaslt-bench", DOUBLE,
-              "--validators-from", str(TARGET), "--run-name", "night", "--validate-rounds", "2"]
+    params = [
+        "--untuned",
+        str(_small_untuned(tmp_path)),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--run-name",
+        "night",
+        "--validate-rounds",
+        "2",
+    ]
     assert main(["nightly", "--package", "--workdir", "w", *params]) == 0
     (package,) = (tmp_path / "w" / "dist").iterdir()
     assert (package / "manifest.json").exists() and (package / "env.sh").exists()

@@ -25,8 +25,11 @@ NAME = "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml"
 
 def _tree(root: Path) -> dict[str, str]:
     """Every file under ``root`` with its sha256: what must come out of a refused command unchanged."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -76,8 +79,11 @@ def test_a_directory_gemm_tune_did_not_write_needs_force(logic_dirs, monkeypatch
     assert sorted(p.name for p in (logic_dirs / "merged").iterdir()) == [OUTPUT_MARKER, NAME]
 
 
-@pytest.mark.parametrize("content", [b"", b"- {MinimumRequiredVersion: 4.33.0}\n- aquavanj", b"\x00\xff garbage [",
-                                     b"x: [" + b"1, " * 400_000], ids=["empty", "truncated", "garbage", "1 MB"])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"- {MinimumRequiredVersion: 4.33.0}\n- aquavanj", b"\x00\xff garbage [", b"x: [" + b"1, " * 400_000],
+    ids=["empty", "truncated", "garbage", "1 MB"],
+)
 def test_merge_logic_parses_every_file_it_copies(logic_dirs, capsys, content):
     (logic_dirs / "new" / "only_new.yaml").write_bytes(content)
     out = logic_dirs / "out"
@@ -95,10 +101,24 @@ def test_merge_logic_parses_base_files_it_copies_unchanged(logic_dirs, capsys):
 @pytest.mark.parametrize("policy", ["upstream", "faster"])
 def test_a_problem_type_mismatch_is_bad_input_naming_the_key_that_differs(logic_dirs, capsys, policy):
     other = {**PROBLEM_TYPE, "TransposeA": False}
-    write(logic_dirs / "new", NAME, logic([[[1, 1, 1, 1], [0, 1.0]]], [solution(8, problem_type=other)],
-                                          problem_type=other))
-    assert main(["merge-logic", str(logic_dirs / "base"), str(logic_dirs / "new"), str(logic_dirs / "out"),
-                 "--policy", policy]) == 12
+    write(
+        logic_dirs / "new",
+        NAME,
+        logic([[[1, 1, 1, 1], [0, 1.0]]], [solution(8, problem_type=other)], problem_type=other),
+    )
+    assert (
+        main(
+            [
+                "merge-logic",
+                str(logic_dirs / "base"),
+                str(logic_dirs / "new"),
+                str(logic_dirs / "out"),
+                "--policy",
+                policy,
+            ]
+        )
+        == 12
+    )
     first = capsys.readouterr().err.splitlines()[0]
     assert "ProblemTypeMismatch (exit 12, bad input)" in first and "TransposeA" in first and "Batched" not in first
 
@@ -114,8 +134,9 @@ def test_a_cut_last_line_is_not_read_as_a_gemm(tmp_path, capsys):
     said = capsys.readouterr().out
     assert "1 malformed lines skipped" in said and "truncated line" in said
     assert [row["k"] for row in json.loads((tmp_path / "s.json").read_text())] == [4096]
-    unparsable = parse_text("GemmTunableOp_Half_TN,tn_8_8_8_ld_8_8_8\nGemmTunableOp_Half_TN,tn_8_8_8_ld_8",
-                            lenient=True)
+    unparsable = parse_text(
+        "GemmTunableOp_Half_TN,tn_8_8_8_ld_8_8_8\nGemmTunableOp_Half_TN,tn_8_8_8_ld_8", lenient=True
+    )
     assert [s.reason.split(" (")[0] for s in unparsable.skipped] == ["truncated line"]
     results = "Validator,PT_VERSION,2.11.0\nGemmTunableOp_Half_TN,tn_8_8_8_ld_8_8_8,Default,0.01\n"
     assert len(parse_text(results + "GemmTunableOp_Half_TN,tn_8_8_8_ld_8_8_8,Default", lenient=True).skipped) == 1
@@ -138,8 +159,14 @@ def test_gather_shapes_refuses_a_cut_line_too(tmp_path):
         gather([str(cut)])
 
 
-@pytest.mark.parametrize("text,where", [("", "the file is empty"), ('[{"op": "gemm", ', ":1:"),
-                                        ("GemmTunableOp_Half_TN,tn_8_8_8\n", ":1:1: not shapes JSON")])
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ("", "the file is empty"),
+        ('[{"op": "gemm", ', ":1:"),
+        ("GemmTunableOp_Half_TN,tn_8_8_8\n", ":1:1: not shapes JSON"),
+    ],
+)
 def test_configs_on_a_bad_shapes_file_is_one_line(tmp_path, capsys, text, where):
     bad = tmp_path / "shapes.json"
     bad.write_text(text)
@@ -173,8 +200,11 @@ def test_booleans_and_waits_take_only_their_values(tmp_path, capsys):
 def test_a_huge_bad_line_is_quoted_short(tmp_path, capsys):
     big = tmp_path / "big.csv"
     big.write_text("GemmTunableOp_Half_TN,tn_" + "9" * 10_000_000 + "\n")
-    for argv in (["shapes", str(big)], ["shapes", str(big), "--lenient"], ["merge-results", str(tmp_path / "o.csv"),
-                                                                          str(big)]):
+    for argv in (
+        ["shapes", str(big)],
+        ["shapes", str(big), "--lenient"],
+        ["merge-results", str(tmp_path / "o.csv"), str(big)],
+    ):
         main(argv)
         said = capsys.readouterr()
         assert len(said.err) + len(said.out) < 2000, argv

@@ -24,26 +24,51 @@ CUBLASLT = "Gemm_Cublaslt_id_21_tile_18_stages_21_splitk_1_red_0_swizzle_0_custo
 def _bundle(run: Path, validators: dict, solutions: list[str], tensile_logic: bool = False) -> Path:
     bundle = run / "bundle"
     (bundle / "logic").mkdir(parents=True)
-    entries = [TunableOpEntry.from_problem(parse_key("GemmTunableOp_BFloat16_TN", f"tn_{4096 + i}_8_4096_ld_4096_"
-                                                     f"4096_{4096 + i}"), s, 0.01) for i, s in enumerate(solutions)]
+    entries = [
+        TunableOpEntry.from_problem(
+            parse_key("GemmTunableOp_BFloat16_TN", f"tn_{4096 + i}_8_4096_ld_4096_4096_{4096 + i}"), s, 0.01
+        )
+        for i, s in enumerate(solutions)
+    ]
     write_file(bundle / "tunableop_results.csv", validators, entries)
     if tensile_logic:
-        logic_factory.write(bundle / "logic", "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml",
-                            logic_factory.logic([[[4096, 8, 1, 4096], [0, 100.0]]], [logic_factory.solution(128)]))
+        logic_factory.write(
+            bundle / "logic",
+            "aquavanjaram_Cijk_Alik_Bljk_BBS_BH.yaml",
+            logic_factory.logic([[[4096, 8, 1, 4096], [0, 100.0]]], [logic_factory.solution(128)]),
+        )
     (bundle / "manifest.json").write_text(json.dumps({"rows": len(entries), "weighted_gemm_speedup": 1.05}))
     return run
 
 
-STACK = Stack("cuda-sm90-0123456789ab", {"platform": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "arch": "sm90",
-                                         "torch": "2.11.0+cu130", "cuda": "13.0", "sm_count": 132},
-              {"backend": "cublaslt"})
+STACK = Stack(
+    "cuda-sm90-0123456789ab",
+    {
+        "platform": "cuda",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "arch": "sm90",
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "sm_count": 132,
+    },
+    {"backend": "cublaslt"},
+)
 
 
-@pytest.mark.parametrize(("solution", "platform", "torch", "known"), [
-    ("Default", "cuda", "2.11.0", True), (CUBLASLT, "cuda", "2.13.1", False), (CUBLASLT, "cuda", "2.14.0", True),
-    ("Gemm_Hipblaslt_572", "rocm", "2.7.0", True), ("Gemm_Hipblaslt_TN_572", "rocm", "2.6.0", True),
-    ("Gemm_Hipblaslt_TN_572", "rocm", "2.11.0", False), ("Gemm_Rocblas_-61", "rocm", "2.11.0", True),
-    ("Gemm_Hipblaslt_572", "cuda", "2.14.0", False), (CUBLASLT, "rocm", "2.14.0", False)])
+@pytest.mark.parametrize(
+    ("solution", "platform", "torch", "known"),
+    [
+        ("Default", "cuda", "2.11.0", True),
+        (CUBLASLT, "cuda", "2.13.1", False),
+        (CUBLASLT, "cuda", "2.14.0", True),
+        ("Gemm_Hipblaslt_572", "rocm", "2.7.0", True),
+        ("Gemm_Hipblaslt_TN_572", "rocm", "2.6.0", True),
+        ("Gemm_Hipblaslt_TN_572", "rocm", "2.11.0", False),
+        ("Gemm_Rocblas_-61", "rocm", "2.11.0", True),
+        ("Gemm_Hipblaslt_572", "cuda", "2.14.0", False),
+        (CUBLASLT, "rocm", "2.14.0", False),
+    ],
+)
 def test_which_solutions_a_torch_can_dispatch(solution, platform, torch, known):
     assert (unknown_solution(solution, platform, torch) is None) == known
 
@@ -75,8 +100,9 @@ def test_a_package_lists_every_file_with_its_hash_and_serves_its_torch_exactly(t
     on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} - {"manifest.json"}
     assert set(manifest["files"]) == on_disk
     assert all(hashlib.sha256((out / f).read_bytes()).hexdigest() == h for f, h in manifest["files"].items())
-    assert [(out / f"tunableop_results{i}.csv").read_text() for i in range(3)] == \
-        [(out / "tunableop_results.csv").read_text()] * 3
+    assert [(out / f"tunableop_results{i}.csv").read_text() for i in range(3)] == [
+        (out / "tunableop_results.csv").read_text()
+    ] * 3
     env = (out / "env.sh").read_text()
     install = f"/opt/gemm-tune/{STACK.fingerprint}"
     assert f'GEMM_TUNE_PACKAGE="${{GEMM_TUNE_PACKAGE:-{install}}}"' in env and '= "2.14.0" ]' in env
@@ -96,10 +122,14 @@ def test_a_package_lists_every_file_with_its_hash_and_serves_its_torch_exactly(t
 
 
 def test_tensile_logic_gets_a_compile_stage_and_the_library_path(tmp_path):
-    rocm = Stack("rocm-gfx942-0123456789ab", {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-",
-                                              "hipblaslt": "100300", "hipblaslt_git": "abc"}, {"backend": "tensile"})
-    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0", "HIP_VERSION": "70051831"}, ["Default"],
-                  tensile_logic=True)
+    rocm = Stack(
+        "rocm-gfx942-0123456789ab",
+        {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-", "hipblaslt": "100300", "hipblaslt_git": "abc"},
+        {"backend": "tensile"},
+    )
+    run = _bundle(
+        tmp_path / "run", {"PT_VERSION": "2.11.0", "HIP_VERSION": "70051831"}, ["Default"], tensile_logic=True
+    )
     manifest = write_package(run, tmp_path / "dist", rocm, devices=1)
     docker = (tmp_path / "dist" / rocm.fingerprint / "Dockerfile").read_text()
     assert manifest["compile_logic"] and "--architecture=gfx942 " in docker
@@ -108,8 +138,17 @@ def test_tensile_logic_gets_a_compile_stage_and_the_library_path(tmp_path):
 
 
 def test_the_package_task_ships_the_amd_run_and_publishes_its_logic(tmp_path):
-    _run(tmp_path, "night", "", "Package", "--dist", str(tmp_path / "dist"), "--publish",
-         "--publish-dir", str(tmp_path / "repo-logic"))
+    _run(
+        tmp_path,
+        "night",
+        "",
+        "Package",
+        "--dist",
+        str(tmp_path / "dist"),
+        "--publish",
+        "--publish-dir",
+        str(tmp_path / "repo-logic"),
+    )
     record = json.loads((tmp_path / "w" / "night" / "package" / "package.json").read_text())
     out = Path(record["package"])
     assert out.parent == tmp_path / "dist" and out.name.startswith("rocm-gfx942-")
@@ -138,8 +177,9 @@ def test_env_sh_never_aborts_a_caller_under_set_e(tmp_path, shell, python3):
         (bin_dir / "python3").write_text("#!/bin/sh\necho 'ModuleNotFoundError: torch' >&2\nexit 1\n")
         (bin_dir / "python3").chmod(0o755)
     script = f'set -eu; . "{env_sh}"; echo "after [${{PYTORCH_TUNABLEOP_ENABLED:-unset}}]"'
-    proc = subprocess.run([shutil.which(shell) or shell, "-c", script], capture_output=True, text=True,
-                          env={"PATH": str(bin_dir)})
+    proc = subprocess.run(
+        [shutil.which(shell) or shell, "-c", script], capture_output=True, text=True, env={"PATH": str(bin_dir)}
+    )
     assert proc.returncode == 0 and "after [unset]" in proc.stdout, proc.stdout + proc.stderr
     assert "found no torch: TunableOp rows not applied" in proc.stderr
 
@@ -173,8 +213,9 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path):
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o644
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="reading as another user needs root and setpriv")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="reading as another user needs root and setpriv"
+)
 def test_a_non_root_user_reads_the_package(tmp_path):
     import tempfile
 
@@ -184,8 +225,18 @@ def test_a_non_root_user_reads_the_package(tmp_path):
         dist.chmod(0o755)
         write_package(run, dist, STACK, devices=1)
         for name in ("manifest.json", "tunableop_results0.csv", "Dockerfile", "README.md", "env.sh"):
-            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat",
-                                   str(dist / STACK.fingerprint / name)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "cat",
+                    str(dist / STACK.fingerprint / name),
+                ],
+                capture_output=True,
+                text=True,
+            )
             assert proc.returncode == 0, f"{name}: {proc.stderr}"
     finally:
         shutil.rmtree(dist)
@@ -210,10 +261,14 @@ def test_the_fragment_builds_the_library_with_every_tensilelite_generation(gener
 
     from .helpers import DOUBLES
 
-    rocm = Stack("rocm-gfx942-0123456789ab", {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-",
-                                              "hipblaslt": "1000", "hipblaslt_git": "abc"}, {"backend": "tensile"})
-    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0", "HIP_VERSION": "70051831"}, ["Default"],
-                  tensile_logic=True)
+    rocm = Stack(
+        "rocm-gfx942-0123456789ab",
+        {"platform": "rocm", "arch": "gfx942:sramecc+:xnack-", "hipblaslt": "1000", "hipblaslt_git": "abc"},
+        {"backend": "tensile"},
+    )
+    run = _bundle(
+        tmp_path / "run", {"PT_VERSION": "2.11.0", "HIP_VERSION": "70051831"}, ["Default"], tensile_logic=True
+    )
     write_package(run, tmp_path / "dist", rocm, devices=1)
     line = _run_line((tmp_path / "dist" / rocm.fingerprint / "Dockerfile").read_text())
     line = line.replace("/gemm-tune/", f"{tmp_path}/gemm-tune/")
@@ -222,15 +277,18 @@ def test_the_fragment_builds_the_library_with_every_tensilelite_generation(gener
     (tmp_path / "gemm-tune" / "logic").mkdir(parents=True)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "TensileCreateLibrary").write_text(f"#!/bin/sh\nexec {sys.executable} "
-                                                  f"{DOUBLES / 'TensileCreateLibrary'} \"$@\"\n")
+    (bin_dir / "TensileCreateLibrary").write_text(
+        f'#!/bin/sh\nexec {sys.executable} {DOUBLES / "TensileCreateLibrary"} "$@"\n'
+    )
     (bin_dir / "TensileCreateLibrary").chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TENSILE_DOUBLE_GENERATION": generation}
     proc = subprocess.run(["sh", "-ec", rest], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     ran = json.loads((tmp_path / "gemm-tune" / "build" / "library" / "TensileLibrary.dat").read_text())
     assert ran["Architecture"] == "gfx942" and ran["CodeObjectVersion"] in ("V4", "4")
-    old = ("TensileCreateLibrary --architecture=gfx942 --cxx-compiler=/opt/rocm/bin/amdclang++ "
-           f"--code-object-version=5 --library-format=msgpack {tmp_path}/gemm-tune/logic {tmp_path}/x HIP")
+    old = (
+        "TensileCreateLibrary --architecture=gfx942 --cxx-compiler=/opt/rocm/bin/amdclang++ "
+        f"--code-object-version=5 --library-format=msgpack {tmp_path}/gemm-tune/logic {tmp_path}/x HIP"
+    )
     old_failed = subprocess.run(["sh", "-c", old], capture_output=True, env=env).returncode != 0
     assert old_failed == (generation in ("6.2", "6.3")), "the line printed before failed on the 2024 trees"

@@ -9,8 +9,11 @@ from pipeline.problem import GemmProblem
 from pipeline.stages.padding import PaddingRule, pad_problem, plan_padding, rule_for_arch
 
 SIZES = st.sampled_from([1, 2, 4, 8])  # fp8, f16/bf16, f32, f64
-RULES = st.builds(PaddingRule, period_bytes=st.sampled_from([128, 256, 512, 1024]),
-                  pad_elements=st.sampled_from([8, 32, 64, 128, 256]))
+RULES = st.builds(
+    PaddingRule,
+    period_bytes=st.sampled_from([128, 256, 512, 1024]),
+    pad_elements=st.sampled_from([8, 32, 64, 128, 256]),
+)
 
 
 @given(st.integers(1, 1 << 20), SIZES, RULES)
@@ -35,21 +38,36 @@ def test_padded_value_is_never_a_multiple_and_the_pad_is_the_smallest(multiple, 
 def test_rocm_guide_example_f16_tn():
     rule = PaddingRule()
     for k in (4096, 11008, 14336, 256):
-        problem = GemmProblem("gemm", "T", "N", 6144, 128, k, k, k, 6144, a_type="float16", b_type="float16",
-                              c_type="float16")
+        problem = GemmProblem(
+            "gemm", "T", "N", 6144, 128, k, k, k, 6144, a_type="float16", b_type="float16", c_type="float16"
+        )
         padded = pad_problem(problem, rule)
         assert (padded.problem.lda, padded.problem.ldb, padded.problem.ldc) == (k + 128, k + 128, 6144)
         assert padded.original == problem
-    odd = GemmProblem("gemm", "T", "N", 6144, 128, 4000, 4000, 4000, 6144, a_type="float16", b_type="float16",
-                      c_type="float16")
+    odd = GemmProblem(
+        "gemm", "T", "N", 6144, 128, 4000, 4000, 4000, 6144, a_type="float16", b_type="float16", c_type="float16"
+    )
     assert pad_problem(odd, rule) is None  # 4000 % 256 != 0
 
 
-@pytest.mark.parametrize(("dtype", "pad"), [("float32", 64), ("float64", 32), ("float8_e4m3fn", 128),
-                                            ("bfloat16", 128)])
+@pytest.mark.parametrize(
+    ("dtype", "pad"), [("float32", 64), ("float64", 32), ("float8_e4m3fn", 128), ("bfloat16", 128)]
+)
 def test_pad_unit_per_element_size(dtype, pad):
-    problem = GemmProblem("gemm", "N", "N", 4096, 64, 4096, 4096, 4096, 4096, a_type=dtype, b_type=dtype,
-                          c_type="bfloat16" if dtype.startswith("float8") else dtype)
+    problem = GemmProblem(
+        "gemm",
+        "N",
+        "N",
+        4096,
+        64,
+        4096,
+        4096,
+        4096,
+        4096,
+        a_type=dtype,
+        b_type=dtype,
+        c_type="bfloat16" if dtype.startswith("float8") else dtype,
+    )
     op = "scaled_gemm" if dtype.startswith("float8") else "gemm"
     padded = pad_problem(GemmProblem(**{**problem.to_dict(), "op": op}), PaddingRule())
     assert padded.problem.lda == 4096 + pad
@@ -68,9 +86,11 @@ def test_operands_setting_and_reasons():
 
 
 def test_plan_and_arch_rules():
-    problems = [GemmProblem("gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096),
-                GemmProblem("gemm", "T", "N", 4096, 128, 4000, 4000, 4000, 4096),
-                GemmProblem("gemm", "T", "N", 4096, "*", 4096, 4096, 4096, 4096)]
+    problems = [
+        GemmProblem("gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096),
+        GemmProblem("gemm", "T", "N", 4096, 128, 4000, 4000, 4000, 4096),
+        GemmProblem("gemm", "T", "N", 4096, "*", 4096, 4096, 4096, 4096),
+    ]
     assert [p.original for p in plan_padding(problems, rule_for_arch("gfx942"))] == problems[:1]
     assert rule_for_arch("gfx90a") is None and plan_padding(problems, None) == []
     with pytest.raises(UnknownArchError):

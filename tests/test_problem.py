@@ -14,20 +14,32 @@ def test_flops_and_layout():
     assert problem.flops() == 2 * 128 * 128 * 64 * 8
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"op": "gemv"}, "unknown op kind 'gemv'"),
-    ({"transa": "n"}, "transa must be 'N' or 'T'"),
-    ({"m": 0}, "m must be a positive integer"),
-    ({"k": True}, "k must be a positive integer"),
-    ({"batch": 2}, "batch 2 on a gemm"),
-    ({"lda": 4096, "ldb": None, "ldc": None}, "recorded together"),
-    ({"a_type": "int8"}, "unknown a_type 'int8'"),
-    ({"compute_type": "float16"}, "unknown compute_type 'float16'"),
-    ({"rowwise": True}, "belong to scaled_gemm"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"op": "gemv"}, "unknown op kind 'gemv'"),
+        ({"transa": "n"}, "transa must be 'N' or 'T'"),
+        ({"m": 0}, "m must be a positive integer"),
+        ({"k": True}, "k must be a positive integer"),
+        ({"batch": 2}, "batch 2 on a gemm"),
+        ({"lda": 4096, "ldb": None, "ldc": None}, "recorded together"),
+        ({"a_type": "int8"}, "unknown a_type 'int8'"),
+        ({"compute_type": "float16"}, "unknown compute_type 'float16'"),
+        ({"rowwise": True}, "belong to scaled_gemm"),
+    ],
+)
 def test_invalid_problems_say_why(fields, message):
-    base = {"op": "gemm", "transa": "T", "transb": "N", "m": 6144, "n": 128, "k": 4096,
-            "lda": 4096, "ldb": 4096, "ldc": 6144}
+    base = {
+        "op": "gemm",
+        "transa": "T",
+        "transb": "N",
+        "m": 6144,
+        "n": 128,
+        "k": 4096,
+        "lda": 4096,
+        "ldb": 4096,
+        "ldc": 6144,
+    }
     with pytest.raises(ValueError, match=message):
         GemmProblem(**{**base, **fields})
 
@@ -40,8 +52,7 @@ def test_dict_round_trip_and_sort_key(problem):
 
 def test_lds_under_the_row_count_are_kept_and_raised_only_for_blas():
     """torch records ld = 1 for one-column operands (HF rotary outer products): valid keys, not errors."""
-    outer = GemmProblem("gemm", "T", "N", 64, 1, 1, 1, 1, 1, a_type="float32", b_type="float32",
-                        c_type="float32")
+    outer = GemmProblem("gemm", "T", "N", 64, 1, 1, 1, 1, 1, a_type="float32", b_type="float32", c_type="float32")
     assert (outer.lda, outer.ldb, outer.ldc) == (1, 1, 1)
     assert outer.stored_rows() == (1, 1, 64)
     assert outer.blas_lds() == (1, 1, 64)

@@ -32,8 +32,9 @@ def test_the_cpu_try_out_and_its_package_run_as_the_readme_prints_them(tmp_path)
 
     text = (ROOT / "README.md").read_text()
     try_out = _one_line(_bash_blocks(text)[2]).split("&&", 1)[1]
-    package = re.search(r"For the CPU try-out above: `(luigi --module pipeline Package [^`]+)`",
-                        text.replace("\n", " "))
+    package = re.search(
+        r"For the CPU try-out above: `(luigi --module pipeline Package [^`]+)`", text.replace("\n", " ")
+    )
     assert "--backend hipblaslt" in try_out and package, "the README documents both"
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_NOISE": "0"}

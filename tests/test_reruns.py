@@ -69,8 +69,10 @@ def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
     run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
     run = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--margin", "0.05", untuned=B)
     assert "--margin 0.02 -> 0.05" in run.stderr
-    tuned = {GemmProblem.from_dict(json.loads(p.read_text())["problem"])
-             for p in (tmp_path / "w" / "m" / "bench" / "problems").glob("*.json")}
+    tuned = {
+        GemmProblem.from_dict(json.loads(p.read_text())["problem"])
+        for p in (tmp_path / "w" / "m" / "bench" / "problems").glob("*.json")
+    }
     assert tuned == {e.problem for e in read_file(B).entries}
 
 
@@ -85,8 +87,9 @@ def test_two_runs_of_one_run_name_at_once(tmp_path):
             time.sleep(0.1)
         identical = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert identical.returncode == 13 and "already running" in identical.stdout + identical.stderr
-        other = subprocess.run([*command, "--margin", "0.04"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                               timeout=120)
+        other = subprocess.run(
+            [*command, "--margin", "0.04"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
         assert other.returncode == 5, other.stderr[-2000:]
         last = _last_line(other)
         assert "Locked (exit 13, busy)" in last and f'"pid": {first.pid}' in last and "(luigi exit 5)" in last
@@ -98,14 +101,17 @@ def test_two_runs_of_one_run_name_at_once(tmp_path):
     assert not list((tmp_path / "w" / "same").glob("*.before-redo")), "the refused run changed nothing"
 
 
-@pytest.mark.parametrize("extra,luigi_code,says", [
-    (("--gpus", "-1"), 4, "--gpus '-1'"),
-    (("--margin", "abc"), 4, "--margin 'abc'"),
-    (("--backend", "nosuch"), 4, "--backend 'nosuch'"),
-    (("--run-name", "../escape"), 4, "'../escape' is not a run name"),
-    (("--call-times", "maybe"), 4, "--call-times 'maybe'"),
-    (("--hipblaslt-bench", "/no/such/bench"), 5, "ToolMissing (exit 11, tool failure)"),
-])
+@pytest.mark.parametrize(
+    "extra,luigi_code,says",
+    [
+        (("--gpus", "-1"), 4, "--gpus '-1'"),
+        (("--margin", "abc"), 4, "--margin 'abc'"),
+        (("--backend", "nosuch"), 4, "--backend 'nosuch'"),
+        (("--run-name", "../escape"), 4, "'../escape' is not a run name"),
+        (("--call-times", "maybe"), 4, "--call-times 'maybe'"),
+        (("--hipblaslt-bench", "/no/such/bench"), 5, "ToolMissing (exit 11, tool failure)"),
+    ],
+)
 def test_plain_luigi_says_an_expected_error_in_one_line_last(tmp_path, extra, luigi_code, says):
     command, env = amd_dag(tmp_path, "p", "", "TuneWorkload", *FAST)
     proc = subprocess.run([*command, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -154,8 +160,10 @@ def test_gemm_tune_report_never_writes_beside_a_run_that_holds_the_directory(tmp
 
     run = tmp_path / "w" / "held"
     run.mkdir(parents=True)
-    hold = ("import time; from pipeline.stages.nightly import RunLocks; locks = RunLocks(); "
-            f"locks.hold({str(run)!r}); print('held', flush=True); time.sleep(60)")
+    hold = (
+        "import time; from pipeline.stages.nightly import RunLocks; locks = RunLocks(); "
+        f"locks.hold({str(run)!r}); print('held', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

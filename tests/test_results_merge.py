@@ -22,13 +22,17 @@ def _file(text, name):
 
 def test_fastest_row_first_one_validator_block():
     a = _file(f"{VALIDATORS}{QKV},Default,0.050\n{O_PROJ},Default,0.030\n", "a.csv")
-    b = _file(f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.041\n{O_PROJ},Gemm_Cublaslt_id_1,0.031\n"
-              f"{QKV},Default\n", "b.csv")
+    b = _file(
+        f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.041\n{O_PROJ},Gemm_Cublaslt_id_1,0.031\n"
+        f"{QKV},Default\n",
+        "b.csv",
+    )
     merged = merge_results([a, b])
     assert merged.validators == {"PT_VERSION": "2.11.0"}
     assert [(e.params_signature, e.solution) for e in merged.entries] == [
         ("tn_6144_128_4096_ld_4096_4096_6144", "Gemm_Cublaslt_id_66_tile_20_stages_8"),
-        ("tn_4096_128_4096_ld_4096_4096_4096", "Default")]
+        ("tn_4096_128_4096_ld_4096_4096_4096", "Default"),
+    ]
     text = "\n".join(merged.lines)
     assert "replaces Default (0.050 ms)" in text and "kept Default (0.030 ms)" in text
     assert "kept Gemm_Cublaslt_id_66_tile_20_stages_8 (0.041 ms) over Default (None ms, b.csv)" in text
@@ -56,17 +60,28 @@ def test_untuned_inputs_and_missing_pt_version_are_refused():
 def test_cli_merge_results_writes_a_torch_readable_file(tmp_path, capsys):
     (tmp_path / "a.csv").write_text(f"{VALIDATORS}{QKV},Default,0.05\n")
     (tmp_path / "b.csv").write_text(
-        f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n{O_PROJ},Default,0.03\n")
+        f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n{O_PROJ},Default,0.03\n"
+    )
     out = tmp_path / "merged.csv"
     assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]) == 0
-    assert out.read_text() == (f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n"
-                               f"{O_PROJ},Default,0.03\n")
+    assert out.read_text() == (f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n{O_PROJ},Default,0.03\n")
     assert len(read_file(out).entries) == 2
     (tmp_path / "c.csv").write_text(f"Validator,PT_VERSION,2.12.0\n{QKV},Default,0.01\n")
     assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv")]) == 12
     assert "validators differ" in capsys.readouterr().err
-    assert main(["merge-results", str(out), str(tmp_path / "a.csv"), str(tmp_path / "c.csv"),
-                 "--validators-from", str(tmp_path / "c.csv")]) == 0
+    assert (
+        main(
+            [
+                "merge-results",
+                str(out),
+                str(tmp_path / "a.csv"),
+                str(tmp_path / "c.csv"),
+                "--validators-from",
+                str(tmp_path / "c.csv"),
+            ]
+        )
+        == 0
+    )
     assert out.read_text().startswith("Validator,PT_VERSION,2.12.0\n")
 
 
@@ -75,8 +90,10 @@ HEADER = "transA,transB,batch_count,m,n,k,a_type,b_type,c_type,d_type,compute_ty
 
 def test_override_files_merge(tmp_path, capsys):
     a = tmp_path / "a.txt"
-    a.write_text(f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n"
-                 f"{HEADER}\nT,N,1,4096,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,14.0,33\n")
+    a.write_text(
+        f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n"
+        f"{HEADER}\nT,N,1,4096,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,14.0,33\n"
+    )
     b = tmp_path / "b.txt"
     b.write_text(f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,19.0,811\n")
     out = tmp_path / "out.txt"
@@ -90,8 +107,9 @@ def test_override_files_merge(tmp_path, capsys):
     with pytest.raises(ValueError, match="different hipBLASLt builds"):
         merge_overrides([read_override(a), read_override(c)])
     git, entries, lines = merge_overrides([read_override(a), read_override(c)], target_git="0000beef")
-    assert git == "0000beef" and [dict(e.fields)["solution_index"] for e in entries] == ["5"], \
+    assert git == "0000beef" and [dict(e.fields)["solution_index"] for e in entries] == ["5"], (
         "rows of another build are dropped, never relabelled with the target's Git Version"
+    )
     assert sum("dropped" in line and "'6c70ef2a'" in line for line in lines) == 2
     with pytest.raises(OverrideFormatError, match=r"x.txt:2: a value line before any header line"):
         parse_override("Git Version: 1\nT,N,1,1,1,1\n", "x.txt")
@@ -106,38 +124,55 @@ def test_luigi_merge_tasks(tmp_path):
     (tmp_path / "r1.csv").write_text(f"{VALIDATORS}{QKV},Gemm_Cublaslt_id_66_tile_20_stages_8,0.04\n")
     write(tmp_path / "base", "x.yaml", logic([[[64, 64, 1, 64], [0, 5.0]]], [solution(128)]))
     write(tmp_path / "new", "x.yaml", logic([[[64, 64, 1, 64], [0, 9.0]]], [solution(256)]))
-    tasks = [MergeResults(workdir=str(tmp_path / "w"), run_name="r", results=str(tmp_path / "r?.csv")),
-             MergeLogic(workdir=str(tmp_path / "w"), run_name="r", base_logic=str(tmp_path / "base"),
-                        new_logic=str(tmp_path / "new"))]
+    tasks = [
+        MergeResults(workdir=str(tmp_path / "w"), run_name="r", results=str(tmp_path / "r?.csv")),
+        MergeLogic(
+            workdir=str(tmp_path / "w"),
+            run_name="r",
+            base_logic=str(tmp_path / "base"),
+            new_logic=str(tmp_path / "new"),
+        ),
+    ]
     assert luigi.build(tasks, local_scheduler=True, log_level="WARNING")
     merged = read_file(tmp_path / "w" / "r" / "merge" / "tunableop_results.csv")
     assert [e.solution for e in merged.entries] == ["Gemm_Cublaslt_id_66_tile_20_stages_8"]
     assert "replaced [64, 64, 1, 64]" in (tmp_path / "w" / "r" / "merge" / "logic-merge.log").read_text()
     assert (tmp_path / "w" / "r" / "merge" / "logic" / "x.yaml").exists()
     missing = str(tmp_path / "no-such-untuned.csv")  # fails on any machine, GPU or not
-    assert not luigi.build([MergeResults(workdir=str(tmp_path / "w"), run_name="empty", untuned=missing)],
-                           local_scheduler=True,
-                           log_level="CRITICAL")
+    assert not luigi.build(
+        [MergeResults(workdir=str(tmp_path / "w"), run_name="empty", untuned=missing)],
+        local_scheduler=True,
+        log_level="CRITICAL",
+    )
 
 
 def test_the_merge_task_merges_override_files_given_with_the_results(tmp_path):
     """--results may name hipBLASLt override files beside TunableOp results: each kind is merged with its own,
     by the same function as merge-results."""
     rocm = "Validator,PT_VERSION,2.11.0\nValidator,HIPBLASLT_VERSION,100200-6c70ef2a\n"
-    (tmp_path / "r0.csv").write_text(f"{rocm}GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144,"
-                                     "Gemm_Hipblaslt_572,0.0215\n")
-    (tmp_path / "o0.txt").write_text(f"Git Version: 6c70ef2a\n{HEADER}\n"
-                                     "T,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n")
-    (tmp_path / "o1.txt").write_text(f"Git Version: 6c70ef2a\n{HEADER}\n"
-                                     "T,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,19.0,811\n"
-                                     f"{HEADER}\nT,N,1,4096,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,14.0,33\n")
-    task = MergeResults(workdir=str(tmp_path / "w"), run_name="r", backend="hipblaslt",
-                        results=",".join(str(tmp_path / n) for n in ("r0.csv", "o0.txt", "o1.txt")))
+    (tmp_path / "r0.csv").write_text(
+        f"{rocm}GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144,Gemm_Hipblaslt_572,0.0215\n"
+    )
+    (tmp_path / "o0.txt").write_text(
+        f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n"
+    )
+    (tmp_path / "o1.txt").write_text(
+        f"Git Version: 6c70ef2a\n{HEADER}\n"
+        "T,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,19.0,811\n"
+        f"{HEADER}\nT,N,1,4096,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,14.0,33\n"
+    )
+    task = MergeResults(
+        workdir=str(tmp_path / "w"),
+        run_name="r",
+        backend="hipblaslt",
+        results=",".join(str(tmp_path / n) for n in ("r0.csv", "o0.txt", "o1.txt")),
+    )
     assert luigi.build([task], local_scheduler=True, log_level="WARNING")
     merge = tmp_path / "w" / "r" / "merge"
     assert [e.solution for e in read_file(merge / "tunableop_results.csv").entries] == ["Gemm_Hipblaslt_572"]
     override = read_override(merge / "hipblaslt_override.txt")
     assert [dict(e.fields)["solution_index"] for e in override.entries] == ["811", "33"]
-    only_overrides = MergeResults(workdir=str(tmp_path / "w"), run_name="o", backend="hipblaslt",
-                                  results=str(tmp_path / "o0.txt"))
+    only_overrides = MergeResults(
+        workdir=str(tmp_path / "w"), run_name="o", backend="hipblaslt", results=str(tmp_path / "o0.txt")
+    )
     assert not luigi.build([only_overrides], local_scheduler=True, log_level="CRITICAL")

@@ -42,16 +42,22 @@ def test_wildcards_have_no_frame():
         to_amd(parse_key("GemmTunableOp_BFloat16_TN", "tn_6144_*_4096_ld_4096_4096_6144"))
 
 
-@pytest.mark.parametrize(("op", "params", "name"), [
-    ("GemmTunableOp_BFloat16_NN", "nn_8_8_8", "Cijk_Ailk_Bljk_BBS_BH"),
-    ("GemmTunableOp_Half_NT", "nt_8_8_8", "Cijk_Ailk_Bjlk_HHS_BH"),
-    ("GemmTunableOp_float_TN", "tn_8_8_8", "Cijk_Alik_Bljk_S_B"),
-    ("GemmTunableOp_double_TT", "tt_8_8_8", "Cijk_Alik_Bjlk_D_B"),
-    ("GemmAndBiasTunableOp_BFloat16_TN", "tn_8_8_8", "Cijk_Alik_Bljk_BBS_BH_Bias"),
-    ("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_Half_TN", "tn_8_8_8", "Cijk_Alik_Bljk_F8HS_BH_SAB"),
-    ("ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN", "tn_8_8_8_ld_8_8_8_rw_1_bias_BFloat16",
-     "Cijk_Alik_Bljk_F8NBS_BH_Bias_SABV"),
-])
+@pytest.mark.parametrize(
+    ("op", "params", "name"),
+    [
+        ("GemmTunableOp_BFloat16_NN", "nn_8_8_8", "Cijk_Ailk_Bljk_BBS_BH"),
+        ("GemmTunableOp_Half_NT", "nt_8_8_8", "Cijk_Ailk_Bjlk_HHS_BH"),
+        ("GemmTunableOp_float_TN", "tn_8_8_8", "Cijk_Alik_Bljk_S_B"),
+        ("GemmTunableOp_double_TT", "tt_8_8_8", "Cijk_Alik_Bjlk_D_B"),
+        ("GemmAndBiasTunableOp_BFloat16_TN", "tn_8_8_8", "Cijk_Alik_Bljk_BBS_BH_Bias"),
+        ("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_Half_TN", "tn_8_8_8", "Cijk_Alik_Bljk_F8HS_BH_SAB"),
+        (
+            "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
+            "tn_8_8_8_ld_8_8_8_rw_1_bias_BFloat16",
+            "Cijk_Alik_Bljk_F8NBS_BH_Bias_SABV",
+        ),
+    ],
+)
 def test_problem_type_names(op, params, name):
     assert problem_type_name(parse_key(op, params)) == name
 

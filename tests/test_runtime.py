@@ -30,11 +30,11 @@ def _rows(path: Path, rows: list[tuple[str, str, str]], validators: dict | None 
 
 # -- frame -------------------------------------------------------------------------------------------------
 def test_operand_layouts():
-    assert operand((64, 4096), (4096, 1)) == ("N", 4096)          # row-major
-    assert operand((4096, 11008), (1, 4096)) == ("T", 4096)       # W.t() of a row-major W
-    assert operand((64, 4096), (6144, 1)) == ("N", 6144)          # a column slice of a wider matrix (qkv split)
-    assert operand((64, 1), (1, 1)) == ("N", 1)                   # one column: torch records ld 1
-    assert operand((64, 4096), (2, 128)) is None                  # torch copies this first
+    assert operand((64, 4096), (4096, 1)) == ("N", 4096)  # row-major
+    assert operand((4096, 11008), (1, 4096)) == ("T", 4096)  # W.t() of a row-major W
+    assert operand((64, 4096), (6144, 1)) == ("N", 6144)  # a column slice of a wider matrix (qkv split)
+    assert operand((64, 1), (1, 1)) == ("N", 1)  # one column: torch records ld 1
+    assert operand((64, 4096), (2, 128)) is None  # torch copies this first
     assert operand((64, 4096), (8192, 2)) is None
 
 
@@ -44,25 +44,30 @@ def test_linear_key_matches_what_torch_records():
     recorded = runtime_key(parse_key("GemmAndBiasTunableOp_BFloat16_TN", "tn_11008_64_4096_ld_4096_4096_11008"))
     assert key == recorded
     # [8,128,64] @ [8,64,128] bf16: nn_128_128_64_B_8_ld_128_64_128
-    key = gemm_key("gemm_strided_batched", "bfloat16", "float32", (8, 128, 64), (8192, 64, 1), (8, 64, 128),
-                   (8192, 128, 1))
+    key = gemm_key(
+        "gemm_strided_batched", "bfloat16", "float32", (8, 128, 64), (8192, 64, 1), (8, 64, 128), (8192, 128, 1)
+    )
     assert key == runtime_key(parse_key("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_128_128_64_B_8_ld_128_64_128"))
 
 
 def test_batched_operands_must_be_evenly_packed():
     base = ("gemm_strided_batched", "float16", "float32", (8, 128, 64))
     assert gemm_key(*base, (8192, 64, 1), (8, 64, 128), (8192, 128, 1)) is not None
-    assert gemm_key(*base, (9000, 64, 1), (8, 64, 128), (8192, 128, 1)) is None   # padded batch stride
-    assert gemm_key(*base, (8192, 64, 1), (8, 64, 128), (0, 128, 1)) is None      # broadcast (expanded) weight
+    assert gemm_key(*base, (9000, 64, 1), (8, 64, 128), (8192, 128, 1)) is None  # padded batch stride
+    assert gemm_key(*base, (8192, 64, 1), (8, 64, 128), (0, 128, 1)) is None  # broadcast (expanded) weight
 
 
 # -- table -------------------------------------------------------------------------------------------------
 def test_table_keeps_cublaslt_rows_and_counts_the_rest(tmp_path):
-    csv = _rows(tmp_path / RESULTS, [
-        ("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", SOLUTION),
-        ("GemmTunableOp_BFloat16_TN", "tn_4096_16_4096_ld_4096_4096_4096", "Default"),
-        ("GemmTunableOp_float_NN", "nn_512_128_256_ld_512_256_512", SOLUTION),
-        ("GemmTunableOp_Half_TN", "tn_4096_8_4096_ld_4096_4096_4096", "Gemm_Hipblaslt_1234")])
+    csv = _rows(
+        tmp_path / RESULTS,
+        [
+            ("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", SOLUTION),
+            ("GemmTunableOp_BFloat16_TN", "tn_4096_16_4096_ld_4096_4096_4096", "Default"),
+            ("GemmTunableOp_float_NN", "nn_512_128_256_ld_512_256_512", SOLUTION),
+            ("GemmTunableOp_Half_TN", "tn_4096_8_4096_ld_4096_4096_4096", "Gemm_Hipblaslt_1234"),
+        ],
+    )
     table = load_table(tmp_path)
     assert len(table) == 2
     assert table.left_out == {"Default (torch's own kernel)": 1, "not a cuBLASLt solution": 1}
@@ -86,9 +91,16 @@ def test_table_errors_name_the_file_and_line(tmp_path):
         load_table(tmp_path / "empty")
 
 
-@pytest.mark.parametrize(("version", "hip", "consumer"), [
-    ("2.11.0+cu130", None, False), ("2.13.1", None, False), ("2.14.0", None, True), ("2.15.0.dev20261101", None, True),
-    ("2.11.0+rocm7.0", "7.0.1", True)])
+@pytest.mark.parametrize(
+    ("version", "hip", "consumer"),
+    [
+        ("2.11.0+cu130", None, False),
+        ("2.13.1", None, False),
+        ("2.14.0", None, True),
+        ("2.15.0.dev20261101", None, True),
+        ("2.11.0+rocm7.0", "7.0.1", True),
+    ],
+)
 def test_who_consumes_the_rows(version, hip, consumer):
     assert (tunableop_consumes(version, hip) is not None) == consumer
 
@@ -105,12 +117,16 @@ def routed(tmp_path):
 
     from .runtime_double import DoubleExecutor
 
-    _rows(tmp_path / RESULTS, [
-        ("GemmAndBiasTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
-        ("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
-        ("GemmTunableOp_float_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
-        ("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_32_16_8_B_4_ld_32_8_32", SOLUTION),
-        ("GemmTunableOp_BFloat16_TN", "tn_512_32_256_ld_256_256_512", REFUSED)])
+    _rows(
+        tmp_path / RESULTS,
+        [
+            ("GemmAndBiasTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
+            ("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
+            ("GemmTunableOp_float_TN", "tn_512_64_256_ld_256_256_512", SOLUTION),
+            ("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_32_16_8_B_4_ld_32_8_32", SOLUTION),
+            ("GemmTunableOp_BFloat16_TN", "tn_512_32_256_ld_256_256_512", REFUSED),
+        ],
+    )
     (tmp_path / "manifest.json").write_text(json.dumps({"runtime": {"name": "CPU double"}}))
     executor = DoubleExecutor()
     runtime = rt.install(tmp_path, executor=executor, dispatch_key="CPU")
@@ -137,15 +153,16 @@ def test_tuned_calls_take_the_plan_and_match_torch(routed):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 256, generator=g).bfloat16()
     w, b = torch.randn(512, 256, generator=g).bfloat16(), torch.randn(512, generator=g).bfloat16()
-    out = F.linear(x, w, b)   # addmm, gemm_and_bias
-    out2 = F.linear(x, w)     # mm
+    out = F.linear(x, w, b)  # addmm, gemm_and_bias
+    out2 = F.linear(x, w)  # mm
     batched = torch.bmm(torch.randn(4, 16, 8, generator=g).bfloat16(), torch.randn(4, 8, 32, generator=g).bfloat16())
     assert _tuned(routed) == 3
     assert routed.status()["fallbacks"] == {}
     assert {name.split(" ", 1)[1] for name in routed.status()["tuned_calls"]} == {  # the bundle rows' own keys
         "GemmAndBiasTunableOp_BFloat16_TN,tn_512_64_256_ld_256_256_512",
         "GemmTunableOp_BFloat16_TN,tn_512_64_256_ld_256_256_512",
-        "GemmStridedBatchedTunableOp_BFloat16_NN,nn_32_16_8_B_4_ld_32_8_32"}
+        "GemmStridedBatchedTunableOp_BFloat16_NN,nn_32_16_8_B_4_ld_32_8_32",
+    }
     import pipeline.runtime as rt
 
     rt.uninstall()
@@ -157,10 +174,10 @@ def test_tuned_calls_take_the_plan_and_match_torch(routed):
 def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     F = torch.nn.functional
     x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
-    F.linear(torch.randn(63, 256).bfloat16(), w)                        # no tuned row
-    torch.mm(x, w.t().contiguous())                                   # same shape, NN layout: no row
-    torch.addmm(torch.randn(512).bfloat16(), x, w.t(), beta=0.5)         # beta != 1
-    torch.mm(x[:, ::2], torch.randn(128, 512).bfloat16())               # torch copies a strided operand
+    F.linear(torch.randn(63, 256).bfloat16(), w)  # no tuned row
+    torch.mm(x, w.t().contiguous())  # same shape, NN layout: no row
+    torch.addmm(torch.randn(512).bfloat16(), x, w.t(), beta=0.5)  # beta != 1
+    torch.mm(x[:, ::2], torch.randn(128, 512).bfloat16())  # torch copies a strided operand
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     try:
         F.linear(x, w)
@@ -171,12 +188,14 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
         F.linear(x, w)
     finally:
         torch.use_deterministic_algorithms(False)
-    F.linear(torch.randn(32, 256).bfloat16(), w)                         # tuned row this library refuses
+    F.linear(torch.randn(32, 256).bfloat16(), w)  # tuned row this library refuses
     fallbacks = routed.status()["fallbacks"]
     assert _tuned(routed) == 0
     assert fallbacks["no tuned row"] == 2
-    assert routed.status()["untuned_keys"] == ["GemmTunableOp_BFloat16_TN,tn_512_63_256_ld_256_256_512",
-                                               "GemmTunableOp_BFloat16_NN,nn_512_64_256_ld_512_256_512"]
+    assert routed.status()["untuned_keys"] == [
+        "GemmTunableOp_BFloat16_TN,tn_512_63_256_ld_256_256_512",
+        "GemmTunableOp_BFloat16_NN,nn_512_64_256_ld_512_256_512",
+    ]
     assert sum(n for reason, n in fallbacks.items() if reason.startswith("tuned row rejected")) == 1
     assert fallbacks["alpha or beta not 1"] == 1
     assert fallbacks["layout torch copies first"] == 1
@@ -189,7 +208,7 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
 def test_autocast_calls_arrive_cast_and_compute_as_torch_does(routed):
     x, w = torch.randn(64, 256), torch.randn(512, 256)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        routed_out = torch.nn.functional.linear(x, w)   # autocast casts to bf16 first: the bf16 tuned key
+        routed_out = torch.nn.functional.linear(x, w)  # autocast casts to bf16 first: the bf16 tuned key
     assert _tuned(routed) == 1 and routed_out.dtype == torch.bfloat16
     import pipeline.runtime as rt
 
@@ -205,7 +224,7 @@ def test_fp32_rows_apply_only_under_the_tf32_setting_they_were_tuned_with(routed
     assert _tuned(routed) == 1
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        torch.nn.functional.linear(x, w)   # now a tf32 key: no row
+        torch.nn.functional.linear(x, w)  # now a tf32 key: no row
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
     assert _tuned(routed) == 1 and routed.status()["fallbacks"] == {"no tuned row": 1}
@@ -243,8 +262,13 @@ def test_rows_tuned_on_another_gpu_are_refused(tmp_path):
 # -- CLI and autoload (no GPU here: they must say so clearly, and the hook must fire on 'import torch') --------
 def _cli(tmp_path, *command: str) -> subprocess.CompletedProcess:
     csv = _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])
-    return subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(csv), "--", *command],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "--bundle", str(csv), "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
@@ -256,8 +280,13 @@ def test_cli_without_a_gpu_says_what_is_missing(tmp_path):
 
 
 def test_cli_names_a_bundle_that_is_not_there(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path / "nope"), "--",
-                           "-c", "pass"], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path / "nope"), "--", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 11 and f"{tmp_path / 'nope'}: no such bundle directory or results file" in proc.stderr
 
 
@@ -269,8 +298,13 @@ def test_cli_child_processes_install_on_importing_torch(tmp_path):
 
 
 def test_cli_needs_a_command(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
@@ -284,8 +318,7 @@ def test_the_out_overloads_take_the_plan_too(routed):
     biased = torch.empty(64, 512, dtype=torch.bfloat16)
     torch.addmm(b, x, w.t(), out=biased)
     batched = torch.empty(4, 16, 32, dtype=torch.bfloat16)
-    torch.bmm(torch.randn(4, 16, 8, generator=g).bfloat16(), torch.randn(4, 8, 32, generator=g).bfloat16(),
-              out=batched)
+    torch.bmm(torch.randn(4, 16, 8, generator=g).bfloat16(), torch.randn(4, 8, 32, generator=g).bfloat16(), out=batched)
     assert _tuned(routed) == 3 and routed.status()["fallbacks"] == {}
     strided = torch.empty(512, 64, dtype=torch.bfloat16).t()  # a transposed out: torch's kernel, counted
     torch.mm(x, w.t(), out=strided)
@@ -321,12 +354,12 @@ def test_the_bias_takes_the_key_torch_records():
     from pipeline.runtime.dispatch import contiguous, epilogue_bias, expandable
 
     assert epilogue_bias((256, 512), (512,), (1,))
-    assert epilogue_bias((256, 512), (1, 512), (7, 1))                     # squeezes to a vector
+    assert epilogue_bias((256, 512), (1, 512), (7, 1))  # squeezes to a vector
     assert not epilogue_bias((256, 512), (512,), (1,), lt_disabled=True)
-    assert not epilogue_bias((256, 512), (64, 512), (0, 1))                # an expanded 2-D bias
-    assert not epilogue_bias((256, 512), (64, 512), (512, 1))              # a full 2-D bias
-    assert not epilogue_bias((256, 512), (512,), (2,))                     # a strided vector
-    assert not epilogue_bias((256, 512), (64, 1), (1, 1))                  # a column
+    assert not epilogue_bias((256, 512), (64, 512), (0, 1))  # an expanded 2-D bias
+    assert not epilogue_bias((256, 512), (64, 512), (512, 1))  # a full 2-D bias
+    assert not epilogue_bias((256, 512), (512,), (2,))  # a strided vector
+    assert not epilogue_bias((256, 512), (64, 1), (1, 1))  # a column
     assert contiguous((1, 512), (7, 1)) and not contiguous((64, 512), (0, 1))
     assert expandable((512,), (64, 512)) and expandable((64, 1), (64, 512)) and not expandable((63, 512), (64, 512))
 
@@ -339,7 +372,7 @@ def test_a_bias_torch_does_not_fuse_routes_to_the_gemm_row(routed):
     strided = torch.randn(1024, generator=g).bfloat16()[::2]
     got = [torch.addmm(b.expand(64, 512), x, w.t()), torch.addmm(full, x, w.t()), torch.addmm(strided, x, w.t())]
     into = full.clone()
-    torch.addmm(into, x, w.t(), out=into)   # the bias is the output (torch's in-place form)
+    torch.addmm(into, x, w.t(), out=into)  # the bias is the output (torch's in-place form)
     tuned = routed.status()["tuned_calls"]
     assert sum(tuned.values()) == 4 and all(" GemmTunableOp_" in name for name in tuned), tuned
     assert routed.status()["fallbacks"] == {}
@@ -359,20 +392,27 @@ def test_helper_processes_without_gemm_calls_leave_the_status_file_to_the_comman
             self.calls = calls
 
         def status(self) -> dict:
-            return {"installed": True, "tuned_rows": 1, "source": "x", "rows_rejected": {}, "fallbacks": {},
-                    "tuned_calls": {"row": self.calls} if self.calls else {}}
+            return {
+                "installed": True,
+                "tuned_rows": 1,
+                "source": "x",
+                "rows_rejected": {},
+                "fallbacks": {},
+                "tuned_calls": {"row": self.calls} if self.calls else {},
+            }
 
     status = tmp_path / "status.json"
     report(Runtime(0), status, skip_idle=True)
     assert not status.exists()
     report(Runtime(3), status, skip_idle=True)
     assert json.loads(status.read_text())["tuned_calls"] == {"row": 3}
-    report(Runtime(0), tmp_path / "own.json")   # the launching process always reports
+    report(Runtime(0), tmp_path / "own.json")  # the launching process always reports
     assert (tmp_path / "own.json").exists()
 
 
-@pytest.mark.parametrize("fixture", ["torch2.11_hf_llama_untuned0.csv", "torch2.11_hf_t5_untuned0.csv",
-                                     "torch2.11_rocm_scaled_untuned0.csv"])
+@pytest.mark.parametrize(
+    "fixture", ["torch2.11_hf_llama_untuned0.csv", "torch2.11_hf_t5_untuned0.csv", "torch2.11_rocm_scaled_untuned0.csv"]
+)
 def test_a_runtime_key_reads_back_as_the_tunableop_key_it_came_from(fixture):
     from pipeline.runtime.table import key_text, runtime_key
 

@@ -54,8 +54,7 @@ COMPILED = torch.compile(lambda x, w, b: F.linear(x, w, b))
 '''
 
 
-CALLS_NAMES = [line.split('("', 1)[1].split('"', 1)[0] for line in CALLS.splitlines()
-               if line.startswith('        ("')]
+CALLS_NAMES = [line.split('("', 1)[1].split('"', 1)[0] for line in CALLS.splitlines() if line.startswith('        ("')]
 
 
 def _calls_module(tmp_path: Path):
@@ -66,8 +65,13 @@ def _recorded_keys(tmp_path: Path) -> list[GemmProblem]:
     """The keys torch's TunableOp records for CALLS (a separate process, recording on)."""
     script = tmp_path / "record.py"
     script.write_text(CALLS + "\nfor _, call in calls():\n    call()\ntorch.cuda.synchronize()\n")
-    env = {**os.environ, "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
-           "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1", "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv")}
+    env = {
+        **os.environ,
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "PYTORCH_TUNABLEOP_TUNING": "0",
+        "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
+        "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / "untuned.csv"),
+    }
     subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=300)
     return [e.problem for e in read_file(tmp_path / "untuned0.csv").entries]
 
@@ -96,8 +100,21 @@ def test_torchs_launcher_leaves_the_tf32_setting_as_it_found_it():
 
     from pipeline.backends.torch_gemm import allocate, torch_launcher
 
-    problem = GemmProblem("gemm", "N", "N", 64, 64, 64, 64, 64, 64, a_type="float32", b_type="float32",
-                          c_type="float32", compute_type="tf32")
+    problem = GemmProblem(
+        "gemm",
+        "N",
+        "N",
+        64,
+        64,
+        64,
+        64,
+        64,
+        64,
+        a_type="float32",
+        b_type="float32",
+        c_type="float32",
+        compute_type="tf32",
+    )
     torch.backends.cuda.matmul.allow_tf32 = False
     torch_launcher(problem)(allocate(problem, 1, torch.device("cuda"))[0])
     assert torch.backends.cuda.matmul.allow_tf32 is False
@@ -173,7 +190,7 @@ def test_settings_the_rows_were_not_tuned_under_fall_back(tuned):
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
         torch.backends.cuda.matmul.allow_tf32 = True
         try:
-            calls["fp32 linear"]()   # a tf32 key: the row is 'float'
+            calls["fp32 linear"]()  # a tf32 key: the row is 'float'
         finally:
             torch.backends.cuda.matmul.allow_tf32 = False
         status = runtime.status()
@@ -244,8 +261,23 @@ def test_cli_in_process_and_in_child_processes(tuned):
     script.write_text(CALLS + "\nfor _, call in calls():\n    call()\ntorch.cuda.synchronize()\nprint('done')\n")
     for name, command in (("in-process", [str(script)]), ("child", ["bash", "-c", f"{sys.executable} {script}"])):
         status = tmp_path / f"status-{name}.json"
-        proc = subprocess.run([sys.executable, "-m", "pipeline.runtime", "--bundle", str(csv), "--status-file",
-                               str(status), "--", *command], capture_output=True, text=True, timeout=300, check=False)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.runtime",
+                "--bundle",
+                str(csv),
+                "--status-file",
+                str(status),
+                "--",
+                *command,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
         assert "calls ran a tuned algorithm" in proc.stderr
         record = json.loads(status.read_text())
@@ -299,16 +331,23 @@ def compiled_model_rows(tmp_path_factory):
     procs = {}
     for mode in COMPILE_MODES:
         script = tmp_path / f"record_{mode}.py"
-        script.write_text(MODEL + f"\nmodel, tokens = model_and_tokens()\nf = compiled(model, {mode!r})\n"
-                          "with torch.inference_mode():\n    for _ in range(3):\n        f(tokens)\n"
-                          "torch.cuda.synchronize()\n")
-        env = {**os.environ, "PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
-               "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
-               "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / f"untuned_{mode}.csv")}
+        script.write_text(
+            MODEL + f"\nmodel, tokens = model_and_tokens()\nf = compiled(model, {mode!r})\n"
+            "with torch.inference_mode():\n    for _ in range(3):\n        f(tokens)\n"
+            "torch.cuda.synchronize()\n"
+        )
+        env = {
+            **os.environ,
+            "PYTORCH_TUNABLEOP_ENABLED": "1",
+            "PYTORCH_TUNABLEOP_TUNING": "0",
+            "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "1",
+            "PYTORCH_TUNABLEOP_UNTUNED_FILENAME": str(tmp_path / f"untuned_{mode}.csv"),
+        }
         procs[mode] = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
     assert all(p.wait(timeout=600) == 0 for p in procs.values())
-    recorded = {mode: [e.problem for e in read_file(tmp_path / f"untuned_{mode}0.csv").entries]
-                for mode in COMPILE_MODES}
+    recorded = {
+        mode: [e.problem for e in read_file(tmp_path / f"untuned_{mode}0.csv").entries] for mode in COMPILE_MODES
+    }
     every = list({runtime_key(p): p for ps in recorded.values() for p in ps}.values())
     return tmp_path, _tuned_rows(every, tmp_path / "tuned.csv"), recorded
 
@@ -355,4 +394,3 @@ def test_a_whole_compiled_model_runs_every_tuned_plan(compiled_model_rows, mode)
         assert any(padded_twin(p, q) for q in served), (mode, p, "recorded but never looked up")
     for out in got:
         assert float((out - want).norm() / want.norm()) < 2e-2, mode
-

@@ -20,8 +20,10 @@ from pipeline.runtime.table import RESULTS, load_table, runtime_key
 SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
 OP = "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN"
 # F.linear-like: x[16, 32] @ w[64, 32].t() -> BLAS m = 64, n = 16, k = 32 (shared/spec/tunableop.md 1.3)
-TENSORWISE = ("tn_64_16_32_ld_32_32_64_a_Float8_e4m3fn_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float"
-              "_ast_0_bst_0_dscale_0_fast_0_bias_None")
+TENSORWISE = (
+    "tn_64_16_32_ld_32_32_64_a_Float8_e4m3fn_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float"
+    "_ast_0_bst_0_dscale_0_fast_0_bias_None"
+)
 
 
 def _meta(shape, dtype="float8_e4m3fn", stride=None):
@@ -42,32 +44,46 @@ def test_a_tensorwise_call_has_the_newest_cuda_key():
 
 def test_rowwise_bias_fast_accum_and_mixed_types_are_in_the_key():
     w_t = _meta((32, 64), "float8_e5m2", stride=(1, 32))
-    problem = scaled_problem(X, w_t, Meta((16, 1), (1, 1), "float32"), Meta((1, 64), (64, 1), "float32"),
-                             _meta((64,), "bfloat16"), False, "bfloat16", True)
+    problem = scaled_problem(
+        X,
+        w_t,
+        Meta((16, 1), (1, 1), "float32"),
+        Meta((1, 64), (64, 1), "float32"),
+        _meta((64,), "bfloat16"),
+        False,
+        "bfloat16",
+        True,
+    )
     op, params = format_key(problem)
     assert op == "ScaledGemmTunableOp_Float8_e5m2_Float8_e4m3fn_BFloat16_TN"  # BLAS A is the weight
-    assert params.endswith("_a_Float8_e5m2_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float_ast_1_bst_1_dscale_0"
-                           "_fast_1_bias_BFloat16")
+    assert params.endswith(
+        "_a_Float8_e5m2_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float_ast_1_bst_1_dscale_0_fast_1_bias_BFloat16"
+    )
 
 
 def test_a_one_row_activation_with_rowwise_weights_is_rowwise_as_torch_pairs_them():
     x = _meta((1, 32))
-    problem = scaled_problem(x, W_T, Meta((1, 1), (1, 1), "float32"), Meta((1, 64), (64, 1), "float32"), None,
-                             False, "bfloat16", False)
+    problem = scaled_problem(
+        x, W_T, Meta((1, 1), (1, 1), "float32"), Meta((1, 64), (64, 1), "float32"), None, False, "bfloat16", False
+    )
     assert problem.scale_a_recipe == problem.scale_b_recipe == 1
 
 
-@pytest.mark.parametrize(("scale_x", "scale_y", "why"), [
-    (Meta((16, 1), (1, 1), "float32"), ONE, "block or MX"),  # rowwise with tensorwise: not a pair torch runs
-    (Meta((16, 4), (4, 1), "float32"), Meta((4, 64), (64, 1), "float32"), "block or MX"),  # 1x8 blocks
-])
+@pytest.mark.parametrize(
+    ("scale_x", "scale_y", "why"),
+    [
+        (Meta((16, 1), (1, 1), "float32"), ONE, "block or MX"),  # rowwise with tensorwise: not a pair torch runs
+        (Meta((16, 4), (4, 1), "float32"), Meta((4, 64), (64, 1), "float32"), "block or MX"),  # 1x8 blocks
+    ],
+)
 def test_scales_the_key_cannot_state_are_refused_with_the_reason(scale_x, scale_y, why):
     assert why in scaled_problem(X, W_T, scale_x, scale_y, None, False, "bfloat16", False)
 
 
 def test_a_weight_torch_would_copy_first_is_not_keyed():
     assert scaled_problem(X, _meta((32, 64), stride=(1, 16)), ONE, ONE, None, False, None, False) == (
-        "layout torch copies first")
+        "layout torch copies first"
+    )
 
 
 def test_which_torch_records_scaled_gemms_itself():
@@ -76,14 +92,17 @@ def test_which_torch_records_scaled_gemms_itself():
     assert tunableop_records_scaled("2.15.0.dev20261101", None)
 
 
-@pytest.mark.parametrize(("params", "reason"), [
-    (TENSORWISE, None),
-    (TENSORWISE.replace("ast_0_bst_0", "ast_1_bst_1"), None),
-    ("tn_64_16_32_ld_32_32_64_rw_0_bias_None", "rw_ form cannot tell tensorwise from block"),
-    (TENSORWISE.replace("ast_0_bst_0", "ast_4_bst_4"), "only tensorwise (0) and rowwise (1)"),
-    (TENSORWISE.replace("dscale_0", "dscale_1"), "output scale"),
-    (TENSORWISE.replace("bias_None", "bias_Float"), "bias on a bfloat16 output"),
-])
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        (TENSORWISE, None),
+        (TENSORWISE.replace("ast_0_bst_0", "ast_1_bst_1"), None),
+        ("tn_64_16_32_ld_32_32_64_rw_0_bias_None", "rw_ form cannot tell tensorwise from block"),
+        (TENSORWISE.replace("ast_0_bst_0", "ast_4_bst_4"), "only tensorwise (0) and rowwise (1)"),
+        (TENSORWISE.replace("dscale_0", "dscale_1"), "output scale"),
+        (TENSORWISE.replace("bias_None", "bias_Float"), "bias on a bfloat16 output"),
+    ],
+)
 def test_the_cublaslt_backend_takes_stated_scales_only(params, reason):
     problem = parse_key(OP, params)
     got = unsupported_reason(problem)
@@ -95,8 +114,11 @@ def test_a_scaled_row_never_lands_under_a_plain_gemm_key_or_the_reverse(tmp_path
     rowwise_form = parse_key(OP, "tn_64_16_32_ld_32_32_64_rw_0_bias_None")
     scaled = parse_key(OP, TENSORWISE)
     path = tmp_path / RESULTS
-    write_file(path, {"PT_VERSION": "2.11.0"}, [TunableOpEntry.from_problem(p, SOLUTION, 0.01)
-                                               for p in (plain, rowwise_form, scaled)])
+    write_file(
+        path,
+        {"PT_VERSION": "2.11.0"},
+        [TunableOpEntry.from_problem(p, SOLUTION, 0.01) for p in (plain, rowwise_form, scaled)],
+    )
     table = load_table(path)
     assert set(table.solutions) == {runtime_key(plain), runtime_key(scaled)}
     assert table.solutions[runtime_key(scaled)][0] == scaled and table.solutions[runtime_key(plain)][0] == plain
@@ -152,7 +174,8 @@ def test_collection_merges_the_recorded_calls(tmp_path):
         "    torch._scaled_mm(x, w.t(), torch.ones(16, 4), torch.ones(4, 64), out_dtype=torch.bfloat16)\n"
         "except (RuntimeError, ValueError):\n"
         "    pass\n"
-        "r.write()\n")
+        "r.write()\n"
+    )
     out = tmp_path / "collect"
     collection = collect(out, [sys.executable, str(script)])
     assert [f.name for f in collection.files] == [f.name for f in sorted(out.glob("untuned_scaled_*.csv"))]
@@ -160,16 +183,24 @@ def test_collection_merges_the_recorded_calls(tmp_path):
     assert json.loads((out / "calls.json").read_text())["calls"] == {f"{OP},{TENSORWISE}": 3}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["scaled_calls_not_recorded"] == {
-        "block or MX scales (only tensorwise and rowwise scales are keyed)": 1}
+        "block or MX scales (only tensorwise and rowwise scales are keyed)": 1
+    }
 
 
 def test_the_autoload_hook_never_breaks_a_workload_whose_torch_has_no_cuda_kernels(tmp_path):
     from pipeline.runtime.__main__ import AUTOLOAD
 
-    env = {"GEMM_TUNE_RECORD_SCALED": str(tmp_path), "PYTHONPATH": f"{AUTOLOAD}:{Path(__file__).parents[1]}",
-           "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(2).sum().item())"], env=env,
-                          capture_output=True, text=True)
+    env = {
+        "GEMM_TUNE_RECORD_SCALED": str(tmp_path),
+        "PYTHONPATH": f"{AUTOLOAD}:{Path(__file__).parents[1]}",
+        "PATH": "/usr/bin:/bin",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.ones(2).sum().item())"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "2.0"
     if not torch.cuda.is_available():
         assert "_scaled_mm calls not recorded" in proc.stderr
@@ -182,8 +213,9 @@ def routed_fp8(tmp_path):
     from .runtime_double import DoubleExecutor
 
     rows = [parse_key(OP, TENSORWISE), parse_key(OP, TENSORWISE.replace("ast_0_bst_0", "ast_1_bst_1"))]
-    write_file(tmp_path / RESULTS, {"PT_VERSION": "2.11.0"},
-               [TunableOpEntry.from_problem(p, SOLUTION, 0.01) for p in rows])
+    write_file(
+        tmp_path / RESULTS, {"PT_VERSION": "2.11.0"}, [TunableOpEntry.from_problem(p, SOLUTION, 0.01) for p in rows]
+    )
     runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
     try:
         yield runtime
@@ -205,8 +237,9 @@ def test_scaled_calls_with_a_tuned_row_take_the_plan_and_match_torch(routed_fp8)
     torch._scaled_mm(x, w.t(), rows, cols, out_dtype=torch.bfloat16, out=out)
     assert _tuned(routed_fp8) == 2
     routed_fp8.uninstall()
-    assert torch.allclose(got.float(), torch._scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16).float(),
-                          rtol=2e-2, atol=1e-1)
+    assert torch.allclose(
+        got.float(), torch._scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16).float(), rtol=2e-2, atol=1e-1
+    )
     reference = (x.float() * rows) @ (w.float().t() * cols)
     assert torch.allclose(out.float(), reference, rtol=2e-2, atol=1e-1)
 
@@ -252,7 +285,7 @@ def test_tune_records_a_problem_the_library_refuses_as_a_skip_with_its_reason():
     assert result.skipped == "rowwise FP8 scales (OUTER_VEC_32F): no algorithm for them" and not result.errors
 
 
-@pytest.mark.parametrize("text", ['{"calls": {"k": 1}', '{"calls": {"k": 1}}', '[1, 2]'])
+@pytest.mark.parametrize("text", ['{"calls": {"k": 1}', '{"calls": {"k": 1}}', "[1, 2]"])
 def test_a_corrupt_count_file_is_an_error_naming_it(tmp_path, text):
     from pipeline.errors import BadInput
 

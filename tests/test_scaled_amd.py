@@ -18,16 +18,20 @@ from pipeline.stages.results_merge import merge_results
 from .helpers import DOUBLE, FIXTURES, TARGET
 
 SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
-ROWWISE = parse_key("ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
-                    "tn_4096_8_4096_ld_4096_4096_4096_rw_1_bias_None")
+ROWWISE = parse_key(
+    "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096_rw_1_bias_None"
+)
 
 
-@pytest.mark.parametrize(("version", "tensorwise", "rowwise", "fp8"), [("1000", "s", "v", "f8_r"),
-                                                                       ("100200", "1", "2", "f8_fnuz_r")])
+@pytest.mark.parametrize(
+    ("version", "tensorwise", "rowwise", "fp8"), [("1000", "s", "v", "f8_r"), ("100200", "1", "2", "f8_fnuz_r")]
+)
 def test_the_scale_options_each_generation_takes(version, tensorwise, rowwise, fp8):
     gen = Generation.of(version)
-    tensor = parse_key("ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
-                       "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_BFloat16")
+    tensor = parse_key(
+        "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
+        "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_BFloat16",
+    )
     args = problem_args(tensor, gen)
     assert args[args.index("--scaleA") + 1] == args[args.index("--scaleB") + 1] == tensorwise
     assert args[args.index("--a_type") + 1] == fp8 and args[args.index("--bias_type") + 1] == "bf16_r"
@@ -35,15 +39,33 @@ def test_the_scale_options_each_generation_takes(version, tensorwise, rowwise, f
     assert args[args.index("--scaleA") + 1] == rowwise and "--bias_vector" not in args
 
 
-@pytest.mark.parametrize(("key", "why"), [
-    (("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN",
-      "tn_4096_128_4096_ld_4096_4096_4096_a_Float8_e4m3fn_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float_ast_0_bst_0"
-      "_dscale_0_fast_1_bias_None"), "a CUDA scaled-GEMM key"),
-    (("ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
-      "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_None_swz_1_1"), "MX block-scaled GEMM"),
-    (("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_None"),
-     "OCP FP8"),
-])
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (
+            (
+                "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN",
+                "tn_4096_128_4096_ld_4096_4096_4096_a_Float8_e4m3fn_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float_ast_0_bst_0"
+                "_dscale_0_fast_1_bias_None",
+            ),
+            "a CUDA scaled-GEMM key",
+        ),
+        (
+            (
+                "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
+                "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_None_swz_1_1",
+            ),
+            "MX block-scaled GEMM",
+        ),
+        (
+            (
+                "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN",
+                "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_None",
+            ),
+            "OCP FP8",
+        ),
+    ],
+)
 def test_a_scale_form_the_bench_cannot_express_is_skipped_with_its_reason(key, why):
     assert why in unsupported_reason(parse_key(*key), Generation.of("100200"), "gfx942")
 
@@ -53,22 +75,51 @@ def test_a_scaled_row_never_lands_under_a_plain_key_nor_the_reverse():
     validators = {"PT_VERSION": "2.11.0", "HIPBLASLT_VERSION": "100200-de5c1aebb6-dirty"}
     from pipeline.formats.tunableop import TunableOpFile
 
-    files = [TunableOpFile("a.csv", validators, [TunableOpEntry.from_problem(ROWWISE, "Gemm_Hipblaslt_2061", 0.01)]),
-             TunableOpFile("b.csv", validators, [TunableOpEntry.from_problem(plain, "Gemm_Hipblaslt_3150", 0.005)])]
+    files = [
+        TunableOpFile("a.csv", validators, [TunableOpEntry.from_problem(ROWWISE, "Gemm_Hipblaslt_2061", 0.01)]),
+        TunableOpFile("b.csv", validators, [TunableOpEntry.from_problem(plain, "Gemm_Hipblaslt_3150", 0.005)]),
+    ]
     merged = merge_results(files)
     by_op = {e.op_signature: e.solution for e in merged.entries}
-    assert by_op == {"ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN": "Gemm_Hipblaslt_2061",
-                     "GemmTunableOp_BFloat16_TN": "Gemm_Hipblaslt_3150"}, "the faster plain row took nothing over"
+    assert by_op == {
+        "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN": "Gemm_Hipblaslt_2061",
+        "GemmTunableOp_BFloat16_TN": "Gemm_Hipblaslt_3150",
+    }, "the faster plain row took nothing over"
 
 
 @pytest.mark.parametrize("generation", ["2024", "2025"])
 def test_scaled_gemms_are_tuned_with_their_scales_through_the_dag(generation, tmp_path):
     settings = tmp_path / "settings.log"
-    command = [sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-               "--workdir", str(tmp_path / "w"), "--run-name", "fp8", "--untuned", str(SCALED), "--backend",
-               "hipblaslt", "--hipblaslt-bench", DOUBLE, "--validators-from", str(TARGET), "--validate-rounds", "3"]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": generation,
-           "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings), "HIPBLASLT_DOUBLE_NOISE": "0"}
+    command = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "TuneWorkload",
+        "--local-scheduler",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--run-name",
+        "fp8",
+        "--untuned",
+        str(SCALED),
+        "--backend",
+        "hipblaslt",
+        "--hipblaslt-bench",
+        DOUBLE,
+        "--validators-from",
+        str(TARGET),
+        "--validate-rounds",
+        "3",
+    ]
+    env = {
+        **os.environ,
+        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+        "HIPBLASLT_DOUBLE_GENERATION": generation,
+        "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings),
+        "HIPBLASLT_DOUBLE_NOISE": "0",
+    }
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "fp8"
@@ -82,8 +133,9 @@ def test_scaled_gemms_are_tuned_with_their_scales_through_the_dag(generation, tm
     runs = [json.loads(line) for line in settings.read_text().splitlines()]
     fp8 = [r for r in runs if "f8" in r["a_type"]]
     assert {r["method"] for r in fp8} == {"heuristic", "all", "index"}
-    assert {(r["scaleA"], r["scaleB"]) for r in fp8} == {(want[False], want[False]), (want[True], want[True])}, \
+    assert {(r["scaleA"], r["scaleB"]) for r in fp8} == {(want[False], want[False]), (want[True], want[True])}, (
         "an FP8 run without its scales is another problem"
+    )
     assert {(r["scaleA"], r["scaleB"]) for r in runs if r["a_type"] == "bf16_r"} == {(None, None)}
     bundle = read_file(run / "bundle" / "tunableop_results.csv")
     scaled_rows = [e for e in bundle.entries if e.op_signature.startswith("ScaledGemmTunableOp_")]

@@ -16,14 +16,35 @@ from .helpers import DOUBLE, ROOT, UNTUNED
 def test_scaling_reports_each_gpu_count_with_its_timeline(tmp_path):
     out = tmp_path / "scaling.json"
     env = {**os.environ, "HIPBLASLT_BENCH": DOUBLE, "HIPBLASLT_DOUBLE_NOISE": "0"}
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scaling.py"), "--backend", "hipblaslt", "--gpus",
-                           "1", "2", "4", "--device-count", "2", "--problems", str(UNTUNED), "--workdir",
-                           str(tmp_path / "w"), "--out", str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "scaling.py"),
+            "--backend",
+            "hipblaslt",
+            "--gpus",
+            "1",
+            "2",
+            "4",
+            "--device-count",
+            "2",
+            "--problems",
+            str(UNTUNED),
+            "--workdir",
+            str(tmp_path / "w"),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert [r["gpus"] for r in data["runs"]] == [1, 2] and data["not_run"] == [
-        {"gpus": 4, "why": "2 GPUs visible on this machine"}]
+        {"gpus": 4, "why": "2 GPUs visible on this machine"}
+    ]
     one, two = data["runs"]
     assert one["problems"] == two["problems"] == 12 and one["scaling_vs_1"] == 1.0
     assert [g["gpu"] for g in two["per_gpu"]] == [0, 1] and sum(g["problems"] for g in two["per_gpu"]) == 12

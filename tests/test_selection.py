@@ -56,8 +56,7 @@ def test_replayed_screens_the_larger_pool_confirms_no_worse():
     for seed in range(200):
         true_us = _pool(1500, seed)
         screened = _replay(true_us, 0.08, seed)
-        tiered_losses += _confirmed(finalists(screened, 4), true_us) > _confirmed(finalists(screened[:128], 4),
-                                                                                  true_us)
+        tiered_losses += _confirmed(finalists(screened, 4), true_us) > _confirmed(finalists(screened[:128], 4), true_us)
         plain_losses += _confirmed(_plain(screened, 1500), true_us) > _confirmed(_plain(screened, 128), true_us)
     assert tiered_losses == 0
     assert plain_losses > 0
@@ -74,10 +73,10 @@ def test_floor_is_bytes_over_bandwidth_or_flops_over_peak():
     from pipeline.backends.measure import BelowFloor, DeviceLimits
 
     limits = DeviceLimits(bandwidth=3.0e12, flops={("bfloat16", "float32"): 700e12})
-    decode = GemmProblem("gemm", "T", "N", 28672, 1, 4096, 4096, 4096, 28672)   # 235 MB of weight
+    decode = GemmProblem("gemm", "T", "N", 28672, 1, 4096, 4096, 4096, 28672)  # 235 MB of weight
     assert limits.floor_us(decode) == pytest.approx((28672 * 4096 + 4096 + 28672) * 2 / 3.0e12 * 1e6)
     big = GemmProblem("gemm", "T", "N", 8192, 8192, 8192, 8192, 8192, 8192)
-    assert limits.floor_us(big) == pytest.approx(2 * 8192 ** 3 / 700e12 * 1e6)
+    assert limits.floor_us(big) == pytest.approx(2 * 8192**3 / 700e12 * 1e6)
     limits.check(decode, limits.floor_us(decode) * 0.95, "within the slack")
     # the measured case: gate_up M=1 at 68.8 us, faster than the memory can deliver
     with pytest.raises(BelowFloor, match="under the device's floor"):
@@ -87,7 +86,7 @@ def test_floor_is_bytes_over_bandwidth_or_flops_over_peak():
 def test_operands_rotate_through_at_least_two_copies():
     from pipeline.backends.measure import copies_needed
 
-    lm_head = GemmProblem("gemm", "T", "N", 128256, 1, 4096, 4096, 4096, 128256)   # 1 GB: over 3x L2 alone
+    lm_head = GemmProblem("gemm", "T", "N", 128256, 1, 4096, 4096, 4096, 128256)  # 1 GB: over 3x L2 alone
     small = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
     assert copies_needed(lm_head, 50 << 20, 3.0) == 2
     assert copies_needed(small, 50 << 20, 3.0) == 5
@@ -126,7 +125,7 @@ def test_neighbours_change_one_axis_nearest_first():
     assert len(found) == sum(len(a) - 1 for a in axes) == len(set(found))
     assert all(sum(a != b for a, b in zip(n, combo, strict=True)) == 1 for n in found)
     customs = [n[4] for n in found if n[4] != combo[4]]
-    assert customs == [0, 2, 3]   # nearest first: 0 and 2 are one step from 1, then 3
+    assert customs == [0, 2, 3]  # nearest first: 0 and 2 are one step from 1, then 3
     # one step on every axis comes before two steps on any: a small budget spans all axes
     changed = [next(i for i, (a, b) in enumerate(zip(n, combo, strict=True)) if a != b) for n in found[:9]]
     assert sorted(set(changed)) == [0, 1, 2, 3, 4, 5] and found[-1] == (12, 35, (1, 0), 0, 3, 4)

@@ -55,8 +55,10 @@ def test_expand_inputs_files_dirs_globs_and_errors(tmp_path):
     run = _per_gpu_files(tmp_path / "run", gpus=2)
     (run / "notes.txt").write_text("not a csv")
     assert expand_inputs([str(run)]) == [run / "untuned0.csv", run / "untuned1.csv"]
-    assert expand_inputs([str(run / "untuned1.csv"), str(run / "*.csv")]) == [run / "untuned1.csv",
-                                                                             run / "untuned0.csv"]
+    assert expand_inputs([str(run / "untuned1.csv"), str(run / "*.csv")]) == [
+        run / "untuned1.csv",
+        run / "untuned0.csv",
+    ]
     with pytest.raises(ShapeInputError, match=r"missing\.csv: no such file"):
         expand_inputs([str(tmp_path / "missing.csv")])
     with pytest.raises(ShapeInputError, match="pattern matches no file"):
@@ -86,8 +88,19 @@ def test_every_fixture_gathers_and_the_json_round_trips(tmp_path):
 def test_summary_table_lists_every_shape_and_totals(tmp_path):
     result = gather([str(FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv")])
     table = summary_table(result)
-    assert table.splitlines()[0].split() == ["op", "dtype", "layout", "m", "n", "k", "batch", "count", "calls",
-                                             "time%", "time_ms"]
+    assert table.splitlines()[0].split() == [
+        "op",
+        "dtype",
+        "layout",
+        "m",
+        "n",
+        "k",
+        "batch",
+        "count",
+        "calls",
+        "time%",
+        "time_ms",
+    ]
     rows = [line.split() for line in table.splitlines()[2:6]]
     assert ["GemmAndBias", "BFloat16", "TN", "11008", "64", "4096", "1", "1", "0.05234"] in rows  # weights unset
     assert [row[0] for row in rows] == ["Gemm", "Gemm", "GemmAndBias", "GemmStridedBatched"]
@@ -141,8 +154,11 @@ def test_weights_without_counts_say_why(tmp_path):
     apply_weights(swallowed, {"calls": {}, "note": "the workload's stderr held no TunableOp lookup line"}, None)
     assert "no TunableOp lookup line" in summary_table(swallowed)
     partial = gather([str(path)])
-    apply_weights(partial, {"calls": {partial.shapes[0].key: 5, "GemmTunableOp_Half_TN,tn_8": 1}},
-                  {"per_call_us": {partial.shapes[0].key: 1.0}})
+    apply_weights(
+        partial,
+        {"calls": {partial.shapes[0].key: 5, "GemmTunableOp_Half_TN,tn_8": 1}},
+        {"per_call_us": {partial.shapes[0].key: 1.0}},
+    )
     assert [r.calls for r in partial.shapes] == [5, 1]
     assert all(r.time_share is None for r in partial.shapes), "no share without a time for every GEMM"
     assert any("ignored" in n for n in partial.weight_notes)

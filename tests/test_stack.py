@@ -67,8 +67,10 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     proc = _run(tmp_path, "night1")
     print(f"no-op rerun: {time.monotonic() - start:.2f} s")
     assert len(_bench_runs(tmp_path)) == calls, "a no-op rerun ran the bench"
-    assert "complete ones were encountered" in proc.stderr + proc.stdout and "ran successfully" not in \
-        proc.stderr + proc.stdout
+    assert (
+        "complete ones were encountered" in proc.stderr + proc.stdout
+        and "ran successfully" not in proc.stderr + proc.stdout
+    )
 
     # a new run of the same stack takes every tuned problem from the fingerprint's cache
     _run(tmp_path, "night2")
@@ -80,10 +82,14 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     # a library upgrade: a new fingerprint; previous winners are re-timed first, kept or retuned
     _run(tmp_path, "night3", build="7.1")
     third = _summary(tmp_path, "night3")
-    results = {r["problem"]["m"]: r for r in json.loads((tmp_path / "w" / "night3" / "bench" /
-                                                           "results.json").read_text())}
-    winners_before = [r for r in json.loads((tmp_path / "w" / "night1" / "bench" / "results.json").read_text())
-                      if r["winner"] != "Default"]
+    results = {
+        r["problem"]["m"]: r for r in json.loads((tmp_path / "w" / "night3" / "bench" / "results.json").read_text())
+    }
+    winners_before = [
+        r
+        for r in json.loads((tmp_path / "w" / "night1" / "bench" / "results.json").read_text())
+        if r["winner"] != "Default"
+    ]
     assert winners_before, "the double's first build has winners to re-time"
     assert third["origin"]["retimed"] + third["origin"]["retuned"] == len(winners_before)
     assert third["origin"]["tuned"] == 12 - len(winners_before)
@@ -116,23 +122,47 @@ def _drift_run(root, name: str, fp: str, kept: list[str], speedups: dict[str, fl
     rows = []
     for key, x in speedups.items():
         stat = {"median_us": 10.0 * x, "p25_us": 10.0 * x, "p75_us": 10.0 * x}
-        rows.append({"key": key, "solution": "Gemm_Hipblaslt_7", "op": "gemm", "dtype": "float16", "layout": "TN",
-                     "m": 1, "n": 2, "k": 3, "batch": 1, "calls": 1, "flops": 12, "floor_us": 1.0,
-                     "baseline": stat, "tuned": {**stat, "median_us": 10.0, "p25_us": 10.0, "p75_us": 10.0}})
+        rows.append(
+            {
+                "key": key,
+                "solution": "Gemm_Hipblaslt_7",
+                "op": "gemm",
+                "dtype": "float16",
+                "layout": "TN",
+                "m": 1,
+                "n": 2,
+                "k": 3,
+                "batch": 1,
+                "calls": 1,
+                "flops": 12,
+                "floor_us": 1.0,
+                "baseline": stat,
+                "tuned": {**stat, "median_us": 10.0, "p25_us": 10.0, "p75_us": 10.0},
+            }
+        )
     (run / "validate" / "measurements.json").write_text(json.dumps({"rows": rows}))
-    (run / "validate" / "gate.json").write_text(json.dumps(
-        {"kept": kept, "dropped": [{"key": k, "reason": "x1.010 does not beat the margin"}
-                                   for k in speedups if k not in kept]}))
-    (run / "shapes" / "shapes.json").write_text(json.dumps(
-        [{"op_signature": k.split(",")[0], "params_signature": k.split(",")[1]} for k in speedups]))
+    (run / "validate" / "gate.json").write_text(
+        json.dumps(
+            {
+                "kept": kept,
+                "dropped": [{"key": k, "reason": "x1.010 does not beat the margin"} for k in speedups if k not in kept],
+            }
+        )
+    )
+    (run / "shapes" / "shapes.json").write_text(
+        json.dumps([{"op_signature": k.split(",")[0], "params_signature": k.split(",")[1]} for k in speedups])
+    )
     return run
 
 
 def test_drift_names_what_changed_and_why_a_row_was_dropped(tmp_path):
     from pipeline.stages.drift import compare
 
-    a, b, c = "GemmTunableOp_Half_TN,tn_1_2_3_ld_3_3_1", "GemmTunableOp_Half_TN,tn_4_2_3_ld_3_3_4", \
-        "GemmTunableOp_Half_TN,tn_5_2_3_ld_3_3_5"
+    a, b, c = (
+        "GemmTunableOp_Half_TN,tn_1_2_3_ld_3_3_1",
+        "GemmTunableOp_Half_TN,tn_4_2_3_ld_3_3_4",
+        "GemmTunableOp_Half_TN,tn_5_2_3_ld_3_3_5",
+    )
     before = _drift_run(tmp_path, "night1", "fp1", [a, b], {a: 1.20, b: 1.10})
     same = compare(_drift_run(tmp_path, "night2", "fp1", [a], {a: 1.05, b: 1.01, c: 1.0}), before)
     assert [d["key"] for d in same["speedups_shrank"]] == [a] and same["new_shapes"] == [c]

@@ -18,8 +18,10 @@ from pipeline.stages.package import write_package
 
 pytestmark = pytest.mark.gpu
 CUBLASLT = "Gemm_Cublaslt_id_21_tile_18_stages_21_splitk_1_red_0_swizzle_0_custom_0"
-KEYS = [("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096"),  # F.linear(x[8,4096], W[4096,4096])
-        ("GemmTunableOp_BFloat16_TN", "tn_11008_16_4096_ld_4096_4096_11008")]
+KEYS = [
+    ("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096"),  # F.linear(x[8,4096], W[4096,4096])
+    ("GemmTunableOp_BFloat16_TN", "tn_11008_16_4096_ld_4096_4096_11008"),
+]
 RUN = """
 import json, os, sys, torch
 import torch.nn.functional as F
@@ -51,8 +53,10 @@ def test_the_probe_names_this_cuda_stack():
     facts = probe_here()
     torch = _torch()
     assert facts["platform"] == ("rocm" if torch.version.hip else "cuda")
-    assert facts["torch"] == torch.__version__ and facts["sm_count"] == torch.cuda.get_device_properties(0).\
-        multi_processor_count
+    assert (
+        facts["torch"] == torch.__version__
+        and facts["sm_count"] == torch.cuda.get_device_properties(0).multi_processor_count
+    )
     if facts["platform"] == "cuda":
         assert facts["arch"].startswith("sm") and facts["cublaslt"] > 100000 and facts["driver"].startswith("nvidia")
 
@@ -75,8 +79,11 @@ def _run_with(env_sh: Path | None, csv: Path | None, tmp_path: Path) -> subproce
         env["GEMM_TUNE_PACKAGE"] = str(env_sh.parent)
         command = ["sh", "-c", f'. "{env_sh}"; exec "{sys.executable}" "{script}"']
     else:
-        env.update(PYTORCH_TUNABLEOP_ENABLED="1", PYTORCH_TUNABLEOP_TUNING="0",
-                   PYTORCH_TUNABLEOP_FILENAME=str(csv).replace("0.csv", "%d.csv"))
+        env.update(
+            PYTORCH_TUNABLEOP_ENABLED="1",
+            PYTORCH_TUNABLEOP_TUNING="0",
+            PYTORCH_TUNABLEOP_FILENAME=str(csv).replace("0.csv", "%d.csv"),
+        )
         command = [sys.executable, str(script)]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 

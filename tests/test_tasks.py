@@ -42,8 +42,10 @@ def test_collection_then_gather_and_resume(tmp_path):
     task = GenerateConfigs(workdir=str(tmp_path), run_name="night", workload_cmd=cmd, call_times=False)
     assert _build(task)
     shapes = json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())
-    assert [(row["m"], row["n"], row["k"], row["count"]) for row in shapes] == [(4096, 128, 4096, 2),
-                                                                               (6144, 128, 4096, 2)]
+    assert [(row["m"], row["n"], row["k"], row["count"]) for row in shapes] == [
+        (4096, 128, 4096, 2),
+        (6144, 128, 4096, 2),
+    ]
     # as if the run had crashed in GatherShapes: its output and everything after it are missing
     (tmp_path / "night" / "shapes" / "shapes.json").unlink()
     shutil.rmtree(tmp_path / "night" / "configs")
@@ -63,14 +65,24 @@ def test_failing_workload_fails_the_task(tmp_path):
 
 def test_luigi_command_line_exit_codes(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    base = [sys.executable, "-m", "luigi", "--module", "pipeline", "GenerateConfigs", "--local-scheduler",
-            "--workdir", str(tmp_path)]
+    base = [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        "GenerateConfigs",
+        "--local-scheduler",
+        "--workdir",
+        str(tmp_path),
+    ]
     ok = subprocess.run([*base, "--untuned", str(FIXTURES / "tunableop")], cwd=repo, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     bad = tmp_path / "bad.csv"
     bad.write_text("GemmTunableOp_Half_TN,tn_8_8\n")
-    failed = subprocess.run([*base, "--run-name", "bad", "--untuned", str(bad)], cwd=repo, capture_output=True,
-                            text=True)
+    failed = subprocess.run(
+        [*base, "--run-name", "bad", "--untuned", str(bad)], cwd=repo, capture_output=True, text=True
+    )
     assert failed.returncode != 0
     assert f"{bad}:1: params 'tn_8_8'" in failed.stderr
 
@@ -86,7 +98,9 @@ def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
     merged = read_file(tmp_path / "night" / "merge" / "tunableop_results.csv")
     assert merged.validators == {"PT_VERSION": "2.11.0"}
     assert sorted(e.solution for e in merged.entries) == [
-        "Default", "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0"]
+        "Default",
+        "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0",
+    ]
     assert (tmp_path / "night" / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").exists()
     summary = json.loads((tmp_path / "night" / "bench" / "summary.json").read_text())
     assert (summary["problems"], summary["tuned"], summary["improved"]) == (2, 2, 1)
@@ -126,4 +140,5 @@ def test_time_shares_reach_shapes_json(tmp_path, monkeypatch):
     shapes = {row["m"]: row for row in json.loads((tmp_path / "night" / "shapes" / "shapes.json").read_text())}
     assert (shapes[6144]["calls"], shapes[4096]["calls"]) == (3, 9)
     assert shapes[6144]["time_share"] == pytest.approx(90 / 270) and shapes[4096]["time_share"] == pytest.approx(
-        180 / 270)
+        180 / 270
+    )

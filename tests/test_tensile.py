@@ -38,8 +38,11 @@ def fake_tensilelite(root: Path, generation: str = "2025") -> Path:
     table = root / "Tensile" / ("TensileInstructions" if generation == "2024" else "Common") / "DataType.py"
     table.parent.mkdir()
     chars = S24_CHARS if generation == "2024" else RL_CHARS
-    table.write_text("class DataType:\n    properties = [\n" + "".join(
-        f"        {{\n            'char': '{c}',\n            'reg': 1,\n        }},\n" for c in chars) + "    ]\n")
+    table.write_text(
+        "class DataType:\n    properties = [\n"
+        + "".join(f"        {{\n            'char': '{c}',\n            'reg': 1,\n        }},\n" for c in chars)
+        + "    ]\n"
+    )
     return root
 
 
@@ -56,7 +59,8 @@ def test_configs_tensilelite_would_refuse_are_named():
     assert any("JoinParameters is no longer supported" in p for p in problems)
     assert any("Exact [64, 64, 1] is not 4 or 8 positive integers" in p for p in problems)
     assert config_problems([]) and "BenchmarkFinalParameters[0]" in " ".join(
-        config_problems({"BenchmarkProblems": [[{"DataType": "b"}, {"BenchmarkFinalParameters": []}]]}))
+        config_problems({"BenchmarkProblems": [[{"DataType": "b"}, {"BenchmarkFinalParameters": []}]]})
+    )
 
 
 def test_a_refused_config_never_runs(tmp_path):
@@ -90,13 +94,36 @@ def test_locate_and_benchmark_winners(tmp_path, monkeypatch):
 def test_tune_workload_with_tensilelite(tmp_path):
     tensilelite = fake_tensilelite(tmp_path / "tl")
     untuned = FIXTURES / "configs" / "untuned0.csv"
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                           "--workdir", str(tmp_path / "w"), "--run-name", "night", "--untuned", str(untuned),
-                           "--backend", "tensile", "--tensile-root", str(tensilelite),
-                           "--hipblaslt-bench", str(DOUBLES / "hipblaslt-bench"),
-                           "--validators-from", str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "TuneWorkload",
+            "--local-scheduler",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--run-name",
+            "night",
+            "--untuned",
+            str(untuned),
+            "--backend",
+            "tensile",
+            "--tensile-root",
+            str(tensilelite),
+            "--hipblaslt-bench",
+            str(DOUBLES / "hipblaslt-bench"),
+            "--validators-from",
+            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     summary = json.loads((run / "bench" / "summary.json").read_text())
@@ -115,28 +142,61 @@ def test_scaled_fp8_gemms_are_benchmarked_with_their_scales(generation, fp8, mix
     tree's FP8 letters; TensileLite names every kernel of a scaled ProblemType _SAB/_SABV, so a config that
     forgot the scales would show in the logic. The library's pick they are judged against ran with its scales."""
     settings = tmp_path / "settings.log"
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                           "--workdir", str(tmp_path / "w"), "--run-name", "fp8", "--untuned", str(SCALED),
-                           "--backend", "tensile", "--tensile-root", str(fake_tensilelite(tmp_path / "tl", generation)),
-                           "--tensile-generation", generation, "--hipblaslt-bench", str(DOUBLES / "hipblaslt-bench"),
-                           "--validators-from", str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
-                               "HIPBLASLT_DOUBLE_GENERATION": generation,
-                               "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "TuneWorkload",
+            "--local-scheduler",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--run-name",
+            "fp8",
+            "--untuned",
+            str(SCALED),
+            "--backend",
+            "tensile",
+            "--tensile-root",
+            str(fake_tensilelite(tmp_path / "tl", generation)),
+            "--tensile-generation",
+            generation,
+            "--hipblaslt-bench",
+            str(DOUBLES / "hipblaslt-bench"),
+            "--validators-from",
+            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+            "HIPBLASLT_DOUBLE_GENERATION": generation,
+            "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings),
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "fp8"
-    results = {(r["problem"]["rowwise"], r["problem"]["b_type"], r["problem"]["bias_type"]): r
-               for r in json.loads((run / "bench" / "results.json").read_text())
-               if r["problem"]["op"] == "scaled_gemm" and r["problem"]["scale_a_recipe"] is None}
+    results = {
+        (r["problem"]["rowwise"], r["problem"]["b_type"], r["problem"]["bias_type"]): r
+        for r in json.loads((run / "bench" / "results.json").read_text())
+        if r["problem"]["op"] == "scaled_gemm" and r["problem"]["scale_a_recipe"] is None
+    }
     assert len(results) == 4 and all(not r["skipped"] and not r["errors"] for r in results.values())
     logic = {}
     for path in (run / "bench" / "logic").glob("*.yaml"):
         data = yaml.safe_load(path.read_text())
         logic[path.name] = data[4]
-        assert all(s["SolutionNameMin"].split("_MT")[0].endswith(
-            {"Scalar": "_SAB", "Vector": "_SABV"}.get(data[4].get("UseScaleAB", ""), "") + "_UserArgs")
-            for s in data[5])
+        assert all(
+            s["SolutionNameMin"]
+            .split("_MT")[0]
+            .endswith({"Scalar": "_SAB", "Vector": "_SABV"}.get(data[4].get("UseScaleAB", ""), "") + "_UserArgs")
+            for s in data[5]
+        )
     scaled = {(pt["DataType"], pt["UseScaleAB"], pt.get("UseBias", 0)) for pt in logic.values() if "UseScaleAB" in pt}
     assert scaled == {(fp8, "Scalar", 0), (fp8, "Vector", 0), (fp8, "Scalar", 1), (mixed, "Vector", 0)}
     assert {pt["DataType"] for pt in logic.values() if "UseScaleAB" not in pt} == {"b"}, "the plain GEMM unscaled"
@@ -153,8 +213,11 @@ def test_a_config_in_the_other_generations_letters_is_refused_before_it_runs(tmp
     with pytest.raises(BadInput, match=r"DataType F8N is not defined by this TensileLite .*--tensile-generation 2024"):
         tool.run(config, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    upstream = subprocess.run([sys.executable, str(tmp_path / "tl" / "Tensile" / "bin" / "Tensile"), str(config),
-                               str(tmp_path / "raw")], capture_output=True, text=True)
+    upstream = subprocess.run(
+        [sys.executable, str(tmp_path / "tl" / "Tensile" / "bin" / "Tensile"), str(config), str(tmp_path / "raw")],
+        capture_output=True,
+        text=True,
+    )
     assert upstream.returncode != 0 and "KeyError: 'f8n'" in upstream.stderr, "the double fails as TensileLite does"
     old = tmp_path / "configs_2024"
     assert main(["configs", str(_scaled_shapes(tmp_path)), "--out", str(old), "--tensile-generation", "2024"]) == 0

@@ -45,14 +45,25 @@ def test_blas_frame_of_recorded_h100_lines():
     linear_bias, bmm, linear, matmul = (e.problem for e in lines)
     # nn.Linear(4096, 11008) with bias on x[64, 4096]: m = out features, n = tokens, A = the weight (T)
     assert (linear_bias.op, linear_bias.layout, linear_bias.m, linear_bias.n, linear_bias.k) == (
-        "gemm_and_bias", "TN", 11008, 64, 4096)
+        "gemm_and_bias",
+        "TN",
+        11008,
+        64,
+        4096,
+    )
     assert (linear_bias.lda, linear_bias.ldb, linear_bias.ldc) == (4096, 4096, 11008)
     assert linear_bias.a_type == linear_bias.c_type == "bfloat16"
     assert (bmm.op, bmm.batch, bmm.m, bmm.n, bmm.k) == ("gemm_strided_batched", 8, 128, 128, 64)
     assert (linear.a_type, linear.m, linear.n, linear.k) == ("float16", 4096, 64, 11008)
     # [128, 256] @ [256, 512] in float: m = N_torch = 512, n = M_torch = 128
     assert (matmul.a_type, matmul.compute_type, matmul.layout, matmul.m, matmul.n, matmul.k) == (
-        "float32", "float32", "NN", 512, 128, 256)
+        "float32",
+        "float32",
+        "NN",
+        512,
+        128,
+        256,
+    )
     assert all(e.solution is None and e.time_ms is None for e in lines)
 
 
@@ -65,8 +76,13 @@ def test_versions_and_special_forms():
     assert (complex_row.a_type, complex_row.compute_type) == ("complex64", "complex64")
 
     rocm = read_file(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv")
-    assert list(rocm.validators) == ["PT_VERSION", "HIP_VERSION", "GCN_ARCH_NAME", "ROCBLAS_VERSION",
-                                     "HIPBLASLT_VERSION"]
+    assert list(rocm.validators) == [
+        "PT_VERSION",
+        "HIP_VERSION",
+        "GCN_ARCH_NAME",
+        "ROCBLAS_VERSION",
+        "HIPBLASLT_VERSION",
+    ]
     by_op = {e.op_signature: e for e in rocm.entries}
     padded = rocm.entries[0].problem
     assert (padded.lda, padded.ldb, padded.k) == (4224, 4224, 4096)
@@ -85,9 +101,16 @@ def test_versions_and_special_forms():
     assert new[2].problem.batch == "*"
     long_form = new[4].problem
     assert (long_form.scale_a_type, long_form.scale_a_recipe, long_form.fast_accum, long_form.output_scale) == (
-        "float32", 0, True, False)
+        "float32",
+        0,
+        True,
+        False,
+    )
     assert (new[5].problem.b_type, new[5].problem.c_type, new[5].problem.bias_type) == (
-        "float8_e5m2", "float32", "bfloat16")
+        "float8_e5m2",
+        "float32",
+        "bfloat16",
+    )
     swz = read_file(FIXTURES / "tunableop" / "torch2.15_rocm_results0.csv").entries[0].problem
     assert swz.swizzle == ("1", "1") and swz.rowwise is False
 
@@ -149,8 +172,10 @@ MALFORMED = [
     (f"GemmTunableOp_Half_TN,{_OK}_rw_1_bias_None", "unexpected '_rw_1_bias_None'"),
     (f"{_SCALED},{_OK}_rw_2_bias_None", "neither _rw_<0|1>_bias_<dt>"),
     (f"{_SCALED},{_OK}_rw_1_bias_Int", "neither _rw_<0|1>_bias_<dt>"),
-    (f"{_SCALED},{_OK}_a_Half_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float_ast_0_bst_0_dscale_0_fast_0_bias_None",
-     "params a_Half disagrees with the op signature's float8_e4m3fn"),
+    (
+        f"{_SCALED},{_OK}_a_Half_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float_ast_0_bst_0_dscale_0_fast_0_bias_None",
+        "params a_Half disagrees with the op signature's float8_e4m3fn",
+    ),
     (f"GemmTunableOp_Half_TN,{_OK}_xyz", "unexpected '_xyz'"),
     (f"GemmTunableOp_Half_TN,{_OK},Default,fast", "time 'fast' is not a number"),
     (f"GemmTunableOp_Half_TN,{_OK},Default,-1", "must be a finite, non-negative number"),
@@ -177,15 +202,18 @@ def test_malformed_line_names_file_and_line(text, reason, tmp_path):
 
 def test_lenient_skips_counts_and_keeps_good_lines(tmp_path):
     path = tmp_path / "mixed.csv"
-    path.write_text("\n".join([f"GemmTunableOp_Half_TN,{_OK}"] + [t for t, _ in MALFORMED] + [
-        f"GemmTunableOp_BFloat16_TN,{_OK}"]) + "\n")
+    path.write_text(
+        "\n".join([f"GemmTunableOp_Half_TN,{_OK}"] + [t for t, _ in MALFORMED] + [f"GemmTunableOp_BFloat16_TN,{_OK}"])
+        + "\n"
+    )
     parsed = read_file(path, lenient=True)
     assert [e.op_signature for e in parsed.entries] == ["GemmTunableOp_Half_TN", "GemmTunableOp_BFloat16_TN"]
     # the first of the two PT_VERSION lines is good; every other malformed line is skipped and listed
     assert parsed.validators == {"PT_VERSION": "2.11.0"}
     assert len(parsed.skipped) == len(MALFORMED)
     assert str(parsed.skipped[0]) == f"{path}:2: unknown op 'FooTunableOp'; known: " + ", ".join(
-        ["GemmTunableOp", "GemmAndBiasTunableOp", "GemmStridedBatchedTunableOp", "ScaledGemmTunableOp"])
+        ["GemmTunableOp", "GemmAndBiasTunableOp", "GemmStridedBatchedTunableOp", "ScaledGemmTunableOp"]
+    )
 
 
 def test_non_utf8_names_the_line(tmp_path):
@@ -196,12 +224,15 @@ def test_non_utf8_names_the_line(tmp_path):
     assert len(read_file(path, lenient=True).skipped) == 1
 
 
-@pytest.mark.parametrize("line", [
-    "GemmTunableOp_float_TN,tn_64_1_1_ld_1_1_1",
-    "GemmStridedBatchedTunableOp_float_TN,tn_64_1_1_B_8_ld_1_1_1",
-    "GemmTunableOp_Half_NN,nn_64_8_8_ld_32_8_64",
-    "GemmTunableOp_BFloat16_TN,tn_4096_1_4096_ld_4096_0_4096",  # ld 0: HF Llama-3 compiled decode at batch 1
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "GemmTunableOp_float_TN,tn_64_1_1_ld_1_1_1",
+        "GemmStridedBatchedTunableOp_float_TN,tn_64_1_1_B_8_ld_1_1_1",
+        "GemmTunableOp_Half_NN,nn_64_8_8_ld_32_8_64",
+        "GemmTunableOp_BFloat16_TN,tn_4096_1_4096_ld_4096_0_4096",  # ld 0: HF Llama-3 compiled decode at batch 1
+    ],
+)
 def test_keys_under_the_blas_ld_rule_parse_strictly_and_round_trip(line):
     """Whatever torch writes parses in strict mode (a HuggingFace model recorded the first two)."""
     parsed = parse_text(line + "\n", "hf.csv")

@@ -18,11 +18,34 @@ def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
     import torch
 
     untuned = FIXTURES / "tunableop" / "torch2.11_hf_gpt2_untuned0.csv"
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
-                           "--workdir", str(tmp_path), "--run-name", "gpu", "--untuned", str(untuned),
-                           "--backend", "tunableop", "--tunableop-iterations", "20", "--gpus", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "TuneWorkload",
+            "--local-scheduler",
+            "--workdir",
+            str(tmp_path),
+            "--run-name",
+            "gpu",
+            "--untuned",
+            str(untuned),
+            "--backend",
+            "tunableop",
+            "--tunableop-iterations",
+            "20",
+            "--gpus",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     run = tmp_path / "gpu"
     summary = json.loads((run / "bench" / "summary.json").read_text())

@@ -36,8 +36,10 @@ def typed(rows: list[dict]) -> list[MeasuredRow]:
 def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
     result = gate(typed(RECORDED["rows"]), GateSettings())
     assert [r.m for r in result.kept] == [6144, 4096]
-    assert [why for _, why in result.dropped] == ["the default already is the best: nothing to ship",
-                                                  "x1.008 does not beat the baseline by 2%"]
+    assert [why for _, why in result.dropped] == [
+        "the default already is the best: nothing to ship",
+        "x1.008 does not beat the baseline by 2%",
+    ]
     assert not result.regressions and result.passed
     base = 2 * 21.3 + 2 * 21.5 + 2 * 60.0 + 120.0
     tuned = 2 * 21.3 + 2 * 20.2 * 1.003 + 2 * 50.0 * 1.003 + 120.0  # kept rows at their confirmed times
@@ -54,8 +56,10 @@ def test_gate_refuses_regressions_and_low_speedup():
     rows[2]["confirm"]["tuned"].update(median_us=60.6, p25_us=60.5, p75_us=60.7)  # within the drift: dropped
     unconfirmed = gate(typed(rows), GateSettings())
     assert unconfirmed.passed and [r.m for r in unconfirmed.kept] == [6144]
-    assert "x1.200 not confirmed: confirmation 60.6 us vs baseline 60.0 us" in dict(
-        (r.key, why) for r, why in unconfirmed.dropped)[rows[2]["key"]]
+    assert (
+        "x1.200 not confirmed: confirmation 60.6 us vs baseline 60.0 us"
+        in dict((r.key, why) for r, why in unconfirmed.dropped)[rows[2]["key"]]
+    )
     rows[2]["confirm"]["baseline"].update(median_us=62.0)  # the unchanged baseline moved 3.2% between the two
     rows[2]["confirm"]["tuned"].update(median_us=63.0, p25_us=62.9, p75_us=63.1)  # 1.6% slower: within that
     assert gate(typed(rows), GateSettings()).passed, "a regression inside the measured drift is noise"
@@ -65,14 +69,18 @@ def test_gate_refuses_regressions_and_low_speedup():
     assert "1 kept rows regress beyond noise when measured again" in result.message
     assert "confirmation 66.0 us vs baseline 62.0 us, beyond the 3.2% measured noise" in result.message
     strict = gate(typed(RECORDED["rows"]), GateSettings(min_speedup=1.5))
-    assert not strict.passed and "weighted GEMM speedup x1.0" in strict.message and "under the required x1.500" \
-        in strict.message
+    assert (
+        not strict.passed
+        and "weighted GEMM speedup x1.0" in strict.message
+        and "under the required x1.500" in strict.message
+    )
 
 
 def test_runtime_consumer_and_skip_reasons():
     assert skip_reason({"platform": "rocm", "pt_version": "2.11.0"}, passed=True, has_workload=True) is None
     assert skip_reason({"platform": "rocm", "pt_version": "2.11.0"}, passed=False, has_workload=True) == (
-        "the bundle was refused")
+        "the bundle was refused"
+    )
     assert "pass --workload-cmd" in skip_reason({"platform": "rocm"}, passed=True, has_workload=False)
     assert "no runtime consumer" in runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"}, has_runtime=False)
     assert runtime_consumer({"platform": "cuda", "pt_version": "2.14.1"}) is None
@@ -88,12 +96,18 @@ def test_runtime_arm_runs_the_command_under_pipeline_runtime(tmp_path):
     command = runtime_command(["bash", "-c", "python3 w.py"], tmp_path / "bundle", tmp_path / "s.json")
     assert command[:3] == [sys.executable, "-m", "pipeline.runtime"]
     assert command[command.index("--bundle") + 1] == str((tmp_path / "bundle").absolute())
-    assert command[command.index("--") + 1:] == ["bash", "-c", "python3 w.py"]
+    assert command[command.index("--") + 1 :] == ["bash", "-c", "python3 w.py"]
 
 
 def test_e2e_summary_line_gives_tokens_per_s_with_the_noise():
-    e2e = {"reps": 3, "via": "runtime", "tokens_speedup": 1.031, "noise": 0.008,
-           "baseline": {"median_tokens_per_s": 1000.0}, "tuned": {"median_tokens_per_s": 1031.0}}
+    e2e = {
+        "reps": 3,
+        "via": "runtime",
+        "tokens_speedup": 1.031,
+        "noise": 0.008,
+        "baseline": {"median_tokens_per_s": 1000.0},
+        "tuned": {"median_tokens_per_s": 1031.0},
+    }
     line = summary_line(e2e)
     assert line.startswith("tokens/s 1000.0 -> 1031.0, x1.031, run-to-run spread 0.8%")
     assert "through pipeline.runtime" in line
@@ -103,12 +117,14 @@ def test_e2e_summary_line_gives_tokens_per_s_with_the_noise():
 
 def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
     script = tmp_path / "workload.py"
-    script.write_text("import os\nname = os.environ.get('PYTORCH_TUNABLEOP_FILENAME', 'none')\n"
-                      "assert name == 'none' or os.path.exists(name.replace('%d', '0')), name\n"
-                      "arm = 'baseline' if name == 'none' else 'tuned'\n"
-                      "cache = os.environ['TORCHINDUCTOR_CACHE_DIR']\n"
-                      "assert os.path.isabs(cache) and cache.endswith('inductor-' + arm), cache\n"
-                      "print('throughput: ' + ('2000.0' if name != 'none' else '1000.0') + ' tokens/s')\n")
+    script.write_text(
+        "import os\nname = os.environ.get('PYTORCH_TUNABLEOP_FILENAME', 'none')\n"
+        "assert name == 'none' or os.path.exists(name.replace('%d', '0')), name\n"
+        "arm = 'baseline' if name == 'none' else 'tuned'\n"
+        "cache = os.environ['TORCHINDUCTOR_CACHE_DIR']\n"
+        "assert os.path.isabs(cache) and cache.endswith('inductor-' + arm), cache\n"
+        "print('throughput: ' + ('2000.0' if name != 'none' else '1000.0') + ' tokens/s')\n"
+    )
     csv = tmp_path / "bundle.csv"
     csv.write_text("Validator,PT_VERSION,2.11.0\n")
     out = ab_test([sys.executable, str(script)], csv, tmp_path / "scratch", reps=3, timeout_s=60, gpus=2)
@@ -124,19 +140,33 @@ def _run_dir(root: Path, measurements: dict) -> Path:
     run = root / "night"
     (run / "configs").mkdir(parents=True)
     (run / "configs" / "configs.json").write_text(json.dumps({"padded": []}))
-    entries = [TunableOpEntry.from_problem(parse_key(*r["key"].split(",", 1)), r["solution"],
-                                           r["tuned"]["median_us"] / 1000) for r in measurements["rows"]]
+    entries = [
+        TunableOpEntry.from_problem(parse_key(*r["key"].split(",", 1)), r["solution"], r["tuned"]["median_us"] / 1000)
+        for r in measurements["rows"]
+    ]
     write_file(run / "merge" / "tunableop_results.csv", {"PT_VERSION": "2.11.0"}, entries)
     (run / "merge" / "logic-merge.log").write_text("merged\n")
-    winners = [((e.problem.m, e.problem.n, 1, e.problem.k), {"SolutionNameMin": e.solution, "AlgoId": 66},
-                1.0) for e in entries if e.solution != "Default"]
+    winners = [
+        ((e.problem.m, e.problem.n, 1, e.problem.k), {"SolutionNameMin": e.solution, "AlgoId": 66}, 1.0)
+        for e in entries
+        if e.solution != "Default"
+    ]
     logic = cublaslt_equality({"DataType": "bfloat16"}, "sm_90", ["NVIDIA H100 80GB HBM3"], winners)
     (run / "merge" / "logic").mkdir()
     (run / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").write_text(dump_logic(logic))
     (run / "shapes").mkdir()
-    (run / "shapes" / "shapes.json").write_text(json.dumps(
-        [{"op_signature": r["key"].split(",")[0], "params_signature": r["key"].split(",")[1], "count": r["count"]}
-         for r in measurements["rows"]]))
+    (run / "shapes" / "shapes.json").write_text(
+        json.dumps(
+            [
+                {
+                    "op_signature": r["key"].split(",")[0],
+                    "params_signature": r["key"].split(",")[1],
+                    "count": r["count"],
+                }
+                for r in measurements["rows"]
+            ]
+        )
+    )
     (run / "bench").mkdir()
     (run / "bench" / "runtime.json").write_text(json.dumps({"pt_version": "2.11.0", "name": "NVIDIA H100 80GB HBM3"}))
     (run / "validate").mkdir()
@@ -186,8 +216,11 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys, no_nvmath):
     for line in (ln for ln in lines if ln.startswith("top GEMM: ")):
         count = calls[line.removeprefix("top GEMM: ").split(",")[0]]
         assert f", {count} call{'' if count == 1 else 's'}, " in line, line
-    assert lines[0].startswith("bundle accepted") and lines[-1].startswith("report: ") and lines[-1].endswith(
-        "report.html")
+    assert (
+        lines[0].startswith("bundle accepted")
+        and lines[-1].startswith("report: ")
+        and lines[-1].endswith("report.html")
+    )
     assert "Validate" in summary["stage_seconds"] or "TuneWorkload" not in summary["stage_seconds"]
     assert any(line.startswith("stage times: ") and "Validate" in line for line in lines)
     shutil.rmtree(run / "report")
@@ -225,8 +258,12 @@ def test_gate_on_recorded_h100_measurements():
     assert len(result.kept) + len(result.dropped) == len(rows)
     kept = {r.key for r in result.kept}
     cost = {r["key"]: r["count"] * r["baseline"]["median_us"] for r in rows}  # no time shares recorded then
-    ratio = {r["key"]: r["confirm"]["tuned"]["median_us"] / r["confirm"]["baseline"]["median_us"] if r["key"] in kept
-             else 1.0 for r in rows}
+    ratio = {
+        r["key"]: r["confirm"]["tuned"]["median_us"] / r["confirm"]["baseline"]["median_us"]
+        if r["key"] in kept
+        else 1.0
+        for r in rows
+    }
     after = sum(cost[k] * ratio[k] for k in cost) / sum(cost.values())
     assert result.weight_basis == "calls x baseline time"
     assert result.weighted_speedup == pytest.approx(1 / after) and result.weighted_speedup > 1.0
@@ -288,5 +325,7 @@ def test_report_lists_gemms_the_compiled_workload_kept_from_the_library(tmp_path
     assert "- mm(8x4096, 4096x6144) torch.bfloat16, torch.bfloat16: not sent to the library" in md
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert [t["kernel"] for t in summary["not_sent"]["inductor_kernels"]] == ["triton_mm_4", "triton_mm_31"]
-    assert "not through the library: 2 GEMMs compiled to Inductor's own kernels, 0 kept rows" in (
-        run / "tune-workload.txt").read_text()
+    assert (
+        "not through the library: 2 GEMMs compiled to Inductor's own kernels, 0 kept rows"
+        in (run / "tune-workload.txt").read_text()
+    )

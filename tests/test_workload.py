@@ -14,9 +14,33 @@ from pipeline.stages.shapes import gather
 
 
 def _tiny_args(*extra: str) -> list[str]:
-    return ["--device", "cpu", "--dtype", "float32", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
-            "--intermediate", "96", "--vocab", "101", "--layers", "2", "--batch-sizes", "1", "2",
-            "--prompt-lengths", "5", "9", "--decode-steps", "4", *extra]
+    return [
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--hidden",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--intermediate",
+        "96",
+        "--vocab",
+        "101",
+        "--layers",
+        "2",
+        "--batch-sizes",
+        "1",
+        "2",
+        "--prompt-lengths",
+        "5",
+        "9",
+        "--decode-steps",
+        "4",
+        *extra,
+    ]
 
 
 def test_cpu_smoke_run_prints_throughput(capsys):
@@ -68,8 +92,8 @@ def test_static_decode_step_matches_the_dynamic_one(tiny):
         model(tokens[:, :5], dynamic, 0)
         model(tokens[:, :5], static, 0)
         for pos in (5, 6, 7):
-            expected = model(tokens[:, pos:pos + 1], dynamic, pos)
-            got = model.decode(tokens[:, pos:pos + 1], static, torch.tensor([pos]))
+            expected = model(tokens[:, pos : pos + 1], dynamic, pos)
+            got = model.decode(tokens[:, pos : pos + 1], static, torch.tensor([pos]))
             torch.testing.assert_close(got, expected)
 
 
@@ -79,23 +103,38 @@ def test_graph_decode_needs_a_gpu(capsys):
     assert "needs a CUDA or ROCm GPU" in capsys.readouterr().err
 
 
-def expected_linear_keys(hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=128256,
-                         batches=(1, 4), prompts=(128, 1024)) -> set[tuple[str, str]]:
+def expected_linear_keys(
+    hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=128256, batches=(1, 4), prompts=(128, 1024)
+) -> set[tuple[str, str]]:
     """The TunableOp keys the embedded workload's linear layers imply, in the BLAS frame."""
     head_dim = hidden // heads
     widths = {  # name: (out features, in features)
-        "qkv": ((heads + 2 * kv_heads) * head_dim, hidden), "o": (hidden, hidden),
-        "gate_up": (2 * intermediate, hidden), "down": (hidden, intermediate),
+        "qkv": ((heads + 2 * kv_heads) * head_dim, hidden),
+        "o": (hidden, hidden),
+        "gate_up": (2 * intermediate, hidden),
+        "down": (hidden, intermediate),
     }
     tokens = {b * p for b in batches for p in prompts} | set(batches)
-    keys = {("GemmTunableOp_BFloat16_TN", f"tn_{out}_{t}_{inp}_ld_{inp}_{inp}_{out}")
-            for out, inp in widths.values() for t in tokens}
+    keys = {
+        ("GemmTunableOp_BFloat16_TN", f"tn_{out}_{t}_{inp}_ld_{inp}_{inp}_{out}")
+        for out, inp in widths.values()
+        for t in tokens
+    }
     keys |= {("GemmTunableOp_BFloat16_TN", f"tn_{vocab}_{b}_{hidden}_ld_{hidden}_{hidden}_{vocab}") for b in batches}
     return keys
 
 
-def expected_linear_calls(hidden=4096, qkv=6144, intermediate=14336, vocab=128256, layers=2, batches=(1, 4),
-                          prompts=(128, 1024), steps=16, warmup=1) -> dict[str, int]:
+def expected_linear_calls(
+    hidden=4096,
+    qkv=6144,
+    intermediate=14336,
+    vocab=128256,
+    layers=2,
+    batches=(1, 4),
+    prompts=(128, 1024),
+    steps=16,
+    warmup=1,
+) -> dict[str, int]:
     """Calls of each linear GEMM in the embedded workload's default run: every generation prefills once and
     decodes ``steps - 1`` times through every layer, with the logits of one position per step; the warm-up
     generates every (batch, prompt) pair once more."""
@@ -107,10 +146,14 @@ def expected_linear_calls(hidden=4096, qkv=6144, intermediate=14336, vocab=12825
         tokens[b] = tokens.get(b, 0) + layers * (steps - 1)
         heads[b] = heads.get(b, 0) + steps
     widths = [(qkv, hidden), (hidden, hidden), (2 * intermediate, hidden), (hidden, intermediate)]
-    calls = {f"GemmTunableOp_BFloat16_TN,tn_{out}_{t}_{inp}_ld_{inp}_{inp}_{out}": n
-             for out, inp in widths for t, n in tokens.items()}
-    calls |= {f"GemmTunableOp_BFloat16_TN,tn_{vocab}_{b}_{hidden}_ld_{hidden}_{hidden}_{vocab}": n
-              for b, n in heads.items()}
+    calls = {
+        f"GemmTunableOp_BFloat16_TN,tn_{out}_{t}_{inp}_ld_{inp}_{inp}_{out}": n
+        for out, inp in widths
+        for t, n in tokens.items()
+    }
+    calls |= {
+        f"GemmTunableOp_BFloat16_TN,tn_{vocab}_{b}_{hidden}_ld_{hidden}_{hidden}_{vocab}": n for b, n in heads.items()
+    }
     return calls
 
 
@@ -140,16 +183,34 @@ def test_gpu_collection_records_every_linear_problem(tmp_path):
     calls = json.loads((tmp_path / "collect" / "calls.json").read_text())["calls"]
     expected = expected_linear_calls()
     assert {key: calls.get(key) for key in expected} == expected, "torch's lookup log counts every call"
-    print(f"\nrecorded {len(recorded)} distinct GEMMs ({len(recorded - expected_linear_keys())} beyond the "
-          f"linear layers), {result.tokens_per_s:.0f} tokens/s, {result.seconds:.1f} s")
+    print(
+        f"\nrecorded {len(recorded)} distinct GEMMs ({len(recorded - expected_linear_keys())} beyond the "
+        f"linear layers), {result.tokens_per_s:.0f} tokens/s, {result.seconds:.1f} s"
+    )
 
 
 @pytest.mark.gpu
 def test_gpu_luigi_gather_with_calls_and_time_shares(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-m", "luigi", "--module", "pipeline", "GatherShapes",
-                           "--local-scheduler", "--workdir", str(tmp_path), "--run-name", "gpu"],
-                          cwd=repo, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            "GatherShapes",
+            "--local-scheduler",
+            "--workdir",
+            str(tmp_path),
+            "--run-name",
+            "gpu",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = json.loads((tmp_path / "gpu" / "shapes" / "shapes.json").read_text())
     recorded = {(r["op_signature"], r["params_signature"]) for r in rows}
@@ -161,5 +222,7 @@ def test_gpu_luigi_gather_with_calls_and_time_shares(tmp_path):
     calls = {(r["op_signature"], r["params_signature"]): r["calls"] for r in rows}
     assert {",".join(k): calls[k] for k in expected_linear_keys()} == expected_linear_calls()
     top = max(rows, key=lambda r: r["time_share"])
-    print(f"\ntop GEMM by time share: {top['params_signature']}: {100 * top['time_share']:.1f}%, "
-          f"{top['calls']} calls, {top['per_call_us']:.1f} us per call")
+    print(
+        f"\ntop GEMM by time share: {top['params_signature']}: {100 * top['time_share']:.1f}%, "
+        f"{top['calls']} calls, {top['per_call_us']:.1f} us per call"
+    )

@@ -42,11 +42,15 @@ def scaled_unsupported_reason(problem: GemmProblem) -> str | None:
     that states its scales (torch 2.15's CUDA grammar) is tuned: the 2.7-2.14 ``rw_0`` cannot tell tensorwise
     from block scales (GemmCommon.h), so tuning it as tensorwise could be another problem."""
     if problem.scale_a_recipe is None:
-        return ("scaled key without its scale recipes (the rw_ form cannot tell tensorwise from block scales): "
-                "NVIDIA tunes the 2.15 CUDA form that collection records")
+        return (
+            "scaled key without its scale recipes (the rw_ form cannot tell tensorwise from block scales): "
+            "NVIDIA tunes the 2.15 CUDA form that collection records"
+        )
     if (problem.scale_a_recipe, problem.scale_b_recipe) not in ((TENSORWISE, TENSORWISE), (ROWWISE, ROWWISE)):
-        return (f"scale recipes {problem.scale_a_recipe}/{problem.scale_b_recipe}: only tensorwise ({TENSORWISE}) "
-                f"and rowwise ({ROWWISE})")
+        return (
+            f"scale recipes {problem.scale_a_recipe}/{problem.scale_b_recipe}: only tensorwise ({TENSORWISE}) "
+            f"and rowwise ({ROWWISE})"
+        )
     if problem.scale_a_type != "float32" or problem.scale_b_type != "float32":
         return f"scales of {problem.scale_a_type}/{problem.scale_b_type}: only fp32 scales"
     if problem.output_scale:
@@ -155,9 +159,13 @@ class Backend(Protocol):
     # (once-per-process measurements, taken before the first problem so no problem's time carries them)
 
 
-def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettings,
-         previous: Mapping[GemmProblem, ProblemResult] | None = None, previous_from: str = ""
-         ) -> Iterator[ProblemResult]:
+def tune(
+    backend: Backend,
+    problems: Iterable[GemmProblem],
+    settings: TuneSettings,
+    previous: Mapping[GemmProblem, ProblemResult] | None = None,
+    previous_from: str = "",
+) -> Iterator[ProblemResult]:
     """Tune each problem; an unsupported one is skipped with the reason, a failing one records its error.
     A problem with a ``previous`` winner (tuned under stack ``previous_from``) is re-timed first."""
     for problem in problems:
@@ -184,8 +192,7 @@ def tune(backend: Backend, problems: Iterable[GemmProblem], settings: TuneSettin
             except Unsupported as err:
                 result = ProblemResult(problem, skipped=str(err))
             except Exception as err:  # a broken problem must not stop the shard
-                result = ProblemResult(problem, errors=[f"{type(err).__name__}: {err}",
-                                                        traceback.format_exc(limit=3)])
+                result = ProblemResult(problem, errors=[f"{type(err).__name__}: {err}", traceback.format_exc(limit=3)])
             if prior is not None:
                 result.origin = f"retuned: the {previous_from} winner {prior.winner} no longer wins ({why})"
         result.tuning_s = time.monotonic() - start

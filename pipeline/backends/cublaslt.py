@@ -88,13 +88,22 @@ class LtGemm:
                 except lt.cuBLASLtError as err:
                     lt.matmul_desc_destroy(self.desc)
                     raise ScaleModeUnsupported(f"has no such scale mode ({err})") from err
-        self.layouts = [self._layout(dtype, rows, cols, ld, s.batch)
-                        for dtype, rows, cols, ld in ((a_type, s.rows_a, s.cols_a, s.lda),
-                                                      (b_type, s.rows_b, s.cols_b, s.ldb), (c_type, s.m, s.n, s.ldc))]
+        self.layouts = [
+            self._layout(dtype, rows, cols, ld, s.batch)
+            for dtype, rows, cols, ld in (
+                (a_type, s.rows_a, s.cols_a, s.lda),
+                (b_type, s.rows_b, s.cols_b, s.ldb),
+                (c_type, s.m, s.n, s.ldc),
+            )
+        ]
         self._bias, self._scale_a, self._scale_b = (
-            self._pointer_attr(attr) for attr in (lt.MatmulDescAttribute.BIAS_POINTER,
-                                                  lt.MatmulDescAttribute.A_SCALE_POINTER,
-                                                  lt.MatmulDescAttribute.B_SCALE_POINTER))
+            self._pointer_attr(attr)
+            for attr in (
+                lt.MatmulDescAttribute.BIAS_POINTER,
+                lt.MatmulDescAttribute.A_SCALE_POINTER,
+                lt.MatmulDescAttribute.B_SCALE_POINTER,
+            )
+        )
         self.pref = lt.matmul_preference_create()
         attr = lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES
         buf = value_buffer(lt.get_matmul_preference_attribute_dtype(attr), workspace.numel())
@@ -128,8 +137,10 @@ class LtGemm:
     def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int) -> int:
         layout = lt.matrix_layout_create(dtype, rows, cols, ld)
         if batch > 1:
-            for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, batch),
-                                (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, ld * cols)):
+            for attr, value in (
+                (lt.MatrixLayoutAttribute.BATCH_COUNT, batch),
+                (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, ld * cols),
+            ):
                 buf = value_buffer(lt.get_matrix_layout_attribute_dtype(attr), value)
                 lt.matrix_layout_set_attribute(layout, attr, buf.ctypes.data, buf.nbytes)
         return layout
@@ -144,13 +155,14 @@ class LtGemm:
         returned = value_buffer(np.int32)
         a, b, c, d = self._descs
         try:
-            lt.matmul_algo_get_heuristic(self.handle, self.desc, a, b, c, d, self.pref, count, results.ctypes.data,
-                                         returned.ctypes.data)
+            lt.matmul_algo_get_heuristic(
+                self.handle, self.desc, a, b, c, d, self.pref, count, results.ctypes.data, returned.ctypes.data
+            )
         except lt.cuBLASLtError as err:
             if self.problem.scale_a_recipe == ROWWISE:
                 raise ScaleModeUnsupported(f"has no algorithm for them ({err})") from err
             raise
-        found = [results[i: i + 1].copy() for i in range(int(returned[0])) if results["state"][i] == 0]
+        found = [results[i : i + 1].copy() for i in range(int(returned[0])) if results["state"][i] == 0]
         if not found and self.problem.scale_a_recipe == ROWWISE:
             raise ScaleModeUnsupported("returns no algorithm for them")
         return found
@@ -177,9 +189,24 @@ class LtGemm:
                 self.set_bias(ops.bias.data_ptr())
             if ops.scale_a is not None:
                 self.set_scales(ops.scale_a.data_ptr(), ops.scale_b.data_ptr())
-            lt.matmul(self.handle, self.desc, self.alpha.ctypes.data, ops.a.data_ptr(), a, ops.b.data_ptr(), b,
-                      self.beta.ctypes.data, ops.c.data_ptr(), c, ops.c.data_ptr(), d, record.ctypes.data,
-                      workspace, size, torch.cuda.current_stream().cuda_stream)
+            lt.matmul(
+                self.handle,
+                self.desc,
+                self.alpha.ctypes.data,
+                ops.a.data_ptr(),
+                a,
+                ops.b.data_ptr(),
+                b,
+                self.beta.ctypes.data,
+                ops.c.data_ptr(),
+                c,
+                ops.c.data_ptr(),
+                d,
+                record.ctypes.data,
+                workspace,
+                size,
+                torch.cuda.current_stream().cuda_stream,
+            )
 
         return launch
 
@@ -243,8 +270,11 @@ class CublasLtBackend:
 
     def runtime(self) -> dict:
         """What the results are valid for: device, torch (TunableOp's PT_VERSION) and cuBLASLt versions."""
-        return {**device_info(self.device), "pt_version": torch.__version__.split("+")[0],
-                "cublaslt_version": lt.get_version()}
+        return {
+            **device_info(self.device),
+            "pt_version": torch.__version__.split("+")[0],
+            "cublaslt_version": lt.get_version(),
+        }
 
     def pool(self, problem: GemmProblem, gemm: LtGemm, settings: TuneSettings) -> Pool:
         start = time.monotonic()
@@ -288,10 +318,14 @@ class CublasLtBackend:
                         candidates[name].error = f"{type(err).__name__}: {err}"
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
-            chosen = selection.finalists([None, *(candidates[n].screen_us for n in pool.names[1:])],
-                                         max(1, settings.finalists // 2), (pool.heuristic_end, *selection.TIERS))
-            finalists = self._numerically_sound(problem, pool, [candidates[pool.names[i]] for i in chosen], sets,
-                                                ref, len(chosen))
+            chosen = selection.finalists(
+                [None, *(candidates[n].screen_us for n in pool.names[1:])],
+                max(1, settings.finalists // 2),
+                (pool.heuristic_end, *selection.TIERS),
+            )
+            finalists = self._numerically_sound(
+                problem, pool, [candidates[pool.names[i]] for i in chosen], sets, ref, len(chosen)
+            )
             result.phases["screen_s"] = time.monotonic() - start
             self._decide(problem, result, pool, finalists, sets, ref, settings, self.timing.rounds)
             return result
@@ -326,8 +360,13 @@ class CublasLtBackend:
             final = interleaved(problem, launchers, sets, self.timing, rounds=self.timing.rounds)
             base, tuned = final[DEFAULT].median, final[name].median
             config = {**(previous.winner_config or {}), "AlgoBytes": read_config(record)["AlgoBytes"]}
-            result = ProblemResult(problem, default_us=base, winner_us=base, numerics={DEFAULT: numerics[DEFAULT]},
-                                   candidates=[CandidateResult(name, final_us=tuned, config=config)])
+            result = ProblemResult(
+                problem,
+                default_us=base,
+                winner_us=base,
+                numerics={DEFAULT: numerics[DEFAULT]},
+                candidates=[CandidateResult(name, final_us=tuned, config=config)],
+            )
             if base / tuned >= 1 + settings.margin:
                 result.winner, result.winner_us, result.winner_config = name, tuned, config
                 result.numerics[name] = numerics[name]
@@ -343,8 +382,14 @@ class CublasLtBackend:
             gemm.close()
 
     @staticmethod
-    def _numerically_sound(problem: GemmProblem, pool: Pool, ranked: list[CandidateResult],
-                           sets: list[OperandSet], ref: torch.Tensor, count: int) -> list[CandidateResult]:
+    def _numerically_sound(
+        problem: GemmProblem,
+        pool: Pool,
+        ranked: list[CandidateResult],
+        sets: list[OperandSet],
+        ref: torch.Tensor,
+        count: int,
+    ) -> list[CandidateResult]:
         """The first ``count`` candidates of ``ranked`` whose output matches the reference."""
         sound = []
         for candidate in ranked:
@@ -357,8 +402,17 @@ class CublasLtBackend:
                 candidate.error = f"{type(err).__name__}: {err}"
         return sound
 
-    def _decide(self, problem: GemmProblem, result: ProblemResult, pool: Pool, finalists: list[CandidateResult],
-                sets: list[OperandSet], ref: torch.Tensor, settings: TuneSettings, rounds: int) -> None:
+    def _decide(
+        self,
+        problem: GemmProblem,
+        result: ProblemResult,
+        pool: Pool,
+        finalists: list[CandidateResult],
+        sets: list[OperandSet],
+        ref: torch.Tensor,
+        settings: TuneSettings,
+        rounds: int,
+    ) -> None:
         """Interleave the default and the finalists; those within ``confirm_band`` of the best are judged again
         with the default in twice the rounds on other fresh buffers (the winner of many near-equal medians is
         the luckiest as often as the fastest); the fastest there wins, only by ``margin``."""
@@ -366,8 +420,15 @@ class CublasLtBackend:
         default_us = self._judge(problem, pool, finalists, rounds, 1)
         ranked = sorted(finalists, key=lambda c: c.final_us)
         promising = bool(ranked) and default_us / ranked[0].final_us >= 1 + settings.margin / 2
-        close = [c for c in ranked[: self.timing.confirm]
-                 if c.final_us <= ranked[0].final_us * (1 + self.timing.confirm_band)] if promising else []
+        close = (
+            [
+                c
+                for c in ranked[: self.timing.confirm]
+                if c.final_us <= ranked[0].final_us * (1 + self.timing.confirm_band)
+            ]
+            if promising
+            else []
+        )
         if close:
             default_us = self._judge(problem, pool, close, 2 * rounds, 2)
         result.default_us = default_us
@@ -382,14 +443,16 @@ class CublasLtBackend:
         result.numerics[DEFAULT] = check_numerics(problem, pool.launchers[DEFAULT], sets[0], ref)
         result.phases["final_s"] = time.monotonic() - start
 
-    def _judge(self, problem: GemmProblem, pool: Pool, candidates: list[CandidateResult], rounds: int,
-               seed_offset: int) -> float:
+    def _judge(
+        self, problem: GemmProblem, pool: Pool, candidates: list[CandidateResult], rounds: int, seed_offset: int
+    ) -> float:
         """Interleaved rounds of the default and ``candidates`` on operand buffers of their own (seed +
         ``seed_offset``: screened on one set, judged on others, no winner's curse from lucky buffers); sets
         each candidate's ``final_us``, drops (with the error) those under the device's floor, returns the
         default's median."""
-        fresh = rotating_operands(problem, self.device,
-                                  dataclasses.replace(self.timing, seed=self.timing.seed + seed_offset))
+        fresh = rotating_operands(
+            problem, self.device, dataclasses.replace(self.timing, seed=self.timing.seed + seed_offset)
+        )
         names = [DEFAULT, *(c.name for c in candidates)]
         final = interleaved(problem, {n: pool.launchers[n] for n in names}, fresh, self.timing, rounds=rounds)
         del fresh
@@ -403,8 +466,9 @@ class CublasLtBackend:
                 candidates.remove(candidate)
         return final[DEFAULT].median
 
-    def launcher_for(self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor
-                     ) -> tuple[Callable[[OperandSet], None], LtGemm | None]:
+    def launcher_for(
+        self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor
+    ) -> tuple[Callable[[OperandSet], None], LtGemm | None]:
         """Run a saved winner (``None``: torch's default); the caller closes the returned ``LtGemm``."""
         if config is None:
             return torch_launcher(problem), None

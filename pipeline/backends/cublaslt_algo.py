@@ -34,18 +34,22 @@ NEIGHBOUR_TRIES = 40  # configs checked around each heuristic result, at most
 
 def solution_name(config: dict) -> str:
     """torch >= 2.14's TunableOp name for a cuBLASLt algorithm (``shared/spec/tunableop.md`` 2.3)."""
-    name = (f"Gemm_Cublaslt_id_{config['AlgoId']}_tile_{config['Tile']}_stages_{config['Stages']}"
-            f"_splitk_{config['SplitK']}_red_{config['ReductionScheme']}_swizzle_{config['Swizzle']}"
-            f"_custom_{config['CustomOption']}")
+    name = (
+        f"Gemm_Cublaslt_id_{config['AlgoId']}_tile_{config['Tile']}_stages_{config['Stages']}"
+        f"_splitk_{config['SplitK']}_red_{config['ReductionScheme']}_swizzle_{config['Swizzle']}"
+        f"_custom_{config['CustomOption']}"
+    )
     if config.get("InnerShape") or config.get("ClusterShape"):
         name += f"_inner_{config['InnerShape']}_cluster_{config['ClusterShape']}"
     return name
 
 
 _INT = r"-?\d+"  # cuBLASLt's attributes are signed: algorithm 12 on the H100 reads SPLITK_NUM -1
-_NAME_RE = re.compile(rf"Gemm_Cublaslt_id_(?P<AlgoId>{_INT})_tile_(?P<Tile>{_INT})_stages_(?P<Stages>{_INT})"
-                      rf"_splitk_(?P<SplitK>{_INT})_red_(?P<ReductionScheme>{_INT})_swizzle_(?P<Swizzle>{_INT})"
-                      rf"_custom_(?P<CustomOption>{_INT})(?:_inner_(?P<InnerShape>{_INT})_cluster_(?P<ClusterShape>{_INT}))?")
+_NAME_RE = re.compile(
+    rf"Gemm_Cublaslt_id_(?P<AlgoId>{_INT})_tile_(?P<Tile>{_INT})_stages_(?P<Stages>{_INT})"
+    rf"_splitk_(?P<SplitK>{_INT})_red_(?P<ReductionScheme>{_INT})_swizzle_(?P<Swizzle>{_INT})"
+    rf"_custom_(?P<CustomOption>{_INT})(?:_inner_(?P<InnerShape>{_INT})_cluster_(?P<ClusterShape>{_INT}))?"
+)
 
 
 def config_from_name(name: str) -> dict:
@@ -71,8 +75,7 @@ def read_config(record: np.ndarray) -> dict:
     written = value_buffer(np.uint64)
     for key, attr in CONFIG_FIELDS.items():
         buf = value_buffer(lt.get_matmul_algo_config_attribute_dtype(attr))
-        lt.matmul_algo_config_get_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes,
-                                            written.ctypes.data)
+        lt.matmul_algo_config_get_attribute(record.ctypes.data, attr, buf.ctypes.data, buf.nbytes, written.ctypes.data)
         config[key] = int(buf[0])
     config["SolutionNameMin"] = solution_name(config)
     config["AlgoBytes"] = record["algo"]["data_"][0].tobytes().hex()
@@ -108,8 +111,14 @@ class AlgoSpace:
     random draws over them, and the neighbours of known-valid configs; ``check`` is
     ``cublasLtMatmulAlgoCheck`` under the problem's descriptors and workspace."""
 
-    def __init__(self, handle: int, compute: int, scale: int, types: tuple[int, int, int, int],
-                 check: Callable[[np.ndarray], bool]) -> None:
+    def __init__(
+        self,
+        handle: int,
+        compute: int,
+        scale: int,
+        types: tuple[int, int, int, int],
+        check: Callable[[np.ndarray], bool],
+    ) -> None:
         self.handle, self.compute, self.scale, self.types, self.check = handle, compute, scale, types, check
         self._axes: dict[int, tuple[np.ndarray, list[list]] | None] = {}
 
@@ -143,16 +152,23 @@ class AlgoSpace:
         swizzles = [0, 1] if _cap_int(base, caps.CTA_SWIZZLING_SUPPORT) else [0]
         red_mask = _cap_int(base, caps.REDUCTION_SCHEME_MASK)
         reductions = [bit for bit in (1, 2, 4) if red_mask & bit] or [0]
-        splits = [(1, 0)] + ([(s, r) for s in SPLITS for r in reductions] if _cap_int(base, caps.SPLITK_SUPPORT)
-                             else [])
+        splits = [(1, 0)] + (
+            [(s, r) for s in SPLITS for r in reductions] if _cap_int(base, caps.SPLITK_SUPPORT) else []
+        )
         return base, [tiles, stages, splits, swizzles, customs, clusters]
 
     @staticmethod
     def with_combo(base: np.ndarray, combo: tuple) -> np.ndarray:
         """A copy of ``base`` set to one combo of its axes (cluster shape 0 left as initialised)."""
         tile, stage, (split, reduction), swizzle, custom, cluster = combo
-        values = {"Tile": tile, "Stages": stage, "SplitK": split, "ReductionScheme": reduction, "Swizzle": swizzle,
-                  "CustomOption": custom}
+        values = {
+            "Tile": tile,
+            "Stages": stage,
+            "SplitK": split,
+            "ReductionScheme": reduction,
+            "Swizzle": swizzle,
+            "CustomOption": custom,
+        }
         record = base.copy()
         set_config(record, {**values, "ClusterShape": cluster} if cluster else values)
         return record
@@ -206,8 +222,14 @@ class AlgoSpace:
             if axes is None:
                 continue
             base, lists = axes
-            combo = (config["Tile"], config["Stages"], (config["SplitK"], config["ReductionScheme"]),
-                     config["Swizzle"], config["CustomOption"], config["ClusterShape"])
+            combo = (
+                config["Tile"],
+                config["Stages"],
+                (config["SplitK"], config["ReductionScheme"]),
+                config["Swizzle"],
+                config["CustomOption"],
+                config["ClusterShape"],
+            )
             kept = 0
             for near in itertools.islice(space.neighbours(combo, lists), tries):
                 candidate = self.with_combo(base, near)

@@ -45,8 +45,19 @@ from ..problem import GemmProblem
 from .base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
 
 ENV = "HIPBLASLT_BENCH"
-LEGACY_COLUMNS = ("transA", "transB", "batch_count", "m", "n", "k", "a_type", "b_type", "c_type", "d_type",
-                  "compute_type")
+LEGACY_COLUMNS = (
+    "transA",
+    "transB",
+    "batch_count",
+    "m",
+    "n",
+    "k",
+    "a_type",
+    "b_type",
+    "c_type",
+    "d_type",
+    "compute_type",
+)
 
 
 class BenchFailed(ToolError):
@@ -63,8 +74,10 @@ def find_bench(explicit: str | None = None) -> str:
             return str(Path(path).absolute())
         if candidate in (explicit, os.environ.get(ENV)):
             raise ToolMissing(f"hipblaslt-bench {candidate!r} is not an executable file")
-    raise ToolMissing("hipblaslt-bench not found: pass --hipblaslt-bench PATH, set $HIPBLASLT_BENCH, or put "
-                      "hipblaslt-bench on PATH (ROCm installs it as /opt/rocm/bin/hipblaslt-bench)")
+    raise ToolMissing(
+        "hipblaslt-bench not found: pass --hipblaslt-bench PATH, set $HIPBLASLT_BENCH, or put "
+        "hipblaslt-bench on PATH (ROCm installs it as /opt/rocm/bin/hipblaslt-bench)"
+    )
 
 
 def legacy_override_rows(run: BenchRun) -> str:
@@ -90,8 +103,14 @@ def torch_validators() -> dict[str, str] | None:
 class HipblasltBackend:
     name = "hipblaslt"
 
-    def __init__(self, gpu: int = 0, bench: str | None = None, options: dict | None = None,
-                 timeout_s: float = 600.0, retries: int = 1) -> None:
+    def __init__(
+        self,
+        gpu: int = 0,
+        bench: str | None = None,
+        options: dict | None = None,
+        timeout_s: float = 600.0,
+        retries: int = 1,
+    ) -> None:
         self.gpu = gpu
         self.bench = find_bench(bench)
         self.options = BenchOptions(**(options or {}))
@@ -102,10 +121,10 @@ class HipblasltBackend:
     def probe(self) -> BenchRun:
         """What the bench reports of itself and the device (a small heuristic run, once)."""
         if self._probe is None:
-            probe = GemmProblem("gemm", "N", "N", 256, 256, 256, a_type="float16", b_type="float16",
-                                c_type="float16")
-            self._probe = self.run(bench_args(probe, BenchOptions(cold_iters=1, iters=1, rotating_mb=0), self.gpu,
-                                              "heuristic"))
+            probe = GemmProblem("gemm", "N", "N", 256, 256, 256, a_type="float16", b_type="float16", c_type="float16")
+            self._probe = self.run(
+                bench_args(probe, BenchOptions(cold_iters=1, iters=1, rotating_mb=0), self.gpu, "heuristic")
+            )
         return self._probe
 
     @property
@@ -114,10 +133,18 @@ class HipblasltBackend:
 
     def runtime(self) -> dict:
         run = self.probe()
-        return {"backend": self.name, "platform": "rocm", "bench": self.bench, "hipblaslt_version": run.version,
-                "hipblaslt_git": run.git_version, "generation": self.generation.name, "name": run.device or "unknown",
-                "arch": run.arch, "bench_options": dataclasses.asdict(self.options),
-                "validators": torch_validators() or {"HIPBLASLT_VERSION": f"{run.version}-{run.git_version}"}}
+        return {
+            "backend": self.name,
+            "platform": "rocm",
+            "bench": self.bench,
+            "hipblaslt_version": run.version,
+            "hipblaslt_git": run.git_version,
+            "generation": self.generation.name,
+            "name": run.device or "unknown",
+            "arch": run.arch,
+            "bench_options": dataclasses.asdict(self.options),
+            "validators": torch_validators() or {"HIPBLASLT_VERSION": f"{run.version}-{run.git_version}"},
+        }
 
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
         return unsupported_reason(problem, self.generation, self.probe().arch)
@@ -156,24 +183,36 @@ class HipblasltBackend:
             search = self.run(self.args(problem, "all"), env=env)
             written = tuning_file.read_text() if tuning_file.exists() else ""
         best = search.fastest
-        candidates = [CandidateResult(f"Gemm_Hipblaslt_{s.index}", screen_us=s.us, final_us=s.us,
-                                      config={"SolutionIndex": s.index, "SolutionNameMin": s.name})
-                      for s in search.solutions]
-        result = ProblemResult(problem, default_us=baseline.us, candidates=candidates,
-                               phases={"solutions": float(len(search.solutions))})
+        candidates = [
+            CandidateResult(
+                f"Gemm_Hipblaslt_{s.index}",
+                screen_us=s.us,
+                final_us=s.us,
+                config={"SolutionIndex": s.index, "SolutionNameMin": s.name},
+            )
+            for s in search.solutions
+        ]
+        result = ProblemResult(
+            problem, default_us=baseline.us, candidates=candidates, phases={"solutions": float(len(search.solutions))}
+        )
         if best.index is None:
             result.errors.append("the bench printed no --Solution index: is --print_kernel_info honoured?")
             return result
         if baseline.us / best.us >= 1 + settings.margin and best.index != baseline.index:
             result.winner, result.winner_us = f"Gemm_Hipblaslt_{best.index}", best.us
             result.winner_config = {
-                "SolutionIndex": best.index, "SolutionNameMin": best.name, "KernelNameMin": best.kernel,
-                "HeuristicSolutionIndex": baseline.index, "GitVersion": search.git_version}
+                "SolutionIndex": best.index,
+                "SolutionNameMin": best.name,
+                "KernelNameMin": best.kernel,
+                "HeuristicSolutionIndex": baseline.index,
+                "GitVersion": search.git_version,
+            }
             if self.generation.tuning_file:  # the 2024 tree has no override file: nothing to write
                 written_rows = written.split("\n", 1)[1] if written.startswith("Git Version:") else ""
                 result.winner_config.update(
                     OverrideRows=written_rows or legacy_override_rows(search),
-                    OverrideSource="hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written_rows else "legacy layout")
+                    OverrideSource="hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written_rows else "legacy layout",
+                )
         else:
             result.winner_us = baseline.us
         return result
@@ -185,12 +224,18 @@ class HipblasltBackend:
         index = config["SolutionIndex"]
         probe = self.run(self.args(problem, "index", index))
         if probe.fastest.name != config.get("SolutionNameMin"):
-            raise ValueError(f"solution {index} is {probe.fastest.name or 'unnamed'} in this build, "
-                             f"was {config.get('SolutionNameMin')}")
+            raise ValueError(
+                f"solution {index} is {probe.fastest.name or 'unnamed'} in this build, "
+                f"was {config.get('SolutionNameMin')}"
+            )
         times = self.measure_pair(problem, index, rounds=3)
         base, tuned = statistics.median(times["baseline"]), statistics.median(times["tuned"])
-        result = ProblemResult(problem, default_us=base, winner_us=base,
-                               candidates=[CandidateResult(previous.winner, final_us=tuned, config=config)])
+        result = ProblemResult(
+            problem,
+            default_us=base,
+            winner_us=base,
+            candidates=[CandidateResult(previous.winner, final_us=tuned, config=config)],
+        )
         if base / tuned >= 1 + settings.margin:
             result.winner, result.winner_us = previous.winner, tuned
             result.winner_config = {**config, "GitVersion": probe.git_version}
@@ -209,4 +254,3 @@ class HipblasltBackend:
                 run = self.run(self.args(problem, method, index))
                 times[name].append(run.fastest.us)
         return times
-

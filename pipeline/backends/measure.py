@@ -32,9 +32,15 @@ from .torch_gemm import OperandSet, allocate, reference, result, set_bytes, torc
 
 # Relative Frobenius error allowed against the reference, by (dtype, compute type). FP8 operands are exact in
 # the reference (it dequantizes them); what is left is the output's rounding and FP8 fast accumulation.
-TOLERANCES = {("bfloat16", "float32"): 1e-2, ("float16", "float32"): 2e-3, ("float32", "float32"): 1e-4,
-              ("float32", "tf32"): 5e-3, ("float64", "float64"): 1e-10, ("float8_e4m3fn", "float32"): 2e-2,
-              ("float8_e5m2", "float32"): 2e-2}
+TOLERANCES = {
+    ("bfloat16", "float32"): 1e-2,
+    ("float16", "float32"): 2e-3,
+    ("float32", "float32"): 1e-4,
+    ("float32", "tf32"): 5e-3,
+    ("float64", "float64"): 1e-10,
+    ("float8_e4m3fn", "float32"): 2e-2,
+    ("float8_e5m2", "float32"): 2e-2,
+}
 MAX_COPIES = 64
 MIN_COPIES = 2
 SPIN_CYCLES_PER_LAUNCH = 60_000  # ~30 us of GPU spin per queued launch: more than the host takes to issue one
@@ -93,9 +99,11 @@ class DeviceLimits:
     def check(self, problem: GemmProblem, us: float, what: str) -> None:
         floor = self.floor_us(problem)
         if us < floor * (1 - FLOOR_SLACK):
-            raise BelowFloor(f"{what}: {us:.2f} us is under the device's floor of {floor:.2f} us (measured "
-                             f"{self.bandwidth / 1e12:.2f} TB/s, peak flops of the dtype): the harness measured "
-                             "something other than this GEMM")
+            raise BelowFloor(
+                f"{what}: {us:.2f} us is under the device's floor of {floor:.2f} us (measured "
+                f"{self.bandwidth / 1e12:.2f} TB/s, peak flops of the dtype): the harness measured "
+                "something other than this GEMM"
+            )
 
 
 LIMIT_DTYPES = (("bfloat16", "float32"), ("float16", "float32"))
@@ -134,22 +142,24 @@ def measure_limits(device: torch.device, dtypes: tuple[tuple[str, str], ...] = L
         allow = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = compute == "tf32"
         try:
-            flops[(dtype, compute)] = 2 * n ** 3 / _best_us(lambda x=x: torch.mm(x, x)) * 1e6
+            flops[(dtype, compute)] = 2 * n**3 / _best_us(lambda x=x: torch.mm(x, x)) * 1e6
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow
     if torch.cuda.get_device_capability(device) >= (8, 9):
         x = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
         one = torch.ones((), device=device)
-        flops[FP8_LIMIT] = 2 * n ** 3 / _best_us(
-            lambda: torch._scaled_mm(x, x.t(), one, one, out_dtype=torch.bfloat16)) * 1e6
+        flops[FP8_LIMIT] = (
+            2 * n**3 / _best_us(lambda: torch._scaled_mm(x, x.t(), one, one, out_dtype=torch.bfloat16)) * 1e6
+        )
     return DeviceLimits(bandwidth, flops)
 
 
 class GraphTimer:
     """One candidate captured as a CUDA graph over all operand sets, timed by replay."""
 
-    def __init__(self, launch: Callable[[OperandSet], None], sets: Sequence[OperandSet],
-                 settings: TimingSettings) -> None:
+    def __init__(
+        self, launch: Callable[[OperandSet], None], sets: Sequence[OperandSet], settings: TimingSettings
+    ) -> None:
         self.sets = sets
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -200,8 +210,9 @@ def relative_error(problem: GemmProblem, ops: OperandSet, ref: torch.Tensor | No
     return float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
 
 
-def check_numerics(problem: GemmProblem, launch: Callable[[OperandSet], None], ops: OperandSet,
-                   ref: torch.Tensor | None = None) -> float:
+def check_numerics(
+    problem: GemmProblem, launch: Callable[[OperandSet], None], ops: OperandSet, ref: torch.Tensor | None = None
+) -> float:
     """Run once on a poisoned output and compare with the reference (``ref``, computed once per problem,
     or computed here); return the relative error, raise ``NumericsError`` beyond the dtype's tolerance."""
     poison([ops])
@@ -225,8 +236,12 @@ def next_spin_us(host_us: float, spin_us: float) -> float:
     return min(max(target, MIN_SPIN_US), MAX_SPIN_US)
 
 
-def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequence[OperandSet],
-                 deadline: float | None = None, chunk: int = 16) -> list[float | Exception | None]:
+def screen_batch(
+    launchers: Sequence[Callable[[OperandSet], None]],
+    sets: Sequence[OperandSet],
+    deadline: float | None = None,
+    chunk: int = 16,
+) -> list[float | Exception | None]:
     """A quick time per launcher: one event-timed pass over ``sets`` each (after one untimed call that loads
     its kernel), ``chunk`` launchers enqueued back to back behind a GPU spin that covers the host's enqueueing
     (sized from the previous chunk's), one sync per chunk; thousands of configs cost little more than their
@@ -263,8 +278,12 @@ def screen_batch(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequen
     return out
 
 
-def screen_passes(launchers: Sequence[Callable[[OperandSet], None]], sets: Sequence[OperandSet], passes: int,
-                  deadline: float | None = None) -> list[float | Exception | None]:
+def screen_passes(
+    launchers: Sequence[Callable[[OperandSet], None]],
+    sets: Sequence[OperandSet],
+    passes: int,
+    deadline: float | None = None,
+) -> list[float | Exception | None]:
     """``screen_batch`` ``passes`` times, every other pass in reverse order (a candidate's neighbours in the
     queue, and its place in its chunk, change); per launcher the median of its passes, the exception a pass
     raised, or None where the deadline left it unscreened. One pass is one sample of a few microseconds'
@@ -285,9 +304,14 @@ def screen_passes(launchers: Sequence[Callable[[OperandSet], None]], sets: Seque
     return [failed.get(i) if not per[i] else statistics.median(per[i]) for i in range(len(launchers))]
 
 
-def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet], None]],
-                sets: Sequence[OperandSet], settings: TimingSettings, rounds: int | None = None,
-                own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None) -> dict[str, Stats]:
+def interleaved(
+    problem: GemmProblem,
+    launchers: dict[str, Callable[[OperandSet], None]],
+    sets: Sequence[OperandSet],
+    settings: TimingSettings,
+    rounds: int | None = None,
+    own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None,
+) -> dict[str, Stats]:
     """A/B(/C...) comparison: every round samples every candidate, in a rotated order; medians per candidate.
 
     ``own_sets`` gives a candidate its own problem and operands (e.g. the padded variant of a problem)."""
@@ -301,7 +325,7 @@ def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet]
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds or settings.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order if r % 2 == 0 else reversed(order):
             samples[name].append(timers[name].sample())
     return {name: Stats.of(values) for name, values in samples.items()}
@@ -309,6 +333,11 @@ def interleaved(problem: GemmProblem, launchers: dict[str, Callable[[OperandSet]
 
 def device_info(device: torch.device) -> dict:
     props = torch.cuda.get_device_properties(device)
-    return {"name": props.name, "sm_count": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
-            "capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
-            "cuda": torch.version.cuda}
+    return {
+        "name": props.name,
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": props.L2_cache_size,
+        "capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }

@@ -30,7 +30,6 @@ def lock_dir() -> Path:
     return Path(os.environ.get("GEMM_TUNE_LOCK_DIR") or Path(tempfile.gettempdir()) / "gemm-tune-gpu-locks")
 
 
-
 @contextlib.contextmanager
 def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Iterator[int]:
     """Hold an exclusive lock on one free GPU of ``gpus`` for the block; wait while all are taken."""
@@ -95,7 +94,9 @@ def gpu_count(who: str) -> int:
     proc = procs.run([sys.executable, "-c", probe])
     count = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
     if count == 0:
-        raise ToolError(f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
-                        f"visible ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}"
-                        "). The AMD tool configs are written by GenerateConfigs without one.")
+        raise ToolError(
+            f"{who} needs a GPU and torch with CUDA or ROCm (pip install -e '.[cuda]'); none is "
+            f"visible ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no device'}"
+            "). The AMD tool configs are written by GenerateConfigs without one."
+        )
     return count

@@ -43,4 +43,4 @@ def neighbours(combo: Combo, axes: Sequence[Sequence]) -> Iterator[Combo]:
         for position, axis in enumerate(axes):
             for index in (centres[position] - step, centres[position] + step):
                 if 0 <= index < len(axis) and axis[index] != combo[position]:
-                    yield (*combo[:position], axis[index], *combo[position + 1:])
+                    yield (*combo[:position], axis[index], *combo[position + 1 :])

@@ -18,8 +18,12 @@ import torch
 
 from ..problem import ROWWISE, GemmProblem, dtype_bytes
 
-TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
-                "float64": torch.float64}
+TORCH_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
 FP8_DTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 SCALE_VALUES = (0.75, 1.25)  # tensorwise scales of A and B: not 1, so a kernel that ignores them fails numerics
 
@@ -67,8 +71,11 @@ class OperandSet:
 def set_bytes(problem: GemmProblem) -> int:
     """Bytes one operand set takes on the device."""
     s = Shape.of(problem)
-    elements = (s.cols_a * s.lda * dtype_bytes(problem.a_type) + s.cols_b * s.ldb * dtype_bytes(problem.b_type)
-                + s.n * s.ldc * dtype_bytes(problem.c_type))
+    elements = (
+        s.cols_a * s.lda * dtype_bytes(problem.a_type)
+        + s.cols_b * s.ldb * dtype_bytes(problem.b_type)
+        + s.n * s.ldc * dtype_bytes(problem.c_type)
+    )
     return int(s.batch * elements + (problem.m * dtype_bytes(problem.c_type) if problem.has_bias else 0))
 
 
@@ -128,8 +135,16 @@ def torch_launcher(problem: GemmProblem) -> Callable[[OperandSet], None]:
         try:
             x, y, out = torch_views(problem, ops)
             if problem.op == "scaled_gemm":
-                torch._scaled_mm(x, y, ops.scale_b, ops.scale_a, bias=ops.bias, out_dtype=out.dtype,
-                                 use_fast_accum=bool(problem.fast_accum), out=out)
+                torch._scaled_mm(
+                    x,
+                    y,
+                    ops.scale_b,
+                    ops.scale_a,
+                    bias=ops.bias,
+                    out_dtype=out.dtype,
+                    use_fast_accum=bool(problem.fast_accum),
+                    out=out,
+                )
             elif problem.op == "gemm_and_bias":
                 torch.addmm(ops.bias, x, y, out=out)
             elif problem.op == "gemm_strided_batched":
@@ -145,6 +160,7 @@ def torch_launcher(problem: GemmProblem) -> Callable[[OperandSet], None]:
 def with_tunableop(launch: Callable[[OperandSet], None]) -> Callable[[OperandSet], None]:
     """``launch`` with TunableOp enabled (tuning stays as it is set: off for lookups): the results loaded or
     tuned in this process pick the solution."""
+
     def run(ops: OperandSet) -> None:
         torch.cuda.tunable.enable(True)
         try:

@@ -37,16 +37,25 @@ def only_default_reason() -> str | None:
         return None
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
     if (major, minor) < (2, 14):
-        return (f"torch {torch.__version__} on CUDA gives TunableOp no candidate but Default (cuBLASLt candidates "
-                "arrive in 2.14): every result is Default; tune with --backend cublaslt on this machine")
+        return (
+            f"torch {torch.__version__} on CUDA gives TunableOp no candidate but Default (cuBLASLt candidates "
+            "arrive in 2.14): every result is Default; tune with --backend cublaslt on this machine"
+        )
     return None
 
 
 class TunableOpBackend:
     name = "tunableop"
 
-    def __init__(self, gpu: int = 0, iterations: int = 100, duration_ms: int = 30, rotating_mb: int = -1,
-                 numerical_check: bool = False, timing: TimingSettings | None = None) -> None:
+    def __init__(
+        self,
+        gpu: int = 0,
+        iterations: int = 100,
+        duration_ms: int = 30,
+        rotating_mb: int = -1,
+        numerical_check: bool = False,
+        timing: TimingSettings | None = None,
+    ) -> None:
         self.gpu = gpu
         self.device = torch.device("cuda", gpu)
         torch.cuda.set_device(self.device)
@@ -59,15 +68,25 @@ class TunableOpBackend:
         tunable.set_rotating_buffer_size(rotating_mb)
         if numerical_check:
             tunable.set_numerical_check_tolerances(True)
-        self.settings = {"iterations": iterations, "duration_ms": duration_ms, "rotating_mb": rotating_mb,
-                         "numerical_check": numerical_check}
+        self.settings = {
+            "iterations": iterations,
+            "duration_ms": duration_ms,
+            "rotating_mb": rotating_mb,
+            "numerical_check": numerical_check,
+        }
 
     def runtime(self) -> dict:
         props = torch.cuda.get_device_properties(self.device)
-        return {"backend": self.name, "platform": "rocm" if torch.version.hip else "cuda",
-                "pt_version": torch.__version__.split("+")[0], "name": props.name,
-                "capability": f"{props.major}.{props.minor}", "tunableop_settings": self.settings,
-                "validators": dict(torch.cuda.tunable.get_validators()), "note": only_default_reason()}
+        return {
+            "backend": self.name,
+            "platform": "rocm" if torch.version.hip else "cuda",
+            "pt_version": torch.__version__.split("+")[0],
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "tunableop_settings": self.settings,
+            "validators": dict(torch.cuda.tunable.get_validators()),
+            "note": only_default_reason(),
+        }
 
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
         return unsupported_reason(problem)
@@ -87,13 +106,17 @@ class TunableOpBackend:
         key = format_key(problem)
         chosen = {(op, params): (solution, float(ms)) for op, params, solution, ms in tunable.get_results()}
         if key not in chosen:
-            return ProblemResult(problem, errors=[f"TunableOp recorded no result for {','.join(key)}: torch keyed "
-                                                  "the call differently"])
+            return ProblemResult(
+                problem, errors=[f"TunableOp recorded no result for {','.join(key)}: torch keyed the call differently"]
+            )
         solution, tuned_ms = chosen[key]
         stats = interleaved(problem, {"default": default, "tunableop": with_tunableop(default)}, sets, self.timing)
-        result = ProblemResult(problem, default_us=stats["default"].median, winner_us=stats["default"].median,
-                               candidates=[CandidateResult(solution, screen_us=tuned_ms * 1000.0,
-                                                           final_us=stats["tunableop"].median)])
+        result = ProblemResult(
+            problem,
+            default_us=stats["default"].median,
+            winner_us=stats["default"].median,
+            candidates=[CandidateResult(solution, screen_us=tuned_ms * 1000.0, final_us=stats["tunableop"].median)],
+        )
         if solution != DEFAULT and stats["default"].median / stats["tunableop"].median >= 1 + settings.margin:
             result.winner, result.winner_us = solution, stats["tunableop"].median
             result.winner_config = {"SolutionNameMin": solution, "TunableOpMs": tuned_ms}
@@ -104,4 +127,3 @@ class TunableOpBackend:
     def __del__(self) -> None:
         if getattr(self, "scratch", None) is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
-

@@ -32,5 +32,6 @@ def parse_result_name(name: str) -> ResultName | None:
     match = _RESULT.fullmatch(name)
     if not match:
         return None
-    return ResultName(match["ta"], match["tb"], match["type"], int(match["m"]), int(match["n"]), int(match["b"]),
-                      int(match["k"]))
+    return ResultName(
+        match["ta"], match["tb"], match["type"], int(match["m"]), int(match["n"]), int(match["b"]), int(match["k"])
+    )

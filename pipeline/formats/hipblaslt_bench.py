@@ -26,9 +26,16 @@ from dataclasses import dataclass, field
 from ..errors import ToolError
 from ..problem import GemmProblem
 
-BENCH_TYPES = {"float16": "f16_r", "bfloat16": "bf16_r", "float32": "f32_r", "float64": "f64_r",
-               "float8_e4m3fn": "f8_r", "float8_e5m2": "bf8_r", "float8_e4m3fnuz": "f8_fnuz_r",
-               "float8_e5m2fnuz": "bf8_fnuz_r"}  # the 2025 client's names (docs/upstream.md, hipblaslt-bench)
+BENCH_TYPES = {
+    "float16": "f16_r",
+    "bfloat16": "bf16_r",
+    "float32": "f32_r",
+    "float64": "f64_r",
+    "float8_e4m3fn": "f8_r",
+    "float8_e5m2": "bf8_r",
+    "float8_e4m3fnuz": "f8_fnuz_r",
+    "float8_e5m2fnuz": "bf8_fnuz_r",
+}  # the 2025 client's names (docs/upstream.md, hipblaslt-bench)
 COMPUTE_TYPES = {"float32": "f32_r", "tf32": "xf32_r", "float64": "f64_r"}
 TUNING_FILE_VERSION = 1200  # hipBLASLt 0.12.0 (ROCm 6.4) added HIPBLASLT_TUNING_FILE and the override file
 NO_OCP_FP8 = ("gfx94", "gfx90")  # archs whose bench runs f8_r/bf8_r as the fnuz types (docs/upstream.md)
@@ -63,6 +70,8 @@ class Generation:
             return cls(int(version)) if version is not None else cls()
         except ValueError:
             return cls()
+
+
 _HEADER = re.compile(r"^\s*\[(?P<index>\d+)\]:?(?P<columns>.*transA.*)$")
 _VERSION = re.compile(r"hipBLASLt version:\s*(?P<value>\S+)")
 _GIT = re.compile(r"hipBLASLt git version:\s*(?P<value>\S+)")
@@ -87,8 +96,9 @@ class BenchOptions:
     splitk: tuple[int, ...] = ()
 
 
-def unsupported_reason(problem: GemmProblem, generation: Generation | None = None, arch: str | None = None
-                       ) -> str | None:
+def unsupported_reason(
+    problem: GemmProblem, generation: Generation | None = None, arch: str | None = None
+) -> str | None:
     """Why hipblaslt-bench of ``generation`` on ``arch`` cannot run ``problem`` as recorded (None when it can)."""
     generation = generation or Generation()
     if problem.is_wildcard:
@@ -102,8 +112,10 @@ def unsupported_reason(problem: GemmProblem, generation: Generation | None = Non
         if generation.type_name(dtype) is None:
             return f"{name} {dtype} has no hipblaslt-bench type"
         if ocp_fp8_on_fnuz_arch(dtype, arch):
-            return (f"{name} {dtype} is OCP FP8, which {arch} does not run: its bench runs f8_r/bf8_r as the fnuz "
-                    "types, another problem")
+            return (
+                f"{name} {dtype} is OCP FP8, which {arch} does not run: its bench runs f8_r/bf8_r as the fnuz "
+                "types, another problem"
+            )
     if problem.compute_type not in COMPUTE_TYPES or problem.compute_suffix:
         return f"compute type {problem.compute_type}{problem.compute_suffix or ''} has no hipblaslt-bench type"
     return None
@@ -122,13 +134,17 @@ def scaled_reason(problem: GemmProblem) -> str | None:
     float scale for A and one for B (tensorwise: a scalar; rowwise: a vector), nothing else. Never run it
     as a plain GEMM: without its scales it is another problem."""
     if problem.scale_a_recipe is not None:
-        return ("a CUDA scaled-GEMM key (torch 2.15's _a_.._ast_.. form): ROCm torch records _rw_<0|1>, so this "
-                "key is not one a ROCm workload looks up")
+        return (
+            "a CUDA scaled-GEMM key (torch 2.15's _a_.._ast_.. form): ROCm torch records _rw_<0|1>, so this "
+            "key is not one a ROCm workload looks up"
+        )
     if problem.swizzle:
         return "MX block-scaled GEMM (swizzled e8m0 scales, _swz_): hipblaslt-bench runs here take no block scales"
     if problem.a_type not in FP8_TYPES or problem.b_type not in FP8_TYPES:
-        return (f"scaled GEMM of {problem.a_type} x {problem.b_type}: only FP8 inputs with tensorwise or rowwise "
-                "float scales are driven")
+        return (
+            f"scaled GEMM of {problem.a_type} x {problem.b_type}: only FP8 inputs with tensorwise or rowwise "
+            "float scales are driven"
+        )
     return None
 
 
@@ -137,8 +153,9 @@ def scale_args(problem: GemmProblem, generation: Generation) -> list[str]:
     each for tensorwise (``_rw_0``, and torch 2.6's keys, which had no rowwise), a vector each for rowwise
     (``_rw_1``). The 2024 client takes s|v, the 2025 one 1|2."""
     form = "vector" if problem.rowwise else "scalar"
-    value = {("2024", "scalar"): "s", ("2024", "vector"): "v", ("2025", "scalar"): "1",
-             ("2025", "vector"): "2"}[(generation.name, form)]
+    value = {("2024", "scalar"): "s", ("2024", "vector"): "v", ("2025", "scalar"): "1", ("2025", "vector"): "2"}[
+        (generation.name, form)
+    ]
     return ["--scaleA", value, "--scaleB", value]
 
 
@@ -147,19 +164,51 @@ def problem_args(problem: GemmProblem, generation: Generation | None = None) -> 
     bias."""
     generation = generation or Generation()
     lda, ldb, ldc = problem.blas_lds()
-    cols = (problem.k if problem.transa == "N" else problem.m, problem.n if problem.transb == "N" else problem.k,
-            problem.n)
-    args = ["--transA", problem.transa, "--transB", problem.transb, "-m", str(problem.m), "-n", str(problem.n),
-            "-k", str(problem.k), "--lda", str(lda), "--ldb", str(ldb), "--ldc", str(ldc), "--ldd", str(ldc),
-            "--batch_count", str(problem.batch)]
+    cols = (
+        problem.k if problem.transa == "N" else problem.m,
+        problem.n if problem.transb == "N" else problem.k,
+        problem.n,
+    )
+    args = [
+        "--transA",
+        problem.transa,
+        "--transB",
+        problem.transb,
+        "-m",
+        str(problem.m),
+        "-n",
+        str(problem.n),
+        "-k",
+        str(problem.k),
+        "--lda",
+        str(lda),
+        "--ldb",
+        str(ldb),
+        "--ldc",
+        str(ldc),
+        "--ldd",
+        str(ldc),
+        "--batch_count",
+        str(problem.batch),
+    ]
     if problem.batch != 1:
         strides = [ld * col for ld, col in zip((lda, ldb, ldc, ldc), (*cols, cols[2]), strict=True)]
-        args += [item for flag, s in zip(("a", "b", "c", "d"), strides, strict=True)
-                 for item in (f"--stride_{flag}", str(s))]
+        args += [
+            item for flag, s in zip(("a", "b", "c", "d"), strides, strict=True) for item in (f"--stride_{flag}", str(s))
+        ]
     name = generation.type_name
-    args += ["--a_type", name(problem.a_type), "--b_type", name(problem.b_type),
-             "--c_type", name(problem.c_type), "--d_type", name(problem.c_type),
-             "--compute_type", COMPUTE_TYPES[problem.compute_type]]
+    args += [
+        "--a_type",
+        name(problem.a_type),
+        "--b_type",
+        name(problem.b_type),
+        "--c_type",
+        name(problem.c_type),
+        "--d_type",
+        name(problem.c_type),
+        "--compute_type",
+        COMPUTE_TYPES[problem.compute_type],
+    ]
     if problem.op == "gemm_and_bias":
         args += ["--bias_vector", "--bias_type", name(problem.c_type)]
     if problem.op == "scaled_gemm":
@@ -169,15 +218,34 @@ def problem_args(problem: GemmProblem, generation: Generation | None = None) -> 
     return args
 
 
-def bench_args(problem: GemmProblem, options: BenchOptions, device: int, method: str = "all",
-               solution_index: int | None = None, generation: Generation | None = None) -> list[str]:
+def bench_args(
+    problem: GemmProblem,
+    options: BenchOptions,
+    device: int,
+    method: str = "all",
+    solution_index: int | None = None,
+    generation: Generation | None = None,
+) -> list[str]:
     """Arguments of one hipblaslt-bench run: ``method`` is ``all`` (every solution, the search),
     ``heuristic`` (the library's default pick, the baseline) or ``index`` (one solution by index)."""
-    selection = {"all": ["--algo_method", "all", "--requested_solution", "-1"],
-                 "heuristic": ["--algo_method", "heuristic", "--requested_solution", "1"],
-                 "index": ["--algo_method", "index", "--solution_index", str(solution_index)]}[method]
-    args = [*problem_args(problem, generation), *selection, "--api_method", "cpp", "--print_kernel_info",
-            "--device", str(device), "-j", str(options.cold_iters), "-i", str(options.iters)]
+    selection = {
+        "all": ["--algo_method", "all", "--requested_solution", "-1"],
+        "heuristic": ["--algo_method", "heuristic", "--requested_solution", "1"],
+        "index": ["--algo_method", "index", "--solution_index", str(solution_index)],
+    }[method]
+    args = [
+        *problem_args(problem, generation),
+        *selection,
+        "--api_method",
+        "cpp",
+        "--print_kernel_info",
+        "--device",
+        str(device),
+        "-j",
+        str(options.cold_iters),
+        "-i",
+        str(options.iters),
+    ]
     if options.rotating_mb:
         args += ["--rotating", str(options.rotating_mb)]
     if options.flush:
@@ -260,8 +328,10 @@ def parse_output(text: str, source: str = "<hipblaslt-bench>") -> BenchRun:
             values = split_values(lines[number])
             number += 1
             if len(values) != len(columns) or "us" not in columns:
-                raise BenchFormatError(f"{source}:{number}: {len(values)} values for {len(columns)} columns "
-                                       f"({'no us column' if 'us' not in columns else 'a torn line'})")
+                raise BenchFormatError(
+                    f"{source}:{number}: {len(values)} values for {len(columns)} columns "
+                    f"({'no us column' if 'us' not in columns else 'a torn line'})"
+                )
             solution = BenchSolution(dict(zip(columns, values, strict=True)))
             try:
                 solution.us  # noqa: B018 (a number, or the output is corrupt)

@@ -18,8 +18,21 @@ from ..atomic import atomic_write_text
 from ..errors import BadInput
 
 GIT_PREFIX = "Git Version:"
-KEY_COLUMNS = ("transA", "transB", "m", "n", "k", "batch_count", "a_type", "b_type", "c_type", "d_type",
-               "compute_type", "gcnArchName", "CUs")
+KEY_COLUMNS = (
+    "transA",
+    "transB",
+    "m",
+    "n",
+    "k",
+    "batch_count",
+    "a_type",
+    "b_type",
+    "c_type",
+    "d_type",
+    "compute_type",
+    "gcnArchName",
+    "CUs",
+)
 
 
 class OverrideFormatError(BadInput):
@@ -70,18 +83,20 @@ def parse_override(text: str, path: str = "<override>") -> OverrideFile:
         if not line:
             continue
         if line.startswith(GIT_PREFIX):
-            version = line[len(GIT_PREFIX):].strip()
+            version = line[len(GIT_PREFIX) :].strip()
             if result.git_version not in (None, version):
-                raise OverrideFormatError(f"{path}:{number}: second Git Version {version!r} "
-                                          f"(first {result.git_version!r})")
+                raise OverrideFormatError(
+                    f"{path}:{number}: second Git Version {version!r} (first {result.git_version!r})"
+                )
             result.git_version = version
         elif "transA" in line and "solution_index" in line:
             header, header_line = [c.strip() for c in line.split(",")], line
         else:
             values = [v.strip() for v in line.split(",")]
             if header is None:
-                raise OverrideFormatError(f"{path}:{number}: a value line before any header line "
-                                          "(a header names transA ... solution_index)")
+                raise OverrideFormatError(
+                    f"{path}:{number}: a value line before any header line (a header names transA ... solution_index)"
+                )
             if len(values) != len(header):
                 raise OverrideFormatError(f"{path}:{number}: {len(values)} values for {len(header)} columns")
             result.entries.append(OverrideEntry(header_line, line, tuple(zip(header, values, strict=True))))
@@ -105,8 +120,10 @@ def row_build(entry: OverrideEntry, file_git: str | None) -> str | None:
     return dict(entry.fields).get("git_version") or file_git
 
 
-def merge_overrides(files: Sequence[OverrideFile], target_git: str | None = None,
-                    ) -> tuple[str | None, list[OverrideEntry], list[str]]:
+def merge_overrides(
+    files: Sequence[OverrideFile],
+    target_git: str | None = None,
+) -> tuple[str | None, list[OverrideEntry], list[str]]:
     """One entry per key, fastest kept. Rows of different builds are refused unless ``target_git`` names the
     build to target; then only that build's rows are kept, and each other row is dropped and reported: a
     solution index names a kernel of one build only, and a row written under another build's ``Git Version``
@@ -114,9 +131,10 @@ def merge_overrides(files: Sequence[OverrideFile], target_git: str | None = None
     versions = {f.path: f.git_version for f in files}
     builds = {row_build(e, f.git_version) for f in files for e in f.entries} | set(versions.values())
     if len(builds - {None}) > 1 and target_git is None:
-        raise OverrideFormatError("override files come from different hipBLASLt builds (pass --validators-from FILE "
-                                  "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}"
-                                                                                  for p, v in versions.items()))
+        raise OverrideFormatError(
+            "override files come from different hipBLASLt builds (pass --validators-from FILE "
+            "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}" for p, v in versions.items())
+        )
     git = target_git if target_git is not None else next(iter(versions.values()), None)
     best: dict[tuple[str, ...], OverrideEntry] = {}
     lines = []
@@ -124,8 +142,10 @@ def merge_overrides(files: Sequence[OverrideFile], target_git: str | None = None
         for entry in ofile.entries:
             build = row_build(entry, ofile.git_version)
             if target_git is not None and build != target_git:
-                lines.append(f"{','.join(entry.key)}: dropped ({ofile.path}): tuned on build {build!r}, the target "
-                             f"is {target_git!r}; solution indices do not carry across builds")
+                lines.append(
+                    f"{','.join(entry.key)}: dropped ({ofile.path}): tuned on build {build!r}, the target "
+                    f"is {target_git!r}; solution indices do not carry across builds"
+                )
                 continue
             kept = best.get(entry.key)
             if kept is None or entry.speed() < kept.speed():

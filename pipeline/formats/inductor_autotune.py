@@ -24,8 +24,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-LIBRARY_CHOICES = frozenset({"mm", "mm_dtype", "addmm", "bias_addmm", "bmm", "bmm_dtype", "baddbmm", "_scaled_mm",
-                             "_int_mm", "_fp8_mm"})
+LIBRARY_CHOICES = frozenset(
+    {"mm", "mm_dtype", "addmm", "bias_addmm", "bmm", "bmm_dtype", "baddbmm", "_scaled_mm", "_int_mm", "_fp8_mm"}
+)
 _HEADER = re.compile(r"^AUTOTUNE (?P<op>\w+)\((?P<sizes>[^)]*)\)\s*$")
 _CHOICE = re.compile(r"^\s+(?P<name>\S+) (?P<ms>[0-9.]+|inf|nan) ms\b")
 
@@ -74,7 +75,7 @@ def read_tables(lines: Iterable[str]) -> list[AutotuneTable]:
         if table is None:
             continue
         if line.startswith("dtypes: "):
-            table.dtypes = line[len("dtypes: "):].strip()
+            table.dtypes = line[len("dtypes: ") :].strip()
         elif line.startswith("strides: "):
             continue
         elif choice := _CHOICE.match(line):

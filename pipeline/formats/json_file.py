@@ -23,5 +23,6 @@ def load(path: str | Path, what: str = "JSON") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise BadInput(f"{path}:{err.lineno}:{err.colno}: not {what} ({err.msg}); is the file cut short or of "
-                       "another format?") from None
+        raise BadInput(
+            f"{path}:{err.lineno}:{err.colno}: not {what} ({err.msg}); is the file cut short or of another format?"
+        ) from None

@@ -34,9 +34,20 @@ import yaml
 
 from ..errors import BadInput
 
-LIST_FIELDS = ("MinimumRequiredVersion", "ScheduleName", "ArchitectureName", "DeviceNames", "ProblemType",
-               "Solutions", "IndexOrder", "ExactLogic", "RangeLogic", "TileSelection", "PerfMetric",
-               "LibraryType")
+LIST_FIELDS = (
+    "MinimumRequiredVersion",
+    "ScheduleName",
+    "ArchitectureName",
+    "DeviceNames",
+    "ProblemType",
+    "Solutions",
+    "IndexOrder",
+    "ExactLogic",
+    "RangeLogic",
+    "TileSelection",
+    "PerfMetric",
+    "LibraryType",
+)
 LIBRARY_TYPES = ("Equality", "GridBased", "FreeSize", "Range", "Prediction", "MLPClassification")
 INDEX_ORDER = [2, 3, 0, 1]
 _MIN_VERSION = "4.33.0"
@@ -131,8 +142,13 @@ def validate(logic: LogicFile) -> None:
         raise _fail(path, "ExactLogic must be a list of [[size...], [index, efficiency]] rows")
     for number, row in enumerate(rows):
         where = f"ExactLogic row {number}"
-        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], list) and isinstance(row[1], list)
-                and len(row[1]) == 2):
+        if not (
+            isinstance(row, list)
+            and len(row) == 2
+            and isinstance(row[0], list)
+            and isinstance(row[1], list)
+            and len(row[1]) == 2
+        ):
             raise _fail(path, f"{where} is not [[size...], [index, efficiency]]: {row!r}")
         key, (index, eff) = row
         if len(key) not in (4, 8) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in key):
@@ -188,8 +204,9 @@ def create_equality(source: LogicFile, winners: list[Winner]) -> LogicFile:
                 old = source.full_solution(winner.solution).get("GlobalSplitU")
                 solution["GlobalSplitU"] = winner.split_k
                 if "SolutionNameMin" in solution:
-                    solution["SolutionNameMin"] = re.sub(f"_GSU{old}(?![0-9])", f"_GSU{winner.split_k}",
-                                                         solution["SolutionNameMin"])
+                    solution["SolutionNameMin"] = re.sub(
+                        f"_GSU{old}(?![0-9])", f"_GSU{winner.split_k}", solution["SolutionNameMin"]
+                    )
             solution["SolutionIndex"] = chosen[pair] = len(solutions)
             solutions.append(solution)
         rows.append([list(winner.size), [chosen[pair], winner.gflops]])
@@ -203,14 +220,23 @@ def create_equality(source: LogicFile, winners: list[Winner]) -> LogicFile:
 RECORD_BACKENDS = ("cublaslt", "hipblaslt")
 
 
-def cublaslt_equality(problem_type: dict, architecture: str, device_names: list[str],
-                      winners: list[tuple[tuple[int, int, int, int], dict, float]]) -> LogicFile:
+def cublaslt_equality(
+    problem_type: dict,
+    architecture: str,
+    device_names: list[str],
+    winners: list[tuple[tuple[int, int, int, int], dict, float]],
+) -> LogicFile:
     """An Equality file of cuBLASLt winners (see ``record_equality``)."""
     return record_equality("cublaslt", problem_type, architecture, device_names, winners)
 
 
-def record_equality(backend: str, problem_type: dict, architecture: str, device_names: list[str],
-                    winners: list[tuple[tuple[int, int, int, int], dict, float]]) -> LogicFile:
+def record_equality(
+    backend: str,
+    problem_type: dict,
+    architecture: str,
+    device_names: list[str],
+    winners: list[tuple[tuple[int, int, int, int], dict, float]],
+) -> LogicFile:
     """An Equality file of one backend's winners: ``(size [M, N, B, K], winner config, GFLOPS)`` each, in
     the list layout with ScheduleName ``backend`` and ``Backend: <backend>`` in every solution.
 
@@ -232,8 +258,20 @@ def record_equality(backend: str, problem_type: dict, architecture: str, device_
         rows.append([list(size), [index, gflops]])
     for index, solution in enumerate(solutions):
         solution["SolutionIndex"] = index
-    data = [{"MinimumRequiredVersion": _MIN_VERSION}, backend, architecture, list(device_names),
-            dict(problem_type), solutions, list(INDEX_ORDER), rows, None, None, "DeviceEfficiency", "Equality"]
+    data = [
+        {"MinimumRequiredVersion": _MIN_VERSION},
+        backend,
+        architecture,
+        list(device_names),
+        dict(problem_type),
+        solutions,
+        list(INDEX_ORDER),
+        rows,
+        None,
+        None,
+        "DeviceEfficiency",
+        "Equality",
+    ]
     logic = LogicFile(data, f"<{backend}>")
     validate(logic)
     return logic

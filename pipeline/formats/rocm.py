@@ -28,12 +28,24 @@ TENSILE_TYPES = {"float16": "h", "float32": "s", "bfloat16": "b", "float64": "d"
 # E4M3 type F8 and one E5M2 type B8 (the fnuz ones on gfx942, the OCP ones where the arch runs OCP); the 2025
 # tree spells the fnuz types F8N/B8N. A mixed pair is one letter group: F8B8, B8F8 (2025 fnuz: F8B8N, B8F8N).
 TENSILE_GENERATIONS = ("2025", "2024")
-_TENSILE_FP8 = {"float8_e4m3fn": ("F8", ""), "float8_e5m2": ("B8", ""), "float8_e4m3fnuz": ("F8", "N"),
-                "float8_e5m2fnuz": ("B8", "N")}
+_TENSILE_FP8 = {
+    "float8_e4m3fn": ("F8", ""),
+    "float8_e5m2": ("B8", ""),
+    "float8_e4m3fnuz": ("F8", "N"),
+    "float8_e5m2fnuz": ("B8", "N"),
+}
 NO_FP8_ARCHS = ("gfx90a",)  # no FP8 matrix instructions (S24's FP8 TensileLite tests are marked skip-gfx90a)
 # Letters of Tensile's ProblemType names (e.g. Cijk_Alik_Bljk_HHS_BH).
-_NAME_LETTERS = {"float16": "H", "float32": "S", "bfloat16": "B", "float64": "D",
-                 "float8_e4m3fn": "F8", "float8_e4m3fnuz": "F8N", "float8_e5m2": "B8", "float8_e5m2fnuz": "B8N"}
+_NAME_LETTERS = {
+    "float16": "H",
+    "float32": "S",
+    "bfloat16": "B",
+    "float64": "D",
+    "float8_e4m3fn": "F8",
+    "float8_e4m3fnuz": "F8N",
+    "float8_e5m2": "B8",
+    "float8_e5m2fnuz": "B8N",
+}
 _INDICES = {"N": ("Ailk", "Bljk"), "T": ("Alik", "Bjlk")}
 
 
@@ -102,8 +114,9 @@ def to_amd(problem: GemmProblem) -> AmdGemm:
     if problem.is_wildcard:
         raise ValueError("a wildcard problem has no concrete size")
     lda, ldb, ldc = problem.blas_lds()  # hipBLASLt and Tensile refuse ld < rows
-    return AmdGemm(problem.transa == "T", problem.transb == "T", problem.m, problem.n, problem.batch,
-                   problem.k, lda, ldb, ldc, ldc)
+    return AmdGemm(
+        problem.transa == "T", problem.transb == "T", problem.m, problem.n, problem.batch, problem.k, lda, ldb, ldc, ldc
+    )
 
 
 def is_packed(problem: GemmProblem) -> bool:

@@ -28,8 +28,11 @@ def config_problems(data: object) -> list[str]:
     """Why TensileLite would refuse ``data`` (a parsed config); empty when nothing is known to be wrong."""
     if not isinstance(data, dict):
         return ["a TensileLite config is a mapping with GlobalParameters, BenchmarkProblems, LibraryLogic"]
-    problems = [f"unknown top-level key {key!r} (TensileLite reads {', '.join(TOP_LEVEL)})"
-                for key in data if key not in TOP_LEVEL]
+    problems = [
+        f"unknown top-level key {key!r} (TensileLite reads {', '.join(TOP_LEVEL)})"
+        for key in data
+        if key not in TOP_LEVEL
+    ]
     benchmarks = data.get("BenchmarkProblems")
     if not isinstance(benchmarks, list) or not benchmarks:
         return [*problems, "BenchmarkProblems must be a non-empty list of [ProblemType, size group, ...]"]
@@ -46,8 +49,9 @@ def config_problems(data: object) -> list[str]:
 def _group_problems(where: str, group: object) -> list[str]:
     if not isinstance(group, dict):
         return [f"{where}: a size group is a mapping"]
-    problems = [f"{where}: {key} is no longer supported by TensileLite and must be empty"
-                for key in RETIRED if group.get(key)]
+    problems = [
+        f"{where}: {key} is no longer supported by TensileLite and must be empty" for key in RETIRED if group.get(key)
+    ]
     final = group.get("BenchmarkFinalParameters")
     if not isinstance(final, list) or not final or not isinstance(final[0], dict) or "ProblemSizes" not in final[0]:
         return [*problems, f"{where}: BenchmarkFinalParameters[0] must be {{ProblemSizes: [...]}}"]
@@ -59,8 +63,11 @@ def _group_problems(where: str, group: object) -> list[str]:
             continue
         form, value = next(iter(entry.items()))
         min_strides += form == "MinStride"
-        if form == "Exact" and isinstance(value, list) and (
-                len(value) not in (4, 8) or not all(isinstance(v, int) and v > 0 for v in value)):
+        if (
+            form == "Exact"
+            and isinstance(value, list)
+            and (len(value) not in (4, 8) or not all(isinstance(v, int) and v > 0 for v in value))
+        ):
             problems.append(f"{where}: ProblemSizes[{number}] Exact {value!r} is not 4 or 8 positive integers")
     if min_strides > 1:
         problems.append(f"{where}: at most one MinStride")
@@ -110,8 +117,9 @@ def benchmark_winners(text: str, source: str = "<csv>") -> dict[tuple[int, ...],
     for number, row in enumerate(rows, start=2):
         try:
             size = tuple(int(row[c]) for c in ("SizeI", "SizeJ", "SizeK", "SizeL", "LDD", "LDC", "LDA", "LDB"))
-            found[size] = TensileWinner(size, float(row["WinnerGFlops"]), float(row["WinnerTimeUS"]),
-                                        row["WinnerName"].strip())
+            found[size] = TensileWinner(
+                size, float(row["WinnerGFlops"]), float(row["WinnerTimeUS"]), row["WinnerName"].strip()
+            )
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{source}:{number}: {err}") from None
     return found

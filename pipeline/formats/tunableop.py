@@ -147,29 +147,33 @@ def parse_key(op_signature: str, params_signature: str) -> GemmProblem:
     if head["ta"] + head["tb"] != layout.lower():
         raise ValueError(f"params layout {head['ta'] + head['tb']!r} does not match op layout {layout!r}")
     fields: dict = {name: _dim(name, head[name]) for name in ("m", "n", "k")}
-    rest = params_signature[head.end():]
+    rest = params_signature[head.end() :]
 
     batch = _BATCH_RE.match(rest)
     if kind == "gemm_strided_batched":
         if not batch:
             raise ValueError("a GemmStridedBatched key needs _B_<batch> after M_N_K")
         fields["batch"] = _dim("batch", batch["batch"])
-        rest = rest[batch.end():]
+        rest = rest[batch.end() :]
     elif batch:
         raise ValueError(f"_B_<batch> on a non-batched op {op_signature!r}")
 
     ld = _LD_RE.match(rest)
     if ld:
         fields.update({name: _dim(name, ld[name], _LD, "a non-negative") for name in ("lda", "ldb", "ldc")})
-        rest = rest[ld.end():]
+        rest = rest[ld.end() :]
     elif rest.startswith("_ld_"):
         raise ValueError(f"{rest!r} is not _ld_LDA_LDB_LDC")
 
     dtype, compute = TYPE_NAMES[types["a"]]
     fields.update(a_type=dtype, b_type=dtype, c_type=dtype, compute_type=compute)
     if kind == "scaled_gemm":
-        fields.update(a_type=TYPE_NAMES[types["a"]][0], b_type=TYPE_NAMES[types["b"]][0],
-                      c_type=TYPE_NAMES[types["c"]][0], compute_type="float32")
+        fields.update(
+            a_type=TYPE_NAMES[types["a"]][0],
+            b_type=TYPE_NAMES[types["b"]][0],
+            c_type=TYPE_NAMES[types["c"]][0],
+            compute_type="float32",
+        )
         rest = _parse_scaled_part(rest, fields, has_ld=ld is not None)
     else:
         compute_suffix = _COMPUTE_RE.fullmatch(rest)
@@ -200,8 +204,9 @@ def _parse_scaled_part(rest: str, fields: dict, *, has_ld: bool) -> str:
         )
     for letter in "abc":
         if SCALAR_NAMES[cuda[letter]] != fields[f"{letter}_type"]:
-            raise ValueError(f"params {letter}_{cuda[letter]} disagrees with the op signature's "
-                             f"{fields[f'{letter}_type']}")
+            raise ValueError(
+                f"params {letter}_{cuda[letter]} disagrees with the op signature's {fields[f'{letter}_type']}"
+            )
     fields.update(
         scale_a_type=SCALAR_NAMES[cuda["sa"]],
         scale_b_type=SCALAR_NAMES[cuda["sb"]],
@@ -266,8 +271,9 @@ class TunableOpEntry:
     blas_params: str | None = None
 
     @classmethod
-    def from_problem(cls, problem: GemmProblem, solution: str | None = None,
-                     time_ms: float | None = None) -> TunableOpEntry:
+    def from_problem(
+        cls, problem: GemmProblem, solution: str | None = None, time_ms: float | None = None
+    ) -> TunableOpEntry:
         op_signature, params = format_key(problem)
         time_text = None if time_ms is None else f"{time_ms:.6g}"
         return cls(op_signature, params, problem, solution, time_text)
@@ -405,8 +411,9 @@ def _ended(raw: bytes | str) -> bool:
     return raw.endswith(b"\n" if isinstance(raw, bytes) else "\n")
 
 
-def _refuse(result: TunableOpFile, number: int, raw: bytes | str, reason: str | None, lenient: bool,
-            item: object = None) -> None:
+def _refuse(
+    result: TunableOpFile, number: int, raw: bytes | str, reason: str | None, lenient: bool, item: object = None
+) -> None:
     """Raise (strict) or list (lenient) line ``number``; ``reason`` None: it is a validator line to add."""
     try:
         if reason is None:
@@ -515,7 +522,8 @@ def unknown_solution(solution: str, platform: str, torch_version: str) -> str | 
             return "a hipBLASLt solution on CUDA"
         legacy = re.fullmatch(r"Gemm_Hipblaslt_[NT]{2}_-?\d+", solution) is not None
         if legacy != (target <= (2, 6)):
-            return (f"torch {torch_version} names hipBLASLt solutions "
-                    + ("Gemm_Hipblaslt_<AB>_<index>" if target <= (2, 6) else "Gemm_Hipblaslt_<index>"))
+            return f"torch {torch_version} names hipBLASLt solutions " + (
+                "Gemm_Hipblaslt_<AB>_<index>" if target <= (2, 6) else "Gemm_Hipblaslt_<index>"
+            )
         return None
     return f"no torch names a solution {solution}"

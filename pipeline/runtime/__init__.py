@@ -38,8 +38,10 @@ def tunableop_consumes(torch_version: str, hip: str | None) -> str | None:
     if hip:
         return f"torch {torch_version} on ROCm: TunableOp reads the bundle's results itself (source env.sh)"
     if release(torch_version) >= (2, 14):
-        return (f"torch {torch_version} has cuBLASLt solutions in TunableOp: it reads the bundle's results "
-                "itself (source env.sh); the runtime is for torch < 2.14 on CUDA")
+        return (
+            f"torch {torch_version} has cuBLASLt solutions in TunableOp: it reads the bundle's results "
+            "itself (source env.sh); the runtime is for torch < 2.14 on CUDA"
+        )
     return None
 
 
@@ -55,16 +57,24 @@ class Runtime:
     install_s: float = 0.0  # install(): the table, the executor (nvmath's import), the kernels registered
 
     def status(self) -> dict:
-        out = {"source": str(self.table.source), "tuned_rows": len(self.table),
-               "rows_left_out": dict(self.table.left_out), "notes": self.notes}
+        out = {
+            "source": str(self.table.source),
+            "tuned_rows": len(self.table),
+            "rows_left_out": dict(self.table.left_out),
+            "notes": self.notes,
+        }
         if self.consumer:
             return {**out, "installed": False, "consumer": self.consumer}
         router = self.router
-        return {**out, "installed": router is not None and router._lib is not None,
-                "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
-                "tuned_calls": router.tuned_calls(), "fallbacks": dict(router.fallbacks),
-                "untuned_keys": [key_text(k) for k in router.untuned],
-                "startup": {"install_s": self.install_s, "plan_build_s": router.plan_build_s}}
+        return {
+            **out,
+            "installed": router is not None and router._lib is not None,
+            "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
+            "tuned_calls": router.tuned_calls(),
+            "fallbacks": dict(router.fallbacks),
+            "untuned_keys": [key_text(k) for k in router.untuned],
+            "startup": {"install_s": self.install_s, "plan_build_s": router.plan_build_s},
+        }
 
     def uninstall(self) -> None:
         if self.router is not None:
@@ -80,8 +90,14 @@ class Runtime:
 _ACTIVE: list[Runtime] = []  # the dispatcher is process-wide: at most one installed runtime
 
 
-def install(bundle: str | Path, *, workspace_bytes: int | None = None, any_device: bool = False,
-            executor=None, dispatch_key: str = "CUDA") -> Runtime:
+def install(
+    bundle: str | Path,
+    *,
+    workspace_bytes: int | None = None,
+    any_device: bool = False,
+    executor=None,
+    dispatch_key: str = "CUDA",
+) -> Runtime:
     """Route tuned GEMMs of ``bundle`` (a bundle or package directory, or a results CSV) through cuBLASLt.
 
     Raises ``DeviceMismatch`` when the bundle's manifest names another GPU model (``any_device`` overrides);

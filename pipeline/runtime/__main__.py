@@ -46,9 +46,11 @@ def summary_line(status: dict) -> str:
         return f"gemm-tune runtime: not installed: {status.get('consumer') or 'uninstalled'}"
     tuned = sum(status["tuned_calls"].values())
     fallbacks = ", ".join(f"{n} {reason}" for reason, n in sorted(status["fallbacks"].items(), key=lambda x: -x[1]))
-    return (f"gemm-tune runtime: {status['tuned_rows']} tuned rows from {status['source']}; {tuned} calls ran a "
-            f"tuned algorithm ({len(status['tuned_calls'])} problems); to torch: {fallbacks or 'none'}"
-            + (f"; rejected rows: {len(status['rows_rejected'])}" if status["rows_rejected"] else ""))
+    return (
+        f"gemm-tune runtime: {status['tuned_rows']} tuned rows from {status['source']}; {tuned} calls ran a "
+        f"tuned algorithm ({len(status['tuned_calls'])} problems); to torch: {fallbacks or 'none'}"
+        + (f"; rejected rows: {len(status['rows_rejected'])}" if status["rows_rejected"] else "")
+    )
 
 
 def report(runtime, status_file: Path | None, skip_idle: bool = False) -> None:
@@ -88,17 +90,19 @@ def _run_in_process(command: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        print("usage: python -m pipeline.runtime --bundle DIR [--status-file F] [--any-device] -- CMD...",
-              file=sys.stderr)
+        print(
+            "usage: python -m pipeline.runtime --bundle DIR [--status-file F] [--any-device] -- CMD...", file=sys.stderr
+        )
         return 2
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m pipeline.runtime", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.runtime", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--bundle", type=Path, required=True, help="bundle or package dir, or a results CSV")
     parser.add_argument("--status-file", type=Path, help="write what the runtime did here (JSON) at exit")
     parser.add_argument("--any-device", action="store_true", help="apply rows tuned on another GPU model")
     args = parser.parse_args(argv[:split])
-    command = argv[split + 1:]
+    command = argv[split + 1 :]
     if not command:
         parser.error("no command after --")
     if re.fullmatch(r"python(\d+(\.\d+)?)?", Path(command[0]).name) and len(command) > 1:

@@ -44,8 +44,19 @@ class LtPlan:
     in ``out``; with ``accumulate`` (beta 1) ``out += x @ y``, torch's unfused addmm; with ``scales`` (of y and
     of x, as BLAS A and B take them) a scaled GEMM's ``(x sx) @ (y sy) (+ bias)`` in the problem's output type."""
 
-    __slots__ = ("_gemm", "_one", "_pointers", "_record", "algo_bytes", "calls", "device", "executor", "name",
-                 "out_dtype", "out_shape")
+    __slots__ = (
+        "_gemm",
+        "_one",
+        "_pointers",
+        "_record",
+        "algo_bytes",
+        "calls",
+        "device",
+        "executor",
+        "name",
+        "out_dtype",
+        "out_shape",
+    )
 
     def __init__(self, problem: GemmProblem, solution: str, device: int, executor: CublasLtExecutor) -> None:
         self.name, self.device, self.executor, self.calls = solution, device, executor, 0
@@ -62,12 +73,27 @@ class LtPlan:
         self.out_dtype = torch_dtype(problem.c_type) if problem.op == "scaled_gemm" else None
         a, b, c = gemm.layouts  # numpy's .ctypes costs ~1 us a call: every address is read once, here
         self._one = gemm.alpha.copy()  # beta 1 (alpha is 1)
-        self._pointers = (gemm.handle, gemm.desc, gemm.alpha.ctypes.data, a, b, gemm.beta.ctypes.data, c,
-                          self._record.ctypes.data, self._one.ctypes.data)
+        self._pointers = (
+            gemm.handle,
+            gemm.desc,
+            gemm.alpha.ctypes.data,
+            a,
+            b,
+            gemm.beta.ctypes.data,
+            c,
+            self._record.ctypes.data,
+            self._one.ctypes.data,
+        )
 
-    def run(self, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None, accumulate: bool = False,
-            scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def run(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        accumulate: bool = False,
+        scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """``x @ y (+ bias)``, into ``out`` where given (the router checked it is a contiguous output), onto what
         ``out`` holds where ``accumulate``; ``scales`` = (scale of y, scale of x) for a scaled GEMM."""
         handle, desc, alpha, a, b, beta, c, algo, one = self._pointers
@@ -85,8 +111,24 @@ class LtPlan:
         if bias is not None:
             self._gemm.set_bias(bias.data_ptr())
         pointer = out.data_ptr()
-        lt.matmul(handle, desc, alpha, y.data_ptr(), a, x.data_ptr(), b, beta, pointer, c, pointer, c, algo,
-                  workspace, executor.workspace_bytes, stream)
+        lt.matmul(
+            handle,
+            desc,
+            alpha,
+            y.data_ptr(),
+            a,
+            x.data_ptr(),
+            b,
+            beta,
+            pointer,
+            c,
+            pointer,
+            c,
+            algo,
+            workspace,
+            executor.workspace_bytes,
+            stream,
+        )
         self.calls += 1
         return out
 
@@ -101,8 +143,10 @@ class CublasLtExecutor:
 
     def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE) -> None:
         if not torch.cuda.is_available():
-            raise RuntimeError("the cuBLASLt runtime needs a CUDA GPU, and torch.cuda.is_available() is False "
-                               f"(torch {torch.__version__})")
+            raise RuntimeError(
+                "the cuBLASLt runtime needs a CUDA GPU, and torch.cuda.is_available() is False "
+                f"(torch {torch.__version__})"
+            )
         self.workspace_bytes = workspace_bytes
         self.workspaces: dict[tuple[int, int], int] = {}  # (device, stream) -> workspace address
         self._handles: dict[int, int] = {}

@@ -38,8 +38,7 @@ from .frame import gemm_key
 from .scaled import problem_of_call
 from .table import RuntimeKey, TunedTable, runtime_key
 
-DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
-               torch.float64: "float64"}
+DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
 OPS = {"mm": "gemm", "addmm": "gemm_and_bias", "bmm": "gemm_strided_batched", "_scaled_mm": "scaled_gemm"}
 _MISSING = object()
 MAX_SIGNATURES = 65536
@@ -52,8 +51,9 @@ def blocked(dtype: torch.dtype) -> str | None:
         return "deterministic algorithms on"
     if dtype is torch.bfloat16 and not _allowed(torch._C._get_cublas_allow_bf16_reduced_precision_reduction()):
         return "bf16 reduced-precision reduction off"
-    if dtype is torch.float16 and (not _allowed(torch._C._get_cublas_allow_fp16_reduced_precision_reduction())
-                                   or _fp16_accumulation()):
+    if dtype is torch.float16 and (
+        not _allowed(torch._C._get_cublas_allow_fp16_reduced_precision_reduction()) or _fp16_accumulation()
+    ):
         return "fp16 reduced-precision reduction off or fp16 accumulation on"
     return None
 
@@ -101,8 +101,9 @@ def contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def epilogue_bias(y_shape: tuple[int, ...], bias_shape: tuple[int, ...], bias_stride: tuple[int, ...],
-                  lt_disabled: bool = False) -> bool:
+def epilogue_bias(
+    y_shape: tuple[int, ...], bias_shape: tuple[int, ...], bias_stride: tuple[int, ...], lt_disabled: bool = False
+) -> bool:
     """Whether torch's CUDA addmm (alpha = beta = 1, no activation) may give this bias to the cuBLASLt epilogue
     (``GemmAndBias``): a contiguous vector of the output's width (1-D, or 1-D once its size-1 dimensions are
     dropped), with the Lt path not disabled by ``DISABLE_ADDMM_CUDA_LT=1`` (aten/src/ATen/native/cuda/Blas.cpp,
@@ -193,8 +194,9 @@ class Router:
         """The kernel of ``addmm`` and ``addmm.out`` (``out`` given): ``bias + x @ y``."""
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
 
-        def addmm(bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
+        def addmm(
+            bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1, out: torch.Tensor | None = None
+        ) -> torch.Tensor:
             plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else "alpha or beta not 1"
             plan = fits(plan, x, y, out)
             if type(plan) is str:
@@ -210,14 +212,14 @@ class Router:
         """The kernel of ``_scaled_mm`` and ``_scaled_mm.out``: ``(x sx) @ (y sy) (+ bias)`` in ``out_dtype``."""
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route_scaled
 
-        def scaled_mm(x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
-                      *, out=None):
+        def scaled_mm(
+            x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False, *, out=None
+        ):
             plan = route(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out)
             if type(plan) is str:
                 fallbacks[plan] += 1
                 kwargs = {} if out is None else {"out": out}
-                return fallback(keyset, x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
-                                **kwargs)
+                return fallback(keyset, x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, **kwargs)
             return plan.run(x, y, bias, out, scales=(scale_b, scale_a))
 
         return scaled_mm
@@ -229,8 +231,10 @@ class Router:
         device = x.get_device()
         if device != self.executor.current_device():
             return "operands not on the current device"
-        metas = tuple((t.shape, t.stride(), t.dtype, t.get_device()) if t is not None else None
-                      for t in (x, y, scale_a, scale_b, bias, out))
+        metas = tuple(
+            (t.shape, t.stride(), t.dtype, t.get_device()) if t is not None else None
+            for t in (x, y, scale_a, scale_b, bias, out)
+        )
         signature = ("scaled_gemm", metas, scale_result is None, out_dtype, bool(fast))
         plan = self.plans.get(signature, _MISSING)
         if plan is _MISSING:
@@ -288,9 +292,19 @@ class Router:
             device = x.get_device()
             if device != current_device():
                 return "operands not on the current device"
-            signature = (op, x.shape, x.stride(), y.shape, y.stride(), dtype, y.dtype, device, y.get_device(),
-                         dtype is fp32 and tf32(),
-                         None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
+            signature = (
+                op,
+                x.shape,
+                x.stride(),
+                y.shape,
+                y.stride(),
+                dtype,
+                y.dtype,
+                device,
+                y.get_device(),
+                dtype is fp32 and tf32(),
+                None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
+            )
             plan = plans.get(signature, _MISSING)
             if plan is _MISSING:
                 if len(plans) >= MAX_SIGNATURES:
@@ -332,8 +346,11 @@ class Router:
     # -- reporting -----------------------------------------------------------------------------------------
     def tuned_calls(self) -> dict[str, int]:
         """Calls that ran a tuned plan, as ``"<solution> <TunableOp key>"``: the key the bundle's row has."""
-        return {f"{plan.name} {','.join(format_key(self.table.solutions[key][0]))}": plan.calls
-                for (key, _), plan in self._built.items() if not isinstance(plan, str) and plan.calls}
+        return {
+            f"{plan.name} {','.join(format_key(self.table.solutions[key][0]))}": plan.calls
+            for (key, _), plan in self._built.items()
+            if not isinstance(plan, str) and plan.calls
+        }
 
     def close(self) -> None:
         for plan in self._built.values():

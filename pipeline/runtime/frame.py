@@ -32,8 +32,15 @@ def _packed_batch_stride(trans: str, ld: int, rows: int, cols: int) -> int:
     return max(ld, stored_rows) * stored_cols
 
 
-def gemm_key(op: str, dtype: str, compute: str, x_sizes: Sequence[int], x_strides: Sequence[int],
-             y_sizes: Sequence[int], y_strides: Sequence[int]) -> RuntimeKey | None:
+def gemm_key(
+    op: str,
+    dtype: str,
+    compute: str,
+    x_sizes: Sequence[int],
+    x_strides: Sequence[int],
+    y_sizes: Sequence[int],
+    y_strides: Sequence[int],
+) -> RuntimeKey | None:
     """The key of ``x @ y`` (2-D, or 3-D for ``gemm_strided_batched``), None where torch would copy an
     operand or a batch is not evenly strided (those calls stay with torch)."""
     a, b = operand(y_sizes, y_strides), operand(x_sizes, x_strides)
@@ -44,7 +51,9 @@ def gemm_key(op: str, dtype: str, compute: str, x_sizes: Sequence[int], x_stride
     batch = 1
     if op == "gemm_strided_batched":
         batch = x_sizes[0]
-        if batch > 1 and (x_strides[0] != _packed_batch_stride(b[0], b[1], n, k)
-                          or y_strides[0] != _packed_batch_stride(a[0], a[1], k, m)):
+        if batch > 1 and (
+            x_strides[0] != _packed_batch_stride(b[0], b[1], n, k)
+            or y_strides[0] != _packed_batch_stride(a[0], a[1], k, m)
+        ):
             return None
     return (op, dtype, compute, a[0], b[0], m, n, k, a[1], b[1], m, batch)

@@ -87,7 +87,10 @@ class GraphCounter:
             return replay(graph, *args, **kwargs)
 
         graph_class.capture_begin, graph_class.capture_end, graph_class.replay = (
-            capture_begin, capture_end, counted_replay)
+            capture_begin,
+            capture_end,
+            counted_replay,
+        )
         self._saved = (graph_class, begin, end, replay)
 
     def uninstall(self) -> None:

@@ -63,8 +63,9 @@ class ScaledRecorder:
     def _kernel(self, fallback):
         keyset, calls, skipped, graphs = self._keyset, self.calls, self.skipped, self.graphs
 
-        def kernel(x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
-                   *, out=None):
+        def kernel(
+            x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False, *, out=None
+        ):
             problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
             if isinstance(problem, str):
                 skipped[problem] += 1
@@ -97,8 +98,9 @@ class ScaledRecorder:
         if self.calls:
             atomic_write_text(untuned, "".join(f"{key}\n" for key in self.calls))
             written.insert(0, untuned)
-        atomic_write_text(counts, json.dumps({"calls": dict(self.calls), "skipped": dict(self.skipped)},
-                                             indent=1) + "\n")
+        atomic_write_text(
+            counts, json.dumps({"calls": dict(self.calls), "skipped": dict(self.skipped)}, indent=1) + "\n"
+        )
         return written
 
 
@@ -111,6 +113,7 @@ def read_counts(directory: str | Path) -> tuple[Counter, Counter]:
             calls.update(data["calls"])
             skipped.update(data["skipped"])
         except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise BadInput(f"{path}: not a scaled-call count the recorder writes ({type(err).__name__}: {err})"
-                           ) from None
+            raise BadInput(
+                f"{path}: not a scaled-call count the recorder writes ({type(err).__name__}: {err})"
+            ) from None
     return calls, skipped

@@ -35,8 +35,7 @@ def _numel(meta: Meta) -> int:
 
 
 def _rowwise(scale: Meta, rows: int, row_dim: int) -> bool:
-    return (scale.dtype == "float32" and len(scale.shape) == 2 and scale.shape[row_dim] == rows
-            and _numel(scale) == rows)
+    return scale.dtype == "float32" and len(scale.shape) == 2 and scale.shape[row_dim] == rows and _numel(scale) == rows
 
 
 def joint_recipe(scale_x: Meta, scale_y: Meta, n: int, m: int) -> int | None:
@@ -49,8 +48,16 @@ def joint_recipe(scale_x: Meta, scale_y: Meta, n: int, m: int) -> int | None:
     return None
 
 
-def scaled_problem(x: Meta, y: Meta, scale_x: Meta, scale_y: Meta, bias: Meta | None, output_scale: bool,
-                   out_dtype: str | None, fast_accum: bool) -> GemmProblem | str:
+def scaled_problem(
+    x: Meta,
+    y: Meta,
+    scale_x: Meta,
+    scale_y: Meta,
+    bias: Meta | None,
+    output_scale: bool,
+    out_dtype: str | None,
+    fast_accum: bool,
+) -> GemmProblem | str:
     """The problem of ``_scaled_mm(x, y, scale_x, scale_y, bias, ...)``, or why it has no key here (a str)."""
     if len(x.shape) != 2 or len(y.shape) != 2 or 0 in x.shape or 0 in y.shape:
         return "empty or unexpected operand shape"
@@ -62,10 +69,26 @@ def scaled_problem(x: Meta, y: Meta, scale_x: Meta, scale_y: Meta, bias: Meta | 
     if recipe is None:
         return "block or MX scales (only tensorwise and rowwise scales are keyed)"
     return GemmProblem(
-        "scaled_gemm", a[0], b[0], m, n, k, a[1], b[1], m, a_type=y.dtype, b_type=x.dtype,
-        c_type=out_dtype or x.dtype, bias_type=bias.dtype if bias is not None else None,
-        scale_a_type=scale_y.dtype, scale_b_type=scale_x.dtype, scale_a_recipe=recipe,
-        scale_b_recipe=recipe, output_scale=output_scale, fast_accum=fast_accum)
+        "scaled_gemm",
+        a[0],
+        b[0],
+        m,
+        n,
+        k,
+        a[1],
+        b[1],
+        m,
+        a_type=y.dtype,
+        b_type=x.dtype,
+        c_type=out_dtype or x.dtype,
+        bias_type=bias.dtype if bias is not None else None,
+        scale_a_type=scale_y.dtype,
+        scale_b_type=scale_x.dtype,
+        scale_a_recipe=recipe,
+        scale_b_recipe=recipe,
+        output_scale=output_scale,
+        fast_accum=fast_accum,
+    )
 
 
 def dtype_name(dtype) -> str:
@@ -78,12 +101,20 @@ def meta_of(tensor) -> Meta:
     return Meta(tuple(tensor.shape), tuple(tensor.stride()), dtype_name(tensor.dtype))
 
 
-def problem_of_call(x, y, scale_x, scale_y, bias=None, scale_result=None, out_dtype=None,
-                    fast_accum: bool = False) -> GemmProblem | str:
+def problem_of_call(
+    x, y, scale_x, scale_y, bias=None, scale_result=None, out_dtype=None, fast_accum: bool = False
+) -> GemmProblem | str:
     """``scaled_problem`` of a ``_scaled_mm(x, y, scale_x, scale_y, bias, scale_result, out_dtype, use_fast_accum)``
     call (the schema's order, in which the dispatcher hands the arguments to a ``torch.library`` kernel)."""
     if any(t.device != x.device for t in (y, scale_x, scale_y, *(t for t in (bias,) if t is not None))):
         return "operands on different devices"
-    return scaled_problem(meta_of(x), meta_of(y), meta_of(scale_x), meta_of(scale_y),
-                          None if bias is None else meta_of(bias), scale_result is not None,
-                          None if out_dtype is None else dtype_name(out_dtype), bool(fast_accum))
+    return scaled_problem(
+        meta_of(x),
+        meta_of(y),
+        meta_of(scale_x),
+        meta_of(scale_y),
+        None if bias is None else meta_of(bias),
+        scale_result is not None,
+        None if out_dtype is None else dtype_name(out_dtype),
+        bool(fast_accum),
+    )

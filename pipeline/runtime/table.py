@@ -36,8 +36,18 @@ def runtime_key(problem: GemmProblem) -> RuntimeKey:
     lds = (problem.lda, problem.ldb, problem.ldc)
     if problem.lda is None:
         lds = problem.stored_rows()
-    return (problem.op, problem.a_type, problem.compute_type, problem.transa, problem.transb,
-            problem.m, problem.n, problem.k, *lds, problem.batch)  # type: ignore[return-value]
+    return (
+        problem.op,
+        problem.a_type,
+        problem.compute_type,
+        problem.transa,
+        problem.transb,
+        problem.m,
+        problem.n,
+        problem.k,
+        *lds,
+        problem.batch,
+    )  # type: ignore[return-value]
 
 
 def key_text(key: RuntimeKey) -> str:
@@ -45,8 +55,22 @@ def key_text(key: RuntimeKey) -> str:
     if key[0] == "scaled_gemm":
         return ",".join(key[1:])
     op, dtype, compute, transa, transb, m, n, k, lda, ldb, ldc, batch = key
-    problem = GemmProblem(op, transa, transb, m, n, k, lda, ldb, ldc, batch, a_type=dtype, b_type=dtype,
-                          c_type=dtype, compute_type=compute)
+    problem = GemmProblem(
+        op,
+        transa,
+        transb,
+        m,
+        n,
+        k,
+        lda,
+        ldb,
+        ldc,
+        batch,
+        a_type=dtype,
+        b_type=dtype,
+        c_type=dtype,
+        compute_type=compute,
+    )
     return ",".join(format_key(problem))
 
 
@@ -81,8 +105,10 @@ def results_file(path: str | Path) -> Path:
         for name in (RUNTIME_RESULTS, RESULTS):
             if (path / name).is_file():
                 return path / name
-        raise FileNotFoundError(f"{path}: no {RUNTIME_RESULTS} or {RESULTS} in this directory; pass a bundle "
-                                f"(RUN_DIR/bundle), a package (dist/<fingerprint>) or a results CSV")
+        raise FileNotFoundError(
+            f"{path}: no {RUNTIME_RESULTS} or {RESULTS} in this directory; pass a bundle "
+            f"(RUN_DIR/bundle), a package (dist/<fingerprint>) or a results CSV"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such bundle directory or results file")
     return path

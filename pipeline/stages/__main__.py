@@ -16,8 +16,12 @@ from collections.abc import Sequence
 
 from . import bench_worker, call_weights, fingerprint, validate
 
-WORKERS = {"bench-worker": bench_worker.main, "validate": validate.main, "call-weights": call_weights.main,
-           "stack-probe": fingerprint.main}
+WORKERS = {
+    "bench-worker": bench_worker.main,
+    "validate": validate.main,
+    "call-weights": call_weights.main,
+    "stack-probe": fingerprint.main,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,9 +52,13 @@ def e2e_command(workload_cmd: str, embedded_args: tuple[str, ...] = ()) -> list[
     return [*embedded_command(), *embedded_args, "--decode-mode", "graph", "--repeat", "5"]
 
 
-def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
-           progress: Callable[[int, int], None] | None = None, status: Callable[[str], None] | None = None
-           ) -> dict:
+def accept(
+    run_dir: Path,
+    stack: Stack,
+    settings: AcceptanceSettings,
+    progress: Callable[[int, int], None] | None = None,
+    status: Callable[[str], None] | None = None,
+) -> dict:
     """Validate, gate, bundle, A/B and report ``run_dir``; the report's summary. Raises ``GateRefused``."""
     run_dir, out = Path(run_dir).absolute(), Path(run_dir).absolute() / "validate"
     say = status or (lambda _: None)
@@ -69,8 +73,9 @@ def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
     atomic_write_json(out / "gate.json", result.to_json())
     runtime = validate.runtime_of(run_dir, measured)
     if result.passed:
-        bundle.write_bundle(run_dir, result, {"runtime": runtime, "fingerprint": stack.fingerprint,
-                                              "stack": stack.facts})
+        bundle.write_bundle(
+            run_dir, result, {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts}
+        )
     reason = e2e.skip_reason(runtime, result.passed, settings.has_workload)
     if reason:
         outcome: dict = {"skipped": reason}
@@ -79,9 +84,15 @@ def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
         via = e2e.consumer(runtime)
         with timings.timed(run_dir, "validate-e2e"):
             command = e2e_command(settings.workload_cmd, settings.embedded_args)
-            outcome = e2e.ab_test(command, run_dir / "bundle" / "tunableop_results.csv",
-                                  out / f"e2e-{via}", settings.e2e_reps, settings.workload_timeout_s,
-                                  gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"), via=via)
+            outcome = e2e.ab_test(
+                command,
+                run_dir / "bundle" / "tunableop_results.csv",
+                out / f"e2e-{via}",
+                settings.e2e_reps,
+                settings.workload_timeout_s,
+                gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
+                via=via,
+            )
     slower = e2e.regression(outcome)
     if slower:
         outcome["refused"] = None if settings.allow_e2e_regression else slower
@@ -94,6 +105,8 @@ def accept(run_dir: Path, stack: Stack, settings: AcceptanceSettings,
     if not result.passed:
         raise GateRefused(f"{result.message}. Report: {summary['report']}")
     if outcome.get("refused"):
-        raise EndToEndRefused(f"bundle refused: {slower} (--allow-e2e-regression ships it anyway; the bundle is in "
-                              f"{run_dir / 'bundle.refused'}). Report: {summary['report']}")
+        raise EndToEndRefused(
+            f"bundle refused: {slower} (--allow-e2e-regression ships it anyway; the bundle is in "
+            f"{run_dir / 'bundle.refused'}). Report: {summary['report']}"
+        )
     return summary

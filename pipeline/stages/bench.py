@@ -35,24 +35,32 @@ from ..problem import GemmProblem
 from ..procs import tail_lines
 from ..stats import geomean
 
-BACKENDS = {"cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
-            "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
-            "tunableop": "pipeline.backends.tunableop:TunableOpBackend"}  # tuners: one problem at a time, sharded
-CONFIG_TOOLS = {"find_exact": "pipeline.stages.find_exact:FindExact",
-                "tensile": "pipeline.stages.tensile:TensileTool"}  # AMD tools on GenerateConfigs' configs
+BACKENDS = {
+    "cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
+    "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
+    "tunableop": "pipeline.backends.tunableop:TunableOpBackend",
+}  # tuners: one problem at a time, sharded
+CONFIG_TOOLS = {
+    "find_exact": "pipeline.stages.find_exact:FindExact",
+    "tensile": "pipeline.stages.tensile:TensileTool",
+}  # AMD tools on GenerateConfigs' configs
 
 
 def load(path: str, *args, **kwargs):
     """Construct ``module:Class`` of ``BACKENDS`` or ``CONFIG_TOOLS`` (imported only when used)."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+
 OVERRIDE = "hipblaslt_override.txt"
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 RUNTIME = "runtime.json"
 
 
-NEEDS = {"pipeline.backends.cublaslt": (("torch", "torch"), ("nvmath", "nvmath-python")),
-         "pipeline.backends.tunableop": (("torch", "torch"),)}  # backend module: (module, distribution) it needs
+NEEDS = {
+    "pipeline.backends.cublaslt": (("torch", "torch"), ("nvmath", "nvmath-python")),
+    "pipeline.backends.tunableop": (("torch", "torch"),),
+}  # backend module: (module, distribution) it needs
 
 
 def check_backend(backend: str) -> None:
@@ -61,8 +69,10 @@ def check_backend(backend: str) -> None:
     needs = NEEDS.get(BACKENDS.get(backend, backend).partition(":")[0], ())
     missing = [dist for module, dist in needs if importlib.util.find_spec(module) is None]
     if missing:
-        raise ToolMissing(f"--backend {backend} needs {' and '.join(missing)}, not installed for {sys.executable}: "
-                          "pip install -e '.[cuda]' (NVIDIA) or '.[rocm]' with a ROCm torch (AMD)")
+        raise ToolMissing(
+            f"--backend {backend} needs {' and '.join(missing)}, not installed for {sys.executable}: "
+            "pip install -e '.[cuda]' (NVIDIA) or '.[rocm]' with a ROCm torch (AMD)"
+        )
 
 
 class BenchError(ToolError):
@@ -108,10 +118,18 @@ def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]
     return [p for p in problems if not result_path(out_dir, p).exists()]
 
 
-def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[int], settings: TuneSettings,
-               backend: str = "cublaslt", progress: Callable[[int, int], None] | None = None,
-               backend_options: dict | None = None, previous: dict[str, dict] | None = None,
-               previous_from: str | None = None, name: str = "shard") -> None:
+def run_shards(
+    problems: Sequence[GemmProblem],
+    out_dir: Path,
+    gpus: Sequence[int],
+    settings: TuneSettings,
+    backend: str = "cublaslt",
+    progress: Callable[[int, int], None] | None = None,
+    backend_options: dict | None = None,
+    previous: dict[str, dict] | None = None,
+    previous_from: str | None = None,
+    name: str = "shard",
+) -> None:
     """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
     costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
     and no GPU idles while another has a backlog). ``backend_options`` are the backend's constructor
@@ -121,20 +139,45 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
     out_dir = Path(out_dir).absolute()
     todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
     queue = out_dir / "shards" / f"{name}queue.json"
-    atomic_write_json(queue, {"problems": [p.to_dict() for p in todo], "settings": asdict(settings),
-                              "backend": BACKENDS.get(backend, backend), "backend_options": backend_options or {},
-                              "previous": {problem_id(p): (previous or {})[problem_id(p)]
-                                           for p in todo if problem_id(p) in (previous or {})},
-                              "previous_from": previous_from})
+    atomic_write_json(
+        queue,
+        {
+            "problems": [p.to_dict() for p in todo],
+            "settings": asdict(settings),
+            "backend": BACKENDS.get(backend, backend),
+            "backend_options": backend_options or {},
+            "previous": {
+                problem_id(p): (previous or {})[problem_id(p)] for p in todo if problem_id(p) in (previous or {})
+            },
+            "previous_from": previous_from,
+        },
+    )
     with contextlib.ExitStack() as stack:  # a failure here, or this run's death, kills every worker
         workers = []
         for index in range(min(len(gpus), len(todo))):
             log = stack.enter_context((out_dir / "shards" / f"{name}{index}.log").open("w"))
-            argv = procs.worker_argv("bench-worker", queue, out_dir, "--gpus", ",".join(map(str, gpus)),
-                                     "--name", f"{name}{index}", "--spawned-at", repr(time.time()))
-            workers.append(stack.enter_context(procs.running(argv, procs.with_package_on_path(os.environ),
-                                                             stdout=log, stderr=subprocess.STDOUT,
-                                                             stdin=subprocess.DEVNULL)))
+            argv = procs.worker_argv(
+                "bench-worker",
+                queue,
+                out_dir,
+                "--gpus",
+                ",".join(map(str, gpus)),
+                "--name",
+                f"{name}{index}",
+                "--spawned-at",
+                repr(time.time()),
+            )
+            workers.append(
+                stack.enter_context(
+                    procs.running(
+                        argv,
+                        procs.with_package_on_path(os.environ),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    )
+                )
+            )
         while any(proc.poll() is None for proc in workers):
             if progress:
                 progress(len(problems) - len(pending(problems, out_dir)), len(problems))
@@ -151,8 +194,11 @@ def run_shards(problems: Sequence[GemmProblem], out_dir: Path, gpus: Sequence[in
 
 def tunableop_entries(results: Sequence[ProblemResult]) -> list[TunableOpEntry]:
     """One results row per tuned problem: the winner (or ``Default``) and its time in ms."""
-    return [TunableOpEntry.from_problem(r.problem, r.winner, r.winner_us / 1000.0) for r in results
-            if not r.skipped and not r.errors and r.winner_us]
+    return [
+        TunableOpEntry.from_problem(r.problem, r.winner, r.winner_us / 1000.0)
+        for r in results
+        if not r.skipped and not r.errors and r.winner_us
+    ]
 
 
 RECORD_ONLY = ("OverrideRows", "OverrideSource", "GitVersion")  # winner-config keys that stay out of the logic
@@ -170,12 +216,24 @@ def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, st
     files = {}
     for name, group in sorted(groups.items()):
         p = group[0].problem
-        problem_type = {"OperationType": "GEMM", "DataType": p.a_type, "DestDataType": p.c_type,
-                        "ComputeDataType": p.compute_type, "TransposeA": p.transa == "T",
-                        "TransposeB": p.transb == "T", "UseBias": p.op == "gemm_and_bias", "Batched": True}
-        winners = [((r.problem.m, r.problem.n, r.problem.batch, r.problem.k),
-                    {k: v for k, v in r.winner_config.items() if k not in RECORD_ONLY},
-                    r.problem.flops() / (r.winner_us * 1e3)) for r in group]
+        problem_type = {
+            "OperationType": "GEMM",
+            "DataType": p.a_type,
+            "DestDataType": p.c_type,
+            "ComputeDataType": p.compute_type,
+            "TransposeA": p.transa == "T",
+            "TransposeB": p.transb == "T",
+            "UseBias": p.op == "gemm_and_bias",
+            "Batched": True,
+        }
+        winners = [
+            (
+                (r.problem.m, r.problem.n, r.problem.batch, r.problem.k),
+                {k: v for k, v in r.winner_config.items() if k not in RECORD_ONLY},
+                r.problem.flops() / (r.winner_us * 1e3),
+            )
+            for r in group
+        ]
         logic = record_equality(backend, problem_type, arch, [runtime.get("name", "unknown")], winners)
         files[f"{backend}_{name}.yaml"] = dump_logic(logic)
     return files
@@ -196,17 +254,26 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
     speedups = [r.speedup for r in tuned]
     origins = [r.origin.split(":")[0].split(" ")[0] or "tuned" for r in results if not r.skipped and not r.errors]
     return {
-        "problems": len(results), "tuned": len(tuned),
+        "problems": len(results),
+        "tuned": len(tuned),
         "origin": {name: origins.count(name) for name in ("tuned", "cache", "retimed", "retuned")},
         "improved": sum(r.winner != DEFAULT for r in tuned),
         "geomean_speedup": geomean(speedups),
         "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],
         "errors": [{"problem": ",".join(format_key(r.problem)), "error": r.errors[0]} for r in results if r.errors],
         "tuning_s": sum(r.tuning_s for r in results),
-        "tensile": [{"problem": ",".join(format_key(r.problem)), "kernel": c.name, "tensile_us": c.final_us,
-                     "heuristic_us": r.default_us, "speedup": r.default_us / c.final_us}
-                    for r in results for c in r.candidates
-                    if (c.config or {}).get("Tuner") == "tensile" and r.default_us and c.final_us],
+        "tensile": [
+            {
+                "problem": ",".join(format_key(r.problem)),
+                "kernel": c.name,
+                "tensile_us": c.final_us,
+                "heuristic_us": r.default_us,
+                "speedup": r.default_us / c.final_us,
+            }
+            for r in results
+            for c in r.candidates
+            if (c.config or {}).get("Tuner") == "tensile" and r.default_us and c.final_us
+        ],
     }
 
 
@@ -220,8 +287,11 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
     write_file(out_dir / "tunableop_results.csv", validators, tunableop_entries(results))
     with atomic_directory(out_dir / "logic") as staging:
         tool_logic = out_dir / TOOL_LOGIC
-        files = ({p.name: p.read_text() for p in sorted(tool_logic.glob("*.yaml"))} if tool_logic.is_dir()
-                 else logic_files(results, runtime))
+        files = (
+            {p.name: p.read_text() for p in sorted(tool_logic.glob("*.yaml"))}
+            if tool_logic.is_dir()
+            else logic_files(results, runtime)
+        )
         for name, text in files.items():
             atomic_write_text(staging / name, text)
     text, sources = override_text(results)

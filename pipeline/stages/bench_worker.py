@@ -63,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out_dir")
     parser.add_argument("--gpus", default="0")
     parser.add_argument("--name", default="shard0", help="this worker's files under shards/")
-    parser.add_argument("--spawned-at", type=float, default=None,
-                        help="when the stage started this process (epoch s), for the timeline")
+    parser.add_argument(
+        "--spawned-at", type=float, default=None, help="when the stage started this process (epoch s), for the timeline"
+    )
     args = parser.parse_args(argv)
     started = time.time()
     spec = json.loads(Path(args.shard).read_text())
@@ -94,9 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     tuned += 1
                     speed = f" x{result.speedup:.3f}" if result.speedup else ""
                     status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
-                    log.info("%s %sx%sx%s: %s", result.problem.op, result.problem.m, result.problem.n,
-                             result.problem.k, status)
-    atomic_write_json(Path(args.shard).with_name(f"{args.name}.timeline.json"), {
-        "gpu": gpu, "pid": os.getpid(), "problems": tuned, **marks, "done": time.time()})
+                    log.info(
+                        "%s %sx%sx%s: %s",
+                        result.problem.op,
+                        result.problem.m,
+                        result.problem.n,
+                        result.problem.k,
+                        status,
+                    )
+    atomic_write_json(
+        Path(args.shard).with_name(f"{args.name}.timeline.json"),
+        {"gpu": gpu, "pid": os.getpid(), "problems": tuned, **marks, "done": time.time()},
+    )
     return 0
-

@@ -26,8 +26,9 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
     merged = read_file(run_dir / "merge" / "tunableop_results.csv")
     kept = {row.key for row in result.kept}
     entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
-    kept_sizes = {(problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k))
-                  for e in entries}
+    kept_sizes = {
+        (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
+    }
     out = run_dir / "bundle"
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)
@@ -43,16 +44,24 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
                 atomic_write_text(staging / "logic" / path.name, dump_logic(logic))
             else:
                 shutil.copyfile(path, staging / "logic" / path.name)
-        override = next((d / OVERRIDE for d in (run_dir / "merge", run_dir / "bench") if (d / OVERRIDE).exists()),
-                        None)  # the merged override (runs before MergeResults merged it: Bench's)
+        override = next(
+            (d / OVERRIDE for d in (run_dir / "merge", run_dir / "bench") if (d / OVERRIDE).exists()), None
+        )  # the merged override (runs before MergeResults merged it: Bench's)
         if override is not None:
             meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}
         if meta.get("fingerprint"):
             atomic_write_json(staging / STAMP, {"fingerprint": meta["fingerprint"], "stack": meta.get("stack", {})})
-        atomic_write_json(staging / MANIFEST, {
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "validators": merged.validators, "rows": len(entries), "weighted_gemm_speedup": result.weighted_speedup,
-            "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped], **meta})
+        atomic_write_json(
+            staging / MANIFEST,
+            {
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "validators": merged.validators,
+                "rows": len(entries),
+                "weighted_gemm_speedup": result.weighted_speedup,
+                "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped],
+                **meta,
+            },
+        )
     return out
 
 
@@ -64,18 +73,40 @@ def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
     overrides = read_override(source)
 
     def key(problem) -> tuple:
-        return (problem.transa, problem.transb, str(problem.m), str(problem.n), str(problem.k), str(problem.batch),
-                BENCH_TYPES.get(problem.a_type, ""))
+        return (
+            problem.transa,
+            problem.transb,
+            str(problem.m),
+            str(problem.n),
+            str(problem.k),
+            str(problem.batch),
+            BENCH_TYPES.get(problem.a_type, ""),
+        )
 
     forms: dict[tuple, set] = {}
     for e in kept:
         forms.setdefault(key(e.problem), set()).add((e.problem.op, e.problem.rowwise))
     ambiguous = {k for k, f in forms.items() if len(f) > 1}
-    rows = [entry for entry in overrides.entries
-            if (k := tuple(dict(entry.fields).get(c, "") for c in ("transA", "transB", "m", "n", "k", "batch_count",
-                                                                    "a_type"))) in forms and k not in ambiguous]
+    rows = [
+        entry
+        for entry in overrides.entries
+        if (
+            k := tuple(
+                dict(entry.fields).get(c, "") for c in ("transA", "transB", "m", "n", "k", "batch_count", "a_type")
+            )
+        )
+        in forms
+        and k not in ambiguous
+    ]
     if rows:
         write_override(out, overrides.git_version, rows)
-    return {"file": out.name if rows else None, "rows": len(rows), "git_version": overrides.git_version,
-            "left_out": [",".join(k) + ": kept GEMMs of this shape differ in their scaling, which the override "
-                         "reader does not tell apart" for k in sorted(ambiguous)]}
+    return {
+        "file": out.name if rows else None,
+        "rows": len(rows),
+        "git_version": overrides.git_version,
+        "left_out": [
+            ",".join(k) + ": kept GEMMs of this shape differ in their scaling, which the override "
+            "reader does not tell apart"
+            for k in sorted(ambiguous)
+        ],
+    }

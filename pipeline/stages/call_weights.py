@@ -83,16 +83,24 @@ def split_stderr(lines: Iterable[str], calls: Counter) -> Iterable[str]:
 def calls_record(calls: Mapping[str, int]) -> dict:
     """What ``calls.json`` holds: the per-key call counts and where they came from."""
     if calls:
-        return {"source": "TunableOp lookup log (PYTORCH_TUNABLEOP_VERBOSE=3)", "total": sum(calls.values()),
-                "calls": dict(sorted(calls.items()))}
-    return {"source": None, "total": 0, "calls": {},
-            "note": "the workload's stderr held no TunableOp lookup line (a non-Python program that does not "
-                    "load libtorch, or a workload that redirects its stderr), so each recorded GEMM counts as "
-                    "one call"}
+        return {
+            "source": "TunableOp lookup log (PYTORCH_TUNABLEOP_VERBOSE=3)",
+            "total": sum(calls.values()),
+            "calls": dict(sorted(calls.items())),
+        }
+    return {
+        "source": None,
+        "total": 0,
+        "calls": {},
+        "note": "the workload's stderr held no TunableOp lookup line (a non-Python program that does not "
+        "load libtorch, or a workload that redirects its stderr), so each recorded GEMM counts as "
+        "one call",
+    }
 
 
-def time_shares(keys: Sequence[str], calls: Mapping[str, int] | None, per_call_us: Mapping[str, float | None]
-                ) -> tuple[dict[str, int], dict[str, float | None]]:
+def time_shares(
+    keys: Sequence[str], calls: Mapping[str, int] | None, per_call_us: Mapping[str, float | None]
+) -> tuple[dict[str, int], dict[str, float | None]]:
     """Calls and time share of every key. A key with no count counts once; without a time per call for
     every key (no baseline timing ran) there are no shares."""
     counted = {key: (calls or {}).get(key, 0) or 1 for key in keys}
@@ -140,8 +148,10 @@ def run_worker(directory: Path, keys: Sequence[str], gpus: Sequence[int], rounds
     argv = procs.worker_argv("call-weights", directory, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds)
     proc = procs.run(argv, env=env)
     if proc.returncode != 0:
-        raise ToolError(f"baseline timing of the recorded GEMMs exited with code {proc.returncode}:\n"
-                        f"{procs.tail_lines(proc.stderr, 15)}")
+        raise ToolError(
+            f"baseline timing of the recorded GEMMs exited with code {proc.returncode}:\n"
+            f"{procs.tail_lines(proc.stderr, 15)}"
+        )
     return json.loads((directory / BASELINE).read_text())
 
 

@@ -96,10 +96,15 @@ def check_gpu_torch(python: str = sys.executable) -> None:
         raise CollectionError(f"{python} cannot import torch ({tail_lines(proc.stderr, 1)}). {_NO_TORCH}")
 
 
-def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s: float = 3600.0,
-            env: Mapping[str, str] | None = None,
-            time_on: Sequence[int] | Callable[[], Sequence[int]] | None = None,
-            embedded_args: Sequence[str] = ()) -> Collection:
+def collect(
+    out_dir: Path,
+    command: str | list[str] | None = None,
+    *,
+    timeout_s: float = 3600.0,
+    env: Mapping[str, str] | None = None,
+    time_on: Sequence[int] | Callable[[], Sequence[int]] | None = None,
+    embedded_args: Sequence[str] = (),
+) -> Collection:
     """Run ``command`` (a shell line, an argv list, or the embedded workload) and record its GEMMs.
 
     Output lands in ``out_dir`` (``untuned<N>.csv``, ``calls.json``, ``workload.stdout.log``,
@@ -121,8 +126,7 @@ def collect(out_dir: Path, command: str | list[str] | None = None, *, timeout_s:
         return collection
 
 
-def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str, str],
-                    timeout_s: float) -> Collection:
+def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str, str], timeout_s: float) -> Collection:
     stdout_log, stderr_log = staging / "workload.stdout.log", staging / "workload.stderr.log"
     calls: Counter = Counter()
     start = time.monotonic()
@@ -132,27 +136,45 @@ def _run_and_record(staging: Path, out_dir: Path, argv: list[str], env: dict[str
     if returncode != 0:
         raise CollectionError(
             f"workload {_show(argv)} exited with code {returncode}; last lines of its stderr "
-            f"({stderr_log}):\n{tail_lines(stderr_log.read_text(errors='replace'), TAIL_LINES)}")
+            f"({stderr_log}):\n{tail_lines(stderr_log.read_text(errors='replace'), TAIL_LINES)}"
+        )
     scaled_calls, scaled_skipped = read_counts(staging)
     calls.update(scaled_calls)
     files = sorted(staging.glob("untuned*.csv"))
     if not files:
         raise CollectionError(
             f"workload {_show(argv)} succeeded but recorded no GEMM in {staging}: does it run its matrix "
-            "products through torch on a GPU (TunableOp sees mm/addmm/bmm/linear/_scaled_mm only)?")
+            "products through torch on a GPU (TunableOp sees mm/addmm/bmm/linear/_scaled_mm only)?"
+        )
     record = calls_record(calls)
-    collection = Collection([out_dir / f.name for f in files], argv, returncode, seconds,
-                            parse_tokens_per_s(stdout_log.read_text(errors="replace")), record["calls"])
+    collection = Collection(
+        [out_dir / f.name for f in files],
+        argv,
+        returncode,
+        seconds,
+        parse_tokens_per_s(stdout_log.read_text(errors="replace")),
+        record["calls"],
+    )
     atomic_write_json(staging / CALLS, record)
-    atomic_write_json(staging / MANIFEST, {
-        "command": argv, "cwd": os.getcwd(), "returncode": returncode, "seconds": round(seconds, 3),
-        "tokens_per_s": collection.tokens_per_s, "files": [f.name for f in files], "calls": sum(calls.values()),
-        "scaled_calls_not_recorded": dict(scaled_skipped)})
+    atomic_write_json(
+        staging / MANIFEST,
+        {
+            "command": argv,
+            "cwd": os.getcwd(),
+            "returncode": returncode,
+            "seconds": round(seconds, 3),
+            "tokens_per_s": collection.tokens_per_s,
+            "files": [f.name for f in files],
+            "calls": sum(calls.values()),
+            "scaled_calls_not_recorded": dict(scaled_skipped),
+        },
+    )
     return collection
 
 
-def _run_counting_calls(argv: list[str], env: dict[str, str], out: IO[str], err: IO[str], calls: Counter,
-                        timeout_s: float, staging: Path) -> int:
+def _run_counting_calls(
+    argv: list[str], env: dict[str, str], out: IO[str], err: IO[str], calls: Counter, timeout_s: float, staging: Path
+) -> int:
     """Run the workload in the caller's cwd (as the user would type it), its stdout to ``out``; its stderr is
     streamed: TunableOp lookup lines are counted into ``calls``, every other line goes to ``err``. On a
     time-out, or when this run dies, the workload's whole process group is killed (``procs``)."""
@@ -168,8 +190,9 @@ def _run_counting_calls(argv: list[str], env: dict[str, str], out: IO[str], err:
         except subprocess.TimeoutExpired:
             procs.kill(proc)
             reader.join(timeout=10)
-            raise CollectionError(f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in "
-                                  f"{staging}") from None
+            raise CollectionError(
+                f"workload {_show(argv)} ran past {timeout_s:.0f} s; its logs are in {staging}"
+            ) from None
         procs.kill(proc)  # what the workload left running in its group goes with it (and lets go of stderr)
         reader.join()
         return proc.returncode

@@ -35,7 +35,12 @@ def inductor_kernels(stderr_log: Path) -> list[AutotuneTable]:
 def padded_twin(padded: GemmProblem, served: GemmProblem) -> bool:
     """Whether ``padded`` is ``served`` with some of M, N, K rounded up to an aligned size (pad_mm's twin)."""
     same = (padded.op, padded.a_type, padded.transa, padded.transb, padded.batch) == (
-        served.op, served.a_type, served.transa, served.transb, served.batch)
+        served.op,
+        served.a_type,
+        served.transa,
+        served.transb,
+        served.batch,
+    )
     align = ALIGNMENT.get(padded.a_type)
     if any(not isinstance(d, int) for d in (padded.m, padded.n, padded.k, served.m, served.n, served.k)):
         return False  # a wildcard key is no one's twin
@@ -50,11 +55,19 @@ def never_run(kept: Iterable[str], recorded: Iterable[str], tuned_calls: Mapping
     problems = {key: parse_key(*key.split(",", 1)) for key in set(recorded) | set(kept)}
     out = []
     for key in sorted(set(kept) - ran):
-        twin = next((other for other in sorted(ran) if other != key and other in problems
-                     and padded_twin(problems[key], problems[other])), None)
-        reason = (f"padded twin of {twin}: Inductor's pad_mm benchmarks it at compile time and runs the other"
-                  if twin else "recorded but not called in the tuned run (a compile-time benchmark, or a path "
-                               "this run did not take)")
+        twin = next(
+            (
+                other
+                for other in sorted(ran)
+                if other != key and other in problems and padded_twin(problems[key], problems[other])
+            ),
+            None,
+        )
+        reason = (
+            f"padded twin of {twin}: Inductor's pad_mm benchmarks it at compile time and runs the other"
+            if twin
+            else "recorded but not called in the tuned run (a compile-time benchmark, or a path this run did not take)"
+        )
         out.append({"key": key, "reason": reason})
     return out
 
@@ -62,8 +75,10 @@ def never_run(kept: Iterable[str], recorded: Iterable[str], tuned_calls: Mapping
 def section(run_dir: Path, kept: Iterable[str], recorded: Iterable[str], e2e: Mapping) -> dict:
     """The report's compiled-workload facts: Inductor's own kernels and kept rows the tuned run never ran."""
     tables = inductor_kernels(Path(run_dir) / "collect" / "workload.stderr.log")
-    inductor = [{"gemm": t.describe(), "kernel": t.chosen, "kernel_ms": t.chosen_ms, "library_ms": t.library_ms,
-                 "line": t.line} for t in tables]
+    inductor = [
+        {"gemm": t.describe(), "kernel": t.chosen, "kernel_ms": t.chosen_ms, "library_ms": t.library_ms, "line": t.line}
+        for t in tables
+    ]
     runtime = e2e.get("runtime") or {}
     unused = never_run(kept, recorded, runtime["tuned_calls"]) if runtime.get("installed") else []
     return {"inductor_kernels": inductor, "never_run": unused}
@@ -73,10 +88,15 @@ def lines(facts: Mapping) -> list[str]:
     """The section as plain lines (the report's markdown and TuneWorkload's notes)."""
     out = []
     for t in facts.get("inductor_kernels", []):
-        library = (f"the library's best {t['library_ms']:.4f} ms" if t["library_ms"] is not None
-                   else "no library choice in Inductor's top list")
-        out.append(f"{t['gemm']}: not sent to the library; Inductor compiled its own kernel {t['kernel']} "
-                   f"({t['kernel_ms']:.4f} ms against {library}; collect/workload.stderr.log line {t['line']})")
+        library = (
+            f"the library's best {t['library_ms']:.4f} ms"
+            if t["library_ms"] is not None
+            else "no library choice in Inductor's top list"
+        )
+        out.append(
+            f"{t['gemm']}: not sent to the library; Inductor compiled its own kernel {t['kernel']} "
+            f"({t['kernel_ms']:.4f} ms against {library}; collect/workload.stderr.log line {t['line']})"
+        )
     for u in facts.get("never_run", []):
         out.append(f"{u['key']}: {u['reason']}")
     return out

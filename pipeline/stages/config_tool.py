@@ -62,12 +62,19 @@ def run_into(argv: list[str], out: Path, timeout_s: float, what: str, env: dict[
             raise ToolError(f"{what} ran past {timeout_s:.0f} s") from None
         atomic_write_text(staging / "tool.log", proc.stdout + proc.stderr)
         if proc.returncode != 0:
-            raise ToolError(f"{what} exited with code {proc.returncode}:\n"
-                            f"{procs.tail_lines(proc.stdout + proc.stderr, 15)}")
+            raise ToolError(
+                f"{what} exited with code {proc.returncode}:\n{procs.tail_lines(proc.stdout + proc.stderr, 15)}"
+            )
 
 
-def tune_configs(tool: ConfigTool, problems: Sequence[GemmProblem], configs_dir: Path, out_dir: Path,
-                 settings: TuneSettings, progress: Callable[[int, int], None] | None = None) -> None:
+def tune_configs(
+    tool: ConfigTool,
+    problems: Sequence[GemmProblem],
+    configs_dir: Path,
+    out_dir: Path,
+    settings: TuneSettings,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
     """``tool`` on every config whose problems have no result yet; results and logic as the module says."""
     out_dir = Path(out_dir).absolute()
     atomic_write_json(out_dir / RUNTIME, tool.runtime())

@@ -58,8 +58,9 @@ class ConfigSettings:
     def __post_init__(self) -> None:
         get_arch(self.arch)
         if self.tensile_generation not in TENSILE_GENERATIONS:
-            raise ValueError(f"tensile_generation must be one of {', '.join(TENSILE_GENERATIONS)}, "
-                             f"not {self.tensile_generation!r}")
+            raise ValueError(
+                f"tensile_generation must be one of {', '.join(TENSILE_GENERATIONS)}, not {self.tensile_generation!r}"
+            )
         if self.padding not in ("auto", "off"):
             raise ValueError(f"padding must be 'auto' or 'off', not {self.padding!r}")
         if any(not 0 <= s <= 255 for s in self.split_k):
@@ -105,9 +106,11 @@ def find_exact_reason(problem: GemmProblem) -> str | None:
     if reason:
         return reason
     if problem.op == "scaled_gemm":
-        return ("find_exact.py passes hipblaslt-bench no --scaleA/--scaleB (docs/upstream.md), so it would time "
-                "this FP8 GEMM unscaled: another problem, whose winner may be a kernel the scaled one cannot run. "
-                "Tuned by --backend hipblaslt or tensile")
+        return (
+            "find_exact.py passes hipblaslt-bench no --scaleA/--scaleB (docs/upstream.md), so it would time "
+            "this FP8 GEMM unscaled: another problem, whose winner may be a kernel the scaled one cannot run. "
+            "Tuned by --backend hipblaslt or tensile"
+        )
     for dtype in {problem.a_type, problem.b_type, problem.c_type}:
         if dtype not in FIND_EXACT_TYPES:
             return f"find_exact.py has no type letter for {dtype} (it knows {', '.join(FIND_EXACT_TYPES.values())})"
@@ -135,8 +138,10 @@ def tensile_reason(problem: GemmProblem, arch: str | None = None, generation: st
         if dtype is not None and dtype not in TENSILE_TYPES:
             return f"no TensileLite DataType letter for {dtype} (known: {', '.join(TENSILE_TYPES)})"
     if tensile_data_type(problem.a_type, generation, problem.b_type) is None:
-        return (f"no TensileLite DataType letter for {problem.a_type} x {problem.b_type} "
-                f"(known: {', '.join(TENSILE_TYPES)} and the FP8 types)")
+        return (
+            f"no TensileLite DataType letter for {problem.a_type} x {problem.b_type} "
+            f"(known: {', '.join(TENSILE_TYPES)} and the FP8 types)"
+        )
     return None
 
 
@@ -148,8 +153,9 @@ def describe(problem: GemmProblem) -> str:
 def plan_configs(problems: Iterable[GemmProblem], settings: ConfigSettings) -> ConfigPlan:
     """Sort ``problems`` into per-ProblemType find_exact and Tensile files, padding where the rule says."""
     problems = list(dict.fromkeys(problems))
-    reasons = {p: (find_exact_reason(p), tensile_reason(p, settings.arch, settings.tensile_generation))
-               for p in problems}
+    reasons = {
+        p: (find_exact_reason(p), tensile_reason(p, settings.arch, settings.tensile_generation)) for p in problems
+    }
     plan = ConfigPlan(padded=plan_padding([p for p in problems if None in reasons[p]], settings.rule()))
     padded_by_original = {p.original: p for p in plan.padded}
     for problem in problems:
@@ -165,7 +171,8 @@ def plan_configs(problems: Iterable[GemmProblem], settings: ConfigSettings) -> C
                 plan.find_exact[name].append(problem)
                 if padded:
                     plan.find_exact_excluded[name].append(
-                        f"{describe(padded.problem)} (padded from {describe(problem)})")
+                        f"{describe(padded.problem)} (padded from {describe(problem)})"
+                    )
         if t_reason:
             plan.skipped.append(Skipped(problem, "tensile", t_reason))
         else:
@@ -222,8 +229,13 @@ def load_presets(templates: Path) -> dict:
 
 def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]:
     """Relative path -> rendered text, for every find_exact and Tensile file of ``plan``."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(settings.templates), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(settings.templates),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     arch = get_arch(settings.arch)
     presets = load_presets(settings.templates)
     if settings.preset not in presets:
@@ -235,22 +247,35 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
     for name, problems in sorted(plan.find_exact.items()):
         sizes = sorted({tuple(to_amd(p).find_exact_size) for p in problems})
         files[f"find_exact/{name}.yaml"] = env.get_template("find_exact.yaml.j2").render(
-            common, title="hipBLASLt find_exact.py config", name=name, problem_count=len(problems),
-            problem_type=_find_exact_problem_type(problems[0]), sizes=sizes,
-            excluded=plan.find_exact_excluded.get(name, []))
+            common,
+            title="hipBLASLt find_exact.py config",
+            name=name,
+            problem_count=len(problems),
+            problem_type=_find_exact_problem_type(problems[0]),
+            sizes=sizes,
+            excluded=plan.find_exact_excluded.get(name, []),
+        )
     padded_lines = {p.problem: f"{describe(p.problem)}: {'; '.join(p.reasons)}" for p in plan.padded}
     for name, problems in sorted(plan.tensile.items()):
         problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
         sizes = list(dict.fromkeys(tuple(to_amd(p).tensile_exact) for p in problems))
         instructions = _matrix_instructions(preset, problem_type["DataType"])
         if not instructions:
-            raise ValueError(f"preset {settings.preset!r} has no MatrixInstruction for DataType "
-                             f"{problem_type['DataType']!r}")
+            raise ValueError(
+                f"preset {settings.preset!r} has no MatrixInstruction for DataType {problem_type['DataType']!r}"
+            )
         files[f"tensile/{name}.yaml"] = env.get_template("tensile_config.yaml.j2").render(
-            common, title="TensileLite benchmark config", name=name, problem_count=len(problems),
-            problem_type=problem_type, sizes=sizes, preset_name=settings.preset, preset=preset,
+            common,
+            title="TensileLite benchmark config",
+            name=name,
+            problem_count=len(problems),
+            problem_type=problem_type,
+            sizes=sizes,
+            preset_name=settings.preset,
+            preset=preset,
             matrix_instructions=instructions,
-            padded=[padded_lines[p] for p in problems if p in padded_lines])
+            padded=[padded_lines[p] for p in problems if p in padded_lines],
+        )
     return files
 
 
@@ -261,14 +286,17 @@ def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings) -
         "tensile_generation": settings.tensile_generation,
         "padding": {"mode": settings.padding, "rule": asdict(rule) if rule else None},
         "files": sorted(files),
-        "padded": [{"problem": describe(p.problem), "original": describe(p.original), "reasons": list(p.reasons)}
-                   for p in plan.padded],
+        "padded": [
+            {"problem": describe(p.problem), "original": describe(p.original), "reasons": list(p.reasons)}
+            for p in plan.padded
+        ],
         "skipped": [{"problem": describe(s.problem), "tool": s.tool, "reason": s.reason} for s in plan.skipped],
     }
 
 
-def write_configs(out_dir: Path, problems: Iterable[GemmProblem], settings: ConfigSettings,
-                  marker: str | None = None) -> dict:
+def write_configs(
+    out_dir: Path, problems: Iterable[GemmProblem], settings: ConfigSettings, marker: str | None = None
+) -> dict:
     """Plan, render and write every config into ``out_dir`` (replaced as a whole; ``marker``: see
     ``atomic_directory``); return the manifest."""
     plan = plan_configs(problems, settings)

@@ -44,8 +44,17 @@ def _rows(run_dir: Path) -> dict[str, dict]:
     gate = _json(run_dir / "validate" / "gate.json") or {}
     kept, reasons = set(gate.get("kept", [])), {d["key"]: d["reason"] for d in gate.get("dropped", [])}
     rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
-    return {r.key: {"solution": r.solution, "speedup": r.speedup, "noise": r.noise, "kept": r.key in kept,
-                    "reason": reasons.get(r.key, ""), "label": r.label} for r in rows}
+    return {
+        r.key: {
+            "solution": r.solution,
+            "speedup": r.speedup,
+            "noise": r.noise,
+            "kept": r.key in kept,
+            "reason": reasons.get(r.key, ""),
+            "label": r.label,
+        }
+        for r in rows
+    }
 
 
 def _shapes(run_dir: Path) -> set[str]:
@@ -65,29 +74,49 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
         old = before.get(key)
         if old is None or not old["kept"]:
             continue
-        entry = {"key": key, "label": row["label"], "before": old["solution"], "after": row["solution"],
-                 "speedup_before": old["speedup"], "speedup_after": row["speedup"] if row["kept"] else 1.0}
+        entry = {
+            "key": key,
+            "label": row["label"],
+            "before": old["solution"],
+            "after": row["solution"],
+            "speedup_before": old["speedup"],
+            "speedup_after": row["speedup"] if row["kept"] else 1.0,
+        }
         if not row["kept"]:
-            why = ("the library caught up: under the new stack the default is as fast, the row is dropped"
-                   if upgraded else f"not kept this run, same stack (noise or the gate): {row['reason']}")
+            why = (
+                "the library caught up: under the new stack the default is as fast, the row is dropped"
+                if upgraded
+                else f"not kept this run, same stack (noise or the gate): {row['reason']}"
+            )
             dropped.append({**entry, "why": why})
         elif row["solution"] != old["solution"]:
             changed.append(entry)
         if row["kept"] and row["speedup"] < old["speedup"] - max(SHRINK, row["noise"], old["noise"]):
             shrank.append(entry)
-    return {"previous_run": previous.name, "previous_fingerprint": stamped(previous / "validate"),
-            "fingerprint": stamped(Path(run_dir) / "validate"),
-            "new_shapes": sorted(shapes_now - shapes_before), "gone_shapes": sorted(shapes_before - shapes_now),
-            "winners_changed": changed, "speedups_shrank": shrank, "dropped": dropped}
+    return {
+        "previous_run": previous.name,
+        "previous_fingerprint": stamped(previous / "validate"),
+        "fingerprint": stamped(Path(run_dir) / "validate"),
+        "new_shapes": sorted(shapes_now - shapes_before),
+        "gone_shapes": sorted(shapes_before - shapes_now),
+        "winners_changed": changed,
+        "speedups_shrank": shrank,
+        "dropped": dropped,
+    }
 
 
 def lines(drift: dict) -> list[str]:
     """A few plain lines for the report and the printed summary."""
     if not drift.get("previous_run"):
         return ["no previous run of this workload to compare with"]
-    stack = ("same stack" if drift["fingerprint"] == drift["previous_fingerprint"]
-             else f"stack {drift['previous_fingerprint']} -> {drift['fingerprint']}")
-    return [f"against {drift['previous_run']} ({stack}): {len(drift['new_shapes'])} new shapes, "
-            f"{len(drift['gone_shapes'])} gone, {len(drift['winners_changed'])} winners changed, "
-            f"{len(drift['speedups_shrank'])} speedups shrank, "
-            f"{len(drift['dropped'])} rows kept before and dropped now"]
+    stack = (
+        "same stack"
+        if drift["fingerprint"] == drift["previous_fingerprint"]
+        else f"stack {drift['previous_fingerprint']} -> {drift['fingerprint']}"
+    )
+    return [
+        f"against {drift['previous_run']} ({stack}): {len(drift['new_shapes'])} new shapes, "
+        f"{len(drift['gone_shapes'])} gone, {len(drift['winners_changed'])} winners changed, "
+        f"{len(drift['speedups_shrank'])} speedups shrank, "
+        f"{len(drift['dropped'])} rows kept before and dropped now"
+    ]

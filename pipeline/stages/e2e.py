@@ -58,9 +58,11 @@ def runtime_consumer(runtime: dict, has_runtime: bool | None = None) -> str | No
     if who == "runtime":
         has_runtime = has_nvmath() if has_runtime is None else has_runtime
         if not has_runtime:
-            return (f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA has no cuBLASLt solutions "
-                    "in TunableOp (2.14+), and pipeline.runtime, which applies them, needs nvmath-python "
-                    "(pip install -e '.[cuda]'); the GEMM-level figures are the result")
+            return (
+                f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA has no cuBLASLt solutions "
+                "in TunableOp (2.14+), and pipeline.runtime, which applies them, needs nvmath-python "
+                "(pip install -e '.[cuda]'); the GEMM-level figures are the result"
+            )
     return None
 
 
@@ -77,8 +79,17 @@ def skip_reason(runtime: dict, passed: bool, has_workload: bool, has_runtime: bo
 
 def runtime_command(command: list[str], bundle_dir: Path, status_file: Path) -> list[str]:
     """``command`` run under pipeline.runtime with the bundle applied (status written to ``status_file``)."""
-    return [sys.executable, "-m", "pipeline.runtime", "--bundle", str(Path(bundle_dir).absolute()),
-            "--status-file", str(Path(status_file).absolute()), "--", *command]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.runtime",
+        "--bundle",
+        str(Path(bundle_dir).absolute()),
+        "--status-file",
+        str(Path(status_file).absolute()),
+        "--",
+        *command,
+    ]
 
 
 def _spread(values: list[float]) -> float | None:
@@ -86,8 +97,16 @@ def _spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
 
 
-def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, timeout_s: float,
-            gpus: int = 1, env: dict[str, str] | None = None, via: str = "tunableop") -> dict:
+def ab_test(
+    command: list[str],
+    bundle_csv: Path,
+    scratch: Path,
+    reps: int,
+    timeout_s: float,
+    gpus: int = 1,
+    env: dict[str, str] | None = None,
+    via: str = "tunableop",
+) -> dict:
     """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians and spread.
     ``via``: ``tunableop`` points torch at the bundle's results, ``runtime`` runs under pipeline.runtime."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
@@ -99,8 +118,10 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
     else:
         tuned_command, tuned_env = command, {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
     envs = {"baseline": base_env, "tuned": tuned_env}
-    envs = {name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
-            for name, e in envs.items()}
+    envs = {
+        name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
+        for name, e in envs.items()
+    }
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
     for rep in range(reps):
         order = ("baseline", "tuned") if rep % 2 == 0 else ("tuned", "baseline")
@@ -113,16 +134,20 @@ def ab_test(command: list[str], bundle_csv: Path, scratch: Path, reps: int, time
                 raise ToolError(f"{name} run {rep} of {argv} ran past {timeout_s:.0f} s") from None
             wall = time.monotonic() - start
             if proc.returncode != 0:
-                raise ToolError(f"{name} run {rep} of {argv} exited with code {proc.returncode}: "
-                                   f"{proc.stderr.strip()[-2000:]}")
+                raise ToolError(
+                    f"{name} run {rep} of {argv} exited with code {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+                )
             runs[name].append({"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout)})
     out: dict = {"reps": reps, "via": via, "runs": runs}
     for name, values in runs.items():
         walls = [r["wall_s"] for r in values]
         tokens = [r["tokens_per_s"] for r in values if r["tokens_per_s"] is not None]
-        out[name] = {"median_wall_s": statistics.median(walls), "wall_spread": _spread(walls),
-                     "median_tokens_per_s": statistics.median(tokens) if tokens else None,
-                     "tokens_spread": _spread(tokens) if tokens else None}
+        out[name] = {
+            "median_wall_s": statistics.median(walls),
+            "wall_spread": _spread(walls),
+            "median_tokens_per_s": statistics.median(tokens) if tokens else None,
+            "tokens_spread": _spread(tokens) if tokens else None,
+        }
     out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
     if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
@@ -145,8 +170,7 @@ def startup_figures(scratch: Path, tuned_wall_s: float, baseline_wall_s: float) 
         return {}
     startup_s = statistics.median(costs)
     steady = tuned_wall_s - startup_s
-    return {"runtime_startup_s": startup_s,
-            "steady_wall_speedup": baseline_wall_s / steady if steady > 0 else None}
+    return {"runtime_startup_s": startup_s, "steady_wall_speedup": baseline_wall_s / steady if steady > 0 else None}
 
 
 def figure(e2e: dict) -> tuple[str, float, float] | None:
@@ -168,12 +192,15 @@ def regression(e2e: dict) -> str | None:
     what, speedup, noise = measured
     if speedup >= 1 - noise:
         return None
-    why = (f"end to end {what} x{speedup:.3f}, slower beyond its run-to-run spread of {noise:.1%} "
-           f"({e2e['reps']} alternating runs)")
+    why = (
+        f"end to end {what} x{speedup:.3f}, slower beyond its run-to-run spread of {noise:.1%} "
+        f"({e2e['reps']} alternating runs)"
+    )
     if e2e.get("runtime_startup_s") is not None:
         steady = e2e.get("steady_wall_speedup")
-        why += (f"; the runtime's start-up costs {e2e['runtime_startup_s']:.2f} s per run"
-                + (f" (without it: wall x{steady:.3f})" if steady else ""))
+        why += f"; the runtime's start-up costs {e2e['runtime_startup_s']:.2f} s per run" + (
+            f" (without it: wall x{steady:.3f})" if steady else ""
+        )
     return why
 
 
@@ -183,18 +210,24 @@ def summary_line(e2e: dict) -> str:
         return f"not measured: {e2e['skipped']}"
     if not e2e:
         return "not measured"
-    how = f"medians of {e2e['reps']} alternating runs" + (", tuned through pipeline.runtime"
-                                                          if e2e.get("via") == "runtime" else "")
+    how = f"medians of {e2e['reps']} alternating runs" + (
+        ", tuned through pipeline.runtime" if e2e.get("via") == "runtime" else ""
+    )
     if e2e.get("tokens_speedup"):
         noise = e2e.get("noise")
         verdict = "" if noise is None else (" (within noise)" if abs(e2e["tokens_speedup"] - 1) <= noise else "")
-        line = (f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
-                f"x{e2e['tokens_speedup']:.3f}{verdict}"
-                + (f", run-to-run spread {noise:.1%}" if noise is not None else "") + f" ({how})")
+        line = (
+            f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
+            f"x{e2e['tokens_speedup']:.3f}{verdict}"
+            + (f", run-to-run spread {noise:.1%}" if noise is not None else "")
+            + f" ({how})"
+        )
     else:
         line = f"wall x{e2e['wall_speedup']:.3f} ({how})"
     if e2e.get("runtime_startup_s") is not None:
         steady = e2e.get("steady_wall_speedup")
-        line += (f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
-                 f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else ""))
+        line += (
+            f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
+            f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else "")
+        )
     return line

@@ -47,8 +47,12 @@ class FindExactBuild:
 
 def locate(explicit: str | None = None) -> FindExactBuild:
     """The hipBLASLt build find_exact needs, every part checked; ``ToolMissing`` names what is absent."""
-    root = tool_root(explicit, ENV, "find_exact needs a hipBLASLt build: pass --hipblaslt-root DIR or set "
-                                   "$HIPBLASLT_ROOT (the build directory, e.g. hipBLASLt/build/release)")
+    root = tool_root(
+        explicit,
+        ENV,
+        "find_exact needs a hipBLASLt build: pass --hipblaslt-root DIR or set "
+        "$HIPBLASLT_ROOT (the build directory, e.g. hipBLASLt/build/release)",
+    )
     found = {
         "hipblaslt-bench": [root / "clients" / "staging" / "hipblaslt-bench", root / "clients" / "hipblaslt-bench"],
         "MatchTable.yaml": [root / "library" / "MatchTable.yaml", root / "device-library" / "MatchTable.yaml"],
@@ -81,21 +85,35 @@ class FindExact:
         return "2024" if self.build.bench.parent.name == "staging" else "2025"
 
     def runtime(self) -> dict:
-        return {**self.bench.runtime(), "tuner": self.name, "hipblaslt_root": str(self.build.root),
-                "find_exact_generation": self.generation}
+        return {
+            **self.bench.runtime(),
+            "tuner": self.name,
+            "hipblaslt_root": str(self.build.root),
+            "find_exact_generation": self.generation,
+        }
 
     def skip_reason(self, problem: GemmProblem) -> str | None:
         if self.generation == "2024" and "bfloat16" in (problem.a_type, problem.b_type, problem.c_type):
-            return (f"bf16 needs the 2025 find_exact.py (hipBLASLt >= 0.12): {self.build.script} knows only the "
-                    "type letters H, S and FP8 and asserts on B; tune it with --backend hipblaslt")
-        return find_exact_reason(problem) or (None if is_packed(problem) else (
-            "find_exact cannot take leading dimensions (recorded non-packed or padded): use --backend hipblaslt"))
+            return (
+                f"bf16 needs the 2025 find_exact.py (hipBLASLt >= 0.12): {self.build.script} knows only the "
+                "type letters H, S and FP8 and asserts on B; tune it with --backend hipblaslt"
+            )
+        return find_exact_reason(problem) or (
+            None
+            if is_packed(problem)
+            else ("find_exact cannot take leading dimensions (recorded non-packed or padded): use --backend hipblaslt")
+        )
 
     def run(self, config: Path, out: Path) -> None:
         """find_exact.py on one config into ``out`` (emptied first), only the worker's GPU visible; raise with
         its output's tail."""
-        run_into([sys.executable, str(self.build.script), str(config.absolute()), str(self.build.root)], out,
-                 self.timeout_s, f"find_exact.py on {config.name}", env=amd_device_env(self.gpu))
+        run_into(
+            [sys.executable, str(self.build.script), str(config.absolute()), str(self.build.root)],
+            out,
+            self.timeout_s,
+            f"find_exact.py on {config.name}",
+            env=amd_device_env(self.gpu),
+        )
 
     def winners(self, out: Path) -> dict[tuple, tuple[int | None, float, str | None]]:
         """``(transA, transB, M, N, B, K) -> (solution index, us, solution name)`` from ``0_Bench``."""
@@ -118,8 +136,12 @@ class FindExact:
         result = ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us)
         if index is not None and index != heuristic.index and heuristic.us / us >= 1 + settings.margin:
             result.winner, result.winner_us = f"Gemm_Hipblaslt_{index}", us
-            result.winner_config = {"SolutionIndex": index, "SolutionNameMin": name, "Tuner": self.name,
-                                    "HeuristicSolutionIndex": heuristic.index}
+            result.winner_config = {
+                "SolutionIndex": index,
+                "SolutionNameMin": name,
+                "Tuner": self.name,
+                "HeuristicSolutionIndex": heuristic.index,
+            }
         return result
 
     def keep_logic(self, out: Path, logic_dir: Path, results: Sequence[ProblemResult]) -> None:

@@ -37,10 +37,29 @@ from ..errors import ToolError
 STAMP = "stack.json"
 ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
 LIBRARIES = ("libcublasLt.so", "libcublas.so", "libhipblaslt.so", "librocblas.so", "libamdhip64.so", "libcudart.so")
-DISTRIBUTIONS = ("torch", "nvmath-python", "nvidia-cublas", "nvidia-cublas-cu12", "nvidia-cublas-cu13",
-                 "pytorch-triton-rocm")
-FACT_KEYS = ("platform", "torch", "cuda", "hip", "driver", "gpu", "arch", "sm_count", "gpu_count", "cublaslt",
-             "rocblas", "hipblaslt", "hipblaslt_git")
+DISTRIBUTIONS = (
+    "torch",
+    "nvmath-python",
+    "nvidia-cublas",
+    "nvidia-cublas-cu12",
+    "nvidia-cublas-cu13",
+    "pytorch-triton-rocm",
+)
+FACT_KEYS = (
+    "platform",
+    "torch",
+    "cuda",
+    "hip",
+    "driver",
+    "gpu",
+    "arch",
+    "sm_count",
+    "gpu_count",
+    "cublaslt",
+    "rocblas",
+    "hipblaslt",
+    "hipblaslt_git",
+)
 
 
 class ProbeFailed(ToolError):
@@ -92,9 +111,14 @@ def signature(tool: str | None = None) -> str:
         except importlib.metadata.PackageNotFoundError:
             continue
     libraries = sorted(_stat(p) for d in _library_dirs() for lib in LIBRARIES for p in d.glob(f"{lib}*"))
-    data = {"python": sys.executable, "versions": versions, "libraries": libraries, "driver": driver_version(),
-            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-            "tool": _stat(tool) if tool else None}
+    data = {
+        "python": sys.executable,
+        "versions": versions,
+        "libraries": libraries,
+        "driver": driver_version(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        "tool": _stat(tool) if tool else None,
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -179,8 +203,11 @@ def torch_build() -> dict | None:
     except OSError:
         return None
     found = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*'?([^'\n]*)'?", text, re.MULTILINE))
-    return {"torch": found.get("__version__"), "cuda": None if found.get("cuda") in (None, "None") else found["cuda"],
-            "hip": None if found.get("hip") in (None, "None") else found["hip"]}
+    return {
+        "torch": found.get("__version__"),
+        "cuda": None if found.get("cuda") in (None, "None") else found["cuda"],
+        "hip": None if found.get("hip") in (None, "None") else found["hip"],
+    }
 
 
 def _cublaslt_version() -> int | None:
@@ -204,9 +231,13 @@ def probe_here(bench: str | None = None) -> dict:
         facts.update(torch=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None))
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
-            facts.update(platform="rocm" if facts["hip"] else "cuda", gpu=props.name,
-                         gpu_count=torch.cuda.device_count(), sm_count=props.multi_processor_count,
-                         arch=props.gcnArchName if facts["hip"] else f"sm{props.major}{props.minor}")
+            facts.update(
+                platform="rocm" if facts["hip"] else "cuda",
+                gpu=props.name,
+                gpu_count=torch.cuda.device_count(),
+                sm_count=props.multi_processor_count,
+                arch=props.gcnArchName if facts["hip"] else f"sm{props.major}{props.minor}",
+            )
             x = torch.ones(64, 64, device="cuda", dtype=torch.float16)
             torch.nn.functional.linear(x, x, torch.ones(64, device="cuda", dtype=torch.float16))  # loads cuBLASLt
             torch.cuda.synchronize()

@@ -62,11 +62,15 @@ class GateResult:
     message: str = ""
 
     def to_json(self) -> dict:
-        return {"passed": self.passed, "message": self.message, "weighted_speedup": self.weighted_speedup,
-                "weight_basis": self.weight_basis,
-                "kept": [r.key for r in self.kept],
-                "dropped": [{"key": r.key, "reason": why} for r, why in self.dropped],
-                "regressions": [{"key": r.key, "detail": why} for r, why in self.regressions]}
+        return {
+            "passed": self.passed,
+            "message": self.message,
+            "weighted_speedup": self.weighted_speedup,
+            "weight_basis": self.weight_basis,
+            "kept": [r.key for r in self.kept],
+            "dropped": [{"key": r.key, "reason": why} for r, why in self.dropped],
+            "regressions": [{"key": r.key, "detail": why} for r, why in self.regressions],
+        }
 
 
 def gate(rows: Sequence[MeasuredRow], settings: GateSettings) -> GateResult:
@@ -93,12 +97,18 @@ def gate(rows: Sequence[MeasuredRow], settings: GateSettings) -> GateResult:
     result.weighted_speedup = 1.0 / tuned_total if tuned_total and result.kept else 1.0
     problems = []
     if result.weighted_speedup < settings.min_speedup * (1 - 1e-9):
-        problems.append(f"weighted GEMM speedup x{result.weighted_speedup:.3f} is under the required "
-                        f"x{settings.min_speedup:.3f}")
+        problems.append(
+            f"weighted GEMM speedup x{result.weighted_speedup:.3f} is under the required x{settings.min_speedup:.3f}"
+        )
     if result.regressions:
-        problems.append(f"{len(result.regressions)} kept rows regress beyond noise when measured again: "
-                        + "; ".join(f"{r.key} ({why})" for r, why in result.regressions))
+        problems.append(
+            f"{len(result.regressions)} kept rows regress beyond noise when measured again: "
+            + "; ".join(f"{r.key} ({why})" for r, why in result.regressions)
+        )
     result.passed = not problems
-    result.message = ("bundle refused: " + " and ".join(problems)) if problems else (
-        f"bundle accepted: {len(result.kept)} rows kept, weighted GEMM speedup x{result.weighted_speedup:.3f}")
+    result.message = (
+        ("bundle refused: " + " and ".join(problems))
+        if problems
+        else (f"bundle accepted: {len(result.kept)} rows kept, weighted GEMM speedup x{result.weighted_speedup:.3f}")
+    )
     return result

@@ -83,22 +83,27 @@ def _compare_problem_type(base: LogicFile, new: LogicFile) -> None:
             solution.get("ProblemType", {}).pop(item, None)
     differ = [k for k in header if k in new_header and header[k] != new_header[k]]
     if differ:  # what upstream trips on later (a kernel's ProblemType), named where it differs
-        raise ProblemTypeMismatch(f"[Error] ProblemType of {new.path} doesn't match {base.path}: "
-                                  + ", ".join(f"{k}: {header[k]} != {new_header[k]}" for k in differ))
+        raise ProblemTypeMismatch(
+            f"[Error] ProblemType of {new.path} doesn't match {base.path}: "
+            + ", ".join(f"{k}: {header[k]} != {new_header[k]}" for k in differ)
+        )
     results, index = "", 0
     for index, solution in enumerate(new.solutions):
         kernel_type = solution.get("ProblemType", {})
         if header != kernel_type:
             for item in header:
                 if item not in kernel_type:
-                    raise ProblemTypeMismatch(f"{new.path}: solution {index} ProblemType lacks {item!r} "
-                                              "(upstream merge.py dies with KeyError here)")
+                    raise ProblemTypeMismatch(
+                        f"{new.path}: solution {index} ProblemType lacks {item!r} "
+                        "(upstream merge.py dies with KeyError here)"
+                    )
                 if header[item] != kernel_type[item]:
                     results += f"\t{item}: {header[item]} != {kernel_type[item]}\n"
             break
     if results:
-        raise ProblemTypeMismatch(f"[Error] ProblemType in library logic doesn't match solution(idx={index}): "
-                                  f"\n{results}")
+        raise ProblemTypeMismatch(
+            f"[Error] ProblemType in library logic doesn't match solution(idx={index}): \n{results}"
+        )
 
 
 def _trim_sizes(rows: list, report: MergeReport, kind: str) -> list:
@@ -156,17 +161,20 @@ def _reindex(logic: LogicFile) -> None:
         solution["SolutionIndex"] = i
 
 
-def merge_upstream(base: LogicFile, new: LogicFile, forced: bool, trim: bool, no_eff: bool,
-                   report: MergeReport) -> LogicFile:
+def merge_upstream(
+    base: LogicFile, new: LogicFile, forced: bool, trim: bool, no_eff: bool, report: MergeReport
+) -> LogicFile:
     """One file pair through S24 ``compareProblemType``, ``reindexSolutions`` and ``mergeLogic``."""
     for logic in (base, new):
         if logic.layout != "list":
-            raise LogicFormatError(f"{logic.path}: upstream merge.py (S24) reads list-format logic only; "
-                                   "use --policy faster")
+            raise LogicFormatError(
+                f"{logic.path}: upstream merge.py (S24) reads list-format logic only; use --policy faster"
+            )
     base, new = base.copy(), new.copy()
     if new.exact_logic is None:
-        raise LogicFormatError(f"{new.path}: {new.library_type} logic has no ExactLogic; upstream merge.py "
-                               "crashes on it (len(None))")
+        raise LogicFormatError(
+            f"{new.path}: {new.library_type} logic has no ExactLogic; upstream merge.py crashes on it (len(None))"
+        )
     _compare_problem_type(base, new)
     _reindex(base)
     _reindex(new)
@@ -188,12 +196,22 @@ def merge_upstream(base: LogicFile, new: LogicFile, forced: bool, trim: bool, no
             if eff > base_eff or forced:
                 tag = "[O]" if eff > base_eff else "[!]"
                 verdict = "has improved in performance." if eff > base_eff else "does not improve in performance."
-                report.add(tag, size, "already exists and", verdict, "Efficiency:", base_eff, "->", eff,
-                           "(force_merge=True)" if forced else "")
+                report.add(
+                    tag,
+                    size,
+                    "already exists and",
+                    verdict,
+                    "Efficiency:",
+                    base_eff,
+                    "->",
+                    eff,
+                    "(force_merge=True)" if forced else "",
+                )
                 rows[j][1] = [_add_kernel(pool, new.solutions[index]), store]
             else:
-                report.add("[X]", size, "already exists but does not improve in performance. Efficiency:",
-                           base_eff, "->", eff)
+                report.add(
+                    "[X]", size, "already exists but does not improve in performance. Efficiency:", base_eff, "->", eff
+                )
         else:
             report.add("[-]", size, "has been added to solution table, Efficiency: N/A ->", eff)
             rows.append([size, [_add_kernel(pool, new.solutions[index]), store]])
@@ -202,8 +220,14 @@ def merge_upstream(base: LogicFile, new: LogicFile, forced: bool, trim: bool, no
     merged = base.copy()
     merged.solutions, merged.exact_logic = pool, rows
     replaced = remove_unused(merged)
-    report.add(len(rows) - len(base.exact_logic), "size(s) and", len(pool) - len(base.solutions),
-               "kernel(s) added,", replaced + base_removed, "kernel(s) removed")
+    report.add(
+        len(rows) - len(base.exact_logic),
+        "size(s) and",
+        len(pool) - len(base.solutions),
+        "kernel(s) added,",
+        replaced + base_removed,
+        "kernel(s) removed",
+    )
     return merged
 
 
@@ -214,16 +238,21 @@ def _check_same_kind(base: LogicFile, new: LogicFile) -> None:
     if base.layout != new.layout:
         raise LogicFormatError(f"{new.path}: {new.layout} layout cannot merge into {base.path} ({base.layout})")
     if base.library_type != new.library_type:
-        raise LogicFormatError(f"{new.path}: {new.library_type} logic cannot merge into {base.library_type} "
-                               f"logic {base.path}")
+        raise LogicFormatError(
+            f"{new.path}: {new.library_type} logic cannot merge into {base.library_type} logic {base.path}"
+        )
     if new.exact_logic is None or base.exact_logic is None:
         raise LogicFormatError(f"{new.path}: {new.library_type} logic has no ExactLogic rows to merge")
     if base.problem_type != new.problem_type:
-        diffs = sorted(k for k in set(base.problem_type) | set(new.problem_type)
-                       if base.problem_type.get(k) != new.problem_type.get(k))
-        raise ProblemTypeMismatch(f"{new.path}: ProblemType differs from {base.path} in "
-                                  + ", ".join(f"{k} ({base.problem_type.get(k)!r} != {new.problem_type.get(k)!r})"
-                                              for k in diffs))
+        diffs = sorted(
+            k
+            for k in set(base.problem_type) | set(new.problem_type)
+            if base.problem_type.get(k) != new.problem_type.get(k)
+        )
+        raise ProblemTypeMismatch(
+            f"{new.path}: ProblemType differs from {base.path} in "
+            + ", ".join(f"{k} ({base.problem_type.get(k)!r} != {new.problem_type.get(k)!r})" for k in diffs)
+        )
 
 
 def _best_rows(logic: LogicFile, trim: bool, report: MergeReport, name: str) -> Iterator[tuple[tuple, list]]:
@@ -234,16 +263,17 @@ def _best_rows(logic: LogicFile, trim: bool, report: MergeReport, name: str) -> 
         row = [list(key), [index, eff]]
         if key in best:
             loser, winner = (best[key], row) if eff > best[key][1][1] else (row, best[key])
-            report.add(f"{name}: {list(key)} appears twice in {logic.path}; kept efficiency {winner[1][1]}, "
-                       f"dropped {loser[1][1]}")
+            report.add(
+                f"{name}: {list(key)} appears twice in {logic.path}; kept efficiency {winner[1][1]}, "
+                f"dropped {loser[1][1]}"
+            )
             best[key] = winner
         else:
             best[key] = row
     return iter(best.items())
 
 
-def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report: MergeReport,
-                 name: str) -> LogicFile:
+def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report: MergeReport, name: str) -> LogicFile:
     """Keep the faster entry per size, each size once; report every change."""
     _check_same_kind(base, new)
     forced = bool(options.forced())
@@ -264,11 +294,15 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
             why = "forced" if forced else f"{eff / base_eff:.3f}x faster"
             report.add(f"{name}: replaced {size}: efficiency {base_eff} -> {eff} ({why})")
         elif base_eff <= 0 or eff <= 0:
-            report.add(f"{name}: kept base {size}: no efficiency to compare ({base_eff} vs {eff}); "
-                       "--force-merge true replaces it")
+            report.add(
+                f"{name}: kept base {size}: no efficiency to compare ({base_eff} vs {eff}); "
+                "--force-merge true replaces it"
+            )
         else:
-            report.add(f"{name}: kept base {size}: efficiency {base_eff} vs {eff} is within the "
-                       f"{options.margin:.0%} margin or slower")
+            report.add(
+                f"{name}: kept base {size}: efficiency {base_eff} vs {eff} is within the "
+                f"{options.margin:.0%} margin or slower"
+            )
     merged.exact_logic = list(rows.values())
     removed = remove_unused(merged)
     if removed:
@@ -284,8 +318,9 @@ def _relative(full: dict, default: dict) -> dict:
 # --- directories ----------------------------------------------------------------------------------------
 
 
-def merge_dirs(base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptions, marker: str | None = None
-               ) -> MergeReport:
+def merge_dirs(
+    base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptions, marker: str | None = None
+) -> MergeReport:
     """Merge ``new_dir`` into ``base_dir``, writing ``out_dir`` as a whole once every file merged (``marker``:
     see ``atomic_directory``). Every file that goes into ``out_dir`` is parsed as logic first, those copied
     as they are included: a file that does not parse stops the merge, naming it."""
@@ -306,8 +341,16 @@ def merge_dirs(base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptio
         if options.policy == "upstream":
             if forced is None:
                 forced = "arcturus" not in str(new_path)  # upstream decides once, from the first file
-            report.add("Base logic file:", base_files[name], "| Incremental:", new_path, "| Merge policy:",
-                       "Forced" if forced else "Winner", "| Trim size:", options.trim)
+            report.add(
+                "Base logic file:",
+                base_files[name],
+                "| Incremental:",
+                new_path,
+                "| Merge policy:",
+                "Forced" if forced else "Winner",
+                "| Trim size:",
+                options.trim,
+            )
             merged = merge_upstream(base, new, forced, options.trim, options.no_eff, report)
         else:
             merged = merge_faster(base, new, options, report, name)

@@ -73,8 +73,12 @@ class MadeFrom:
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     def to_json(self) -> dict:
-        return {"identity": self.identity, "params": dict(self.params), "files": dict(self.files),
-                "inputs": dict(self.inputs)}
+        return {
+            "identity": self.identity,
+            "params": dict(self.params),
+            "files": dict(self.files),
+            "inputs": dict(self.inputs),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> MadeFrom:
@@ -105,8 +109,11 @@ def _option(name: str) -> str:
 
 def changes(old: MadeFrom, new: MadeFrom) -> list[str]:
     """What differs between two records, parameters and files (inputs are the caller's to explain)."""
-    said = [f"{_option(k)} {old.params.get(k)!r} -> {new.params.get(k)!r}"
-            for k in sorted(set(old.params) | set(new.params)) if old.params.get(k) != new.params.get(k)]
+    said = [
+        f"{_option(k)} {old.params.get(k)!r} -> {new.params.get(k)!r}"
+        for k in sorted(set(old.params) | set(new.params))
+        if old.params.get(k) != new.params.get(k)
+    ]
     for path in sorted(set(old.files) | set(new.files)):
         if said and (path not in old.files or path not in new.files):
             continue  # a changed parameter named other files: it says why

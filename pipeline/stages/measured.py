@@ -76,12 +76,37 @@ class MeasuredRow:
     confirm: Pair | None = None
 
     @classmethod
-    def of(cls, problem: GemmProblem, key: str, solution: str, calls: int, time_share: float | None,
-           floor_us: float, measured: Pair, confirm: Pair | None = None, padded: Padded | None = None
-           ) -> MeasuredRow:
-        return cls(key, problem.op, problem.a_type, problem.layout, problem.m, problem.n, problem.k,
-                   problem.batch, solution, calls, time_share, problem.flops(), floor_us, measured,
-                   problem.ld_notes(), padded, confirm)
+    def of(
+        cls,
+        problem: GemmProblem,
+        key: str,
+        solution: str,
+        calls: int,
+        time_share: float | None,
+        floor_us: float,
+        measured: Pair,
+        confirm: Pair | None = None,
+        padded: Padded | None = None,
+    ) -> MeasuredRow:
+        return cls(
+            key,
+            problem.op,
+            problem.a_type,
+            problem.layout,
+            problem.m,
+            problem.n,
+            problem.k,
+            problem.batch,
+            solution,
+            calls,
+            time_share,
+            problem.flops(),
+            floor_us,
+            measured,
+            problem.ld_notes(),
+            padded,
+            confirm,
+        )
 
     @property
     def baseline(self) -> Stats:
@@ -108,15 +133,27 @@ class MeasuredRow:
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("measured", "padded", "confirm")}
-        return {**data, **self.measured.to_json(), "padded": self.padded.to_json() if self.padded else None,
-                "confirm": self.confirm.to_json() if self.confirm else None}
+        return {
+            **data,
+            **self.measured.to_json(),
+            "padded": self.padded.to_json() if self.padded else None,
+            "confirm": self.confirm.to_json() if self.confirm else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> MeasuredRow:
         """A row of ``measurements.json`` (files of earlier versions named the calls ``count``)."""
-        plain = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name not in
-                 ("measured", "padded", "confirm", "calls", "ld_notes", "time_share")}
-        return cls(**plain, calls=data.get("calls", data.get("count", 1)), time_share=data.get("time_share"),
-                   measured=Pair.from_json(data), ld_notes=list(data.get("ld_notes") or []),
-                   padded=Padded.from_json(data["padded"]) if data.get("padded") else None,
-                   confirm=Pair.from_json(data["confirm"]) if data.get("confirm") else None)
+        plain = {
+            f.name: data[f.name]
+            for f in fields(cls)
+            if f.name in data and f.name not in ("measured", "padded", "confirm", "calls", "ld_notes", "time_share")
+        }
+        return cls(
+            **plain,
+            calls=data.get("calls", data.get("count", 1)),
+            time_share=data.get("time_share"),
+            measured=Pair.from_json(data),
+            ld_notes=list(data.get("ld_notes") or []),
+            padded=Padded.from_json(data["padded"]) if data.get("padded") else None,
+            confirm=Pair.from_json(data["confirm"]) if data.get("confirm") else None,
+        )

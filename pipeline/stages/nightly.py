@@ -49,12 +49,31 @@ FAILURES = ".nightly-failures.jsonl"
 log = logging.getLogger("pipeline")
 
 # TuneWorkload/Package parameters that name paths, made absolute in the units: name -> separator of a list
-PATH_PARAMETERS = {"untuned": ",", "results": ",", "validators_from": None, "hipblaslt_bench": None,
-                   "hipblaslt_root": None, "tensile_root": None, "base_logic": None, "new_logic": None,
-                   "dist": None, "publish_dir": None}
+PATH_PARAMETERS = {
+    "untuned": ",",
+    "results": ",",
+    "validators_from": None,
+    "hipblaslt_bench": None,
+    "hipblaslt_root": None,
+    "tensile_root": None,
+    "base_logic": None,
+    "new_logic": None,
+    "dist": None,
+    "publish_dir": None,
+}
 UNIT_ENV_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
-UNIT_ENV_PREFIXES = ("GEMM_TUNE_", "HIPBLASLT_", "TENSILE_", "ROCM_", "HIP_", "ROCR_", "CUDA_", "NVIDIA_",
-                     "HF_", "TRANSFORMERS_")
+UNIT_ENV_PREFIXES = (
+    "GEMM_TUNE_",
+    "HIPBLASLT_",
+    "TENSILE_",
+    "ROCM_",
+    "HIP_",
+    "ROCR_",
+    "CUDA_",
+    "NVIDIA_",
+    "HF_",
+    "TRANSFORMERS_",
+)
 
 
 class Locked(Busy):
@@ -67,8 +86,7 @@ def _holder(handle) -> str:
 
 
 @contextlib.contextmanager
-def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), shared: bool = False
-                 ) -> Iterator[Path]:
+def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), shared: bool = False) -> Iterator[Path]:
     """Hold ``workdir``'s lock for the block (``shared``: beside other shared holders, as a plain Luigi task
     does); wait up to ``wait_s`` for a holder, then raise ``Locked`` naming it."""
     workdir = Path(workdir).absolute()
@@ -91,8 +109,16 @@ def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), s
         if not shared:
             handle.seek(0)
             handle.truncate()
-            handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "argv": list(argv),
-                                     "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}))
+            handle.write(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                        "argv": list(argv),
+                        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    }
+                )
+            )
             handle.flush()
         yield path
     finally:
@@ -119,8 +145,10 @@ class RunLocks:
             run_dir.mkdir(parents=True, exist_ok=True)
             handle = (run_dir / RUN_LOCK).open("a+")
         except OSError as err:
-            raise BadInput(f"run directory {run_dir} cannot be created or written: {err.strerror or err} "
-                           "(--workdir names where runs go)") from None
+            raise BadInput(
+                f"run directory {run_dir} cannot be created or written: {err.strerror or err} "
+                "(--workdir names where runs go)"
+            ) from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -129,8 +157,16 @@ class RunLocks:
             raise Locked(f"{run_dir} is in use by another run of the same --run-name: {holder}") from None
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "argv": list(argv),
-                                 "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}))
+        handle.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "argv": list(argv),
+                    "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                }
+            )
+        )
         handle.flush()
         self._held[run_dir] = handle
 
@@ -148,16 +184,28 @@ def record_failure(who: str, error: BaseException, env: Mapping[str, str] | None
     return line
 
 
-def run(workdir: Path, task: str, arguments: Sequence[str], wait_s: float = 0.0, argv: Sequence[str] = ()
-        ) -> tuple[int, list[dict]]:
+def run(
+    workdir: Path, task: str, arguments: Sequence[str], wait_s: float = 0.0, argv: Sequence[str] = ()
+) -> tuple[int, list[dict]]:
     """Run Luigi's ``task`` with ``arguments`` in a child process that dies with this one, holding the workdir
     lock; the exit code and the failure records of its tasks."""
     workdir = Path(workdir).absolute()
     with workdir_lock(workdir, wait_s, argv):
         failures = workdir / FAILURES
         atomic_write_text(failures, "")
-        command = [sys.executable, "-m", "luigi", "--module", "pipeline", task, "--local-scheduler",
-                   "--no-lock", "--workdir", str(workdir), *arguments]  # no-lock: this process holds the lock
+        command = [
+            sys.executable,
+            "-m",
+            "luigi",
+            "--module",
+            "pipeline",
+            task,
+            "--local-scheduler",
+            "--no-lock",
+            "--workdir",
+            str(workdir),
+            *arguments,
+        ]  # no-lock: this process holds the lock
         env = {**procs.with_package_on_path(os.environ), FAILURES_ENV: str(failures)}
         with procs.running(command, env, stdin=subprocess.DEVNULL) as proc:
             proc.wait()
@@ -165,13 +213,20 @@ def run(workdir: Path, task: str, arguments: Sequence[str], wait_s: float = 0.0,
     if records:
         return run_exit_code(r["exit_code"] for r in records), records
     if proc.returncode != 0:
-        return run_exit_code([1]), [{"task": task, "error": "LuigiFailed", "exit_code": 1,
-                                     "message": f"luigi exited with code {proc.returncode} and no task said why; "
-                                                "its output above says what happened"}]
+        return run_exit_code([1]), [
+            {
+                "task": task,
+                "error": "LuigiFailed",
+                "exit_code": 1,
+                "message": f"luigi exited with code {proc.returncode} and no task said why; "
+                "its output above says what happened",
+            }
+        ]
     return 0, []
 
 
 # ---- the units -------------------------------------------------------------------------------------------
+
 
 def parse_at(text: str) -> tuple[int, int]:
     """``HH:MM`` (00:00 to 23:59) as (hour, minute); ValueError otherwise."""
@@ -250,26 +305,49 @@ def _systemd_quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def units(workdir: Path, arguments: Sequence[str], at: str = "02:00", cwd: Path | None = None,
-          env: Mapping[str, str] | None = None) -> dict[str, str]:
+def units(
+    workdir: Path,
+    arguments: Sequence[str],
+    at: str = "02:00",
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The environment file, the crontab line and the systemd service and timer that run ``gemm-tune nightly``
     with ``arguments`` at ``at`` (HH:MM) from a bare environment, as typed in ``cwd`` with ``env``."""
     hour, minute = parse_at(at)
     cwd = Path(cwd or os.getcwd()).absolute()
     workdir = (cwd / workdir) if not Path(workdir).is_absolute() else Path(workdir)
     carried = unit_environment(os.environ if env is None else env)
-    command = [sys.executable, "-m", "pipeline", "nightly", "--workdir", str(workdir),
-               *absolute_arguments(arguments, cwd)]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "nightly",
+        "--workdir",
+        str(workdir),
+        *absolute_arguments(arguments, cwd),
+    ]
     env_file, log = workdir / ENV_FILE, workdir / LOG
-    context = {"hour": hour, "minute": minute, "workdir": workdir, "user": getpass.getuser(),
-               "cron": _cron_escape(f"cd {shlex.quote(str(cwd))} && . {shlex.quote(str(env_file))} && exec "
-                                    f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"),
-               "env_file": env_file, "exports": [f"export {k}={shlex.quote(v)}" for k, v in carried.items()],
-               "working_directory": str(cwd).replace("%", "%%"),
-               "log_path": _systemd_path(log),
-               "environment": [_systemd_assignment(k, v) for k, v in carried.items()],
-               "exec_start": " ".join(_systemd_word(w) for w in command)}
-    templates = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
-                                   keep_trailing_newline=True)
-    return {name: templates.get_template(f"{name}.j2").render(context)
-            for name in (ENV_FILE, "gemm-tune-nightly.cron", "gemm-tune-nightly.service", "gemm-tune-nightly.timer")}
+    context = {
+        "hour": hour,
+        "minute": minute,
+        "workdir": workdir,
+        "user": getpass.getuser(),
+        "cron": _cron_escape(
+            f"cd {shlex.quote(str(cwd))} && . {shlex.quote(str(env_file))} && exec "
+            f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"
+        ),
+        "env_file": env_file,
+        "exports": [f"export {k}={shlex.quote(v)}" for k, v in carried.items()],
+        "working_directory": str(cwd).replace("%", "%%"),
+        "log_path": _systemd_path(log),
+        "environment": [_systemd_assignment(k, v) for k, v in carried.items()],
+        "exec_start": " ".join(_systemd_word(w) for w in command),
+    }
+    templates = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, keep_trailing_newline=True
+    )
+    return {
+        name: templates.get_template(f"{name}.j2").render(context)
+        for name in (ENV_FILE, "gemm-tune-nightly.cron", "gemm-tune-nightly.service", "gemm-tune-nightly.timer")
+    }

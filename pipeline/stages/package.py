@@ -50,13 +50,15 @@ def needs_compiling(logic_dir: Path) -> bool:
     return False
 
 
-def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8,
-                  builder_image: str = "rocm/dev-ubuntu-24.04") -> dict:
+def write_package(
+    run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8, builder_image: str = "rocm/dev-ubuntu-24.04"
+) -> dict:
     """Write ``dist_root/<fingerprint>/`` from ``run_dir/bundle``; returns the manifest."""
     bundle = Path(run_dir) / "bundle"
     if not (bundle / "manifest.json").exists():
-        raise FileNotFoundError(f"{bundle}: no accepted bundle to package (the gate refused it, or Validate did "
-                                "not run)")
+        raise FileNotFoundError(
+            f"{bundle}: no accepted bundle to package (the gate refused it, or Validate did not run)"
+        )
     results = read_file(bundle / "tunableop_results.csv")
     platform = validators_platform(results.validators)
     torch_version = results.validators.get("PT_VERSION", "unknown")
@@ -64,8 +66,9 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
     for entry in results.entries:
         why = unknown_solution(entry.solution or "", platform, torch_version)
         if why:
-            unservable.append({"key": f"{entry.op_signature},{entry.params_signature}",
-                               "solution": entry.solution, "why": why})
+            unservable.append(
+                {"key": f"{entry.op_signature},{entry.params_signature}", "solution": entry.solution, "why": why}
+            )
             if platform == "cuda" and (entry.solution or "").startswith("Gemm_Cublaslt_"):
                 runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
         else:
@@ -86,39 +89,71 @@ def write_package(run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8
         compile_logic = needs_compiling(out / "logic")
         env = {}
         if servable:
-            env.update(PYTORCH_TUNABLEOP_ENABLED="1", PYTORCH_TUNABLEOP_TUNING="0",
-                       PYTORCH_TUNABLEOP_RECORD_UNTUNED="0",
-                       PYTORCH_TUNABLEOP_FILENAME=f"{install}/tunableop_results%d.csv")
+            env.update(
+                PYTORCH_TUNABLEOP_ENABLED="1",
+                PYTORCH_TUNABLEOP_TUNING="0",
+                PYTORCH_TUNABLEOP_RECORD_UNTUNED="0",
+                PYTORCH_TUNABLEOP_FILENAME=f"{install}/tunableop_results%d.csv",
+            )
         if override:
             env["HIPBLASLT_TUNING_OVERRIDE_FILE"] = f"{install}/{OVERRIDE}"
         if compile_logic:
             env["HIPBLASLT_TENSILE_LIBPATH"] = f"{install}/library"
-        context = {"fp": fp, "install": install, "stack": stack.facts, "platform": platform,
-                   "torch_version": torch_version, "rows": len(servable), "unservable": unservable, "env": env,
-                   "torch_env": {k: v for k, v in env.items() if k.startswith("PYTORCH_")},
-                   "lib_env": {k: v for k, v in env.items() if not k.startswith("PYTORCH_")},
-                   "override": override, "compile": compile_logic, "builder": builder_image,
-                   "arch": (stack.facts.get("arch") or "").split(":")[0], "devices": devices,
-                   "hipblaslt_git": stack.facts.get("hipblaslt_git"), "runtime_rows": len(runtime_rows)}
-        templates = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
-                                       lstrip_blocks=True, keep_trailing_newline=True)
-        for name, template in (("env.sh", "package_env.sh.j2"), ("Dockerfile", "package_Dockerfile.j2"),
-                               ("README.md", "package_README.md.j2")):
+        context = {
+            "fp": fp,
+            "install": install,
+            "stack": stack.facts,
+            "platform": platform,
+            "torch_version": torch_version,
+            "rows": len(servable),
+            "unservable": unservable,
+            "env": env,
+            "torch_env": {k: v for k, v in env.items() if k.startswith("PYTORCH_")},
+            "lib_env": {k: v for k, v in env.items() if not k.startswith("PYTORCH_")},
+            "override": override,
+            "compile": compile_logic,
+            "builder": builder_image,
+            "arch": (stack.facts.get("arch") or "").split(":")[0],
+            "devices": devices,
+            "hipblaslt_git": stack.facts.get("hipblaslt_git"),
+            "runtime_rows": len(runtime_rows),
+        }
+        templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
+        )
+        for name, template in (
+            ("env.sh", "package_env.sh.j2"),
+            ("Dockerfile", "package_Dockerfile.j2"),
+            ("README.md", "package_README.md.j2"),
+        ):
             atomic_write_text(out / name, templates.get_template(template).render(context))
         (out / "env.sh").chmod(0o755)
         bundle_manifest = (bundle / "manifest.json").read_text()
         manifest = {
-            "fingerprint": fp, "stack": stack.facts, "settings": stack.settings,
+            "fingerprint": fp,
+            "stack": stack.facts,
+            "settings": stack.settings,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "inputs": {"run": str(Path(run_dir).absolute()), "bundle_manifest_sha256":
-                       hashlib.sha256(bundle_manifest.encode()).hexdigest()},
-            "serves": {"platform": platform, "torch": torch_version, "tunableop_rows": len(servable),
-                       "runtime_rows": len(runtime_rows),
-                       "note": (f"torch {torch_version} exactly: TunableOp's PT_VERSION validator must equal the "
-                                "running torch's version, or the whole file is rejected")},
-            "unservable": unservable, "environment": env, "compile_logic": compile_logic,
-            "key_figures": {k: v for k, v in json.loads(bundle_manifest).items()
-                            if k in ("rows", "weighted_gemm_speedup")},
+            "inputs": {
+                "run": str(Path(run_dir).absolute()),
+                "bundle_manifest_sha256": hashlib.sha256(bundle_manifest.encode()).hexdigest(),
+            },
+            "serves": {
+                "platform": platform,
+                "torch": torch_version,
+                "tunableop_rows": len(servable),
+                "runtime_rows": len(runtime_rows),
+                "note": (
+                    f"torch {torch_version} exactly: TunableOp's PT_VERSION validator must equal the "
+                    "running torch's version, or the whole file is rejected"
+                ),
+            },
+            "unservable": unservable,
+            "environment": env,
+            "compile_logic": compile_logic,
+            "key_figures": {
+                k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")
+            },
             "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
         }
         atomic_write_json(out / "manifest.json", manifest)

@@ -82,8 +82,10 @@ def pad_problem(problem: GemmProblem, rule: PaddingRule) -> PaddedProblem | None
         pad = rule.pad_for(ld, size)
         if pad:
             changes[operand] = ld + pad
-            reasons.append(f"ld{operand} {ld} x {size:g} B = {ld * size:g} B is a multiple of {rule.period_bytes} B:"
-                           f" padded by {pad} to {ld + pad}")
+            reasons.append(
+                f"ld{operand} {ld} x {size:g} B = {ld * size:g} B is a multiple of {rule.period_bytes} B:"
+                f" padded by {pad} to {ld + pad}"
+            )
     if not changes:
         return None
     lds.update(changes)

@@ -90,9 +90,11 @@ def build(run_dir: Path) -> dict:
     if measured.get("tunableop_ab"):
         ab = [MeasuredRow.from_json(r) for r in measured["tunableop_ab"]["rows"]]
         tuned = [r for r in ab if r.solution != DEFAULT]
-        notes.append(f"TunableOp-level A/B with torch on this machine ({len(tuned)} tuned rows through the merged "
-                     "results file): weighted speedup "
-                     f"x{gate_of(ab).weighted_speedup:.3f}, before any gate; see validate/measurements.json")
+        notes.append(
+            f"TunableOp-level A/B with torch on this machine ({len(tuned)} tuned rows through the merged "
+            "results file): weighted speedup "
+            f"x{gate_of(ab).weighted_speedup:.3f}, before any gate; see validate/measurements.json"
+        )
     reasons = {d["key"]: d["reason"] for d in gate["dropped"]}
     measured_rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
     labels = distinct_labels({row.key: parse_key(*row.key.split(",", 1)) for row in measured_rows})
@@ -101,11 +103,22 @@ def build(run_dir: Path) -> dict:
     for row, share in zip(measured_rows, shares, strict=True):
         kept = row.key in gate["kept"]
         tuned_us = row.tuned.median if kept else row.baseline.median
-        rows.append({**row.to_json(), "speedup": row.speedup, "noise": row.noise, "kept": kept, "weight": share,
-                     "basis": basis, "ld_notes": parse_key(*row.key.split(",", 1)).ld_notes(),
-                     "reason": reasons.get(row.key, ""), "label": labels[row.key],
-                     "layer": f"{row.op} {row.layout} {row.m}x{row.k}",
-                     "eff_before": row.floor_us / row.baseline.median, "eff_after": row.floor_us / tuned_us})
+        rows.append(
+            {
+                **row.to_json(),
+                "speedup": row.speedup,
+                "noise": row.noise,
+                "kept": kept,
+                "weight": share,
+                "basis": basis,
+                "ld_notes": parse_key(*row.key.split(",", 1)).ld_notes(),
+                "reason": reasons.get(row.key, ""),
+                "label": labels[row.key],
+                "layer": f"{row.op} {row.layout} {row.m}x{row.k}",
+                "eff_before": row.floor_us / row.baseline.median,
+                "eff_after": row.floor_us / tuned_us,
+            }
+        )
     kept_speedups = [r["speedup"] for r in rows if r["kept"]]
     top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
     e2e_line = e2e_summary(e2e)
@@ -117,40 +130,80 @@ def build(run_dir: Path) -> dict:
     if passed and e2e.get("refused"):
         passed, verdict = False, f"bundle refused end to end: {e2e['refused']} (--allow-e2e-regression ships it)"
     context = {
-        "fingerprint": stamped(run_dir / "validate"), "drift": drift, "drift_lines": drift_lines(drift),
-        "run": run_dir.name, "passed": passed, "verdict": verdict,
-        "device": measured["meta"]["device"]["name"], "rows": rows, "kept": len(kept_speedups),
-        "weighted": gate["weighted_speedup"], "kept_geomean": geomean(kept_speedups),
+        "fingerprint": stamped(run_dir / "validate"),
+        "drift": drift,
+        "drift_lines": drift_lines(drift),
+        "run": run_dir.name,
+        "passed": passed,
+        "verdict": verdict,
+        "device": measured["meta"]["device"]["name"],
+        "rows": rows,
+        "kept": len(kept_speedups),
+        "weighted": gate["weighted_speedup"],
+        "kept_geomean": geomean(kept_speedups),
         "eff_before": geomean([r["eff_before"] for r in rows]) or 0.0,
         "eff_after": geomean([r["eff_after"] for r in rows]) or 0.0,
-        "e2e_line": e2e_line, "padded": [r for r in rows if r.get("padded")], "top": top, "basis": basis,
-        "untuned_share": untuned_share, "normalised": [r for r in rows if r["ld_notes"]], "notes": notes,
+        "e2e_line": e2e_line,
+        "padded": [r for r in rows if r.get("padded")],
+        "top": top,
+        "basis": basis,
+        "untuned_share": untuned_share,
+        "normalised": [r for r in rows if r["ld_notes"]],
+        "notes": notes,
         "bundle": str(run_dir / "bundle") if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     _plots(rows, out)
     atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(context))
     atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
-    summary = {"run": run_dir.name, "fingerprint": context["fingerprint"], "passed": passed,
-               "verdict": verdict, "drift": drift,
-               "device": context["device"], "gemms": len(rows), "kept": len(kept_speedups),
-               "weighted_gemm_speedup": gate["weighted_speedup"], "weight_basis": basis,
-               "untuned_time_share": untuned_share, "notes": notes,
-               "top_gemms": [{"key": r["key"], "label": r["label"], "calls": r["calls"], "time_share": r["weight"],
-                              "speedup": r["speedup"], "kept": r["kept"]} for r in top],
-               "ld_normalised": {r["key"]: r["ld_notes"] for r in context["normalised"]},
-               "kept_geomean_speedup": context["kept_geomean"],
-               "eff_geomean_before": context["eff_before"], "eff_geomean_after": context["eff_after"],
-               "e2e": e2e_line, "e2e_wall_speedup": e2e.get("wall_speedup"),
-               "e2e_tokens_speedup": e2e.get("tokens_speedup"), "e2e_noise": e2e.get("noise"),
-               "e2e_via": e2e.get("via"), "e2e_runtime_startup_s": e2e.get("runtime_startup_s"),
-               "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"), "not_sent": not_sent,
-               "bundle": context["bundle"],
-               "report": str(out / "report.html"), "stage_seconds": context["stage_seconds"]}
+    summary = {
+        "run": run_dir.name,
+        "fingerprint": context["fingerprint"],
+        "passed": passed,
+        "verdict": verdict,
+        "drift": drift,
+        "device": context["device"],
+        "gemms": len(rows),
+        "kept": len(kept_speedups),
+        "weighted_gemm_speedup": gate["weighted_speedup"],
+        "weight_basis": basis,
+        "untuned_time_share": untuned_share,
+        "notes": notes,
+        "top_gemms": [
+            {
+                "key": r["key"],
+                "label": r["label"],
+                "calls": r["calls"],
+                "time_share": r["weight"],
+                "speedup": r["speedup"],
+                "kept": r["kept"],
+            }
+            for r in top
+        ],
+        "ld_normalised": {r["key"]: r["ld_notes"] for r in context["normalised"]},
+        "kept_geomean_speedup": context["kept_geomean"],
+        "eff_geomean_before": context["eff_before"],
+        "eff_geomean_after": context["eff_after"],
+        "e2e": e2e_line,
+        "e2e_wall_speedup": e2e.get("wall_speedup"),
+        "e2e_tokens_speedup": e2e.get("tokens_speedup"),
+        "e2e_noise": e2e.get("noise"),
+        "e2e_via": e2e.get("via"),
+        "e2e_runtime_startup_s": e2e.get("runtime_startup_s"),
+        "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"),
+        "not_sent": not_sent,
+        "bundle": context["bundle"],
+        "report": str(out / "report.html"),
+        "stage_seconds": context["stage_seconds"],
+    }
     atomic_write_json(out / SUMMARY, summary)
     return summary
 
@@ -164,22 +217,30 @@ def backend_notes(bench_summary: dict) -> list[str]:
     notes = []
     for source in bench_summary.get("override_source", []):
         if source.startswith("hipblaslt-bench"):
-            notes.append("hipBLASLt override rows (HIPBLASLT_TUNING_OVERRIDE_FILE): written by hipblaslt-bench "
-                         "itself through HIPBLASLT_TUNING_FILE")
+            notes.append(
+                "hipBLASLt override rows (HIPBLASLT_TUNING_OVERRIDE_FILE): written by hipblaslt-bench "
+                "itself through HIPBLASLT_TUNING_FILE"
+            )
         else:
-            notes.append("hipBLASLt override rows (HIPBLASLT_TUNING_OVERRIDE_FILE): this hipblaslt-bench does not "
-                         "write HIPBLASLT_TUNING_FILE, so they were written here in the legacy layout (Git Version, "
-                         "then transA..compute_type,solution_index); generate them with the bench of the target "
-                         "build where it can")
+            notes.append(
+                "hipBLASLt override rows (HIPBLASLT_TUNING_OVERRIDE_FILE): this hipblaslt-bench does not "
+                "write HIPBLASLT_TUNING_FILE, so they were written here in the legacy layout (Git Version, "
+                "then transA..compute_type,solution_index); generate them with the bench of the target "
+                "build where it can"
+            )
     if bench_summary.get("runtime", {}).get("generation") == "2024":
-        notes.append("hipBLASLt before 0.12 (the 2024 tree) has no tuning override file: no hipblaslt_override.txt "
-                     "ships; torch applies the Gemm_Hipblaslt rows of tunableop_results.csv")
+        notes.append(
+            "hipBLASLt before 0.12 (the 2024 tree) has no tuning override file: no hipblaslt_override.txt "
+            "ships; torch applies the Gemm_Hipblaslt rows of tunableop_results.csv"
+        )
     if bench_summary.get("runtime", {}).get("note"):
         notes.append(bench_summary["runtime"]["note"])
     if bench_summary.get("runtime", {}).get("backend") == "hipblaslt":
-        notes.append("the hipblaslt logic files record each winner's solution index and name for the build that was "
-                     "tuned (indices are not portable across hipBLASLt builds); the rows torch loads are the "
-                     "Gemm_Hipblaslt_<index> rows of tunableop_results.csv")
+        notes.append(
+            "the hipblaslt logic files record each winner's solution index and name for the build that was "
+            "tuned (indices are not portable across hipBLASLt builds); the rows torch loads are the "
+            "Gemm_Hipblaslt_<index> rows of tunableop_results.csv"
+        )
     return notes
 
 
@@ -188,8 +249,10 @@ def not_sent_line(facts: dict) -> list[str]:
     inductor, unused = len(facts.get("inductor_kernels", [])), len(facts.get("never_run", []))
     if not inductor and not unused:
         return []
-    return [f"not through the library: {plural(inductor, 'GEMM')} compiled to Inductor's own kernels, "
-            f"{plural(unused, 'kept row')} never run by the tuned workload (see the report)"]
+    return [
+        f"not through the library: {plural(inductor, 'GEMM')} compiled to Inductor's own kernels, "
+        f"{plural(unused, 'kept row')} never run by the tuned workload (see the report)"
+    ]
 
 
 def plural(count: int, noun: str) -> str:
@@ -215,8 +278,11 @@ def key_lines(summary: dict) -> list[str]:
         f"weighted GEMM speedup (by {summary.get('weight_basis', 'calls x baseline time')}): "
         f"x{summary['weighted_gemm_speedup']:.3f}; roofline efficiency "
         f"{summary['eff_geomean_before']:.3f} -> {summary['eff_geomean_after']:.3f}",
-        *[f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {plural(t['calls'], 'call')}, "
-          f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}" for t in summary.get("top_gemms", [])[:3]],
+        *[
+            f"top GEMM: {t['label']}, {100 * t['time_share']:.1f}% of GEMM time, {plural(t['calls'], 'call')}, "
+            f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}"
+            for t in summary.get("top_gemms", [])[:3]
+        ],
         f"end to end: {summary['e2e']}",
         *not_sent_line(summary.get("not_sent") or {}),
         *([f"stage times: {timings.line(summary['stage_seconds'])}"] if summary.get("stage_seconds") else []),

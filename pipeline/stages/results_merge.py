@@ -48,8 +48,10 @@ def validator_differences(files: Sequence[TunableOpFile], reference: dict[str, s
     for tfile in files:
         for key in sorted(set(reference) | set(tfile.validators)):
             if reference.get(key) != tfile.validators.get(key):
-                out.append(f"{tfile.path}: {key} = {tfile.validators.get(key, '<missing>')!r}, "
-                           f"target has {reference.get(key, '<missing>')!r}")
+                out.append(
+                    f"{tfile.path}: {key} = {tfile.validators.get(key, '<missing>')!r}, "
+                    f"target has {reference.get(key, '<missing>')!r}"
+                )
     return out
 
 
@@ -64,17 +66,23 @@ def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None 
     for tfile in files:
         untuned = [e for e in tfile.entries if e.solution is None]
         if untuned:
-            raise BadInput(f"{tfile.path}: {len(untuned)} rows have no solution (an untuned file?); "
-                             "merge-results merges results files")
+            raise BadInput(
+                f"{tfile.path}: {len(untuned)} rows have no solution (an untuned file?); "
+                "merge-results merges results files"
+            )
     reference = dict(target) if target is not None else dict(files[0].validators)
     differences = validator_differences(files, reference)
     if differences and target is None:
-        raise ValidatorMismatch("validators differ, so these files come from different runtimes "
-                         "(pass --validators-from FILE to name the one to target):\n  " + "\n  ".join(differences))
+        raise ValidatorMismatch(
+            "validators differ, so these files come from different runtimes "
+            "(pass --validators-from FILE to name the one to target):\n  " + "\n  ".join(differences)
+        )
     if "PT_VERSION" not in reference:
-        raise ValidatorMismatch("the validator block has no PT_VERSION; torch rejects such a file. Name the "
-                                "runtime to target with --validators-from: a tunableop_results file that torch "
-                                "on the target machine wrote")
+        raise ValidatorMismatch(
+            "the validator block has no PT_VERSION; torch rejects such a file. Name the "
+            "runtime to target with --validators-from: a tunableop_results file that torch "
+            "on the target machine wrote"
+        )
     merged = ResultsMerge(reference, [])
     merged.lines += [f"note: {d}" for d in differences]
     best: dict[tuple[str, str], TunableOpEntry] = {}
@@ -85,20 +93,27 @@ def merge_results(files: Sequence[TunableOpFile], target: dict[str, str] | None 
             if kept is None:
                 best[key] = entry
             elif _sort_key(entry) < _sort_key(kept):
-                merged.lines.append(f"{key[0]},{key[1]}: {entry.solution} ({entry.time_text} ms, {tfile.path}) "
-                                    f"replaces {kept.solution} ({kept.time_text} ms)")
+                merged.lines.append(
+                    f"{key[0]},{key[1]}: {entry.solution} ({entry.time_text} ms, {tfile.path}) "
+                    f"replaces {kept.solution} ({kept.time_text} ms)"
+                )
                 best[key] = entry
             else:
-                merged.lines.append(f"{key[0]},{key[1]}: kept {kept.solution} ({kept.time_text} ms) over "
-                                    f"{entry.solution} ({entry.time_text} ms, {tfile.path})")
+                merged.lines.append(
+                    f"{key[0]},{key[1]}: kept {kept.solution} ({kept.time_text} ms) over "
+                    f"{entry.solution} ({entry.time_text} ms, {tfile.path})"
+                )
     merged.entries = list(best.values())
     if validators_platform(reference) == "rocm":  # the hipBLASLt names the target torch reads
-        renamed = [dataclasses.replace(e, solution=hipblaslt_solution(e.solution, e.problem, reference["PT_VERSION"]))
-                   for e in merged.entries]
+        renamed = [
+            dataclasses.replace(e, solution=hipblaslt_solution(e.solution, e.problem, reference["PT_VERSION"]))
+            for e in merged.entries
+        ]
         changed = sum(a.solution != b.solution for a, b in zip(renamed, merged.entries, strict=True))
         if changed:
-            merged.lines.append(f"{changed} hipBLASLt solution names written as torch {reference['PT_VERSION']} "
-                                "names them")
+            merged.lines.append(
+                f"{changed} hipBLASLt solution names written as torch {reference['PT_VERSION']} names them"
+            )
         merged.entries = renamed
     total = sum(len(f.entries) for f in files)
     merged.lines.append(f"{total} rows from {len(files)} files -> {len(merged.entries)} rows")
@@ -110,9 +125,11 @@ def check_target(backend_platform: str, target: dict[str, str], source: str) -> 
     results file only where every validator matches, so such a bundle would be rejected whole."""
     platform = validators_platform(target)
     if platform != backend_platform:
-        raise ValidatorMismatch(f"{source} holds a {platform} torch's validator block, but the backend tunes for "
-                                f"{backend_platform}: torch there would reject the whole file. Name a results "
-                                f"file that torch on the {backend_platform} target wrote")
+        raise ValidatorMismatch(
+            f"{source} holds a {platform} torch's validator block, but the backend tunes for "
+            f"{backend_platform}: torch there would reject the whole file. Name a results "
+            f"file that torch on the {backend_platform} target wrote"
+        )
 
 
 def require_target(backend: str, has_local_rocm_torch: bool, validators_from: str) -> None:
@@ -123,7 +140,8 @@ def require_target(backend: str, has_local_rocm_torch: bool, validators_from: st
             f"--backend {backend} writes Gemm_Hipblaslt_<index> rows, which torch on ROCm loads only under its own "
             "validator block, and no ROCm torch is installed here to give it. Name the target with "
             "--validators-from FILE (a tunableop_results*.csv that torch on the target machine wrote), or install "
-            "the 'rocm' extra with a ROCm build of torch")
+            "the 'rocm' extra with a ROCm build of torch"
+        )
 
 
 @dataclass
@@ -137,15 +155,16 @@ class MergedFiles:
     def write(self, results_path: Path | None, override_path: Path | None) -> list[Path]:
         """Write each merged kind to its path (a kind without a path is refused), the results file last (a
         task's output); the paths written."""
-        kinds = (("hipBLASLt override", self.override, override_path, lambda p, m: write_override(p, *m)),
-                 ("TunableOp results", self.results, results_path, lambda p, m: write_file(p, m.validators, m.entries)))
+        kinds = (
+            ("hipBLASLt override", self.override, override_path, lambda p, m: write_override(p, *m)),
+            ("TunableOp results", self.results, results_path, lambda p, m: write_file(p, m.validators, m.entries)),
+        )
         written = []
         for name, merged, path, write in kinds:
             if merged is None:
                 continue
             if path is None:
-                raise BadInput(f"the inputs hold {name} files, which have no output here; merge each kind "
-                               "separately")
+                raise BadInput(f"the inputs hold {name} files, which have no output here; merge each kind separately")
             write(path, merged)
             written.append(Path(path))
         return written
@@ -158,8 +177,9 @@ def _read(path: str | Path) -> str:
         raise BadInput(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def merge_paths(paths: Sequence[str | Path], validators_from: str | Path | None = None, lenient: bool = False
-                ) -> MergedFiles:
+def merge_paths(
+    paths: Sequence[str | Path], validators_from: str | Path | None = None, lenient: bool = False
+) -> MergedFiles:
     """Merge the files at ``paths`` (TunableOp results and hipBLASLt override files, told apart by content).
     ``validators_from`` names the target: a results file (its validator block) or an override file (its
     Git Version)."""
@@ -168,8 +188,10 @@ def merge_paths(paths: Sequence[str | Path], validators_from: str | Path | None 
         raise BadInput("no results files to merge")
     empty = [p for p, t in texts.items() if not t.strip()]
     if empty:
-        raise BadInput(f"{empty[0]}: the file is empty (a TunableOp results or hipBLASLt override file has at "
-                       "least its validator block or header)")
+        raise BadInput(
+            f"{empty[0]}: the file is empty (a TunableOp results or hipBLASLt override file has at "
+            "least its validator block or header)"
+        )
     target_text = Path(validators_from).read_text(encoding="utf-8") if validators_from else None
     out = MergedFiles()
     results = [parse_text(t, p, lenient=lenient) for p, t in texts.items() if not is_override_text(t)]

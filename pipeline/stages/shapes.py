@@ -71,9 +71,18 @@ class ShapeRecord:
     @classmethod
     def from_json(cls, row: dict) -> ShapeRecord:
         problem = parse_key(row["op_signature"], row["params_signature"])
-        return cls(problem, row["op_signature"], row["params_signature"], row["count"],
-                   list(row.get("sources", [])), row.get("time_ms"), row.get("solution"), row.get("calls"),
-                   row.get("time_share"), row.get("per_call_us"))
+        return cls(
+            problem,
+            row["op_signature"],
+            row["params_signature"],
+            row["count"],
+            list(row.get("sources", [])),
+            row.get("time_ms"),
+            row.get("solution"),
+            row.get("calls"),
+            row.get("time_share"),
+            row.get("per_call_us"),
+        )
 
 
 @dataclass
@@ -99,8 +108,10 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
             continue
         counted[problem] = counted.get(problem, 0) + n
     if calls is None:
-        notes.append("call counts unknown (GEMMs read from files, not from a collection run): each recorded line "
-                     "counts as one call")
+        notes.append(
+            "call counts unknown (GEMMs read from files, not from a collection run): each recorded line "
+            "counts as one call"
+        )
     elif calls.get("note"):
         notes.append(calls["note"])
     per_call = {}
@@ -111,9 +122,11 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
     if missing:
         notes.append(f"{len(missing)} recorded GEMMs have no lookup-log count (count 1 each), e.g. {missing[0].key}")
     keys = [r.key for r in result.shapes]
-    calls_by_key, shares = time_shares(keys, {r.key: counted.get(r.problem, r.count if not counted else 0)
-                                              for r in result.shapes},
-                                       {r.key: per_call.get(r.problem) for r in result.shapes})
+    calls_by_key, shares = time_shares(
+        keys,
+        {r.key: counted.get(r.problem, r.count if not counted else 0) for r in result.shapes},
+        {r.key: per_call.get(r.problem) for r in result.shapes},
+    )
     if counted and not baseline:
         notes.append("no baseline timing of the recorded GEMMs: weights are calls x the time Validate measures")
     for record in result.shapes:
@@ -152,8 +165,9 @@ def require_gemms(result: GatherResult, specs: Sequence[str]) -> None:
     """Refuse a gathering that found no GEMM to tune (an empty or header-only file, every line skipped)."""
     if not result.shapes:
         skipped = f", {len(result.skipped)} malformed lines skipped" if result.skipped else ""
-        raise ShapeInputError(f"no GEMMs in {', '.join(result.files) or ', '.join(specs)} ({result.lines} rows"
-                              f"{skipped}): nothing to tune")
+        raise ShapeInputError(
+            f"no GEMMs in {', '.join(result.files) or ', '.join(specs)} ({result.lines} rows{skipped}): nothing to tune"
+        )
 
 
 def merge_files(parsed: Sequence[TunableOpFile]) -> GatherResult:
@@ -165,8 +179,7 @@ def merge_files(parsed: Sequence[TunableOpFile]) -> GatherResult:
         for entry, count in tfile.distinct_counts():
             record = records.get(entry.problem)
             if record is None:
-                record = records[entry.problem] = ShapeRecord(
-                    entry.problem, entry.op_signature, entry.params_signature)
+                record = records[entry.problem] = ShapeRecord(entry.problem, entry.op_signature, entry.params_signature)
             record.count += count
             if tfile.path not in record.sources:
                 record.sources.append(tfile.path)
@@ -201,18 +214,28 @@ def summary_table(result: GatherResult) -> str:
     """A fixed-width table of the gathered shapes, followed by totals and skipped lines."""
     header = ("op", "dtype", "layout", "m", "n", "k", "batch", "count", "calls", "time%", "time_ms")
     rows = [
-        (OP_SIGNATURE_NAMES[r.problem.op].removesuffix("TunableOp"), dtype_signature(r.problem),
-         r.problem.layout, str(r.problem.m), str(r.problem.n), str(r.problem.k), str(r.problem.batch),
-         str(r.count), "" if r.calls is None else str(r.calls),
-         "" if r.time_share is None else f"{100 * r.time_share:.1f}", "" if r.time_ms is None else f"{r.time_ms:.4g}")
+        (
+            OP_SIGNATURE_NAMES[r.problem.op].removesuffix("TunableOp"),
+            dtype_signature(r.problem),
+            r.problem.layout,
+            str(r.problem.m),
+            str(r.problem.n),
+            str(r.problem.k),
+            str(r.problem.batch),
+            str(r.count),
+            "" if r.calls is None else str(r.calls),
+            "" if r.time_share is None else f"{100 * r.time_share:.1f}",
+            "" if r.time_ms is None else f"{r.time_ms:.4g}",
+        )
         for r in result.shapes
     ]
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
     numeric = set(range(3, len(header)))
 
     def fmt(row: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
 
     lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     lines.append(f"{len(result.shapes)} distinct GEMMs from {result.lines} lines in {len(result.files)} files")

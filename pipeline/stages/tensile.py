@@ -47,8 +47,12 @@ class TensileLite:
 
 def locate(explicit: str | None = None) -> TensileLite:
     """TensileLite's ``Tensile`` program and version; ``ToolMissing`` says where it looked."""
-    root = tool_root(explicit, ENV, "the tensile backend needs TensileLite: pass --tensile-root DIR or set "
-                                   "$TENSILE_ROOT (hipBLASLt's tensilelite directory)")
+    root = tool_root(
+        explicit,
+        ENV,
+        "the tensile backend needs TensileLite: pass --tensile-root DIR or set "
+        "$TENSILE_ROOT (hipBLASLt's tensilelite directory)",
+    )
     candidates = [root / "Tensile" / "bin" / "Tensile", root / "tensilelite" / "Tensile" / "bin" / "Tensile"]
     script = next((p for p in candidates if p.is_file()), None)
     if script is None:
@@ -63,18 +67,24 @@ class TensileTool:
 
     name = "tensile"
 
-    def __init__(self, gpu: int = 0, root: str | None = None, bench: str | None = None,
-                 timeout_s: float = 4 * 3600.0) -> None:
+    def __init__(
+        self, gpu: int = 0, root: str | None = None, bench: str | None = None, timeout_s: float = 4 * 3600.0
+    ) -> None:
         self.tool = locate(root)
         self.data_types = tree_data_types(self.tool.package)  # (file, letters) of the tree, read once
         self.bench = HipblasltBackend(gpu, bench)
         self.timeout_s = timeout_s
 
     def runtime(self) -> dict:
-        return {**self.bench.runtime(), "backend": self.name, "tuner": self.name, "tensile": str(self.tool.script),
-                "tensile_version": self.tool.version,
-                "note": "TensileLite's kernels take effect once the merged logic is compiled into the device "
-                        "library; its figures are TensileLite's own benchmark (bench/summary.json)"}
+        return {
+            **self.bench.runtime(),
+            "backend": self.name,
+            "tuner": self.name,
+            "tensile": str(self.tool.script),
+            "tensile_version": self.tool.version,
+            "note": "TensileLite's kernels take effect once the merged logic is compiled into the device "
+            "library; its figures are TensileLite's own benchmark (bench/summary.json)",
+        }
 
     def skip_reason(self, problem: GemmProblem) -> str | None:
         return tensile_reason(problem)
@@ -85,8 +95,7 @@ class TensileTool:
         reasons = config_problems(data) or self.unknown_types(data)
         if reasons:
             raise BadInput(f"{config}: TensileLite would refuse this config: " + "; ".join(reasons))
-        run_into([str(self.tool.script), str(config.absolute())], out, self.timeout_s,
-                 f"TensileLite on {config.name}")
+        run_into([str(self.tool.script), str(config.absolute())], out, self.timeout_s, f"TensileLite on {config.name}")
 
     def unknown_types(self, data: dict) -> list[str]:
         """The config's DataType letters this tree does not define (it would stop on a KeyError): the FP8
@@ -98,8 +107,10 @@ class TensileTool:
         if not unknown:
             return []
         other = "2024" if "f8n" not in known else "2025"
-        return [f"DataType {', '.join(unknown)} is not defined by this TensileLite ({path} defines "
-                f"{', '.join(sorted(known))}): generate the configs for its generation (--tensile-generation {other})"]
+        return [
+            f"DataType {', '.join(unknown)} is not defined by this TensileLite ({path} defines "
+            f"{', '.join(sorted(known))}): generate the configs for its generation (--tensile-generation {other})"
+        ]
 
     def winners(self, out: Path) -> dict:
         """Each size's winner from ``2_BenchmarkData``; the library logic is read too (a torn one fails here)."""
@@ -120,9 +131,16 @@ class TensileTool:
             heuristic = self.bench.heuristic(problem)
         except PipelineError as err:
             return ProblemResult(problem, errors=[f"timing the heuristic pick: {err}"])
-        return ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us,
-                             candidates=[CandidateResult(winner.name, final_us=winner.time_us,
-                                                         config={"Tuner": self.name, "GFlops": winner.gflops})])
+        return ProblemResult(
+            problem,
+            default_us=heuristic.us,
+            winner_us=heuristic.us,
+            candidates=[
+                CandidateResult(
+                    winner.name, final_us=winner.time_us, config={"Tuner": self.name, "GFlops": winner.gflops}
+                )
+            ],
+        )
 
     def keep_logic(self, out: Path, logic_dir: Path, results: Sequence[ProblemResult]) -> None:
         """``3_LibraryLogic`` whole: MergeLogic merges it into the base logic."""

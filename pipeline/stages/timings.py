@@ -16,16 +16,30 @@ from pathlib import Path
 from ..atomic import atomic_write_json
 
 DIRECTORY = "timings"
-ORDER = ("CollectShapes", "GatherShapes", "GenerateConfigs", "BenchPlan", "BenchShard", "Bench", "MergeResults",
-         "MergeLogic", "validate-gemms", "validate-e2e", "Validate", "TuneWorkload", "Package")
+ORDER = (
+    "CollectShapes",
+    "GatherShapes",
+    "GenerateConfigs",
+    "BenchPlan",
+    "BenchShard",
+    "Bench",
+    "MergeResults",
+    "MergeLogic",
+    "validate-gemms",
+    "validate-e2e",
+    "Validate",
+    "TuneWorkload",
+    "Package",
+)
 
 
 def record(run_dir: Path, stage: str, seconds: float, end: float | None = None) -> None:
     """Save that ``stage`` of the run took ``seconds`` of wall time, ending at ``end`` (epoch s, default now)."""
     end = time.time() if end is None else end
-    atomic_write_json(Path(run_dir) / DIRECTORY / f"{stage}.json",
-                      {"stage": stage, "seconds": round(seconds, 3), "start": round(end - seconds, 3),
-                       "end": round(end, 3)})
+    atomic_write_json(
+        Path(run_dir) / DIRECTORY / f"{stage}.json",
+        {"stage": stage, "seconds": round(seconds, 3), "start": round(end - seconds, 3), "end": round(end, 3)},
+    )
 
 
 @contextlib.contextmanager

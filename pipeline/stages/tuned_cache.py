@@ -36,8 +36,9 @@ def open_cache(workdir: Path, fp: str, facts: dict, settings: dict) -> Path:
     return cache
 
 
-def _hand_over(problems: Sequence[GemmProblem], source: Path, target: Path,
-               accept: Callable[[dict], dict | None]) -> int:
+def _hand_over(
+    problems: Sequence[GemmProblem], source: Path, target: Path, accept: Callable[[dict], dict | None]
+) -> int:
     """Copy the backend's runtime record and each problem result ``source`` has and ``target`` lacks, as
     ``accept`` returns it (None: left out); returns how many results."""
     if (source / RUNTIME).exists() and not (target / RUNTIME).exists():
@@ -60,6 +61,7 @@ def _hand_over(problems: Sequence[GemmProblem], source: Path, target: Path,
 def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
     """Copy the cached result of every problem that has none in ``out_dir`` (and the runtime record, which a
     run with nothing left to tune would not write); returns how many."""
+
     def mark(data: dict) -> dict:
         return {**data, "origin": f"cache {cache.name}" + (f" ({data['origin']})" if data.get("origin") else "")}
 
@@ -68,23 +70,28 @@ def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
 
 def store(problems: Sequence[GemmProblem], out_dir: Path, cache: Path) -> int:
     """Hand the clean results of ``out_dir`` to the cache (an entry already there stays); returns how many."""
-    return _hand_over(problems, out_dir, cache,
-                      lambda data: None if data.get("errors") or data.get("skipped") else data)
+    return _hand_over(
+        problems, out_dir, cache, lambda data: None if data.get("errors") or data.get("skipped") else data
+    )
 
 
 def same_device(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in ("platform", "gpu", "arch", "sm_count"))
 
 
-def previous_results(workdir: Path, stack: Stack,
-                     problems: Sequence[GemmProblem]) -> tuple[str | None, dict[str, dict]]:
+def previous_results(
+    workdir: Path, stack: Stack, problems: Sequence[GemmProblem]
+) -> tuple[str | None, dict[str, dict]]:
     """The newest other cache of the same device and settings, and its non-Default winners among
     ``problems`` (by problem id), to be re-timed under the new stack."""
     older = []
     for stamp in (Path(workdir).absolute() / TUNED).glob(f"*/{STAMP}"):
         data = json.loads(stamp.read_text())
-        if stamp.parent.name != stack.fingerprint and same_device(data.get("stack", {}), stack.facts) \
-                and data.get("settings") == stack.settings:
+        if (
+            stamp.parent.name != stack.fingerprint
+            and same_device(data.get("stack", {}), stack.facts)
+            and data.get("settings") == stack.settings
+        ):
             older.append((stamp.stat().st_mtime_ns, stamp.parent, data.get("fingerprint") or stamp.parent.name))
     if not older:
         return None, {}
@@ -99,8 +106,13 @@ def previous_results(workdir: Path, stack: Stack,
     return newest_fp, found
 
 
-def tune_through_cache(problems: Sequence[GemmProblem], out_dir: Path, workdir: Path, stack: Stack,
-                       tune_pending: Callable[[dict[str, dict], str | None], None]) -> dict:
+def tune_through_cache(
+    problems: Sequence[GemmProblem],
+    out_dir: Path,
+    workdir: Path,
+    stack: Stack,
+    tune_pending: Callable[[dict[str, dict], str | None], None],
+) -> dict:
     """Bench through the cache: take this fingerprint's cached results, have ``tune_pending(previous,
     previous_fp)`` tune the rest (re-timing the previous stack's winners first), hand new results back."""
     cache = open_cache(workdir, stack.fingerprint, stack.facts, stack.settings)
@@ -108,5 +120,10 @@ def tune_through_cache(problems: Sequence[GemmProblem], out_dir: Path, workdir: 
     previous_fp, previous = previous_results(workdir, stack, pending(problems, out_dir))
     tune_pending(previous, previous_fp)
     stored = store(problems, out_dir, cache)
-    return {"cache": str(cache), "restored": restored, "previous_fingerprint": previous_fp,
-            "previous_winners": len(previous), "stored": stored}
+    return {
+        "cache": str(cache),
+        "restored": restored,
+        "previous_fingerprint": previous_fp,
+        "previous_winners": len(previous),
+        "stored": stored,
+    }

@@ -47,9 +47,12 @@ def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, st
     text = results_csv.read_text()
     for gpu in range(max(gpus, 1)):
         atomic_write_text(directory / f"tunableop_results{gpu}.csv", text)
-    return {"PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "0",
-            "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "0",
-            "PYTORCH_TUNABLEOP_FILENAME": str(directory / "tunableop_results%d.csv")}
+    return {
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "PYTORCH_TUNABLEOP_TUNING": "0",
+        "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "0",
+        "PYTORCH_TUNABLEOP_FILENAME": str(directory / "tunableop_results%d.csv"),
+    }
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,9 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
     for entry in merged.entries:
         key = f"{entry.op_signature},{entry.params_signature}"
         calls, share = weights.get(key, (1, None))
-        rows.append(MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution),
-                              padded.get(key)))
+        rows.append(
+            MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
+        )
     return rows
 
 
@@ -126,9 +130,13 @@ class Timer(Protocol):
     def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]: ...
 
 
-def measure_rows(rows: Sequence[MergedRow], timer: Timer, margin: float,
-                 progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None
-                 ) -> list[MeasuredRow]:
+def measure_rows(
+    rows: Sequence[MergedRow],
+    timer: Timer,
+    margin: float,
+    progress: Callable[[int, int], None] | None = None,
+    checkpoints: Path | None = None,
+) -> list[MeasuredRow]:
     """Every row timed by ``timer``; a row whose tuned time beats the baseline by ``margin`` is timed once more
     on fresh buffers (its ``confirm`` pair). Rows finished before (``checkpoints``) are not timed again."""
     saved, out = Checkpoints(checkpoints), []
@@ -139,9 +147,20 @@ def measure_rows(rows: Sequence[MergedRow], timer: Timer, margin: float,
             confirm = None
             if row.solution != DEFAULT and first.speedup >= 1 + margin:
                 confirm, _ = timer.pair(row, fresh=True)
-            measured = saved.put(row, MeasuredRow.of(row.problem, row.key, row.solution, row.calls, row.time_share,
-                                                     row.problem.floor_us(timer.device_name), first, confirm,
-                                                     padded))
+            measured = saved.put(
+                row,
+                MeasuredRow.of(
+                    row.problem,
+                    row.key,
+                    row.solution,
+                    row.calls,
+                    row.time_share,
+                    row.problem.floor_us(timer.device_name),
+                    first,
+                    confirm,
+                    padded,
+                ),
+            )
         out.append(measured)
         if progress:
             progress(index + 1, len(rows))
@@ -217,10 +236,16 @@ class BenchTimer:
         runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
         self.backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
         self.rounds, self.device_name = rounds, runtime.get("name", "")
-        self.meta = {"device": {"name": runtime.get("name", "unknown"), "arch": runtime.get("arch"),
-                                "tool": self.backend.bench,
-                                "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}"},
-                     "platform": "rocm", "measured_with": "hipblaslt-bench"}
+        self.meta = {
+            "device": {
+                "name": runtime.get("name", "unknown"),
+                "arch": runtime.get("arch"),
+                "tool": self.backend.bench,
+                "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}",
+            },
+            "platform": "rocm",
+            "measured_with": "hipblaslt-bench",
+        }
 
     def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
         index = None if row.solution == DEFAULT else int(row.solution.rsplit("_", 1)[1])
@@ -229,8 +254,15 @@ class BenchTimer:
         return Pair(baseline, Stats.of(times["tuned"]) if times["tuned"] else baseline), None
 
 
-def measure(run_dir: Path, timer_kind: type, gpu: int = 0, rounds: int = 7, margin: float = 0.02,
-            progress: Callable[[int, int], None] | None = None, checkpoints: Path | None = None) -> dict:
+def measure(
+    run_dir: Path,
+    timer_kind: type,
+    gpu: int = 0,
+    rounds: int = 7,
+    margin: float = 0.02,
+    progress: Callable[[int, int], None] | None = None,
+    checkpoints: Path | None = None,
+) -> dict:
     """``measurements.json``'s content for every merged row, timed on GPU ``gpu`` by a ``timer_kind``: the
     run's records are read first, so a broken run fails here, on any machine."""
     rows = rows_to_measure(run_dir)
@@ -239,18 +271,28 @@ def measure(run_dir: Path, timer_kind: type, gpu: int = 0, rounds: int = 7, marg
     return {"meta": timer.meta, "rows": [row.to_json() for row in measured]}
 
 
-def run_worker(run_dir: Path, gpus: Sequence[int], rounds: int, margin: float,
-               progress: Callable[[int, int], None] | None = None) -> None:
+def run_worker(
+    run_dir: Path, gpus: Sequence[int], rounds: int, margin: float, progress: Callable[[int, int], None] | None = None
+) -> None:
     """Run ``python -m pipeline.stages validate``, which claims a free GPU slot of ``gpus`` itself, reporting
     its progress; raise with the log's tail if it fails. The luigi process itself never initialises CUDA."""
     run_dir = Path(run_dir).absolute()
     out = run_dir / "validate"
     out.mkdir(parents=True, exist_ok=True)
     log = out / "validate.log"
-    argv = procs.worker_argv("validate", run_dir, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds,
-                             "--margin", margin)
-    with log.open("w") as handle, procs.running(argv, procs.with_package_on_path(os.environ), stdout=handle,
-                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) as proc:
+    argv = procs.worker_argv(
+        "validate", run_dir, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds, "--margin", margin
+    )
+    with (
+        log.open("w") as handle,
+        procs.running(
+            argv,
+            procs.with_package_on_path(os.environ),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        ) as proc,
+    ):
         while proc.poll() is None:
             if progress and (out / "progress.json").exists():
                 data = json.loads((out / "progress.json").read_text())
@@ -265,8 +307,11 @@ def runtime_of(run_dir: Path, measured: dict) -> dict:
     """What the bundle is for: the Bench stage's runtime record, else what the measurements recorded."""
     bench_runtime = run_dir / "bench" / "runtime.json"  # absent when --results replaced the Bench stage
     device = measured["meta"]["device"]
-    runtime = json.loads(bench_runtime.read_text()) if bench_runtime.exists() else {
-        "pt_version": device["torch"].split("+")[0], **device}
+    runtime = (
+        json.loads(bench_runtime.read_text())
+        if bench_runtime.exists()
+        else {"pt_version": device["torch"].split("+")[0], **device}
+    )
     return {**runtime, "platform": measured["meta"]["platform"]}
 
 
@@ -287,11 +332,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         log.info("validating on GPU %d", gpu)
-        measured = measure(run_dir, BenchTimer if with_bench else TorchTimer, gpu, args.rounds, args.margin,
-                           progress, out / "rows")
+        measured = measure(
+            run_dir, BenchTimer if with_bench else TorchTimer, gpu, args.rounds, args.margin, progress, out / "rows"
+        )
         if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
-            measured["tunableop_ab"] = measure(run_dir, TorchTimer, gpu, args.rounds, args.margin,
-                                               checkpoints=out / "rows-tunableop")
+            measured["tunableop_ab"] = measure(
+                run_dir, TorchTimer, gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop"
+            )
     atomic_write_json(out / MEASUREMENTS, measured)
     return 0
 
@@ -307,4 +354,3 @@ def rocm_torch() -> bool:
     import torch
 
     return getattr(torch.version, "hip", None) is not None and torch.cuda.is_available()
-

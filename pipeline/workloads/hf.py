@@ -32,30 +32,100 @@ NO_GPU_EXIT_CODE = 3
 
 # Widths are those of small real models (or scaled-down real ones); layer counts stay small.
 ARCHS: dict[str, dict] = {
-    "llama": {"config": "LlamaConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
-              "kw": {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 32,
-                     "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}},
-    "mistral": {"config": "MistralConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
-                "kw": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                       "num_key_value_heads": 8, "vocab_size": 32768, "max_position_embeddings": 4096}},
-    "llama3-8b": {"config": "LlamaConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
-                  "kw": {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-                         "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-                         "rope_theta": 500000.0}},
-    "qwen2-7b": {"config": "Qwen2Config", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
-                 "kw": {"hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
-                        "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 32768}},
-    "gpt2": {"config": "GPT2Config", "head": "AutoModelForCausalLM", "dtype": "float16",
-             "kw": {"n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}},
-    "bert": {"config": "BertConfig", "head": "AutoModel", "dtype": "float32",
-             "kw": {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "vocab_size": 30522}},
-    "mixtral": {"config": "MixtralConfig", "head": "AutoModelForCausalLM", "dtype": "bfloat16",
-                "kw": {"hidden_size": 1024, "intermediate_size": 3584, "num_attention_heads": 16,
-                       "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
-                       "vocab_size": 32000, "max_position_embeddings": 2048}},
-    "t5": {"config": "T5Config", "head": "AutoModelForSeq2SeqLM", "dtype": "float32",
-           "kw": {"d_model": 512, "d_ff": 2048, "d_kv": 64, "num_heads": 8, "vocab_size": 32128,
-                  "decoder_start_token_id": 0, "pad_token_id": 0}},
+    "llama": {
+        "config": "LlamaConfig",
+        "head": "AutoModelForCausalLM",
+        "dtype": "bfloat16",
+        "kw": {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+        },
+    },
+    "mistral": {
+        "config": "MistralConfig",
+        "head": "AutoModelForCausalLM",
+        "dtype": "bfloat16",
+        "kw": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 32768,
+            "max_position_embeddings": 4096,
+        },
+    },
+    "llama3-8b": {
+        "config": "LlamaConfig",
+        "head": "AutoModelForCausalLM",
+        "dtype": "bfloat16",
+        "kw": {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 128256,
+            "max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+    },
+    "qwen2-7b": {
+        "config": "Qwen2Config",
+        "head": "AutoModelForCausalLM",
+        "dtype": "bfloat16",
+        "kw": {
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "max_position_embeddings": 32768,
+        },
+    },
+    "gpt2": {
+        "config": "GPT2Config",
+        "head": "AutoModelForCausalLM",
+        "dtype": "float16",
+        "kw": {"n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024},
+    },
+    "bert": {
+        "config": "BertConfig",
+        "head": "AutoModel",
+        "dtype": "float32",
+        "kw": {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "vocab_size": 30522},
+    },
+    "mixtral": {
+        "config": "MixtralConfig",
+        "head": "AutoModelForCausalLM",
+        "dtype": "bfloat16",
+        "kw": {
+            "hidden_size": 1024,
+            "intermediate_size": 3584,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+        },
+    },
+    "t5": {
+        "config": "T5Config",
+        "head": "AutoModelForSeq2SeqLM",
+        "dtype": "float32",
+        "kw": {
+            "d_model": 512,
+            "d_ff": 2048,
+            "d_kv": 64,
+            "num_heads": 8,
+            "vocab_size": 32128,
+            "decoder_start_token_id": 0,
+            "pad_token_id": 0,
+        },
+    },
 }
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -77,8 +147,9 @@ def build(arch: str, layers: int, dtype: str, device: str):
     return model.to(device=device, dtype=getattr(torch, dtype)).eval(), config
 
 
-def run(model, config, arch: str, batch: int, prompt: int, new_tokens: int, device: str,
-        synchronize: Callable[[], None]) -> tuple[int, float]:
+def run(
+    model, config, arch: str, batch: int, prompt: int, new_tokens: int, device: str, synchronize: Callable[[], None]
+) -> tuple[int, float]:
     """One prefill of ``batch`` x ``prompt`` tokens and ``new_tokens`` greedy steps; (tokens, seconds)."""
     import torch
 
@@ -91,8 +162,14 @@ def run(model, config, arch: str, batch: int, prompt: int, new_tokens: int, devi
             model(input_ids=ids, attention_mask=mask)
             tokens = batch * prompt
         else:
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                           do_sample=False, pad_token_id=0)
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
             tokens = batch * (prompt + new_tokens)
     synchronize()
     return tokens, time.perf_counter() - start
@@ -139,21 +216,33 @@ class CompiledDecoder:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.workloads.hf", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.workloads.hf",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--arch", choices=sorted(ARCHS), default="llama")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], help="default: the arch's")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=4)
-    parser.add_argument("--reps", type=int, default=2, help="timed generations after one untimed warm-up; the "
-                                                             "median rate is printed")
+    parser.add_argument(
+        "--reps", type=int, default=2, help="timed generations after one untimed warm-up; the median rate is printed"
+    )
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--compile", choices=COMPILE_MODES, default="none",
-                        help="decode with a static cache and the forward compiled in this torch.compile mode")
-    parser.add_argument("--decode", choices=("loop", "generate"), default="loop",
-                        help="with --compile: time the compiled decode loop alone (default) or generate()")
+    parser.add_argument(
+        "--compile",
+        choices=COMPILE_MODES,
+        default="none",
+        help="decode with a static cache and the forward compiled in this torch.compile mode",
+    )
+    parser.add_argument(
+        "--decode",
+        choices=("loop", "generate"),
+        default="loop",
+        help="with --compile: time the compiled decode loop alone (default) or generate()",
+    )
     args = parser.parse_args(argv)
     if args.compile != "none" and ARCHS[args.arch]["head"] != "AutoModelForCausalLM":
         print(f"--compile decodes a causal LM; {args.arch} is not one", file=sys.stderr)
@@ -190,18 +279,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def once() -> tuple[int, float]:
             return run(model, config, args.arch, args.batch, args.prompt, args.new_tokens, args.device, synchronize)
+
     start = time.perf_counter()
     once()
     if args.compile != "none":
-        print(f"compile ({args.compile}) and first {'decode' if loop else 'generation'}: "
-              f"{time.perf_counter() - start:.1f} s")
+        print(
+            f"compile ({args.compile}) and first {'decode' if loop else 'generation'}: "
+            f"{time.perf_counter() - start:.1f} s"
+        )
     rates = [n / s for n, s in (once() for _ in range(args.reps))]
-    print(f"{args.arch}: {args.layers} layers, batch {args.batch}, prompt {args.prompt}, {args.new_tokens} new tokens"
-          + (f", compiled ({args.compile}, static cache)" if args.compile != "none" else ""))
+    print(
+        f"{args.arch}: {args.layers} layers, batch {args.batch}, prompt {args.prompt}, {args.new_tokens} new tokens"
+        + (f", compiled ({args.compile}, static cache)" if args.compile != "none" else "")
+    )
     spread = (max(rates) - min(rates)) / statistics.median(rates)
     what = "decode loops" if loop else "generations"
-    print(f"throughput: {statistics.median(rates):.1f} tokens/s (median of {args.reps} {what}, "
-          f"spread {spread:.1%})")
+    print(f"throughput: {statistics.median(rates):.1f} tokens/s (median of {args.reps} {what}, spread {spread:.1%})")
     return 0
 
 

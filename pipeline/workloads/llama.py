@@ -86,7 +86,8 @@ class Attention(nn.Module):
         """q, k, v as ``[batch, heads, seq, head_dim]``, q and k rotated."""
         cfg, (batch, seq, _) = self.cfg, x.shape
         q, k, v = self.qkv(x).split(
-            [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim], dim=-1)
+            [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim], dim=-1
+        )
         q = rotate(q.view(batch, seq, cfg.heads, cfg.head_dim).transpose(1, 2), cos, sin)
         k = rotate(k.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2), cos, sin)
         return q, k, v.view(batch, seq, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
@@ -95,17 +96,29 @@ class Attention(nn.Module):
         batch, _, seq, _ = out.shape
         return self.o(out.transpose(1, 2).reshape(batch, seq, self.cfg.heads * self.cfg.head_dim))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: tuple[torch.Tensor, torch.Tensor], start: int) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor],
+        start: int,
+    ) -> torch.Tensor:
         (batch, seq, _), (q, k, v) = x.shape, self._heads(x, cos, sin)
         cache_k, cache_v = cache
-        cache_k[:batch, :, start:start + seq] = k
-        cache_v[:batch, :, start:start + seq] = v
-        keys, values = cache_k[:batch, :, :start + seq], cache_v[:batch, :, :start + seq]
+        cache_k[:batch, :, start : start + seq] = k
+        cache_v[:batch, :, start : start + seq] = v
+        keys, values = cache_k[:batch, :, : start + seq], cache_v[:batch, :, : start + seq]
         return self._project(F.scaled_dot_product_attention(q, keys, values, is_causal=seq > 1, enable_gqa=True))
 
-    def decode(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               cache: tuple[torch.Tensor, torch.Tensor], position: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor],
+        position: torch.Tensor,
+    ) -> torch.Tensor:
         """One token per sequence at ``position`` (a device tensor): static shapes, so it can be captured."""
         batch, (q, k, v) = x.shape[0], self._heads(x, cos, sin)
         cache_k, cache_v = cache[0][:batch], cache[1][:batch]
@@ -113,8 +126,11 @@ class Attention(nn.Module):
         cache_v.index_copy_(2, position, v)
         visible = (torch.arange(cache_k.shape[2], device=x.device) <= position)[None, :]  # [1 query, keys]
         groups = self.cfg.heads // self.cfg.kv_heads
-        return self._project(F.scaled_dot_product_attention(q, cache_k.repeat_interleave(groups, 1),
-                                                            cache_v.repeat_interleave(groups, 1), attn_mask=visible))
+        return self._project(
+            F.scaled_dot_product_attention(
+                q, cache_k.repeat_interleave(groups, 1), cache_v.repeat_interleave(groups, 1), attn_mask=visible
+            )
+        )
 
 
 class MLP(nn.Module):
@@ -249,8 +265,9 @@ class GraphDecoder:
         return self.next_token.clone()
 
 
-def generate(model: Llama, batch: int, prompt: int, steps: int, generator: torch.Generator,
-             mode: str = "eager") -> dict:
+def generate(
+    model: Llama, batch: int, prompt: int, steps: int, generator: torch.Generator, mode: str = "eager"
+) -> dict:
     """Greedy generation; returns the prefill and decode times in seconds and the tokens made. In ``graph``
     mode the decode step is captured after the prefill, outside the timed span (engines capture at start)."""
     device = model.lm_head.weight.device
@@ -273,8 +290,12 @@ def generate(model: Llama, batch: int, prompt: int, steps: int, generator: torch
         out.append(next_token)
     synchronize(device)
     t2 = time.perf_counter()
-    return {"prefill_s": t1 - t0, "decode_s": t2 - t_capture, "capture_s": t_capture - t1,
-            "tokens": torch.cat(out, dim=1)}
+    return {
+        "prefill_s": t1 - t0,
+        "decode_s": t2 - t_capture,
+        "capture_s": t_capture - t1,
+        "tokens": torch.cat(out, dim=1),
+    }
 
 
 def synchronize(device: torch.device) -> None:
@@ -284,8 +305,11 @@ def synchronize(device: torch.device) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     d = LlamaConfig()
-    parser = argparse.ArgumentParser(prog="python -m pipeline.workloads.llama", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.workloads.llama",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for name in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name))
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4])
@@ -293,15 +317,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--decode-steps", type=int, default=16)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--device", default="cuda", help="cuda (ROCm GPUs are 'cuda' too) or cpu for a smoke run")
-    parser.add_argument("--decode-mode", choices=["eager", "graph"], default="eager",
-                        help="eager: Python calls per step; graph: each step replays a captured CUDA graph")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="untimed generations of every (batch, prompt) pair before the timed ones")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="timed generations per (batch, prompt) pair; the medians are reported")
-    parser.add_argument("--fp8", action="store_true",
-                        help="the decoder's linear layers in FP8 through torch._scaled_mm (tensorwise scales, "
-                             "dynamic for activations), as torchao's float8 inference")
+    parser.add_argument(
+        "--decode-mode",
+        choices=["eager", "graph"],
+        default="eager",
+        help="eager: Python calls per step; graph: each step replays a captured CUDA graph",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed generations of every (batch, prompt) pair before the timed ones"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="timed generations per (batch, prompt) pair; the medians are reported"
+    )
+    parser.add_argument(
+        "--fp8",
+        action="store_true",
+        help="the decoder's linear layers in FP8 through torch._scaled_mm (tensorwise scales, "
+        "dynamic for activations), as torchao's float8 inference",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -310,13 +343,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("the embedded workload needs a CUDA or ROCm GPU, and torch.cuda.is_available() is False "
-              f"(torch {torch.__version__})", file=sys.stderr)
+        print(
+            "the embedded workload needs a CUDA or ROCm GPU, and torch.cuda.is_available() is False "
+            f"(torch {torch.__version__})",
+            file=sys.stderr,
+        )
         return NO_GPU_EXIT_CODE
     cfg = LlamaConfig(args.hidden, args.heads, args.kv_heads, args.intermediate, args.vocab, args.layers)
     if cfg.hidden % cfg.heads or cfg.heads % cfg.kv_heads:
-        print(f"hidden {cfg.hidden} must split into {cfg.heads} heads, and heads into {cfg.kv_heads} kv heads",
-              file=sys.stderr)
+        print(
+            f"hidden {cfg.hidden} must split into {cfg.heads} heads, and heads into {cfg.kv_heads} kv heads",
+            file=sys.stderr,
+        )
         return 2
     mode = args.decode_mode
     if mode == "graph" and device.type != "cuda":
@@ -343,8 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 prefill = statistics.median(r["prefill_s"] for r in runs)
                 decode = statistics.median(r["decode_s"] for r in runs)
                 decoded = batch * (args.decode_steps - 1)
-                print(f"batch={batch} prompt={prompt}: prefill {batch * prompt / prefill:.1f} tokens/s, "
-                      f"decode ({mode}) {decoded / max(decode, 1e-9):.1f} tokens/s")
+                print(
+                    f"batch={batch} prompt={prompt}: prefill {batch * prompt / prefill:.1f} tokens/s, "
+                    f"decode ({mode}) {decoded / max(decode, 1e-9):.1f} tokens/s"
+                )
                 total_tokens += batch * (prompt + args.decode_steps - 1)
                 total_s += prefill + decode
                 decoded_tokens += decoded

@@ -43,8 +43,10 @@ if generation == "2025":
 config = yaml.safe_load(Path(args.config_file[0]).read_text())
 bench_cfg = config["Bench"]
 ptype, test = bench_cfg["ProblemType"], bench_cfg.get("TestConfig", {})
-letters = {k: str(ptype.get(k, "S")).upper() for k in ("DataTypeA", "DataTypeB", "DataTypeC", "DataTypeD",
-                                                        "ComputeInputDataType")}
+letters = {
+    k: str(ptype.get(k, "S")).upper()
+    for k in ("DataTypeA", "DataTypeB", "DataTypeC", "DataTypeD", "ComputeInputDataType")
+}
 assert letters["DataTypeC"] == letters["DataTypeD"], "C and D must be the same type"
 for letter in letters.values():
     assert letter in TYPES, f"unknown type letter {letter}"  # upstream: a bare assert 0 in dataType2Bench
@@ -63,12 +65,45 @@ sizes = sorted({tuple(size) for size in bench_cfg["ProblemSizes"]})
 winners = {}
 for m, n, b, k in sizes:  # a 3-element size fails here, as upstream's size[3] does
     device = ["--device", str(test.get("Device", 0))] if generation == "2025" else []
-    cmd = [str(bench), "--print_kernel_info", *device, "--transA", ta, "--transB", tb,
-           "--a_type", TYPES[letters["DataTypeA"]], "--b_type", TYPES[letters["DataTypeB"]],
-           "--c_type", TYPES[letters["DataTypeC"]], "--d_type", TYPES[letters["DataTypeD"]], "--compute_type", "f32_r",
-           "--algo_method", test.get("AlgoMethod", "all"), "--api_method", "cpp", "--requested_solution", "2",
-           "--solution_index", "0", "-j", str(test.get("ColdIter", 20)), "-i", str(test.get("Iter", 100)),
-           "-m", str(m), "-n", str(n), "-k", str(k), "--batch_count", str(b)]
+    cmd = [
+        str(bench),
+        "--print_kernel_info",
+        *device,
+        "--transA",
+        ta,
+        "--transB",
+        tb,
+        "--a_type",
+        TYPES[letters["DataTypeA"]],
+        "--b_type",
+        TYPES[letters["DataTypeB"]],
+        "--c_type",
+        TYPES[letters["DataTypeC"]],
+        "--d_type",
+        TYPES[letters["DataTypeD"]],
+        "--compute_type",
+        "f32_r",
+        "--algo_method",
+        test.get("AlgoMethod", "all"),
+        "--api_method",
+        "cpp",
+        "--requested_solution",
+        "2",
+        "--solution_index",
+        "0",
+        "-j",
+        str(test.get("ColdIter", 20)),
+        "-i",
+        str(test.get("Iter", 100)),
+        "-m",
+        str(m),
+        "-n",
+        str(n),
+        "-k",
+        str(k),
+        "--batch_count",
+        str(b),
+    ]
     if ptype.get("UseBias"):
         cmd.append("--bias_vector")
     if test.get("RotatingBuffer", 512):
