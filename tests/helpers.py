@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 TUNABLEOP_FIXTURES = sorted((FIXTURES / "tunableop").glob("*.csv"))
@@ -22,11 +24,25 @@ O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
 
 
 def amd_dag(
-    tmp_path: Path, run: str, build: str = "", task: str = "TuneWorkload", *extra: str, untuned: Path | str = UNTUNED
+    tmp_path: Path,
+    run: str,
+    build: str = "",
+    task: str = "TuneWorkload",
+    *extra: str,
+    untuned: Path | str = UNTUNED,
+    workdir: Path | None = None,
+    target: Path | None = TARGET,
+    bench: str | None = DOUBLE,
+    generation: str = "2025",
+    rounds: int | None = 3,
+    local: bool = True,
 ) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of ``luigi ... <task>`` on ``untuned`` with the hipblaslt backend and the
-    double (``build``: its library build), from ``tmp_path``; the double logs every invocation to
-    ``tmp_path/bench.log``."""
+    """The one way the tests spell ``luigi ... <task>`` on ``untuned`` with the hipblaslt backend and the
+    double (``build``: its library build; ``generation``: its tree), its workdir ``workdir`` (default
+    ``tmp_path/w``), from ``tmp_path``: the command and its environment. ``target`` (``--validators-from``),
+    ``bench`` (``--hipblaslt-bench``) and ``rounds`` (``--validate-rounds``) are left out where None; the double
+    logs every invocation to ``tmp_path/bench.log``."""
+    options = {"--validators-from": target, "--hipblaslt-bench": bench, "--validate-rounds": rounds}
     command = [
         sys.executable,
         "-m",
@@ -34,27 +50,22 @@ def amd_dag(
         "--module",
         "pipeline",
         task,
-        "--local-scheduler",
+        *(["--local-scheduler"] if local else []),
         "--workdir",
-        str(tmp_path / "w"),
+        str(workdir or tmp_path / "w"),
         "--run-name",
         run,
         "--untuned",
         str(untuned),
         "--backend",
         "hipblaslt",
-        "--hipblaslt-bench",
-        DOUBLE,
-        "--validators-from",
-        str(TARGET),
-        "--validate-rounds",
-        "3",
+        *(item for name, value in options.items() if value is not None for item in (name, str(value))),
         *extra,
     ]
     env = {
         **os.environ,
         "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
-        "HIPBLASLT_DOUBLE_GENERATION": "2025",
+        "HIPBLASLT_DOUBLE_GENERATION": generation,
         "HIPBLASLT_DOUBLE_NOISE": "0",
         "HIPBLASLT_DOUBLE_LOG": str(tmp_path / "bench.log"),
         "HIPBLASLT_DOUBLE_BUILD": build,
@@ -68,43 +79,27 @@ def run_amd_dag(
     build: str = "",
     task: str = "TuneWorkload",
     *extra: str,
-    untuned: Path | str = UNTUNED,
     check: bool = True,
+    **options,
 ) -> subprocess.CompletedProcess:
-    """Run ``amd_dag``'s command from ``tmp_path``; asserts success unless ``check`` is off."""
-    command, env = amd_dag(tmp_path, run, build, task, *extra, untuned=untuned)
+    """Run ``amd_dag``'s command from ``tmp_path`` (``options``: its keywords); asserts success unless ``check``
+    is off."""
+    command, env = amd_dag(tmp_path, run, build, task, *extra, **options)
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
 
 
-def source_module(directory: Path, name: str, text: str):
-    """``text`` written to ``directory/<name>.py`` and imported as a fresh module (not left in ``sys.modules``):
-    GPU tests run the same calls in this process and in a workload process from one source."""
-    import importlib
-
-    (directory / f"{name}.py").write_text(text)
-    sys.path.insert(0, str(directory))
+def optional_torch():
+    """torch where it is installed, else None: a module whose tests mostly need no torch marks the others
+    with ``needs_torch`` instead of skipping itself whole."""
     try:
-        module = importlib.import_module(name)
-    finally:
-        sys.path.remove(str(directory))
-    sys.modules.pop(name, None)
-    return module
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
-def nvmath_gpu_marks(what: str) -> list:
-    """``pytestmark`` of a GPU test module that needs nvmath-python (the 'cuda' extra) for ``what``."""
-    import importlib.util
-
-    import pytest
-
-    return [
-        pytest.mark.gpu,
-        pytest.mark.skipif(
-            importlib.util.find_spec("nvmath") is None,
-            reason=f"nvmath-python is not installed: {what} comes with the "
-            "'cuda' extra (pip install -e '.[cuda,test]')",
-        ),
-    ]
+def needs_torch(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(optional_torch() is None, reason=reason)

@@ -3,50 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import read_file
 
-from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED
+from .helpers import DOUBLE, FIXTURES, TARGET, amd_dag
 
 
-def _luigi(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
-        "TuneWorkload",
-        "--local-scheduler",
-        "--workdir",
-        str(tmp_path / "w"),
-        "--run-name",
-        "night",
-        "--untuned",
-        str(UNTUNED),
-        "--backend",
-        "hipblaslt",
-        *extra,
-    ]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), **(env or {})}
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+def _luigi(tmp_path: Path, *extra: str, env: dict | None = None, **options) -> subprocess.CompletedProcess:
+    command, base = amd_dag(tmp_path, "night", "", "TuneWorkload", *extra, **options)
+    base.pop("HIPBLASLT_DOUBLE_NOISE")  # the double's own noise: the gate must confirm what it keeps
+    return subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**base, **(env or {})}
+    )
 
 
 def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
-    proc = _luigi(
-        tmp_path,
-        "--hipblaslt-bench",
-        DOUBLE,
-        "--validators-from",
-        str(TARGET),
-        env={"HIPBLASLT_DOUBLE_GENERATION": "2025"},
-    )
+    proc = _luigi(tmp_path, rounds=None)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     summary = json.loads((run / "bench" / "summary.json").read_text())
@@ -78,8 +54,8 @@ def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
 
 
 def test_a_missing_bench_fails_before_any_work_and_says_where_it_looked(tmp_path):
-    proc = _luigi(tmp_path, env={"PATH": "/usr/bin:/bin", "HIPBLASLT_BENCH": ""})
-    assert proc.returncode != 0
+    proc = _luigi(tmp_path, env={"PATH": "/usr/bin:/bin", "HIPBLASLT_BENCH": ""}, bench=None, target=None, rounds=None)
+    assert proc.returncode == 5, "README: luigi exits 5 when a check before any work refused the run"
     assert "pass --hipblaslt-bench PATH, set $HIPBLASLT_BENCH, or put hipblaslt-bench on PATH" in proc.stderr
     assert not (tmp_path / "w" / "night" / "shapes").exists(), "checked before any stage ran"
     assert "failed: ToolMissing (exit 11, tool failure)" in proc.stderr
@@ -90,28 +66,10 @@ def test_a_2024_hipblaslt_for_torch_2_6_ships_the_names_that_torch_reads_and_no_
     Gemm_Hipblaslt_<TA><TB>_<index>: the rows are named so, the package serves them, no override file ships."""
     untuned = FIXTURES / "tunableop" / "torch2.6_untuned.csv"
     target = FIXTURES / "tunableop" / "torch2.6_rocm_results.csv"
-    command = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
-        "Package",
-        "--local-scheduler",
-        "--workdir",
-        str(tmp_path / "w"),
-        "--run-name",
-        "night",
-        "--untuned",
-        str(untuned),
-        "--backend",
-        "hipblaslt",
-        "--hipblaslt-bench",
-        DOUBLE,
-        "--validators-from",
-        str(target),
-    ]
-    env = {**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"), "HIPBLASLT_DOUBLE_GENERATION": "2024"}
+    command, env = amd_dag(
+        tmp_path, "night", "", "Package", untuned=untuned, target=target, generation="2024", rounds=None
+    )
+    env.pop("HIPBLASLT_DOUBLE_NOISE")
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"

@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import yaml
 
 from pipeline.formats.tunableop import read_file
 
-from .helpers import DOUBLE, TARGET, UNTUNED
+from .helpers import amd_dag
 
 KILLS = 20
 ARTIFACTS = (
@@ -58,37 +57,7 @@ PLAN = (
 
 
 def _start(tmp_path: Path, workdir: Path) -> subprocess.Popen:
-    command = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
-        "TuneWorkload",
-        "--local-scheduler",
-        "--workdir",
-        str(workdir),
-        "--run-name",
-        "night",
-        "--untuned",
-        str(UNTUNED),
-        "--backend",
-        "hipblaslt",
-        "--hipblaslt-bench",
-        DOUBLE,
-        "--validators-from",
-        str(TARGET),
-        "--validate-rounds",
-        "3",
-        "--gpus",
-        "2",
-    ]
-    env = {
-        **os.environ,
-        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
-        "HIPBLASLT_DOUBLE_GENERATION": "2025",
-        "HIPBLASLT_DOUBLE_NOISE": "0",
-    }
+    command, env = amd_dag(tmp_path, "night", "", "TuneWorkload", "--gpus", "2", workdir=workdir)
     return subprocess.Popen(
         command,
         cwd=tmp_path,

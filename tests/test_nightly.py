@@ -25,7 +25,7 @@ from pipeline.stages import nightly
 from pipeline.stages.fingerprint import ProbeFailed
 from pipeline.stages.gate import GateRefused
 
-from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED
+from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED, amd_dag
 
 CUDA_TARGET = FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv"
 
@@ -96,35 +96,10 @@ def test_plain_luigi_tasks_share_the_lock_and_never_run_beside_a_nightly(tmp_pat
         nightly.workdir_lock(tmp_path),
     ):
         pass
+    command, env = amd_dag(tmp_path, "r", "", "TuneWorkload", workdir=tmp_path, rounds=None)
     with nightly.workdir_lock(tmp_path, argv=["nightly"]):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "luigi",
-                "--module",
-                "pipeline",
-                "TuneWorkload",
-                "--local-scheduler",
-                "--workdir",
-                str(tmp_path),
-                "--run-name",
-                "r",
-                "--untuned",
-                str(UNTUNED),
-                "--backend",
-                "hipblaslt",
-                "--hipblaslt-bench",
-                DOUBLE,
-                "--validators-from",
-                str(TARGET),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks")},
-        )
-    assert proc.returncode != 0
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, "README: luigi exits 2 when a task failed"
     assert "failed: Locked (exit 13, busy)" in proc.stderr and '"argv": ["nightly"]' in proc.stderr
     assert not (tmp_path / "r" / "shapes").exists(), "nothing was written beside the nightly"
 

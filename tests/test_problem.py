@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 
@@ -47,7 +49,10 @@ def test_invalid_problems_say_why(fields, message):
 @given(problems())
 def test_dict_round_trip_and_sort_key(problem):
     assert GemmProblem.from_dict(problem.to_dict()) == problem
-    assert isinstance(problem.sort_key(), tuple)
+    key = problem.sort_key()
+    assert key == GemmProblem.from_dict(problem.to_dict()).sort_key()
+    if isinstance(problem.m, int):  # the order is by value: a larger M sorts after
+        assert key < dataclasses.replace(problem, m=problem.m + 1).sort_key()
 
 
 def test_lds_under_the_row_count_are_kept_and_raised_only_for_blas():

@@ -16,7 +16,7 @@ from pipeline.runtime import DeviceMismatch, tunableop_consumes
 from pipeline.runtime.frame import gemm_key, operand
 from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, load_table, runtime_key
 
-from .helpers import FIXTURES
+from .helpers import FIXTURES, needs_torch, optional_torch
 
 SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
 REFUSED = "Gemm_Cublaslt_id_999_tile_1_stages_1_splitk_1_red_0_swizzle_0_custom_0"
@@ -106,7 +106,8 @@ def test_who_consumes_the_rows(version, hip, consumer):
 
 
 # -- routing on the CPU dispatch key with the double executor -----------------------------------------------
-torch = pytest.importorskip("torch", reason="routing tests need torch (the cuda/rocm extra; CPU torch will do)")
+torch = optional_torch()
+needs = needs_torch("routing tests need torch (the cuda/rocm extra; CPU torch will do)")
 
 
 @pytest.fixture
@@ -137,6 +138,7 @@ def routed(tmp_path):
     assert executor.closed and rt.installed() is None
 
 
+@needs
 def test_the_routed_dtypes_are_those_torchs_path_runs():
     from pipeline.backends.base import SUPPORTED_DTYPES
     from pipeline.backends.torch_gemm import TORCH_DTYPES
@@ -148,6 +150,7 @@ def _tuned(runtime) -> int:
     return sum(runtime.status()["tuned_calls"].values())
 
 
+@needs
 def test_tuned_calls_take_the_plan_and_match_torch(routed):
     F = torch.nn.functional
     g = torch.Generator().manual_seed(0)
@@ -171,6 +174,7 @@ def test_tuned_calls_take_the_plan_and_match_torch(routed):
     assert batched.shape == (4, 16, 32)
 
 
+@needs
 def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     F = torch.nn.functional
     x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
@@ -205,6 +209,7 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     assert "cublasLtMatmulAlgoCheck" in next(iter(routed.status()["rows_rejected"].values()))
 
 
+@needs
 def test_autocast_calls_arrive_cast_and_compute_as_torch_does(routed):
     x, w = torch.randn(64, 256), torch.randn(512, 256)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -218,6 +223,7 @@ def test_autocast_calls_arrive_cast_and_compute_as_torch_does(routed):
     assert torch.allclose(routed_out.float(), own.float(), rtol=2e-2, atol=5e-2)
 
 
+@needs
 def test_fp32_rows_apply_only_under_the_tf32_setting_they_were_tuned_with(routed):
     x, w = torch.randn(64, 256), torch.randn(512, 256)
     torch.nn.functional.linear(x, w)
@@ -230,6 +236,7 @@ def test_fp32_rows_apply_only_under_the_tf32_setting_they_were_tuned_with(routed
     assert _tuned(routed) == 1 and routed.status()["fallbacks"] == {"no tuned row": 1}
 
 
+@needs
 def test_uninstall_restores_torchs_kernels(routed):
     import pipeline.runtime as rt
 
@@ -243,6 +250,7 @@ def test_uninstall_restores_torchs_kernels(routed):
     assert rt.installed() is None
 
 
+@needs
 def test_rows_tuned_on_another_gpu_are_refused(tmp_path):
     import pipeline.runtime as rt
 
@@ -271,7 +279,8 @@ def _cli(tmp_path, *command: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+@pytest.mark.skipif(torch is not None and torch.cuda.is_available(), reason="checks the no-GPU message")
+@needs
 def test_cli_without_a_gpu_says_what_is_missing(tmp_path):
     proc = _cli(tmp_path, "-c", "print('ran')")
     assert proc.returncode == 11 and "ran" not in proc.stdout and "Traceback" not in proc.stderr
@@ -279,6 +288,7 @@ def test_cli_without_a_gpu_says_what_is_missing(tmp_path):
     assert "nvmath-python" in proc.stderr or "torch.cuda.is_available() is False" in proc.stderr
 
 
+@needs
 def test_cli_names_a_bundle_that_is_not_there(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path / "nope"), "--", "-c", "pass"],
@@ -290,7 +300,8 @@ def test_cli_names_a_bundle_that_is_not_there(tmp_path):
     assert proc.returncode == 11 and f"{tmp_path / 'nope'}: no such bundle directory or results file" in proc.stderr
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+@pytest.mark.skipif(torch is not None and torch.cuda.is_available(), reason="checks the no-GPU message")
+@needs
 def test_cli_child_processes_install_on_importing_torch(tmp_path):
     proc = _cli(tmp_path, "bash", "-c", f"{sys.executable} -c 'import torch; print(torch.__name__)'")
     assert proc.returncode == 0 and proc.stdout.strip() == "torch"
@@ -308,6 +319,7 @@ def test_cli_needs_a_command(tmp_path):
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
+@needs
 def test_the_out_overloads_take_the_plan_too(routed):
     """Compiled code calls mm.out/addmm.out/bmm.out into buffers it owns: the same routing writes there."""
     g = torch.Generator().manual_seed(1)
@@ -332,6 +344,7 @@ def test_the_out_overloads_take_the_plan_too(routed):
     assert torch.allclose(strided.float(), (x @ w.t()).float(), rtol=2e-2, atol=2e-2)
 
 
+@needs
 def test_a_compiled_model_reaches_the_plans(routed):
     """torch.compile (Inductor) lowers F.linear to an extern mm/addmm with out=: it must still route."""
     F = torch.nn.functional
@@ -348,6 +361,7 @@ def test_a_compiled_model_reaches_the_plans(routed):
     assert torch.allclose(got.float(), (F.linear(x, w, b) + F.linear(x, w)).float(), rtol=3e-2, atol=3e-2)
 
 
+@needs
 def test_the_bias_takes_the_key_torch_records():
     """torch's CUDA addmm gives only a contiguous vector bias of the output's width to the cuBLASLt epilogue
     (GemmAndBias); every other bias is broadcast into the output and a Gemm accumulates."""
@@ -364,6 +378,7 @@ def test_the_bias_takes_the_key_torch_records():
     assert expandable((512,), (64, 512)) and expandable((64, 1), (64, 512)) and not expandable((63, 512), (64, 512))
 
 
+@needs
 def test_a_bias_torch_does_not_fuse_routes_to_the_gemm_row(routed):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(64, 256, generator=g).bfloat16()

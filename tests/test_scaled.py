@@ -17,6 +17,8 @@ from pipeline.runtime.record import read_counts, tunableop_records_scaled
 from pipeline.runtime.scaled import Meta, scaled_problem
 from pipeline.runtime.table import RESULTS, load_table, runtime_key
 
+from .helpers import needs_torch, optional_torch
+
 SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
 OP = "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN"
 # F.linear-like: x[16, 32] @ w[64, 32].t() -> BLAS m = 64, n = 16, k = 32 (shared/spec/tunableop.md 1.3)
@@ -127,13 +129,15 @@ def test_a_scaled_row_never_lands_under_a_plain_gemm_key_or_the_reverse(tmp_path
     assert "rw_ form" in next(iter(table.left_out))
 
 
-torch = pytest.importorskip("torch", reason="recording and routing tests need torch (CPU torch will do)")
+torch = optional_torch()
+needs = needs_torch("recording and routing tests need torch (CPU torch will do)")
 
 
 def _fp8(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.float8_e4m3fn)
 
 
+@needs
 def test_the_recorder_counts_keys_and_leaves_torchs_result(tmp_path):
     from pipeline.runtime.record import ScaledRecorder
 
@@ -157,6 +161,7 @@ def test_the_recorder_counts_keys_and_leaves_torchs_result(tmp_path):
     assert read_counts(tmp_path)[0] == {f"{OP},{TENSORWISE}": 2}
 
 
+@needs
 def test_collection_merges_the_recorded_calls(tmp_path):
     """A workload whose processes record through the recorder (installed by hand on the CPU key here; on a GPU
     the autoload hook installs it on the CUDA key): its keys join torch's files and its counts calls.json."""
@@ -187,6 +192,7 @@ def test_collection_merges_the_recorded_calls(tmp_path):
     }
 
 
+@needs
 def test_the_autoload_hook_never_breaks_a_workload_whose_torch_has_no_cuda_kernels(tmp_path):
     from pipeline.runtime.__main__ import AUTOLOAD
 
@@ -227,6 +233,7 @@ def _tuned(runtime) -> int:
     return sum(runtime.status()["tuned_calls"].values())
 
 
+@needs
 def test_scaled_calls_with_a_tuned_row_take_the_plan_and_match_torch(routed_fp8):
     x, w = _fp8(16, 32), _fp8(64, 32, seed=1)
     sx, sw = torch.tensor(0.75), torch.tensor(1.25)
@@ -244,6 +251,7 @@ def test_scaled_calls_with_a_tuned_row_take_the_plan_and_match_torch(routed_fp8)
     assert torch.allclose(out.float(), reference, rtol=2e-2, atol=1e-1)
 
 
+@needs
 def test_scaled_calls_without_a_row_or_with_another_form_fall_back_counted(routed_fp8):
     x, w, one = _fp8(16, 32), _fp8(64, 32, seed=1), torch.tensor(1.0)
     torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.float16)  # no fp16-out row
@@ -255,6 +263,7 @@ def test_scaled_calls_without_a_row_or_with_another_form_fall_back_counted(route
     assert fallbacks["out= not a contiguous output of the product's shape and dtype"] == 1
 
 
+@needs
 def test_the_fp8_workload_layer_stays_close_to_its_linear():
     from pipeline.workloads.llama import FP8Linear, main
 

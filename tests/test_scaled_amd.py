@@ -4,9 +4,7 @@ tuned with their scales, never as plain GEMMs; keys a bench cannot express skipp
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +13,7 @@ from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file
 from pipeline.stages.results_merge import merge_results
 
-from .helpers import DOUBLE, FIXTURES, TARGET
+from .helpers import FIXTURES, amd_dag
 
 SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
 ROWWISE = parse_key(
@@ -90,36 +88,8 @@ def test_a_scaled_row_never_lands_under_a_plain_key_nor_the_reverse():
 @pytest.mark.parametrize("generation", ["2024", "2025"])
 def test_scaled_gemms_are_tuned_with_their_scales_through_the_dag(generation, tmp_path):
     settings = tmp_path / "settings.log"
-    command = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
-        "TuneWorkload",
-        "--local-scheduler",
-        "--workdir",
-        str(tmp_path / "w"),
-        "--run-name",
-        "fp8",
-        "--untuned",
-        str(SCALED),
-        "--backend",
-        "hipblaslt",
-        "--hipblaslt-bench",
-        DOUBLE,
-        "--validators-from",
-        str(TARGET),
-        "--validate-rounds",
-        "3",
-    ]
-    env = {
-        **os.environ,
-        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
-        "HIPBLASLT_DOUBLE_GENERATION": generation,
-        "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings),
-        "HIPBLASLT_DOUBLE_NOISE": "0",
-    }
+    command, env = amd_dag(tmp_path, "fp8", "", "TuneWorkload", untuned=SCALED, generation=generation)
+    env["HIPBLASLT_DOUBLE_SETTINGS_LOG"] = str(settings)
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "fp8"

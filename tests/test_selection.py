@@ -10,6 +10,8 @@ import pytest
 from pipeline.backends.selection import finalists, tier_sizes
 from pipeline.problem import GemmProblem
 
+from .helpers import needs_torch, optional_torch
+
 
 def _replay(true_us: list[float], noise: float, seed: int) -> list[float]:
     """One recorded-like screen: each candidate's time with multiplicative noise."""
@@ -66,9 +68,11 @@ def test_unscreened_candidates_are_never_finalists():
     assert finalists([None, 5.0, None, 4.0], 1) == [3]
 
 
-torch = pytest.importorskip("torch", reason="the floor lives in the timing harness, which needs torch")
+torch = optional_torch()
+needs = needs_torch("the floor lives in the timing harness, which needs torch")
 
 
+@needs
 def test_floor_is_bytes_over_bandwidth_or_flops_over_peak():
     from pipeline.backends.measure import BelowFloor, DeviceLimits
 
@@ -83,6 +87,7 @@ def test_floor_is_bytes_over_bandwidth_or_flops_over_peak():
         DeviceLimits(bandwidth=3.0e12, flops={("bfloat16", "float32"): 700e12}).check(decode, 68.8, "gate_up M=1")
 
 
+@needs
 def test_operands_rotate_through_at_least_two_copies():
     from pipeline.backends.measure import copies_needed
 
@@ -92,6 +97,7 @@ def test_operands_rotate_through_at_least_two_copies():
     assert copies_needed(small, 50 << 20, 3.0) == 5
 
 
+@needs
 def test_the_screens_gpu_spin_stays_bounded_when_the_host_waits_on_it():
     """A kernel's first load synchronises with the GPU, so the host's enqueue time then includes the spin
     itself: sized from it (1.5x), the spin grew geometrically and a cold process spun for minutes."""

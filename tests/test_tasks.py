@@ -83,7 +83,7 @@ def test_luigi_command_line_exit_codes(tmp_path):
     failed = subprocess.run(
         [*base, "--run-name", "bad", "--untuned", str(bad)], cwd=repo, capture_output=True, text=True
     )
-    assert failed.returncode != 0
+    assert failed.returncode == 2, "README: luigi exits 2 when a task failed"
     assert f"{bad}:1: params 'tn_8_8'" in failed.stderr
 
 
