@@ -54,11 +54,10 @@ from .stages import (
     call_weights,
     config_tool,
     configs,
-    find_exact,
     nightly,
     package,
+    registry,
     report,
-    tensile,
     timings,
     tuned_cache,
 )
@@ -79,7 +78,6 @@ from .stages.shapes import (
 )
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
-AMD_TOOLS = ("hipblaslt", *bench.CONFIG_TOOLS)
 
 
 def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
@@ -290,7 +288,7 @@ class PipelineTask(luigi.Task):
         """``--gpus`` GPUs, else every visible one (through torch for cuBLASLt, the AMD tools' own count)."""
         if getattr(self, "gpus", 0):
             return list(range(self.gpus))
-        amd = getattr(self, "backend", "cublaslt") in AMD_TOOLS
+        amd = registry.amd(getattr(self, "backend", "cublaslt"))
         return list(range(amd_gpu_count() if amd else gpu_count(who)))
 
     def stage_dir(self, stage: str) -> Path:
@@ -329,7 +327,7 @@ class StackBound(PipelineTask):
     # The tuning settings a stack's fingerprint includes, declared here for every stack-bound task (Bench's own)
     backend = luigi.ChoiceParameter(
         default="cublaslt",
-        choices=[*bench.BACKENDS, *bench.CONFIG_TOOLS],
+        choices=list(registry.REGISTRY),
         description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD",
     )
     hipblaslt_bench = luigi.Parameter(
@@ -346,20 +344,12 @@ class StackBound(PipelineTask):
 
     def tuning_settings(self) -> dict:
         """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
-        settings = {"backend": self.backend, "margin": self.margin, "time_budget": self.time_budget}
-        if self.backend == "tunableop":
-            settings.update(
-                iterations=self.tunableop_iterations,
-                duration_ms=self.tunableop_duration_ms,
-                rotating_mb=self.tunableop_rotating_mb,
-                numerical_check=self.tunableop_numerical_check,
-            )
-        return settings
+        return registry.entry(self.backend).fingerprint_settings(self.param_kwargs)
 
     def stack(self) -> Stack:
         if getattr(self, "_stack", None) is None:
             bench_path = None
-            if self.backend in AMD_TOOLS:
+            if registry.amd(self.backend):
                 try:
                     bench_path = find_bench(self.hipblaslt_bench or None)
                 except ToolMissing:
@@ -584,10 +574,11 @@ class Bench(StackBound):
     def dependencies(self) -> list[luigi.Task]:
         if self.sharded():
             return [self.clone(BenchShard, shard_index=i) for i in range(self.shards)]
-        return [self.clone(GenerateConfigs) if self.backend in bench.CONFIG_TOOLS else self.clone(GatherShapes)]
+        configs = registry.entry(self.backend).kind == "config tool"
+        return [self.clone(GenerateConfigs) if configs else self.clone(GatherShapes)]
 
     def sharded(self) -> bool:
-        return bool(self.shards) and self.backend in bench.BACKENDS
+        return bool(self.shards) and registry.entry(self.backend).kind == "tuner"
 
     def redo_stages(self) -> tuple[str, ...]:
         return () if self.sharded() else ("bench",)  # sharded: BenchPlan sets it aside, before the shards
@@ -597,24 +588,7 @@ class Bench(StackBound):
 
     def backend_options(self) -> dict:
         """Constructor arguments of the backend besides the GPU; the tool is checked here, before any work."""
-        if self.backend in ("hipblaslt", "tensile"):
-            options = {"bench": find_bench(self.hipblaslt_bench or None)}
-            if self.backend == "tensile":
-                tensile.locate(self.tensile_root or None)
-                options["root"] = self.tensile_root or None
-            return options
-        if self.backend == "find_exact":
-            find_exact.locate(self.hipblaslt_root or None)
-            return {"root": self.hipblaslt_root or None}
-        bench.check_backend(self.backend)
-        if self.backend == "tunableop":
-            return {
-                "iterations": self.tunableop_iterations,
-                "duration_ms": self.tunableop_duration_ms,
-                "rotating_mb": self.tunableop_rotating_mb,
-                "numerical_check": self.tunableop_numerical_check,
-            }
-        return {}
+        return registry.entry(self.backend).construct_options(self.param_kwargs)
 
     def problems(self) -> list:
         return [record.problem for record in read_shapes_json(self.stage_dir("shapes") / "shapes.json")]
@@ -636,8 +610,8 @@ class Bench(StackBound):
             self.set_progress_percentage(round(100 * done / max(total, 1)))
             progress_bar("Bench", done, total)
 
-        if self.backend in bench.CONFIG_TOOLS:
-            tool = bench.load(bench.CONFIG_TOOLS[self.backend], self.gpu_indices("Bench")[0], **options)
+        if registry.entry(self.backend).kind == "config tool":
+            tool = registry.entry(self.backend).factory(self.gpu_indices("Bench")[0], **options)
             config_tool.tune_configs(tool, problems, self.stage_dir("configs"), out, settings, progress)
         else:
             atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
@@ -655,7 +629,7 @@ class Bench(StackBound):
                 self.stage_dir("bench"),
                 gpus,
                 settings,
-                self.backend,
+                registry.entry(self.backend).factory_path,
                 progress,
                 options,
                 previous,
@@ -990,12 +964,12 @@ def preflight(task: luigi.Task) -> None:
     if not hasattr(task, "validators_from") or task.results or task.clone(MergeResults).complete():
         return
     build = torch_build()
-    rocm = task.backend in AMD_TOOLS or (task.backend == "tunableop" and bool(build and build["hip"]))
+    rocm = registry.amd(task.backend) or (task.backend == "tunableop" and bool(build and build["hip"]))
     if task.validators_from:
         check_target(
             "rocm" if rocm else "cuda", tunableop.read_file(task.validators_from).validators, task.validators_from
         )
-    elif task.backend in AMD_TOOLS:
+    elif registry.amd(task.backend):
         require_target(task.backend, bool(build and build["hip"]), task.validators_from)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.backends.base import DEFAULT, CandidateResult, ProblemResult, TuneSettings
+from pipeline.backends.base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings
 from pipeline.problem import GemmProblem
 
 WINNER = {
@@ -27,7 +27,7 @@ WINNER = {
 FAILING_K = 777
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     name = "fake"
 
     def __init__(self, gpu: int) -> None:

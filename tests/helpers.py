@@ -103,3 +103,15 @@ def optional_torch():
 
 def needs_torch(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(optional_torch() is None, reason=reason)
+
+
+def fake_cublaslt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--backend cublaslt`` served by ``tests/fake_backend.py`` (workers find its factory by name)."""
+    import dataclasses
+
+    from pipeline.stages import registry
+
+    from .fake_backend import FakeBackend
+
+    entry = dataclasses.replace(registry.REGISTRY["cublaslt"], factory=FakeBackend, needs=())
+    monkeypatch.setitem(registry.REGISTRY, "cublaslt", entry)

@@ -11,12 +11,11 @@ from pipeline.backends.slots import NoFreeGpu, gpu_slot
 from pipeline.formats.logic import load_logic
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.stages import bench as bench_stage
 from pipeline.stages.bench import BenchError, estimate_cost, result_path, run_shards, shard, write_outputs
 
 from .fake_backend import FAILING_K
 
-FAKE = "tests.fake_backend:FakeBackend"
+FAKE = "tests.fake_backend:FakeBackend"  # the factory the workers call: the fake cuBLASLt backend
 
 
 def _problems(*ks: int) -> list[GemmProblem]:
@@ -47,10 +46,9 @@ def test_gpu_slots_are_exclusive(tmp_path):
 
 
 def test_failing_problem_is_recorded_and_others_finish(tmp_path, monkeypatch):
-    monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", FAKE)
     problems = _problems(4096, FAILING_K)
     seen = []
-    run_shards(problems, tmp_path, [0, 1], TuneSettings(), progress=lambda d, t: seen.append((d, t)))
+    run_shards(problems, tmp_path, [0, 1], TuneSettings(), FAKE, progress=lambda d, t: seen.append((d, t)))
     assert all(result_path(tmp_path, p).exists() for p in problems)
     summary = write_outputs(problems, tmp_path)
     assert summary["tuned"] == 2 and len(summary["errors"]) == 2
@@ -65,16 +63,15 @@ def test_failing_problem_is_recorded_and_others_finish(tmp_path, monkeypatch):
 
 
 def test_interrupted_shard_resumes_without_redoing_finished_problems(tmp_path, monkeypatch):
-    monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", FAKE)
     problems = _problems(4096, 8192, 14336)
     monkeypatch.setenv("FAKE_BACKEND_CRASH_AFTER", "1")
     with pytest.raises(BenchError, match="4 problems have no result; rerun to resume") as err:
-        run_shards(problems, tmp_path, [0, 1], TuneSettings())
+        run_shards(problems, tmp_path, [0, 1], TuneSettings(), FAKE)
     assert "worker exited with code 9" in str(err.value)
     done = {p: result_path(tmp_path, p).stat().st_mtime_ns for p in problems if result_path(tmp_path, p).exists()}
     assert len(done) == 2
     monkeypatch.delenv("FAKE_BACKEND_CRASH_AFTER")
-    run_shards(problems, tmp_path, [0, 1], TuneSettings())
+    run_shards(problems, tmp_path, [0, 1], TuneSettings(), FAKE)
     assert all(result_path(tmp_path, p).exists() for p in problems)
     assert all(result_path(tmp_path, p).stat().st_mtime_ns == mtime for p, mtime in done.items())
     log = "".join(f.read_text() for f in (tmp_path / "shards").glob("*.log"))

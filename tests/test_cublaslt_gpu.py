@@ -14,6 +14,7 @@ import pytest
 from pipeline.backends.base import DEFAULT, TuneSettings, tune
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
+from pipeline.stages import registry
 from pipeline.stages.bench import result_path, run_shards
 
 pytestmark = [
@@ -49,6 +50,8 @@ PROBLEMS = [
         compute_type="tf32",
     ),
 ]
+
+CUBLASLT = registry.entry("cublaslt").factory_path  # the factory the workers call
 
 
 def test_every_winner_is_numerically_sound():
@@ -138,7 +141,7 @@ def test_interrupted_shard_resumes(tmp_path):
     worker.wait()
     done = {p: result_path(tmp_path, p).stat().st_mtime_ns for p in problems if result_path(tmp_path, p).exists()}
     assert 1 <= len(done) < len(problems), "killed after its first result"
-    run_shards(problems, tmp_path, [0], QUICK)
+    run_shards(problems, tmp_path, [0], QUICK, CUBLASLT)
     assert all(result_path(tmp_path, p).exists() for p in problems)
     assert all(result_path(tmp_path, p).stat().st_mtime_ns == t for p, t in done.items())
     assert first.exists()

@@ -137,3 +137,24 @@ def test_test_modules_share_through_helpers_not_each_other():
                 assert not node.module.startswith(("test_", "conftest")), (
                     f"{path.name} imports from {node.module}: share it through tests/helpers.py"
                 )
+
+
+def test_the_backend_registry_names_every_backend_through_imports_the_layout_sees():
+    """Adding a backend is one module and one entry: every tuner class (on ``BackendBase``) and config tool is
+    reached from ``stages/registry.py`` by an import this test sees, and every entry's factory builds one."""
+    from pipeline.stages import registry
+
+    seen = imported(PACKAGE / "stages" / "registry.py")
+    tuners = {
+        f"pipeline.backends.{path.stem}"
+        for path in (PACKAGE / "backends").glob("*.py")
+        if any(
+            isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "BackendBase" for b in node.bases)
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    }
+    assert tuners and tuners <= seen, f"backends the registry does not reach: {sorted(tuners - seen)}"
+    assert {"pipeline.stages.find_exact", "pipeline.stages.tensile"} <= seen
+    assert {e.kind for e in registry.ENTRIES} == {"tuner", "config tool"}
+    for entry in registry.ENTRIES:
+        assert registry.load_factory(entry.factory_path) is entry.factory, entry.name

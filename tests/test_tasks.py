@@ -12,10 +12,9 @@ import pytest
 
 from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults
 from pipeline.formats.tunableop import read_file
-from pipeline.stages import bench as bench_stage
 
 from .helpers import FAKE_WORKLOAD as FAKE
-from .helpers import FIXTURES, O_PROJ, QKV
+from .helpers import FIXTURES, O_PROJ, QKV, fake_cublaslt
 
 
 def _build(task) -> bool:
@@ -89,7 +88,7 @@ def test_luigi_command_line_exit_codes(tmp_path):
 
 def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
     """The DAG up to the merges on CPU, with the test double standing in for the GPU tuner."""
-    monkeypatch.setitem(bench_stage.BACKENDS, "cublaslt", "tests.fake_backend:FakeBackend")
+    fake_cublaslt(monkeypatch)
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     cmd = shlex.join([sys.executable, FAKE, QKV, O_PROJ])
     common = {"workdir": str(tmp_path), "run_name": "night", "workload_cmd": cmd, "gpus": 1, "call_times": False}

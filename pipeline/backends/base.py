@@ -14,7 +14,6 @@ import time
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Protocol
 
 from ..errors import ToolError
 from ..formats.tunableop import DEFAULT
@@ -146,17 +145,32 @@ class ProblemResult:
         return cls(**data)
 
 
-class Backend(Protocol):
-    name: str
+class BackendBase:
+    """What every tuner is: ``tune_one`` is its own; the rest has defaults it may replace."""
 
-    def unsupported_reason(self, problem: GemmProblem) -> str | None: ...
+    name = "backend"
 
-    def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult: ...
+    def unsupported_reason(self, problem: GemmProblem) -> str | None:
+        """Why this backend cannot tune ``problem`` (None: it can)."""
+        return unsupported_reason(problem)
 
-    # optional: def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult
-    # (the previous winner against this stack's default; winner DEFAULT where it no longer wins)
-    # optional: def prepare(self) -> None
-    # (once-per-process measurements, taken before the first problem so no problem's time carries them)
+    def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
+        raise NotImplementedError
+
+    def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult | None:
+        """The previous stack's winner against this stack's default (winner DEFAULT where it no longer wins);
+        None where this backend cannot re-time one: the problem is tuned again."""
+        return None
+
+    def prepare(self) -> None:
+        """Once-per-process measurements, taken before the first problem so no problem's time carries them."""
+
+    def runtime(self) -> dict:
+        """What the run's ``bench/runtime.json`` records of the library and device (empty: nothing)."""
+        return {}
+
+
+Backend = BackendBase  # the name the stages use for a tuner
 
 
 def tune(
@@ -176,7 +190,7 @@ def tune(
         start, wall = time.monotonic(), time.time()
         result, why = None, ""
         prior = (previous or {}).get(problem)
-        if prior is not None and hasattr(backend, "retime"):
+        if prior is not None:
             try:
                 again = backend.retime(prior, settings)
             except Exception as err:  # a winner the new stack cannot run is tuned again

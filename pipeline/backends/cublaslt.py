@@ -30,7 +30,7 @@ except ImportError as err:  # the cuda extra is what brings it
 
 from ..problem import ROWWISE, GemmProblem
 from . import selection
-from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, Unsupported, unsupported_reason
+from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, Unsupported
 from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
 from .measure import (
     BelowFloor,
@@ -242,7 +242,7 @@ class Pool:
     heuristic_end: int = 1  # names[:heuristic_end]: the default and the heuristic's list, a finalist tier
 
 
-class CublasLtBackend:
+class CublasLtBackend(BackendBase):
     """The ``Backend`` for NVIDIA GPUs."""
 
     name = "cublaslt"
@@ -264,9 +264,6 @@ class CublasLtBackend:
     def prepare(self) -> None:
         """Measure the device's limits now rather than inside the first problem's tuning time."""
         _ = self.limits
-
-    def unsupported_reason(self, problem: GemmProblem) -> str | None:
-        return unsupported_reason(problem)
 
     def runtime(self) -> dict:
         """What the results are valid for: device, torch (TunableOp's PT_VERSION) and cuBLASLt versions."""

@@ -42,7 +42,7 @@ from ..formats.hipblaslt_bench import (
     unsupported_reason,
 )
 from ..problem import GemmProblem
-from .base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
+from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings
 
 ENV = "HIPBLASLT_BENCH"
 LEGACY_COLUMNS = (
@@ -100,7 +100,7 @@ def torch_validators() -> dict[str, str] | None:
     return dict(torch.cuda.tunable.get_validators())
 
 
-class HipblasltBackend:
+class HipblasltBackend(BackendBase):
     name = "hipblaslt"
 
     def __init__(

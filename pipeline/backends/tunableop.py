@@ -26,7 +26,7 @@ import torch
 
 from ..formats.tunableop import format_key
 from ..problem import GemmProblem
-from .base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, unsupported_reason
+from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings
 from .measure import TimingSettings, interleaved, rotating_operands
 from .torch_gemm import torch_launcher, with_tunableop
 
@@ -44,7 +44,7 @@ def only_default_reason() -> str | None:
     return None
 
 
-class TunableOpBackend:
+class TunableOpBackend(BackendBase):
     name = "tunableop"
 
     def __init__(
@@ -87,9 +87,6 @@ class TunableOpBackend:
             "validators": dict(torch.cuda.tunable.get_validators()),
             "note": only_default_reason(),
         }
-
-    def unsupported_reason(self, problem: GemmProblem) -> str | None:
-        return unsupported_reason(problem)
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         tunable = torch.cuda.tunable

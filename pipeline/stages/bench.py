@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -25,7 +22,7 @@ from pathlib import Path
 
 from .. import procs
 from ..atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ..backends.base import DEFAULT, ProblemResult, ToolMissing, TuneSettings
+from ..backends.base import DEFAULT, ProblemResult, TuneSettings
 from ..errors import ToolError
 from ..formats.hipblaslt_override import parse_override, write_override
 from ..formats.logic import dump_logic, record_equality
@@ -35,44 +32,9 @@ from ..problem import GemmProblem
 from ..procs import tail_lines
 from ..stats import geomean
 
-BACKENDS = {
-    "cublaslt": "pipeline.backends.cublaslt:CublasLtBackend",
-    "hipblaslt": "pipeline.backends.hipblaslt:HipblasltBackend",
-    "tunableop": "pipeline.backends.tunableop:TunableOpBackend",
-}  # tuners: one problem at a time, sharded
-CONFIG_TOOLS = {
-    "find_exact": "pipeline.stages.find_exact:FindExact",
-    "tensile": "pipeline.stages.tensile:TensileTool",
-}  # AMD tools on GenerateConfigs' configs
-
-
-def load(path: str, *args, **kwargs):
-    """Construct ``module:Class`` of ``BACKENDS`` or ``CONFIG_TOOLS`` (imported only when used)."""
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-
 OVERRIDE = "hipblaslt_override.txt"
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 RUNTIME = "runtime.json"
-
-
-NEEDS = {
-    "pipeline.backends.cublaslt": (("torch", "torch"), ("nvmath", "nvmath-python")),
-    "pipeline.backends.tunableop": (("torch", "torch"),),
-}  # backend module: (module, distribution) it needs
-
-
-def check_backend(backend: str) -> None:
-    """Raise ``ToolMissing`` naming what ``backend``'s workers need and this Python lacks. Found, not imported:
-    the scheduler process never pays for torch (the workers do, and report a broken install themselves)."""
-    needs = NEEDS.get(BACKENDS.get(backend, backend).partition(":")[0], ())
-    missing = [dist for module, dist in needs if importlib.util.find_spec(module) is None]
-    if missing:
-        raise ToolMissing(
-            f"--backend {backend} needs {' and '.join(missing)}, not installed for {sys.executable}: "
-            "pip install -e '.[cuda]' (NVIDIA) or '.[rocm]' with a ROCm torch (AMD)"
-        )
 
 
 class BenchError(ToolError):
@@ -123,7 +85,7 @@ def run_shards(
     out_dir: Path,
     gpus: Sequence[int],
     settings: TuneSettings,
-    backend: str = "cublaslt",
+    factory: str,
     progress: Callable[[int, int], None] | None = None,
     backend_options: dict | None = None,
     previous: dict[str, dict] | None = None,
@@ -132,10 +94,10 @@ def run_shards(
 ) -> None:
     """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
     costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
-    and no GPU idles while another has a backlog). ``backend_options`` are the backend's constructor
-    arguments besides the GPU (e.g. ``bench``); ``previous`` the winners (by problem id) of stack
-    ``previous_from`` to re-time first; ``name`` prefixes the worker files under ``shards/`` (concurrent
-    callers on one directory use their own)."""
+    and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
+    ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
+    ``bench``); ``previous`` the winners (by problem id) of stack ``previous_from`` to re-time first;
+    ``name`` prefixes the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
     out_dir = Path(out_dir).absolute()
     todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
     queue = out_dir / "shards" / f"{name}queue.json"
@@ -144,7 +106,7 @@ def run_shards(
         {
             "problems": [p.to_dict() for p in todo],
             "settings": asdict(settings),
-            "backend": BACKENDS.get(backend, backend),
+            "backend": factory,
             "backend_options": backend_options or {},
             "previous": {
                 problem_id(p): (previous or {})[problem_id(p)] for p in todo if problem_id(p) in (previous or {})

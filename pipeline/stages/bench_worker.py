@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import importlib
 import json
 import logging
 import os
@@ -23,22 +22,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..atomic import atomic_write_json
-from ..backends.base import ProblemResult, TuneSettings, tune
+from ..backends.base import BackendBase, ProblemResult, TuneSettings, tune
 from ..backends.slots import gpu_slot, lock_dir
 from ..problem import GemmProblem
 from .bench import RUNTIME, pending, problem_id, result_path
+from .registry import load_factory
 
 log = logging.getLogger("pipeline")
 
 
-def load_backend(path: str, gpu: int, options: dict | None = None, marks: dict[str, float] | None = None):
-    """Construct backend ``module:Class`` on ``gpu``; ``marks`` gets when its module was imported
-    (``backend_imported``: torch and the vendor bindings) and when it was constructed (``backend_ready``)."""
+def load_backend(
+    path: str, gpu: int, options: dict | None = None, marks: dict[str, float] | None = None
+) -> BackendBase:
+    """Construct the backend of registry factory ``module:function`` on ``gpu``; ``marks`` gets when the factory
+    was found (``backend_imported``) and when it returned (``backend_ready``: torch and the vendor bindings
+    imported, the CUDA context and handles made)."""
     marks = {} if marks is None else marks
-    module, _, name = path.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    factory = load_factory(path)
     marks["backend_imported"] = time.time()
-    backend = cls(gpu, **(options or {}))
+    backend = factory(gpu, **(options or {}))
     marks["backend_ready"] = time.time()
     return backend
 
@@ -80,10 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         marks["slot_claimed"] = time.time()
         backend = load_backend(spec["backend"], gpu, spec.get("backend_options"), marks)
-        runtime = getattr(backend, "runtime", lambda: {})()
+        runtime = backend.runtime()
         if runtime:
             atomic_write_json(out_dir / RUNTIME, runtime)
-        getattr(backend, "prepare", lambda: None)()
+        backend.prepare()
         marks["prepared"], tuned = time.time(), 0
         for problem in problems:
             with claimed_problem(out_dir, problem) as mine:

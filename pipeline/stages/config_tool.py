@@ -1,6 +1,5 @@
 """The AMD tools that run on the configs GenerateConfigs wrote (``find_exact.py``, TensileLite): one driver
-over a small protocol (``ConfigTool``), registered in ``bench.CONFIG_TOOLS`` beside the tuners of
-``bench.BACKENDS``.
+over a small protocol (``ConfigTool``), declared in ``registry`` beside the tuners.
 
 The driver writes the run's ``runtime.json``, records the problems the tool cannot take as skipped (with the
 reason), groups the others by ProblemType, runs the tool on each group's config (a tool's output directory

@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import procs
 from ..backends.base import ToolMissing
 from ..errors import ToolError
-from .bench import check_backend
+from . import registry
 from .collect import parse_tokens_per_s
 from .validate import tunableop_env
 
@@ -44,7 +44,7 @@ def has_nvmath() -> bool:
     """Whether pipeline.runtime can run here: it needs what the cuBLASLt backend needs (torch, nvmath-python),
     found without importing them."""
     try:
-        check_backend("cublaslt")
+        registry.entry("cublaslt").check()
     except ToolMissing:
         return False
     return True
