@@ -115,3 +115,32 @@ def fake_cublaslt(monkeypatch: pytest.MonkeyPatch) -> None:
 
     entry = dataclasses.replace(registry.REGISTRY["cublaslt"], factory=FakeBackend, needs=())
     monkeypatch.setitem(registry.REGISTRY, "cublaslt", entry)
+
+
+def source_module(directory: Path, name: str, text: str):
+    """``text`` written to ``directory/<name>.py`` and imported as a fresh module (not left in ``sys.modules``):
+    GPU tests run the same calls in this process and in a workload process from one source."""
+    import importlib
+
+    (directory / f"{name}.py").write_text(text)
+    sys.path.insert(0, str(directory))
+    try:
+        module = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(directory))
+    sys.modules.pop(name, None)
+    return module
+
+
+def nvmath_gpu_marks(what: str) -> list:
+    """``pytestmark`` of a GPU test module that needs nvmath-python (the 'cuda' extra) for ``what``."""
+    import importlib.util
+
+    return [
+        pytest.mark.gpu,
+        pytest.mark.skipif(
+            importlib.util.find_spec("nvmath") is None,
+            reason=f"nvmath-python is not installed: {what} comes with the 'cuda' extra "
+            "(pip install -e '.[cuda,test]')",
+        ),
+    ]
