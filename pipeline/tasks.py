@@ -50,7 +50,6 @@ from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
 from .stages import (
     bench,
-    bundle,
     call_weights,
     config_tool,
     configs,
@@ -62,8 +61,9 @@ from .stages import (
     tuned_cache,
 )
 from .stages.acceptance import AcceptanceSettings, accept
-from .stages.collect import MANIFEST, collect
+from .stages.collect import collect
 from .stages.fingerprint import Stack, claim, current_stack, stamped, torch_build
+from .stages.layout import RunLayout
 from .stages.logic_merge import MergeOptions, merge_dirs
 from .stages.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
 from .stages.results_merge import check_target, merge_paths, require_target
@@ -291,9 +291,13 @@ class PipelineTask(luigi.Task):
         amd = registry.amd(getattr(self, "backend", "cublaslt"))
         return list(range(amd_gpu_count() if amd else gpu_count(who)))
 
+    def layout(self) -> RunLayout:
+        """This run's directory and the files its stages hand each other (``stages/layout.py``); absolute:
+        these paths reach subprocesses, environment variables and files other programs read."""
+        return RunLayout.of(Path(os.path.abspath(self.workdir)) / self.run_name)
+
     def stage_dir(self, stage: str) -> Path:
-        """Absolute: these paths reach subprocesses, environment variables and files other programs read."""
-        return Path(os.path.abspath(self.workdir)) / self.run_name / stage
+        return self.layout().stage(stage)
 
 
 def _record(who: str, error: BaseException, luigi_code: str) -> None:
@@ -427,7 +431,7 @@ class CollectShapes(PipelineTask):
         return ("collect",)
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("collect") / MANIFEST)
+        return luigi.LocalTarget(self.layout().collect_manifest)
 
     @stage_run
     def run(self) -> None:
@@ -438,7 +442,7 @@ class CollectShapes(PipelineTask):
             else None
         )
         result = collect(
-            self.stage_dir("collect"),
+            self.layout().collect,
             self.workload_cmd or None,
             timeout_s=self.workload_timeout,
             time_on=time_on,
@@ -468,7 +472,7 @@ class GatherShapes(PipelineTask):
         return ("shapes",)
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("shapes") / "shapes.json")
+        return luigi.LocalTarget(self.layout().shapes)
 
     def input_specs(self) -> list[str]:
         if self.untuned:
@@ -489,7 +493,7 @@ class GatherShapes(PipelineTask):
             else (read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)),
         )
         summary = summary_table(result)
-        atomic_write_text(self.stage_dir("shapes") / "summary.txt", summary)
+        atomic_write_text(self.layout().shapes_summary, summary)
         write_shapes_json(self.output().path, result)
         log.info("%s", summary.rstrip())
 
@@ -515,7 +519,7 @@ class GenerateConfigs(PipelineTask):
         return self.clone(GatherShapes)
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("configs") / configs.MANIFEST)
+        return luigi.LocalTarget(self.layout().configs_manifest)
 
     @stage_run
     def run(self) -> None:
@@ -523,7 +527,7 @@ class GenerateConfigs(PipelineTask):
             arch=self.arch, padding=self.padding, preset=self.tensile_preset, tensile_generation=self.tensile_generation
         )
         problems = [record.problem for record in read_shapes_json(self.input().path)]
-        data = configs.write_configs(self.stage_dir("configs"), problems, settings)
+        data = configs.write_configs(self.layout().configs, problems, settings)
         log.info("%s", configs.summary(data).rstrip())
 
 
@@ -584,14 +588,14 @@ class Bench(StackBound):
         return () if self.sharded() else ("bench",)  # sharded: BenchPlan sets it aside, before the shards
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("bench") / "summary.json")
+        return luigi.LocalTarget(self.layout().bench_summary)
 
     def backend_options(self) -> dict:
         """Constructor arguments of the backend besides the GPU; the tool is checked here, before any work."""
         return registry.entry(self.backend).construct_options(self.param_kwargs)
 
     def problems(self) -> list:
-        return [record.problem for record in read_shapes_json(self.stage_dir("shapes") / "shapes.json")]
+        return [record.problem for record in read_shapes_json(self.layout().shapes)]
 
     def tune_settings(self) -> TuneSettings:
         return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
@@ -599,11 +603,11 @@ class Bench(StackBound):
     @stage_run
     def run(self) -> None:
         if self.sharded():  # the BenchShard tasks did the tuning
-            bench.write_outputs(self.problems(), self.stage_dir("bench"))
+            bench.write_outputs(self.problems(), self.layout().bench)
             return
         self.claim_stages()
         options = self.backend_options()
-        problems, out, settings = self.problems(), self.stage_dir("bench"), self.tune_settings()
+        problems, out, settings = self.problems(), self.layout().bench, self.tune_settings()
 
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
@@ -612,7 +616,7 @@ class Bench(StackBound):
 
         if registry.entry(self.backend).kind == "config tool":
             tool = registry.entry(self.backend).factory(self.gpu_indices("Bench")[0], **options)
-            config_tool.tune_configs(tool, problems, self.stage_dir("configs"), out, settings, progress)
+            config_tool.tune_configs(tool, problems, self.layout().configs, out, settings, progress)
         else:
             atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
         bench.write_outputs(problems, out)
@@ -626,7 +630,7 @@ class Bench(StackBound):
         def tune_pending(previous: dict, previous_fp: str | None) -> None:
             bench.run_shards(
                 problems,
-                self.stage_dir("bench"),
+                self.layout().bench,
                 gpus,
                 settings,
                 registry.entry(self.backend).factory_path,
@@ -638,7 +642,7 @@ class Bench(StackBound):
             )
 
         return tuned_cache.tune_through_cache(
-            problems, self.stage_dir("bench"), Path(self.workdir), self.stack(), tune_pending
+            problems, self.layout().bench, Path(self.workdir), self.stack(), tune_pending
         )
 
 
@@ -657,7 +661,7 @@ class BenchPlan(StackBound):
         return ("bench",)
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"plan{self.shards}.json")
+        return luigi.LocalTarget(self.layout().shard_plan(self.shards))
 
     @stage_run
     def run(self) -> None:
@@ -684,7 +688,7 @@ class BenchShard(StackBound):
         return self.clone(BenchPlan)
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("bench") / "shards" / f"done{self.shard_index}of{self.shards}.json")
+        return luigi.LocalTarget(self.layout().shard_done(self.shard_index, self.shards))
 
     @stage_run
     def run(self) -> None:
@@ -725,7 +729,7 @@ class MergeResults(StackBound):
         return [*_user_files(specs), *([Path(self.validators_from)] * bool(self.validators_from))]
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("merge") / "tunableop_results.csv")
+        return luigi.LocalTarget(self.layout().merged_csv)
 
     stack_stages = ("merge",)
 
@@ -734,7 +738,7 @@ class MergeResults(StackBound):
         self.claim_stages()
         specs = [s.strip() for s in self.results.split(",") if s.strip()]
         if not specs:
-            bench_out = self.stage_dir("bench")
+            bench_out = self.layout().bench
             specs = [
                 str(bench_out / name)
                 for name in ("tunableop_results.csv", bench.OVERRIDE)
@@ -746,8 +750,8 @@ class MergeResults(StackBound):
                 f"--results {self.results}: no TunableOp results file among them (Validate "
                 "measures the merged tunableop_results.csv)"
             )
-        atomic_write_text(self.stage_dir("merge") / "results-merge.log", "\n".join(merged.lines) + "\n")
-        merged.write(self.output().path, self.stage_dir("merge") / bench.OVERRIDE)
+        atomic_write_text(self.layout().results_merge_log, "\n".join(merged.lines) + "\n")
+        merged.write(self.output().path, self.layout().merged_override)
 
 
 @inherits(Bench)
@@ -771,21 +775,21 @@ class MergeLogic(StackBound):
         return [*tree_files(self.base_logic), *(tree_files(self.new_logic) if self.new_logic else [])]
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("merge") / "logic-merge.log")
+        return luigi.LocalTarget(self.layout().logic_merge_log)
 
     stack_stages = ("merge",)
 
     @stage_run
     def run(self) -> None:
         self.claim_stages()
-        new_logic = Path(self.new_logic) if self.new_logic else self.stage_dir("bench") / "logic"
+        new_logic = Path(self.new_logic) if self.new_logic else self.layout().bench_logic
         base = Path(self.base_logic)
         if base == REPO_LOGIC:
             base = package.published_base(REPO_LOGIC, self.stack().fingerprint)
         merged = merge_dirs(
             base,
             new_logic,
-            self.stage_dir("merge") / "logic",
+            self.layout().merged_logic,
             MergeOptions(policy=self.policy, margin=self.logic_margin),
         )
         atomic_write_text(self.output().path, "\n".join(merged.lines) + "\n")
@@ -822,14 +826,14 @@ class Validate(StackBound):
         return [*configs_stage, self.clone(MergeResults), self.clone(MergeLogic)]
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("bundle") / bundle.MANIFEST)
+        return luigi.LocalTarget(self.layout().bundle_manifest)
 
     stack_stages = ("validate", "bundle", "report")
     written_whole = ("bundle",)
 
     def done(self) -> bool:
         """The bundle and, written after it, the report (a run killed between them is not done)."""
-        return super().done() and (self.stage_dir("report") / report.SUMMARY).exists()
+        return super().done() and self.layout().report_summary.exists()
 
     @stage_run
     def run(self) -> None:
@@ -877,7 +881,7 @@ class TuneWorkload(StackBound):
     chained = True
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("") / "tune-workload.txt")
+        return luigi.LocalTarget(self.layout().tune_workload)
 
     @stage_run
     def run(self) -> None:
@@ -912,7 +916,7 @@ class Package(StackBound):
     chained = True
 
     def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(self.stage_dir("package") / "package.json")
+        return luigi.LocalTarget(self.layout().package_record)
 
     def dist_root(self) -> Path:
         return Path(os.path.abspath(self.dist)) if self.dist else Path(os.path.abspath(self.workdir)) / "dist"

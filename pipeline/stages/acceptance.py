@@ -20,6 +20,7 @@ from . import bundle, e2e, report, timings, validate
 from .collect import embedded_command
 from .fingerprint import Stack
 from .gate import GateRefused, GateSettings, gate
+from .layout import RunLayout
 from .measured import MeasuredRow
 
 
@@ -60,7 +61,8 @@ def accept(
     status: Callable[[str], None] | None = None,
 ) -> dict:
     """Validate, gate, bundle, A/B and report ``run_dir``; the report's summary. Raises ``GateRefused``."""
-    run_dir, out = Path(run_dir).absolute(), Path(run_dir).absolute() / "validate"
+    layout = RunLayout.of(run_dir)
+    run_dir, out = layout.root, layout.validate
     say = status or (lambda _: None)
     if not (out / validate.MEASUREMENTS).exists():
         say("validating GEMMs against the baseline")
@@ -86,7 +88,7 @@ def accept(
             command = e2e_command(settings.workload_cmd, settings.embedded_args)
             outcome = e2e.ab_test(
                 command,
-                run_dir / "bundle" / "tunableop_results.csv",
+                layout.bundle_csv,
                 out / f"e2e-{via}",
                 settings.e2e_reps,
                 settings.workload_timeout_s,
@@ -99,7 +101,7 @@ def accept(
         if not settings.allow_e2e_regression:  # the bundle that made it slower does not ship
             aside = run_dir / "bundle.refused"
             shutil.rmtree(aside, ignore_errors=True)
-            (run_dir / "bundle").rename(aside)
+            layout.bundle.rename(aside)
     atomic_write_json(out / "e2e.json", outcome)
     summary = report.build(run_dir)
     if not result.passed:

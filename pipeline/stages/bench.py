@@ -31,10 +31,9 @@ from ..formats.tunableop import TunableOpEntry, format_key, write_file
 from ..problem import GemmProblem
 from ..procs import tail_lines
 from ..stats import geomean
+from .layout import OVERRIDE, RUNTIME
 
-OVERRIDE = "hipblaslt_override.txt"
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
-RUNTIME = "runtime.json"
 
 
 class BenchError(ToolError):

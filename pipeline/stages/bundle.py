@@ -16,6 +16,7 @@ from ..formats.tunableop import read_file, write_file
 from .bench import OVERRIDE
 from .fingerprint import STAMP
 from .gate import GateResult
+from .layout import RunLayout
 from .logic_merge import remove_unused
 
 MANIFEST = "manifest.json"
@@ -23,17 +24,17 @@ MANIFEST = "manifest.json"
 
 def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
     """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, ``manifest.json`` last."""
-    merged = read_file(run_dir / "merge" / "tunableop_results.csv")
+    merged = read_file(RunLayout.of(run_dir).merged_csv)
     kept = {row.key for row in result.kept}
     entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
     kept_sizes = {
         (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
     }
-    out = run_dir / "bundle"
+    out = RunLayout.of(run_dir).bundle
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)
         (staging / "logic").mkdir()
-        for path in sorted((run_dir / "merge" / "logic").glob("*.yaml")):
+        for path in sorted(RunLayout.of(run_dir).merged_logic.glob("*.yaml")):
             logic = load_logic(path)
             if logic.layout == "list" and logic.data[1] in RECORD_BACKENDS:
                 name = path.stem.removeprefix(f"{logic.data[1]}_")
@@ -45,7 +46,12 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
             else:
                 shutil.copyfile(path, staging / "logic" / path.name)
         override = next(
-            (d / OVERRIDE for d in (run_dir / "merge", run_dir / "bench") if (d / OVERRIDE).exists()), None
+            (
+                d / OVERRIDE
+                for d in (RunLayout.of(run_dir).merge, RunLayout.of(run_dir).bench)
+                if (d / OVERRIDE).exists()
+            ),
+            None,
         )  # the merged override (runs before MergeResults merged it: Bench's)
         if override is not None:
             meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..formats.inductor_autotune import AutotuneTable, read_tables
 from ..formats.tunableop import parse_key
 from ..problem import GemmProblem
+from .layout import RunLayout
 
 ALIGNMENT = {"float16": 8, "bfloat16": 8, "float32": 4}  # pad_mm's get_alignment_size_dtype
 
@@ -74,7 +75,7 @@ def never_run(kept: Iterable[str], recorded: Iterable[str], tuned_calls: Mapping
 
 def section(run_dir: Path, kept: Iterable[str], recorded: Iterable[str], e2e: Mapping) -> dict:
     """The report's compiled-workload facts: Inductor's own kernels and kept rows the tuned run never ran."""
-    tables = inductor_kernels(Path(run_dir) / "collect" / "workload.stderr.log")
+    tables = inductor_kernels(RunLayout.of(run_dir).workload_stderr)
     inductor = [
         {"gemm": t.describe(), "kernel": t.chosen, "kernel_ms": t.chosen_ms, "library_ms": t.library_ms, "line": t.line}
         for t in tables

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from .fingerprint import stamped
+from .layout import RunLayout
 from .measured import MeasuredRow
 
 SHRINK = 0.02  # a kept row's speedup must fall by more than this (and its noise) to count as shrunk
@@ -24,7 +25,7 @@ def _json(path: Path) -> dict | list | None:
 
 
 def workload_of(run_dir: Path) -> list | None:
-    manifest = _json(Path(run_dir) / "collect" / "manifest.json")
+    manifest = _json(RunLayout.of(run_dir).collect_manifest)
     return manifest.get("command") if manifest else None
 
 
@@ -40,8 +41,8 @@ def previous_run(run_dir: Path) -> Path | None:
 
 
 def _rows(run_dir: Path) -> dict[str, dict]:
-    measured = _json(run_dir / "validate" / "measurements.json") or {"rows": []}
-    gate = _json(run_dir / "validate" / "gate.json") or {}
+    measured = _json(RunLayout.of(run_dir).measurements) or {"rows": []}
+    gate = _json(RunLayout.of(run_dir).gate) or {}
     kept, reasons = set(gate.get("kept", [])), {d["key"]: d["reason"] for d in gate.get("dropped", [])}
     rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
     return {
@@ -58,7 +59,7 @@ def _rows(run_dir: Path) -> dict[str, dict]:
 
 
 def _shapes(run_dir: Path) -> set[str]:
-    rows = _json(run_dir / "shapes" / "shapes.json") or []
+    rows = _json(RunLayout.of(run_dir).shapes) or []
     return {f"{r['op_signature']},{r['params_signature']}" for r in rows}
 
 
@@ -69,7 +70,7 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
     now, before = _rows(Path(run_dir)), _rows(previous)
     shapes_now, shapes_before = _shapes(Path(run_dir)), _shapes(previous)
     changed, shrank, dropped = [], [], []
-    upgraded = stamped(Path(run_dir) / "validate") != stamped(previous / "validate")
+    upgraded = stamped(RunLayout.of(run_dir).validate) != stamped(RunLayout.of(previous).validate)
     for key, row in sorted(now.items()):
         old = before.get(key)
         if old is None or not old["kept"]:
@@ -95,8 +96,8 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
             shrank.append(entry)
     return {
         "previous_run": previous.name,
-        "previous_fingerprint": stamped(previous / "validate"),
-        "fingerprint": stamped(Path(run_dir) / "validate"),
+        "previous_fingerprint": stamped(RunLayout.of(previous).validate),
+        "fingerprint": stamped(RunLayout.of(run_dir).validate),
         "new_shapes": sorted(shapes_now - shapes_before),
         "gone_shapes": sorted(shapes_before - shapes_now),
         "winners_changed": changed,

@@ -33,6 +33,7 @@ from ..runtime.table import RUNTIME_RESULTS
 from .bench import OVERRIDE
 from .configs import TEMPLATES
 from .fingerprint import Stack
+from .layout import RunLayout
 
 INSTALL_ROOT = "/opt/gemm-tune"
 
@@ -54,7 +55,7 @@ def write_package(
     run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8, builder_image: str = "rocm/dev-ubuntu-24.04"
 ) -> dict:
     """Write ``dist_root/<fingerprint>/`` from ``run_dir/bundle``; returns the manifest."""
-    bundle = Path(run_dir) / "bundle"
+    bundle = RunLayout.of(run_dir).bundle
     if not (bundle / "manifest.json").exists():
         raise FileNotFoundError(
             f"{bundle}: no accepted bundle to package (the gate refused it, or Validate did not run)"

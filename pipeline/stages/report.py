@@ -21,6 +21,7 @@ from .drift import lines as drift_lines
 from .e2e import summary_line as e2e_summary
 from .fingerprint import stamped
 from .gate import GateSettings, gate, weights
+from .layout import RunLayout
 from .measured import MeasuredRow
 
 SUMMARY = "summary.json"
@@ -81,12 +82,12 @@ def _plots(rows: list[dict], out: Path) -> None:
 def build(run_dir: Path) -> dict:
     """Write the report of ``run_dir`` and return its summary (the key figures)."""
     run_dir = Path(run_dir)
-    measured = _load(run_dir / "validate" / "measurements.json")
-    gate = _load(run_dir / "validate" / "gate.json")
+    measured = _load(RunLayout.of(run_dir).measurements)
+    gate = _load(RunLayout.of(run_dir).gate)
     if measured is None or gate is None:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
-    e2e = _load(run_dir / "validate" / "e2e.json") or {}
-    notes = backend_notes(_load(run_dir / "bench" / "summary.json") or {})
+    e2e = _load(RunLayout.of(run_dir).e2e) or {}
+    notes = backend_notes(_load(RunLayout.of(run_dir).bench_summary) or {})
     if measured.get("tunableop_ab"):
         ab = [MeasuredRow.from_json(r) for r in measured["tunableop_ab"]["rows"]]
         tuned = [r for r in ab if r.solution != DEFAULT]
@@ -123,14 +124,14 @@ def build(run_dir: Path) -> dict:
     top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
     e2e_line = e2e_summary(e2e)
     not_sent = compiled.section(run_dir, gate["kept"], [r.key for r in measured_rows], e2e)
-    out = run_dir / "report"
+    out = RunLayout.of(run_dir).report
     out.mkdir(parents=True, exist_ok=True)
     drift = compare(run_dir, previous_run(run_dir))
     passed, verdict = gate["passed"], gate["message"]
     if passed and e2e.get("refused"):
         passed, verdict = False, f"bundle refused end to end: {e2e['refused']} (--allow-e2e-regression ships it)"
     context = {
-        "fingerprint": stamped(run_dir / "validate"),
+        "fingerprint": stamped(RunLayout.of(run_dir).validate),
         "drift": drift,
         "drift_lines": drift_lines(drift),
         "run": run_dir.name,
@@ -150,7 +151,7 @@ def build(run_dir: Path) -> dict:
         "untuned_share": untuned_share,
         "normalised": [r for r in rows if r["ld_notes"]],
         "notes": notes,
-        "bundle": str(run_dir / "bundle") if passed else "refused (see verdict)",
+        "bundle": str(RunLayout.of(run_dir).bundle) if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
@@ -261,7 +262,7 @@ def plural(count: int, noun: str) -> str:
 
 def add_stage_times(run_dir: Path) -> dict:
     """The run's summary with every stage's wall time so far (``timings``), saved back; returns it."""
-    path = Path(run_dir) / "report" / SUMMARY
+    path = RunLayout.of(run_dir).report_summary
     summary = json.loads(path.read_text())
     summary["stage_seconds"] = timings.seconds(run_dir)
     atomic_write_json(path, summary)

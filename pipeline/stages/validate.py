@@ -32,6 +32,7 @@ from ..errors import ToolError
 from ..formats.tunableop import parse_key, read_file
 from ..problem import GemmProblem
 from ..stats import Stats
+from .layout import RunLayout
 from .measured import MeasuredRow, Padded, Pair
 from .shapes import ShapeRecord
 
@@ -71,21 +72,21 @@ class MergedRow:
 
 def rows_to_measure(run_dir: Path) -> list[MergedRow]:
     """One row per merged results entry."""
-    merged_csv = run_dir / "merge" / "tunableop_results.csv"
+    merged_csv = RunLayout.of(run_dir).merged_csv
     if not merged_csv.exists():
         raise FileNotFoundError(f"{merged_csv}: no merged results to validate; the MergeResults stage writes it")
     merged = read_file(merged_csv)
-    shapes = [ShapeRecord.from_json(r) for r in json.loads((run_dir / "shapes" / "shapes.json").read_text())]
+    shapes = [ShapeRecord.from_json(r) for r in json.loads(RunLayout.of(run_dir).shapes.read_text())]
     weights = {shape.key: (shape.call_count, shape.time_share) for shape in shapes}
     configs = {}
-    results_json = run_dir / "bench" / "results.json"
+    results_json = RunLayout.of(run_dir).bench_results
     if results_json.exists():
         for data in json.loads(results_json.read_text()):
             result = ProblemResult.from_json(data)
             if result.winner_config:
                 configs[result.winner] = result.winner_config
     padded = {}
-    configs_json = run_dir / "configs" / "configs.json"
+    configs_json = RunLayout.of(run_dir).configs_manifest
     if configs_json.exists():
         padded = {p["original"]: p["problem"] for p in json.loads(configs_json.read_text())["padded"]}
     rows = []
@@ -184,7 +185,7 @@ class TorchTimer:
         self.meta = {"device": device_info(self.device), "platform": "rocm" if self.rocm else "cuda"}
         self.backend = None
         if self.rocm:
-            merged = str(run_dir / "merge" / "tunableop_results.csv")
+            merged = str(RunLayout.of(run_dir).merged_csv)
             torch.cuda.tunable.enable(True)
             torch.cuda.tunable.tuning_enable(False)
             torch.cuda.tunable.set_filename(merged, insert_device_ordinal=False)
@@ -233,7 +234,7 @@ class BenchTimer:
     def __init__(self, run_dir: Path, gpu: int, rounds: int) -> None:
         from ..backends.hipblaslt import HipblasltBackend
 
-        runtime = json.loads((run_dir / "bench" / "runtime.json").read_text())
+        runtime = json.loads((RunLayout.of(run_dir).bench_runtime).read_text())
         self.backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
         self.rounds, self.device_name = rounds, runtime.get("name", "")
         self.meta = {
@@ -277,7 +278,7 @@ def run_worker(
     """Run ``python -m pipeline.stages validate``, which claims a free GPU slot of ``gpus`` itself, reporting
     its progress; raise with the log's tail if it fails. The luigi process itself never initialises CUDA."""
     run_dir = Path(run_dir).absolute()
-    out = run_dir / "validate"
+    out = RunLayout.of(run_dir).validate
     out.mkdir(parents=True, exist_ok=True)
     log = out / "validate.log"
     argv = procs.worker_argv(
@@ -305,7 +306,7 @@ def run_worker(
 
 def runtime_of(run_dir: Path, measured: dict) -> dict:
     """What the bundle is for: the Bench stage's runtime record, else what the measurements recorded."""
-    bench_runtime = run_dir / "bench" / "runtime.json"  # absent when --results replaced the Bench stage
+    bench_runtime = RunLayout.of(run_dir).bench_runtime  # absent when --results replaced the Bench stage
     device = measured["meta"]["device"]
     runtime = (
         json.loads(bench_runtime.read_text())
@@ -323,12 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.02)
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
-    out = run_dir / "validate"
+    out = RunLayout.of(run_dir).validate
 
     def progress(done: int, total: int) -> None:
         atomic_write_json(out / "progress.json", {"done": done, "total": total})
 
-    runtime = run_dir / "bench" / "runtime.json"
+    runtime = RunLayout.of(run_dir).bench_runtime
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         log.info("validating on GPU %d", gpu)
