@@ -205,6 +205,11 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     assert fallbacks["layout torch copies first"] == 1
     assert fallbacks["bf16 reduced-precision reduction off"] == 1
     assert fallbacks["deterministic algorithms on"] == 1
+    from pipeline.runtime.dispatch import Fallback
+
+    routes = list(routed.router.plans.values())
+    assert all(type(r) is Fallback or callable(getattr(r, "run", None)) for r in routes), "a plan or a Fallback"
+    assert all(type(reason) is Fallback for reason in fallbacks), "every counted fallback is typed"
     assert len(routed.status()["rows_rejected"]) == 1
     assert "cublasLtMatmulAlgoCheck" in next(iter(routed.status()["rows_rejected"].values()))
 

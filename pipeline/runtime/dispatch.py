@@ -30,6 +30,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -45,16 +46,57 @@ MAX_SIGNATURES = 65536
 MAX_UNTUNED = 256  # keys without a tuned row kept for the status record (the first ones met)
 
 
-def blocked(dtype: torch.dtype) -> str | None:
+class Fallback(str):
+    """Why a call goes to torch's own kernel: the router's answer where there is no plan. A ``str`` whose text
+    the status counts (``fallbacks``); the hot path tells it from a plan by ``type(...) is Fallback``."""
+
+    __slots__ = ()
+
+
+class Plan(Protocol):
+    """A tuned row built for one device (``cublaslt.LtPlan``; ``BiasCopied`` wraps one)."""
+
+    name: str
+    calls: int
+
+    def run(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        accumulate: bool = False,
+        scales: tuple | None = None,
+    ) -> torch.Tensor: ...
+
+    def close(self) -> None: ...
+
+
+class Executor(Protocol):
+    """What builds plans (``cublaslt.CublasLtExecutor``; a CPU double in the tests)."""
+
+    errors: tuple[type[Exception], ...]  # what ``plan`` raises for a row this library refuses
+
+    def plan(self, *found: object) -> Plan: ...
+
+    def current_device(self) -> int: ...
+
+    def device_name(self, device: int) -> str: ...
+
+
+Route = Plan | Fallback
+
+
+def blocked(dtype: torch.dtype) -> Fallback | None:
     """Why a call of ``dtype`` must not take a tuned plan now (None: it may); fp32 is keyed by its TF32 flag."""
     if torch.are_deterministic_algorithms_enabled():
-        return "deterministic algorithms on"
+        return DETERMINISTIC
     if dtype is torch.bfloat16 and not _allowed(torch._C._get_cublas_allow_bf16_reduced_precision_reduction()):
-        return "bf16 reduced-precision reduction off"
+        return Fallback("bf16 reduced-precision reduction off")
     if dtype is torch.float16 and (
         not _allowed(torch._C._get_cublas_allow_fp16_reduced_precision_reduction()) or _fp16_accumulation()
     ):
-        return "fp16 reduced-precision reduction off or fp16 accumulation on"
+        return Fallback("fp16 reduced-precision reduction off or fp16 accumulation on")
     return None
 
 
@@ -75,7 +117,11 @@ def compute_type(dtype: torch.dtype, tf32: bool) -> str:
     return "float64" if dtype is torch.float64 else "float32"
 
 
-OUT_MISFIT = "out= not a contiguous output of the product's shape and dtype"
+OUT_MISFIT = Fallback("out= not a contiguous output of the product's shape and dtype")
+DETERMINISTIC = Fallback("deterministic algorithms on")
+OTHER_DEVICE = Fallback("operands not on the current device")
+NO_ROW = Fallback("no tuned row")
+ALPHA_BETA = Fallback("alpha or beta not 1")
 
 
 def out_fits(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, device: int) -> bool:
@@ -83,10 +129,10 @@ def out_fits(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, devi
     return out.shape == shape and out.dtype == dtype and out.is_contiguous() and out.get_device() == device
 
 
-def fits(plan, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None):
+def fits(plan: Route, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None) -> Route:
     """``plan`` where there is no ``out`` or it is the contiguous output a plan writes (x @ y's shape, dtype and
     device), else why the call falls back (the plan's own reason, if it already had one)."""
-    if out is None or type(plan) is str:
+    if out is None or type(plan) is Fallback:
         return plan
     return plan if out_fits(out, (*x.shape[:-1], y.shape[-1]), x.dtype, x.get_device()) else OUT_MISFIT
 
@@ -140,11 +186,11 @@ class BiasCopied:
 class Router:
     """Tuned plans by call signature, torch's kernels as the fallback, and what happened to every call."""
 
-    def __init__(self, table: TunedTable, executor, dispatch_key: str = "CUDA") -> None:
+    def __init__(self, table: TunedTable, executor: Executor, dispatch_key: str = "CUDA") -> None:
         self.table, self.executor, self.dispatch_key = table, executor, dispatch_key
-        self.plans: dict[tuple, object] = {}  # signature -> plan, or the reason (str) it falls back
+        self.plans: dict[tuple, Route] = {}  # signature -> plan, or why it falls back
         self.rejected: dict[RuntimeKey, str] = {}  # tuned rows this library refused to build
-        self._built: dict[tuple[RuntimeKey, int], object] = {}
+        self._built: dict[tuple[RuntimeKey, int], Route] = {}
         self.fallbacks: Counter = Counter()
         self.untuned: dict[RuntimeKey, None] = {}  # keys of calls that found no tuned row, in the order met
         self.plan_build_s = 0.0  # time spent building plans (once per row and device): a fixed cost of the run
@@ -152,6 +198,7 @@ class Router:
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
         self.lt_disabled = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"  # torch reads it once, as here
         self._route = self._router()
+        self.scaled = ScaledRoutes(self)
 
     # -- registration --------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -166,8 +213,8 @@ class Router:
             lib.impl("mm.out", self._product("gemm", kernels["mm.out"]), self.dispatch_key)
             lib.impl("addmm.out", self._addmm(kernels["addmm.out"]), self.dispatch_key)
             lib.impl("bmm.out", self._product("gemm_strided_batched", kernels["bmm.out"]), self.dispatch_key)
-            lib.impl("_scaled_mm", self._scaled(kernels["_scaled_mm"]), self.dispatch_key)
-            lib.impl("_scaled_mm.out", self._scaled(kernels["_scaled_mm.out"]), self.dispatch_key)
+            lib.impl("_scaled_mm", self.scaled.kernel(kernels["_scaled_mm"]), self.dispatch_key)
+            lib.impl("_scaled_mm.out", self.scaled.kernel(kernels["_scaled_mm.out"]), self.dispatch_key)
         self._lib = lib
 
     def uninstall(self) -> None:
@@ -183,7 +230,7 @@ class Router:
 
         def kernel(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
             plan = fits(route(op, x, y, None), x, y, out)
-            if type(plan) is str:
+            if type(plan) is Fallback:
                 fallbacks[plan] += 1
                 return fallback(keyset, x, y) if out is None else fallback(keyset, x, y, out=out)
             return plan.run(x, y, None, out)
@@ -197,9 +244,9 @@ class Router:
         def addmm(
             bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1, out: torch.Tensor | None = None
         ) -> torch.Tensor:
-            plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else "alpha or beta not 1"
+            plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else ALPHA_BETA
             plan = fits(plan, x, y, out)
-            if type(plan) is str:
+            if type(plan) is Fallback:
                 fallbacks[plan] += 1
                 if out is None:
                     return fallback(keyset, bias, x, y, beta=beta, alpha=alpha)
@@ -208,62 +255,13 @@ class Router:
 
         return addmm
 
-    def _scaled(self, fallback: Callable) -> Callable:
-        """The kernel of ``_scaled_mm`` and ``_scaled_mm.out``: ``(x sx) @ (y sy) (+ bias)`` in ``out_dtype``."""
-        keyset, fallbacks, route = self._keyset, self.fallbacks, self._route_scaled
-
-        def scaled_mm(
-            x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False, *, out=None
-        ):
-            plan = route(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out)
-            if type(plan) is str:
-                fallbacks[plan] += 1
-                kwargs = {} if out is None else {"out": out}
-                return fallback(keyset, x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, **kwargs)
-            return plan.run(x, y, bias, out, scales=(scale_b, scale_a))
-
-        return scaled_mm
-
-    def _route_scaled(self, x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast, out):
-        """The plan of a ``_scaled_mm`` call, or why it falls back (cached by signature like ``route``)."""
-        if torch.are_deterministic_algorithms_enabled():
-            return "deterministic algorithms on"
-        device = x.get_device()
-        if device != self.executor.current_device():
-            return "operands not on the current device"
-        metas = tuple(
-            (t.shape, t.stride(), t.dtype, t.get_device()) if t is not None else None
-            for t in (x, y, scale_a, scale_b, bias, out)
-        )
-        signature = ("scaled_gemm", metas, scale_result is None, out_dtype, bool(fast))
-        plan = self.plans.get(signature, _MISSING)
-        if plan is _MISSING:
-            if len(self.plans) >= MAX_SIGNATURES:
-                self.plans.clear()
-            problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast)
-            plan = self.plans[signature] = self._resolve_scaled(problem, bias, out, out_dtype or x.dtype, device)
-        return plan
-
-    def _resolve_scaled(self, problem, bias, out, out_dtype: torch.dtype, device: int):
-        if isinstance(problem, str):
-            return problem
-        if bias is not None and not (bias.dim() == 1 and bias.is_contiguous()):
-            return "bias not a contiguous vector"
-        if out is not None and not out_fits(out, (problem.n, problem.m), out_dtype, device):
-            return OUT_MISFIT
-        key = runtime_key(problem)
-        found = self.table.solutions.get(key)
-        if found is None:
-            return self._no_row(key)
-        return self._build(key, found, device)
-
-    def _no_row(self, key: RuntimeKey) -> str:
-        """The fallback reason of a call signature whose key has no tuned row, the key noted for the status."""
+    def _no_row(self, key: RuntimeKey) -> Fallback:
+        """The fallback of a call signature whose key has no tuned row, the key noted for the status."""
         if len(self.untuned) < MAX_UNTUNED:
             self.untuned.setdefault(key, None)
-        return "no tuned row"
+        return NO_ROW
 
-    def _build(self, key: RuntimeKey, found: tuple, device: int):
+    def _build(self, key: RuntimeKey, found: tuple, device: int) -> Route:
         """The plan of a tuned row on ``device`` (built once), or why this library refused it."""
         if (key, device) not in self._built:
             start = time.perf_counter()
@@ -271,13 +269,13 @@ class Router:
                 self._built[(key, device)] = self.executor.plan(*found, device)
             except self.executor.errors as err:
                 self.rejected[key] = f"{type(err).__name__}: {err}"
-                self._built[(key, device)] = f"tuned row rejected by this library ({err})"
+                self._built[(key, device)] = Fallback(f"tuned row rejected by this library ({err})")
             self.plan_build_s += time.perf_counter() - start
         return self._built[(key, device)]
 
     # -- routing -------------------------------------------------------------------------------------------
     def _router(self) -> Callable:
-        """``route(op, x, y, bias)``: the plan for this call, or why it falls back (a str). The hot path of
+        """``route(op, x, y, bias)``: the plan for this call, or why it falls back (``Fallback``). The hot path of
         every GEMM in the process: names bound once, one tuple and one dict lookup per call."""
         plans, resolve, current_device = self.plans, self._resolve, self.executor.current_device
         deterministic, tf32 = torch.are_deterministic_algorithms_enabled, torch._C._get_cublas_allow_tf32
@@ -291,7 +289,7 @@ class Router:
                     return reason
             device = x.get_device()
             if device != current_device():
-                return "operands not on the current device"
+                return OTHER_DEVICE
             signature = (
                 op,
                 x.shape,
@@ -319,20 +317,20 @@ class Router:
         name = DTYPE_NAMES.get(dtype)
         compute = compute_type(dtype, tf32)
         if name is None or y_dtype != dtype or y_device != device:
-            return "dtype or device not routed"
+            return Fallback("dtype or device not routed")
         if len(x_shape) != (3 if op == "gemm_strided_batched" else 2) or 0 in x_shape or 0 in y_shape:
-            return "empty or unexpected operand shape"
+            return Fallback("empty or unexpected operand shape")
         forms, tried = [(op, False)], []  # (op, the bias copied into the output); the keys looked up
         if bias is not None:
             bias_shape, bias_stride, bias_dtype, bias_device = bias
             if bias_dtype != dtype or bias_device != device or not expandable(bias_shape, (x_shape[0], y_shape[1])):
-                return "bias of another dtype or device, or not broadcastable to the output"
+                return Fallback("bias of another dtype or device, or not broadcastable to the output")
             fused = epilogue_bias(y_shape, bias_shape, bias_stride, self.lt_disabled)
             forms = [(op, False), ("gemm", True)] if fused else [("gemm", True)]
         for form in forms:
             key = gemm_key(form[0], name, compute, x_shape, x_stride, y_shape, y_stride)
             if key is None:
-                return "layout torch copies first"
+                return Fallback("layout torch copies first")
             tried.append(key)
             found = self.table.solutions.get(key)
             if found is not None:
@@ -341,7 +339,7 @@ class Router:
             return self._no_row(tried[0])
         copied = form[1]
         plan = self._build(key, found, device)
-        return BiasCopied(plan) if copied and type(plan) is not str else plan
+        return BiasCopied(plan) if copied and type(plan) is not Fallback else plan
 
     # -- reporting -----------------------------------------------------------------------------------------
     def tuned_calls(self) -> dict[str, int]:
@@ -349,12 +347,70 @@ class Router:
         return {
             f"{plan.name} {','.join(format_key(self.table.solutions[key][0]))}": plan.calls
             for (key, _), plan in self._built.items()
-            if not isinstance(plan, str) and plan.calls
+            if type(plan) is not Fallback and plan.calls
         }
 
     def close(self) -> None:
         for plan in self._built.values():
-            if not isinstance(plan, str):
+            if type(plan) is not Fallback:
                 plan.close()
         self._built.clear()
         self.plans.clear()
+
+
+class ScaledRoutes:
+    """The ``_scaled_mm`` path: its calls keyed as the recorder keyed them (``scaled.problem_of_call``), through the
+    router's table, plans, signature cache and counts."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def kernel(self, fallback: Callable) -> Callable:
+        """The kernel of ``_scaled_mm`` and ``_scaled_mm.out``: ``(x sx) @ (y sy) (+ bias)`` in ``out_dtype``."""
+        keyset, fallbacks, route = self.router._keyset, self.router.fallbacks, self.route
+
+        def scaled_mm(
+            x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False, *, out=None
+        ):
+            plan = route(x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out)
+            if type(plan) is Fallback:
+                fallbacks[plan] += 1
+                kwargs = {} if out is None else {"out": out}
+                return fallback(keyset, x, y, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, **kwargs)
+            return plan.run(x, y, bias, out, scales=(scale_b, scale_a))
+
+        return scaled_mm
+
+    def route(self, x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast, out) -> Route:
+        """The plan of a ``_scaled_mm`` call, or why it falls back (cached by signature like ``Router``'s)."""
+        router = self.router
+        if torch.are_deterministic_algorithms_enabled():
+            return DETERMINISTIC
+        device = x.get_device()
+        if device != router.executor.current_device():
+            return OTHER_DEVICE
+        metas = tuple(
+            (t.shape, t.stride(), t.dtype, t.get_device()) if t is not None else None
+            for t in (x, y, scale_a, scale_b, bias, out)
+        )
+        signature = ("scaled_gemm", metas, scale_result is None, out_dtype, bool(fast))
+        plan = router.plans.get(signature, _MISSING)
+        if plan is _MISSING:
+            if len(router.plans) >= MAX_SIGNATURES:
+                router.plans.clear()
+            problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast)
+            plan = router.plans[signature] = self.resolve(problem, bias, out, out_dtype or x.dtype, device)
+        return plan
+
+    def resolve(self, problem, bias, out, out_dtype: torch.dtype, device: int) -> Route:
+        if isinstance(problem, str):
+            return Fallback(problem)
+        if bias is not None and not (bias.dim() == 1 and bias.is_contiguous()):
+            return Fallback("bias not a contiguous vector")
+        if out is not None and not out_fits(out, (problem.n, problem.m), out_dtype, device):
+            return OUT_MISFIT
+        key = runtime_key(problem)
+        found = self.router.table.solutions.get(key)
+        if found is None:
+            return self.router._no_row(key)
+        return self.router._build(key, found, device)
