@@ -3,7 +3,7 @@ nvmath's ``Matmul.autotune`` over its 8 heuristic candidates, each against torch
 
     python bench/cublaslt_search.py --set all --out results.json [--max-problems N]
 
-Problems: the 40 Llama-shaped ones of ``shared/spec/h100-measurements.md`` (qkv 4096->6144, o 4096->4096,
+Problems: the 40 Llama-shaped ones of the H100 measurements (``bench/README.md``) (qkv 4096->6144, o 4096->4096,
 gate_up 4096->28672, down 14336->4096, 5120->13824 at M in 1..8192; lm_head 4096->128256 up to M=512),
 plus what the embedded workload records. All bf16 ``F.linear`` without bias, BLAS frame ``tn``.
 """

@@ -2,7 +2,7 @@
 
 The frame is the BLAS (column-major) frame that TunableOp records: ``C[m, n] = op(A)[m, k] @ op(B)[k, n]``
 where ``op(X)`` is ``X`` for ``"N"`` and ``X^T`` for ``"T"``. For a row-major torch ``x[M, K] @ W[N, K].t()``
-this is ``m = N``, ``n = M``, BLAS ``A`` = ``W`` (see ``shared/spec/tunableop.md`` section 1.3).
+this is ``m = N``, ``n = M``, BLAS ``A`` = ``W`` (see ``docs/tunableop.md`` section 1.3).
 
 Dtypes use torch's names without the ``torch.`` prefix (``bfloat16``, ``float8_e4m3fn``...). Every format
 module converts its own spelling at its edge.

@@ -21,7 +21,7 @@ from .helpers import needs_torch, optional_torch
 
 SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
 OP = "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN"
-# F.linear-like: x[16, 32] @ w[64, 32].t() -> BLAS m = 64, n = 16, k = 32 (shared/spec/tunableop.md 1.3)
+# F.linear-like: x[16, 32] @ w[64, 32].t() -> BLAS m = 64, n = 16, k = 32 (docs/tunableop.md section 1.3)
 TENSORWISE = (
     "tn_64_16_32_ld_32_32_64_a_Float8_e4m3fn_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float"
     "_ast_0_bst_0_dscale_0_fast_0_bias_None"

@@ -109,7 +109,7 @@ def test_the_packaged_results_load_into_this_torch_and_run_its_gemms(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_the_unfiltered_file_is_what_a_torch_before_2_14_cannot_take(tmp_path):
     """Why the package filters: on CUDA torch <= 2.13 a row naming a cuBLASLt solution fails at dispatch
-    (shared/spec/tunableop.md 2.4); on 2.14+ it loads."""
+    (docs/tunableop.md section 2, "Reading"); on 2.14+ it loads."""
     torch = _torch()
     version = torch.__version__.split("+")[0]
     if torch.version.hip:

@@ -40,7 +40,7 @@ def test_fixture_keys_are_canonical(path):
 
 
 def test_blas_frame_of_recorded_h100_lines():
-    """The four lines recorded on the H100 (shared/spec/h100-measurements.md) in the BLAS frame."""
+    """The four lines recorded on the H100 (measured on the H100, bench/README.md) in the BLAS frame."""
     lines = read_file(FIXTURES / "tunableop" / "torch2.11_cuda_untuned0.csv").entries
     linear_bias, bmm, linear, matmul = (e.problem for e in lines)
     # nn.Linear(4096, 11008) with bias on x[64, 4096]: m = out features, n = tokens, A = the weight (T)

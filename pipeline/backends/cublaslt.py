@@ -1,6 +1,6 @@
 """NVIDIA backend: search cuBLASLt algorithms through ``nvmath.bindings.cublasLt`` (the ``cuda`` extra).
 
-Candidates for one problem (``shared/spec/nvidia-cublaslt.md`` sections 1.6, 1.7 and 7): torch's own
+Candidates for one problem (``docs/cublaslt.md`` sections 1.6, 1.7 and 7): torch's own
 default call (the baseline, and a candidate); the cuBLASLt heuristic list requested at
 ``heuristic_count`` (nvmath's ``Matmul`` stops at 8); a local search around it, the ``neighbours`` nearest
 valid configs one axis away from each heuristic result (tile, stages, split-K and reduction, swizzle,

@@ -1,5 +1,5 @@
 """cuBLASLt algorithms: the records, their config attributes and TunableOp names, and the config space one
-problem's types open (``shared/spec/nvidia-cublaslt.md`` sections 1.6 and 7; ``space`` walks the axes).
+problem's types open (``docs/cublaslt.md`` sections 1.6 and 7; ``space`` walks the axes).
 
 Needs nvmath-python (the ``cuda`` extra): ``cublaslt`` builds the descriptors and launches what this finds.
 """
@@ -33,7 +33,7 @@ NEIGHBOUR_TRIES = 40  # configs checked around each heuristic result, at most
 
 
 def solution_name(config: dict) -> str:
-    """torch >= 2.14's TunableOp name for a cuBLASLt algorithm (``shared/spec/tunableop.md`` 2.3)."""
+    """torch >= 2.14's TunableOp name for a cuBLASLt algorithm (``docs/tunableop.md`` 2.3)."""
     name = (
         f"Gemm_Cublaslt_id_{config['AlgoId']}_tile_{config['Tile']}_stages_{config['Stages']}"
         f"_splitk_{config['SplitK']}_red_{config['ReductionScheme']}_swizzle_{config['Swizzle']}"

@@ -90,7 +90,7 @@ def legacy_override_rows(run: BenchRun) -> str:
 
 def torch_validators() -> dict[str, str] | None:
     """The validator block a ROCm torch on this machine writes (None without one): what TunableOp checks
-    before it loads a results file (``shared/spec/tunableop.md`` 2.2)."""
+    before it loads a results file (``docs/tunableop.md`` 2.2)."""
     try:
         import torch
     except ImportError:

@@ -1,4 +1,4 @@
-"""The one GPU timing harness (``shared/spec/nvidia-cublaslt.md`` section 6).
+"""The one GPU timing harness (``docs/cublaslt.md`` section 3).
 
 * Inputs rotate through copies that total at least ``l2_factor`` x L2 (L2 read from the device), and never
   fewer than two, so no launch reads what the launch before it left in L2 (a weight larger than L2 keeps

@@ -1,6 +1,6 @@
 """TunableOp offline tuning (``--backend tunableop``): torch's own tuner, one process per GPU.
 
-Not the stock ``mgpu_tune_gemm_in_file`` (``shared/spec/tunableop.md`` 3.2: its result gathering mangles
+Not the stock ``mgpu_tune_gemm_in_file`` (``docs/tunableop.md`` 3.2: its result gathering mangles
 paths holding '0' or '.', and before 2.14 a worker could write another GPU's file). The Bench stage starts
 one worker per GPU (its own slot, ``set_device``); this backend, in that worker, gives TunableOp its own
 results file (``tunableop_results<gpu>.csv`` in a scratch directory, never a stale one: 2.10+ appends under

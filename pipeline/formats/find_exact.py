@@ -1,4 +1,4 @@
-"""What hipBLASLt's ``utilities/find_exact.py`` leaves behind (``shared/spec/hipblaslt-tensilelite.md`` 1).
+"""What hipBLASLt's ``utilities/find_exact.py`` leaves behind (``docs/upstream.md`` 1).
 
 ``<out>/0_Bench/result_<TA><TB>_<gemmtype>_<M>x<N>x<B>x<K>.txt`` holds each size's hipblaslt-bench output
 (the winner is the bench's ``Winner:`` block); ``<out>/1_LogicYaml/<basename>.yaml`` holds Equality logic

@@ -1,6 +1,6 @@
 """hipblaslt-bench: its command line built from a ``GemmProblem``, and its output parsed.
 
-Contract: ``shared/spec/hipblaslt-tensilelite.md`` section 5 (hipBLASLt ``clients/benchmarks/client.cpp``,
+Contract: ``docs/upstream.md``, "hipblaslt-bench" (hipBLASLt ``clients/benchmarks/client.cpp``,
 ``clients/include/argument_model.hpp``, ``testing_matmul.hpp``), checked against bench output published
 for hipBLASLt 100200 (git ``de5c1aebb6``, MI350X) and 600 (``52776da``, MI300X):
 

@@ -1,6 +1,6 @@
 """hipBLASLt offline-tuning override files (``HIPBLASLT_TUNING_OVERRIDE_FILE``): read, write, merge.
 
-Plain text (``shared/spec/hipblaslt-tensilelite.md`` section 6): a ``Git Version:`` line, then header
+Plain text (``docs/upstream.md``, "The tuning override file"): a ``Git Version:`` line, then header
 lines (any line with both ``transA`` and ``solution_index``) each followed by value lines, zipped to the
 header's column names. The legacy match key is transA, transB, m, n, k, batch_count, the types and
 compute_type (plus gcnArchName and CUs where present); ld's are not part of it. Merging keeps one entry

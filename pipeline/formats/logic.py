@@ -1,6 +1,6 @@
 """TensileLite library-logic YAML: load, validate, dump, and build Equality logic from tuning winners.
 
-Two layouts (``shared/spec/hipblaslt-tensilelite.md`` section 2):
+Two layouts (``docs/upstream.md``, "TensileLite library logic"):
 
 * the 12-item list: ``[0] {MinimumRequiredVersion}``, ``[1]`` ScheduleName, ``[2]`` ArchitectureName (or
   ``{Architecture, CUCount}``), ``[3]`` DeviceNames, ``[4]`` ProblemType, ``[5]`` Solutions, ``[6]``

@@ -1,10 +1,10 @@
 """hipBLASLt / TensileLite view of a ``GemmProblem``: frame, type letters, ProblemType names, arch table.
 
-torch hands hipBLASLt the BLAS frame it records (``shared/spec/tunableop.md`` 1.3), so the mapping is the
+torch hands hipBLASLt the BLAS frame it records (``docs/tunableop.md`` 1.3), so the mapping is the
 identity on operands and transposes: hipBLASLt ``A`` = TunableOp ``A``, ``transA = transa``, ``M = m``,
 ``N = n``, ``K = k``, ``batch_count = batch``, ``ldd = ldc`` (torch writes C in place). Packed ld's are
 filled in where the key did not record them (torch 2.6). Tensile's exact 8-tuple orders the ld's
-``LDD, LDC, LDA, LDB`` (``shared/spec/hipblaslt-tensilelite.md`` section 2); find_exact takes ``[M, N, B, K]``.
+``LDD, LDC, LDA, LDB`` (``docs/upstream.md``, "TensileLite library logic"); find_exact takes ``[M, N, B, K]``.
 """
 
 from __future__ import annotations

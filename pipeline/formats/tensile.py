@@ -1,4 +1,4 @@
-"""TensileLite benchmark configs and what a run leaves behind (``shared/spec/hipblaslt-tensilelite.md`` 4).
+"""TensileLite benchmark configs and what a run leaves behind (``docs/upstream.md`` 4).
 
 ``config_problems`` lists what TensileLite is known to refuse in a config (``BenchmarkStructs.py``: the
 retired InitialSolutionParameters, BenchmarkForkParameters, JoinParameters and BenchmarkJoinParameters must

@@ -1,6 +1,6 @@
 """PyTorch TunableOp files: untuned (``PYTORCH_TUNABLEOP_RECORD_UNTUNED``) and results CSVs.
 
-Grammar (``shared/spec/tunableop.md`` sections 1-2), every torch version from 2.6 to 2.15::
+Grammar (``docs/tunableop.md`` sections 1-2), every torch version from 2.6 to 2.15::
 
     Validator,<KEY>,<VALUE>
     <OpSig>,<ParamSig>[,<Solution>[,<TimeMs>]][,BLAS_PARAMS: <yaml with commas>]
@@ -507,7 +507,7 @@ def hipblaslt_solution(solution: str, problem: GemmProblem, torch_version: str) 
 
 def unknown_solution(solution: str, platform: str, torch_version: str) -> str | None:
     """Why torch ``torch_version`` on ``platform`` has no candidate named ``solution`` (None: it has one).
-    Such a row is a hard error at dispatch in torch <= 2.13 (shared/spec/tunableop.md 2.3-2.4)."""
+    Such a row is a hard error at dispatch in torch <= 2.13 (docs/tunableop.md section 2: solution names, reading)."""
     target = release(torch_version)
     if solution == DEFAULT:
         return None

@@ -1,7 +1,7 @@
 """The runtime's executor on NVIDIA GPUs: one cuBLASLt plan per tuned problem (descriptors, layouts and the
 algorithm built once and checked with ``cublasLtMatmulAlgoCheck``), run with ``nvmath.bindings.cublasLt.matmul``
 on torch's current stream with a workspace per (device, stream) that is never freed or moved, and under CUDA
-graph capture one from the graph's own pool, so a captured call replays safely (``shared/spec/nvidia-cublaslt.md``
+graph capture one from the graph's own pool, so a captured call replays safely (``docs/cublaslt.md``
 sections 2 and 3.2)."""
 
 from __future__ import annotations

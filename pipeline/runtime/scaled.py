@@ -5,7 +5,7 @@ as the BLAS ``C (N x M) = op(A) op(B)`` with ``A`` the storage of ``mat2`` and `
 GEMM does (``frame``); each operand's scale goes with it, so BLAS ``A`` is scaled by torch's ``scale_b``.
 That is the pairing of ``ScaledGemmParams`` (``a`` with ``a_scale_ptr``, aten/src/ATen/cuda/tunable/
 GemmCommon.h). The key is the newest torch's CUDA grammar (``..._a_<dt>_b_<dt>_c_<dt>_as_<dt>_bs_<dt>_ast_<i>
-_bst_<i>_dscale_<0|1>_fast_<0|1>_bias_<None|dt>``; ``shared/spec/tunableop.md`` 1.2): recipe 0 is a tensorwise
+_bst_<i>_dscale_<0|1>_fast_<0|1>_bias_<None|dt>``; ``docs/tunableop.md`` 1.2): recipe 0 is a tensorwise
 scale (one element), 1 a rowwise one (``scale_a`` ``M x 1`` and ``scale_b`` ``1 x N``, fp32). The recorder and
 the router both call ``scaled_problem``, so what is recorded is exactly what is looked up.
 """

@@ -1,7 +1,7 @@
 """Render hipBLASLt ``find_exact.py`` and TensileLite benchmark configs from the templates in ``templates/``.
 
 One file per ProblemType (transposes, types, bias): ``find_exact/<name>.yaml`` and ``tensile/<name>.yaml``
-(``shared/spec/hipblaslt-tensilelite.md`` sections 1 and 4). Problems a tool cannot tune are listed as
+(``docs/upstream.md`` sections 1 and 4). Problems a tool cannot tune are listed as
 skipped with the reason; padded problems (``padding.py``) go to the Tensile config beside their original.
 """
 

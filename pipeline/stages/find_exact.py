@@ -1,5 +1,5 @@
 """``--backend find_exact``: upstream hipBLASLt ``utilities/find_exact.py`` on the configs GenerateConfigs
-wrote, one config (one ProblemType) at a time (``shared/spec/hipblaslt-tensilelite.md`` section 1).
+wrote, one config (one ProblemType) at a time (``docs/upstream.md``, "find_exact.py").
 
 The build is found by ``--hipblaslt-root`` or ``$HIPBLASLT_ROOT``: a hipBLASLt build directory (e.g.
 ``build/release``) holding the bench (``clients/staging/hipblaslt-bench``, 2024; ``clients/hipblaslt-bench``,

@@ -1,7 +1,7 @@
 """Merge directories of TensileLite logic files: upstream ``merge.py`` (S24) exactly, or the safer ``faster``.
 
 ``upstream`` reproduces ``tensilelite/Tensile/Utilities/merge.py`` rule by rule
-(``shared/spec/hipblaslt-tensilelite.md`` section 3), quirks included: forced merge by default (off when
+(``docs/upstream.md``, "merge.py"), quirks included: forced merge by default (off when
 the incremental path contains ``arcturus``; the first file's choice sticks), trimming to 4-value keys
 with the first colliding row kept, a size repeated in NEW appended twice, kernels deduped on the whole
 solution minus ``SolutionIndex``/``SolutionNameMin``, unused kernels dropped and renumbered in pool

@@ -2,7 +2,7 @@
 
 It holds the gated bundle of one fingerprint only: the merged logic tree, ``tunableop_results.csv`` reduced
 to the rows the target torch can dispatch (a solution name torch <= 2.13 does not know is a hard error at
-dispatch, shared/spec/tunableop.md 2.4) plus one copy per device ordinal (torch always splices the ordinal
+dispatch, docs/tunableop.md section 2, "Reading") plus one copy per device ordinal (torch always splices the ordinal
 into ``PYTORCH_TUNABLEOP_FILENAME``), the hipBLASLt override file where one exists, ``env.sh``, a
 ``Dockerfile`` fragment, a README and ``manifest.json`` (sha256 of every file; written last).
 

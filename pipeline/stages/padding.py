@@ -3,7 +3,7 @@
 On MI300 a leading dimension whose size in bytes is a multiple of 512 sends every row of an operand to
 the same memory channel; the ROCm guide pads it (f16 TN with ``K % 256 == 0``: ``lda = ldb = K + 128``).
 The rule is per arch; period, pad and operands are settings. A padded problem keeps its original so
-validation can time both. (``shared/spec/hipblaslt-tensilelite.md`` section 7: upstream has no such
+validation can time both. (``docs/upstream.md``, "Stride padding": upstream has no such
 guidance, so the rule is a setting, on by default for the MI300 family only.)
 """
 

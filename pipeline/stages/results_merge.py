@@ -1,6 +1,6 @@
 """Merge TunableOp results files: one row per key, the fastest first, one validator block.
 
-torch keeps the first row it reads for a key (``shared/spec/tunableop.md`` 2.4), so duplicates are
+torch keeps the first row it reads for a key (``docs/tunableop.md`` 2.4), so duplicates are
 resolved here: the row with the smallest recorded time wins (a row without a time loses to any timed
 row; ties keep the earlier input). Files whose validators differ describe different runtimes and are
 refused, unless the caller names the validator block of the runtime to target.

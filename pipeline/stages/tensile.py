@@ -1,5 +1,5 @@
 """``--backend tensile``: TensileLite (``Tensile/bin/Tensile <config> <out>``) on the benchmark configs
-GenerateConfigs wrote, one config (one ProblemType) at a time (``shared/spec/hipblaslt-tensilelite.md`` 4).
+GenerateConfigs wrote, one config (one ProblemType) at a time (``docs/upstream.md`` 4).
 
 TensileLite is found by ``--tensile-root`` or ``$TENSILE_ROOT``: the ``tensilelite`` directory of a
 hipBLASLt source tree (``Tensile/bin/Tensile`` under it), or the hipBLASLt tree itself. A config

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test double of hipBLASLt's utilities/find_exact.py (shared/spec/hipblaslt-tensilelite.md section 1), strict
+"""Test double of hipBLASLt's utilities/find_exact.py (docs/upstream.md, "find_exact.py"), strict
 per generation, told apart by the build tree it is given (docs/upstream.md):
 
   2024  (the 7d9fb683 tree; utilities/find_exact.py:118-126, 205-231) the bench at
