@@ -22,6 +22,7 @@ import datetime
 import hashlib
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -51,15 +52,21 @@ def needs_compiling(logic_dir: Path) -> bool:
     return False
 
 
-def write_package(
-    run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8, builder_image: str = "rocm/dev-ubuntu-24.04"
-) -> dict:
-    """Write ``dist_root/<fingerprint>/`` from ``run_dir/bundle``; returns the manifest."""
-    bundle = RunLayout.of(run_dir).bundle
-    if not (bundle / "manifest.json").exists():
-        raise FileNotFoundError(
-            f"{bundle}: no accepted bundle to package (the gate refused it, or Validate did not run)"
-        )
+@dataclass(frozen=True)
+class Rows:
+    """The bundle's rows sorted for the target torch: those it dispatches, those it cannot (with the reason),
+    and the cuBLASLt rows among them that ``pipeline.runtime`` applies instead."""
+
+    validators: dict
+    platform: str
+    torch_version: str
+    servable: list
+    unservable: list[dict]
+    runtime_rows: list
+
+
+def sort_rows(bundle: Path) -> Rows:
+    """Step 1: which rows of ``bundle``'s results the target torch can dispatch."""
     results = read_file(bundle / "tunableop_results.csv")
     platform = validators_platform(results.validators)
     torch_version = results.validators.get("PT_VERSION", "unknown")
@@ -74,40 +81,92 @@ def write_package(
                 runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
         else:
             servable.append(entry)
+    return Rows(results.validators, platform, torch_version, servable, unservable, runtime_rows)
+
+
+def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -> dict[str, str]:
+    """Step 2: the variables the image sets (TunableOp only where the target torch has rows to read)."""
+    env = {}
+    if rows.servable:
+        env.update(
+            PYTORCH_TUNABLEOP_ENABLED="1",
+            PYTORCH_TUNABLEOP_TUNING="0",
+            PYTORCH_TUNABLEOP_RECORD_UNTUNED="0",
+            PYTORCH_TUNABLEOP_FILENAME=f"{install}/tunableop_results%d.csv",
+        )
+    if override:
+        env["HIPBLASLT_TUNING_OVERRIDE_FILE"] = f"{install}/{OVERRIDE}"
+    if compile_logic:
+        env["HIPBLASLT_TENSILE_LIBPATH"] = f"{install}/library"
+    return env
+
+
+def manifest(out: Path, run_dir: Path, bundle: Path, stack: Stack, rows: Rows, env: dict, compile_logic: bool) -> dict:
+    """Step 3: what the package is (fingerprint, inputs, what it serves, the sha256 of every file), written last."""
+    bundle_manifest = (bundle / "manifest.json").read_text()
+    data = {
+        "fingerprint": stack.fingerprint,
+        "stack": stack.facts,
+        "settings": stack.settings,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": {
+            "run": str(Path(run_dir).absolute()),
+            "bundle_manifest_sha256": hashlib.sha256(bundle_manifest.encode()).hexdigest(),
+        },
+        "serves": {
+            "platform": rows.platform,
+            "torch": rows.torch_version,
+            "tunableop_rows": len(rows.servable),
+            "runtime_rows": len(rows.runtime_rows),
+            "note": (
+                f"torch {rows.torch_version} exactly: TunableOp's PT_VERSION validator must equal the running "
+                "torch's version, or the whole file is rejected"
+            ),
+        },
+        "unservable": rows.unservable,
+        "environment": env,
+        "compile_logic": compile_logic,
+        "key_figures": {k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")},
+        "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
+    }
+    atomic_write_json(out / "manifest.json", data)
+    return data
+
+
+def write_package(
+    run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8, builder_image: str = "rocm/dev-ubuntu-24.04"
+) -> dict:
+    """Write ``dist_root/<fingerprint>/`` from ``run_dir/bundle`` in three steps (the rows, the environment,
+    the manifest); returns the manifest."""
+    bundle = RunLayout.of(run_dir).bundle
+    if not (bundle / "manifest.json").exists():
+        raise FileNotFoundError(
+            f"{bundle}: no accepted bundle to package (the gate refused it, or Validate did not run)"
+        )
+    rows = sort_rows(bundle)
     fp = stack.fingerprint
     install = f"{INSTALL_ROOT}/{fp}"
     target = mkdirs_readable(dist_root) / fp  # an image's user reads through every directory we made
     with atomic_directory(target) as out:
         shutil.copytree(bundle / "logic", out / "logic")
-        write_file(out / "tunableop_results.csv", results.validators, servable)
-        if runtime_rows:
-            write_file(out / RUNTIME_RESULTS, results.validators, runtime_rows)
+        write_file(out / "tunableop_results.csv", rows.validators, rows.servable)
+        if rows.runtime_rows:
+            write_file(out / RUNTIME_RESULTS, rows.validators, rows.runtime_rows)
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
         override = (bundle / OVERRIDE).exists()
         if override:
             shutil.copyfile(bundle / OVERRIDE, out / OVERRIDE)
         compile_logic = needs_compiling(out / "logic")
-        env = {}
-        if servable:
-            env.update(
-                PYTORCH_TUNABLEOP_ENABLED="1",
-                PYTORCH_TUNABLEOP_TUNING="0",
-                PYTORCH_TUNABLEOP_RECORD_UNTUNED="0",
-                PYTORCH_TUNABLEOP_FILENAME=f"{install}/tunableop_results%d.csv",
-            )
-        if override:
-            env["HIPBLASLT_TUNING_OVERRIDE_FILE"] = f"{install}/{OVERRIDE}"
-        if compile_logic:
-            env["HIPBLASLT_TENSILE_LIBPATH"] = f"{install}/library"
+        env = environment(rows, install, override, compile_logic)
         context = {
             "fp": fp,
             "install": install,
             "stack": stack.facts,
-            "platform": platform,
-            "torch_version": torch_version,
-            "rows": len(servable),
-            "unservable": unservable,
+            "platform": rows.platform,
+            "torch_version": rows.torch_version,
+            "rows": len(rows.servable),
+            "unservable": rows.unservable,
             "env": env,
             "torch_env": {k: v for k, v in env.items() if k.startswith("PYTORCH_")},
             "lib_env": {k: v for k, v in env.items() if not k.startswith("PYTORCH_")},
@@ -117,7 +176,7 @@ def write_package(
             "arch": (stack.facts.get("arch") or "").split(":")[0],
             "devices": devices,
             "hipblaslt_git": stack.facts.get("hipblaslt_git"),
-            "runtime_rows": len(runtime_rows),
+            "runtime_rows": len(rows.runtime_rows),
         }
         templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
@@ -129,37 +188,9 @@ def write_package(
         ):
             atomic_write_text(out / name, templates.get_template(template).render(context))
         (out / "env.sh").chmod(0o755)
-        bundle_manifest = (bundle / "manifest.json").read_text()
-        manifest = {
-            "fingerprint": fp,
-            "stack": stack.facts,
-            "settings": stack.settings,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "inputs": {
-                "run": str(Path(run_dir).absolute()),
-                "bundle_manifest_sha256": hashlib.sha256(bundle_manifest.encode()).hexdigest(),
-            },
-            "serves": {
-                "platform": platform,
-                "torch": torch_version,
-                "tunableop_rows": len(servable),
-                "runtime_rows": len(runtime_rows),
-                "note": (
-                    f"torch {torch_version} exactly: TunableOp's PT_VERSION validator must equal the "
-                    "running torch's version, or the whole file is rejected"
-                ),
-            },
-            "unservable": unservable,
-            "environment": env,
-            "compile_logic": compile_logic,
-            "key_figures": {
-                k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")
-            },
-            "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
-        }
-        atomic_write_json(out / "manifest.json", manifest)
+        data = manifest(out, run_dir, bundle, stack, rows, env, compile_logic)
         make_readable(out)  # an image's non-root user reads it (Docker's COPY keeps modes)
-    return manifest
+    return data
 
 
 def publish(package_dir: Path, repo_logic: Path) -> Path:
