@@ -57,7 +57,7 @@ PLAN = (
 
 
 def _start(tmp_path: Path, workdir: Path) -> subprocess.Popen:
-    command, env = amd_dag(tmp_path, "night", "", "TuneWorkload", "--gpus", "2", workdir=workdir)
+    command, env = amd_dag(tmp_path, "night", "", "TuneWorkload", "--gpus", "2", workdir=workdir, rounds=1)
     return subprocess.Popen(
         command,
         cwd=tmp_path,

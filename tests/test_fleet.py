@@ -18,7 +18,12 @@ from pathlib import Path
 from .helpers import amd_dag
 
 ARTIFACTS = ("tunableop_results.csv", "hipblaslt_override.txt")
-LUIGID = "import sys; from luigi.cmdline import luigid; luigid(sys.argv[1:])"
+LUIGID = (  # luigid as shipped, but pruning dead workers every second, not every 60 s (luigi/server.py's fixed
+    # interval: with it, a killed worker's shard waited a whole minute to be handed to the other)
+    "import sys, tornado.ioloop as io; Periodic = io.PeriodicCallback; "
+    "io.PeriodicCallback = lambda callback, ms, *a, **k: Periodic(callback, min(ms, 1000), *a, **k); "
+    "from luigi.cmdline import luigid; luigid(sys.argv[1:])"
+)
 WORKER = ("--no-lock", "--worker-keep-alive", "--worker-wait-interval", "0.2", "--worker-wait-jitter", "0")
 
 

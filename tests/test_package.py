@@ -148,6 +148,7 @@ def test_the_package_task_ships_the_amd_run_and_publishes_its_logic(tmp_path):
         "--publish",
         "--publish-dir",
         str(tmp_path / "repo-logic"),
+        rounds=1,
     )
     record = json.loads((tmp_path / "w" / "night" / "package" / "package.json").read_text())
     out = Path(record["package"])

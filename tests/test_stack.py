@@ -55,7 +55,7 @@ def test_claim_moves_another_stacks_directory_aside(tmp_path):
 
 
 def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(tmp_path):
-    _run(tmp_path, "night1")
+    _run(tmp_path, "night1", rounds=1)
     first = _summary(tmp_path, "night1")
     assert first["origin"]["tuned"] == first["problems"] == 12
     searches = sum("all" in argv for argv in _bench_runs(tmp_path))
@@ -64,7 +64,7 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     # the same stack, the same shapes: Luigi finds everything complete and nothing runs
     calls = len(_bench_runs(tmp_path))
     start = time.monotonic()
-    proc = _run(tmp_path, "night1")
+    proc = _run(tmp_path, "night1", rounds=1)
     print(f"no-op rerun: {time.monotonic() - start:.2f} s")
     assert len(_bench_runs(tmp_path)) == calls, "a no-op rerun ran the bench"
     assert (
@@ -73,14 +73,14 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     )
 
     # a new run of the same stack takes every tuned problem from the fingerprint's cache
-    _run(tmp_path, "night2")
+    _run(tmp_path, "night2", rounds=1)
     second = _summary(tmp_path, "night2")
     assert second["origin"]["cache"] == 12 and sum("all" in a for a in _bench_runs(tmp_path)) == searches
     caches = sorted(p.name for p in (tmp_path / "w" / TUNED).iterdir())
     assert len(caches) == 1 and caches[0].startswith("rocm-gfx942-")
 
     # a library upgrade: a new fingerprint; previous winners are re-timed first, kept or retuned
-    _run(tmp_path, "night3", build="7.1")
+    _run(tmp_path, "night3", build="7.1", rounds=1)
     third = _summary(tmp_path, "night3")
     results = {
         r["problem"]["m"]: r for r in json.loads((tmp_path / "w" / "night3" / "bench" / "results.json").read_text())
@@ -106,7 +106,7 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     assert "Drift against the previous run" in (tmp_path / "w" / "night3" / "report" / "report.md").read_text()
 
     # the same run name under a new stack: its stack-bound stages are moved aside and redone
-    _run(tmp_path, "night1", build="7.1")
+    _run(tmp_path, "night1", build="7.1", rounds=1)
     night1 = tmp_path / "w" / "night1"
     assert fpmod.stamped(night1 / "bench") == summary["fingerprint"]
     aside = [p for p in night1.iterdir() if p.name.startswith("bench.")]
