@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import luigi.configuration
 
-from .errors import PipelineError, exit_code, one_line
+from .errors import SEVERITY, PipelineError, exit_code, one_line
 
 RETCODES = {"unhandled_exception": 4, "missing_data": 3, "task_failed": 2, "scheduling_error": 5, "already_running": 13}
 LUIGI_LOGGER = "luigi-interface"
@@ -71,8 +71,6 @@ class LastLine:
             atexit.register(self.print)
 
     def print(self) -> None:
-        from .errors import SEVERITY
-
         if not self.lines:
             return
         worst = min(self.lines, key=lambda item: SEVERITY.index(item[0]) if item[0] in SEVERITY else len(SEVERITY))

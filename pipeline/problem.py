@@ -10,6 +10,7 @@ module converts its own spelling at its edge.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -272,7 +273,5 @@ def _short_type(dtype: str) -> str:
 def distinct_labels(keys: dict[str, GemmProblem]) -> dict[str, str]:
     """Each key's ``label``, with the leading dimensions added where two keys would otherwise read alike."""
     plain = {key: problem.label() for key, problem in keys.items()}
-    counts: dict[str, int] = {}
-    for text in plain.values():
-        counts[text] = counts.get(text, 0) + 1
+    counts = Counter(plain.values())
     return {key: keys[key].label(with_lds=True) if counts[text] > 1 else text for key, text in plain.items()}

@@ -24,17 +24,18 @@ MANIFEST = "manifest.json"
 
 def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
     """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, ``manifest.json`` last."""
-    merged = read_file(RunLayout.of(run_dir).merged_csv)
+    layout = RunLayout.of(run_dir)
+    merged = read_file(layout.merged_csv)
     kept = {row.key for row in result.kept}
     entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
     kept_sizes = {
         (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
     }
-    out = RunLayout.of(run_dir).bundle
+    out = layout.bundle
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)
         (staging / "logic").mkdir()
-        for path in sorted(RunLayout.of(run_dir).merged_logic.glob("*.yaml")):
+        for path in sorted(layout.merged_logic.glob("*.yaml")):
             logic = load_logic(path)
             if logic.layout == "list" and logic.data[1] in RECORD_BACKENDS:
                 name = path.stem.removeprefix(f"{logic.data[1]}_")
@@ -46,11 +47,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
             else:
                 shutil.copyfile(path, staging / "logic" / path.name)
         override = next(
-            (
-                d / OVERRIDE
-                for d in (RunLayout.of(run_dir).merge, RunLayout.of(run_dir).bench)
-                if (d / OVERRIDE).exists()
-            ),
+            (d / OVERRIDE for d in (layout.merge, layout.bench) if (d / OVERRIDE).exists()),
             None,
         )  # the merged override (runs before MergeResults merged it: Bench's)
         if override is not None:

@@ -67,10 +67,11 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
     """The drift of ``run_dir`` against ``previous`` (None: there is no previous run to compare with)."""
     if previous is None:
         return {"previous_run": None}
+    layout = RunLayout.of(run_dir)
     now, before = _rows(Path(run_dir)), _rows(previous)
     shapes_now, shapes_before = _shapes(Path(run_dir)), _shapes(previous)
     changed, shrank, dropped = [], [], []
-    upgraded = stamped(RunLayout.of(run_dir).validate) != stamped(RunLayout.of(previous).validate)
+    upgraded = stamped(layout.validate) != stamped(RunLayout.of(previous).validate)
     for key, row in sorted(now.items()):
         old = before.get(key)
         if old is None or not old["kept"]:
@@ -97,7 +98,7 @@ def compare(run_dir: Path, previous: Path | None) -> dict:
     return {
         "previous_run": previous.name,
         "previous_fingerprint": stamped(RunLayout.of(previous).validate),
-        "fingerprint": stamped(RunLayout.of(run_dir).validate),
+        "fingerprint": stamped(layout.validate),
         "new_shapes": sorted(shapes_now - shapes_before),
         "gone_shapes": sorted(shapes_before - shapes_now),
         "winners_changed": changed,

@@ -39,12 +39,9 @@ def file_digest(path: str | Path) -> str:
     a file that is not there (the stage that reads it names it; a file that appears later is a change)."""
     try:
         stat = Path(path).stat()
+        return _digest(str(Path(path).absolute()), stat.st_size, stat.st_mtime_ns)
     except FileNotFoundError:
         return MISSING
-    except OSError as err:
-        raise BadInput(f"{path}: cannot be read: {err.strerror or err}") from None
-    try:
-        return _digest(str(Path(path).absolute()), stat.st_size, stat.st_mtime_ns)
     except OSError as err:
         raise BadInput(f"{path}: cannot be read: {err.strerror or err}") from None
 

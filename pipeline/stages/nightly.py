@@ -85,6 +85,15 @@ def _holder(handle) -> str:
     return handle.read().strip() or "unknown holder"
 
 
+def _write_holder(handle, argv: Sequence[str]) -> None:
+    """Say who holds a lock file (what ``_holder`` reads back for the one refused)."""
+    handle.seek(0)
+    handle.truncate()
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "argv": list(argv), "started": started}))
+    handle.flush()
+
+
 @contextlib.contextmanager
 def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), shared: bool = False) -> Iterator[Path]:
     """Hold ``workdir``'s lock for the block (``shared``: beside other shared holders, as a plain Luigi task
@@ -107,19 +116,7 @@ def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), s
                     raise Locked(f"{workdir} is in use by another run: {_holder(handle)}") from None
                 time.sleep(0.5)
         if not shared:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(
-                json.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                        "argv": list(argv),
-                        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                    }
-                )
-            )
-            handle.flush()
+            _write_holder(handle, argv)
         yield path
     finally:
         handle.close()
@@ -155,19 +152,7 @@ class RunLocks:
             holder = _holder(handle)
             handle.close()
             raise Locked(f"{run_dir} is in use by another run of the same --run-name: {holder}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "argv": list(argv),
-                    "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                }
-            )
-        )
-        handle.flush()
+        _write_holder(handle, argv)
         self._held[run_dir] = handle
 
 

@@ -81,13 +81,14 @@ def _plots(rows: list[dict], out: Path) -> None:
 
 def build(run_dir: Path) -> dict:
     """Write the report of ``run_dir`` and return its summary (the key figures)."""
+    layout = RunLayout.of(run_dir)
     run_dir = Path(run_dir)
-    measured = _load(RunLayout.of(run_dir).measurements)
-    gate = _load(RunLayout.of(run_dir).gate)
+    measured = _load(layout.measurements)
+    gate = _load(layout.gate)
     if measured is None or gate is None:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
-    e2e = _load(RunLayout.of(run_dir).e2e) or {}
-    notes = backend_notes(_load(RunLayout.of(run_dir).bench_summary) or {})
+    e2e = _load(layout.e2e) or {}
+    notes = backend_notes(_load(layout.bench_summary) or {})
     if measured.get("tunableop_ab"):
         ab = [MeasuredRow.from_json(r) for r in measured["tunableop_ab"]["rows"]]
         tuned = [r for r in ab if r.solution != DEFAULT]
@@ -124,14 +125,14 @@ def build(run_dir: Path) -> dict:
     top = sorted(rows, key=lambda r: -r["weight"])[:TOP]
     e2e_line = e2e_summary(e2e)
     not_sent = compiled.section(run_dir, gate["kept"], [r.key for r in measured_rows], e2e)
-    out = RunLayout.of(run_dir).report
+    out = layout.report
     out.mkdir(parents=True, exist_ok=True)
     drift = compare(run_dir, previous_run(run_dir))
     passed, verdict = gate["passed"], gate["message"]
     if passed and e2e.get("refused"):
         passed, verdict = False, f"bundle refused end to end: {e2e['refused']} (--allow-e2e-regression ships it)"
     context = {
-        "fingerprint": stamped(RunLayout.of(run_dir).validate),
+        "fingerprint": stamped(layout.validate),
         "drift": drift,
         "drift_lines": drift_lines(drift),
         "run": run_dir.name,
@@ -151,7 +152,7 @@ def build(run_dir: Path) -> dict:
         "untuned_share": untuned_share,
         "normalised": [r for r in rows if r["ld_notes"]],
         "notes": notes,
-        "bundle": str(RunLayout.of(run_dir).bundle) if passed else "refused (see verdict)",
+        "bundle": str(layout.bundle) if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
     }
     context["stage_seconds"] = timings.seconds(run_dir)

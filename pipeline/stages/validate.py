@@ -72,21 +72,22 @@ class MergedRow:
 
 def rows_to_measure(run_dir: Path) -> list[MergedRow]:
     """One row per merged results entry."""
-    merged_csv = RunLayout.of(run_dir).merged_csv
+    layout = RunLayout.of(run_dir)
+    merged_csv = layout.merged_csv
     if not merged_csv.exists():
         raise FileNotFoundError(f"{merged_csv}: no merged results to validate; the MergeResults stage writes it")
     merged = read_file(merged_csv)
-    shapes = [ShapeRecord.from_json(r) for r in json.loads(RunLayout.of(run_dir).shapes.read_text())]
+    shapes = [ShapeRecord.from_json(r) for r in json.loads(layout.shapes.read_text())]
     weights = {shape.key: (shape.call_count, shape.time_share) for shape in shapes}
     configs = {}
-    results_json = RunLayout.of(run_dir).bench_results
+    results_json = layout.bench_results
     if results_json.exists():
         for data in json.loads(results_json.read_text()):
             result = ProblemResult.from_json(data)
             if result.winner_config:
                 configs[result.winner] = result.winner_config
     padded = {}
-    configs_json = RunLayout.of(run_dir).configs_manifest
+    configs_json = layout.configs_manifest
     if configs_json.exists():
         padded = {p["original"]: p["problem"] for p in json.loads(configs_json.read_text())["padded"]}
     rows = []
@@ -324,12 +325,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.02)
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
-    out = RunLayout.of(run_dir).validate
+    layout = RunLayout.of(run_dir)
+    out = layout.validate
 
     def progress(done: int, total: int) -> None:
         atomic_write_json(out / "progress.json", {"done": done, "total": total})
 
-    runtime = RunLayout.of(run_dir).bench_runtime
+    runtime = layout.bench_runtime
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         log.info("validating on GPU %d", gpu)
