@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline import procs
 from pipeline.atomic import atomic_write_json
 from pipeline.formats.inductor_autotune import read_tables
-from pipeline.stages.collect import parse_tokens_per_s
+from pipeline.stages.gather.collect import parse_tokens_per_s
 
 COMPILE = re.compile(r"compile \(([\w-]+)\) and first decode: ([0-9.]+) s")
 

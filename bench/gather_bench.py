@@ -3,7 +3,7 @@
     python bench/gather_bench.py [--lines 1000000] [--distinct 2000] [--out bench/results/gather_<date>.json]
 
 The file is generated (keys of every op kind and layout torch records, repeated in random order as record
-mode appends them run after run), then ``pipeline.stages.shapes.gather`` reads it in a fresh process, which
+mode appends them run after run), then ``pipeline.stages.gather.shapes.gather`` reads it in a fresh process, which
 reports the wall time, the peak of Python allocations during the gather (tracemalloc) and the process's
 peak resident memory (``VmHWM``, interpreter and imports included; not ``ru_maxrss``, which Linux carries
 over from the parent through ``execve``). Each figure is the median of ``--repeats`` fresh processes.
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, re, sys, time, tracemalloc
-from pipeline.stages.shapes import gather
+from pipeline.stages.gather.shapes import gather
 tracemalloc.start()
 start = time.perf_counter()
 result = gather([sys.argv[1]])

@@ -43,7 +43,7 @@ def warm_stack_cache(workdir: Path) -> Path:
     """Probe the stack once (a nightly workdir keeps its probe; every fresh run here gets a copy of it)."""
     cache = workdir / "warm" / "cache" / "stack"
     code = (
-        "import sys; from pathlib import Path; from pipeline.stages.fingerprint import stack_facts; "
+        "import sys; from pathlib import Path; from pipeline.stages.run.fingerprint import stack_facts; "
         "stack_facts(Path(sys.argv[1]))"
     )
     subprocess.run([sys.executable, "-c", code, str(cache)], check=True)

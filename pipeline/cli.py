@@ -17,10 +17,10 @@ from pathlib import Path
 from . import errors
 from .atomic import atomic_write_text, claim_output_dir
 from .formats import json_file
-from .stages import configs
-from .stages.logic_merge import MergeOptions, merge_dirs
-from .stages.results_merge import merge_paths
-from .stages.shapes import apply_weights, gather, read_shapes_json, summary_table, write_shapes_json
+from .stages.configs import render as configs
+from .stages.gather.shapes import apply_weights, gather, read_shapes_json, summary_table, write_shapes_json
+from .stages.merge.logic_merge import MergeOptions, merge_dirs
+from .stages.merge.results_merge import merge_paths
 
 
 def _shapes(args: argparse.Namespace) -> int:
@@ -71,7 +71,7 @@ def _merge_results(args: argparse.Namespace) -> int:
 
 def _nightly(args: argparse.Namespace) -> int:
     from . import tasks
-    from .stages import nightly
+    from .stages.ship import nightly
 
     workdir = Path(os.path.abspath(args.workdir))
     task = "Package" if args.package else "TuneWorkload"
@@ -99,7 +99,8 @@ def _nightly(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .stages import nightly, report
+    from .stages.accept import report
+    from .stages.ship import nightly
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -121,7 +122,7 @@ def _non_negative(text: str) -> float:
 
 
 def _time_of_day(text: str) -> str:
-    from .stages.nightly import parse_at
+    from .stages.ship.nightly import parse_at
 
     try:
         parse_at(text)

@@ -48,26 +48,14 @@ from .backends.hipblaslt import find_bench
 from .backends.slots import amd_gpu_count, gpu_count
 from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
-from .stages import (
-    bench,
-    call_weights,
-    config_tool,
-    configs,
-    nightly,
-    package,
-    registry,
-    report,
-    timings,
-    tuned_cache,
-)
-from .stages.acceptance import AcceptanceSettings, accept
-from .stages.collect import collect
-from .stages.fingerprint import Stack, claim, current_stack, stamped, torch_build
-from .stages.layout import RunLayout
-from .stages.logic_merge import MergeOptions, merge_dirs
-from .stages.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
-from .stages.results_merge import check_target, merge_paths, require_target
-from .stages.shapes import (
+from .stages.accept import report
+from .stages.accept.acceptance import AcceptanceSettings, accept
+from .stages.bench import config_tool, registry, tuned_cache
+from .stages.bench import tune as bench
+from .stages.configs import render as configs
+from .stages.gather import call_weights
+from .stages.gather.collect import collect
+from .stages.gather.shapes import (
     apply_weights,
     expand_inputs,
     gather,
@@ -76,6 +64,13 @@ from .stages.shapes import (
     summary_table,
     write_shapes_json,
 )
+from .stages.merge.logic_merge import MergeOptions, merge_dirs
+from .stages.merge.results_merge import check_target, merge_paths, require_target
+from .stages.run import timings
+from .stages.run.fingerprint import Stack, claim, current_stack, stamped, torch_build
+from .stages.run.layout import RunLayout
+from .stages.run.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
+from .stages.ship import nightly, package
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 
@@ -292,7 +287,7 @@ class PipelineTask(luigi.Task):
         return list(range(amd_gpu_count() if amd else gpu_count(who)))
 
     def layout(self) -> RunLayout:
-        """This run's directory and the files its stages hand each other (``stages/layout.py``); absolute:
+        """This run's directory and the files its stages hand each other (``stages/run/layout.py``); absolute:
         these paths reach subprocesses, environment variables and files other programs read."""
         return RunLayout.of(Path(os.path.abspath(self.workdir)) / self.run_name)
 

@@ -109,7 +109,7 @@ def fake_cublaslt(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--backend cublaslt`` served by ``tests/fake_backend.py`` (workers find its factory by name)."""
     import dataclasses
 
-    from pipeline.stages import registry
+    from pipeline.stages.bench import registry
 
     from .fake_backend import FakeBackend
 

@@ -11,7 +11,7 @@ from pipeline.backends.slots import NoFreeGpu, gpu_slot
 from pipeline.formats.logic import load_logic
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.stages.bench import BenchError, estimate_cost, result_path, run_shards, shard, write_outputs
+from pipeline.stages.bench.tune import BenchError, estimate_cost, result_path, run_shards, shard, write_outputs
 
 from .fake_backend import FAILING_K
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.runtime.__main__ import AUTOLOAD
-from pipeline.stages.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
+from pipeline.stages.gather.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
 
 from .helpers import FAKE_WORKLOAD as FAKE
 from .helpers import O_PROJ, QKV

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.formats.inductor_autotune import read_tables
 from pipeline.formats.tunableop import parse_key
-from pipeline.stages.compiled import inductor_kernels, lines, never_run, padded_twin, section
+from pipeline.stages.gather.compiled import inductor_kernels, lines, never_run, padded_twin, section
 
 FIXTURES = Path(__file__).parent / "fixtures" / "inductor"
 SERVED = "GemmTunableOp_BFloat16_TN,tn_6144_8_4096_ld_4096_4096_6144"

@@ -8,8 +8,14 @@ import yaml
 
 from pipeline.cli import main
 from pipeline.problem import GemmProblem
-from pipeline.stages.configs import ConfigSettings, find_exact_reason, plan_configs, tensile_reason, write_configs
-from pipeline.stages.shapes import read_shapes_json
+from pipeline.stages.configs.render import (
+    ConfigSettings,
+    find_exact_reason,
+    plan_configs,
+    tensile_reason,
+    write_configs,
+)
+from pipeline.stages.gather.shapes import read_shapes_json
 
 from .helpers import FIXTURES
 

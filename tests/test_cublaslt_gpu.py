@@ -14,8 +14,8 @@ import pytest
 from pipeline.backends.base import DEFAULT, TuneSettings, tune
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.stages import registry
-from pipeline.stages.bench import result_path, run_shards
+from pipeline.stages.bench import registry
+from pipeline.stages.bench.tune import result_path, run_shards
 
 pytestmark = [
     pytest.mark.gpu,

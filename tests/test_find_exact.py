@@ -16,10 +16,10 @@ from pipeline.formats.find_exact import parse_result_name
 from pipeline.formats.logic import parse_logic, tensile_ld_order
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.stages import configs
-from pipeline.stages.bench import result_path
-from pipeline.stages.config_tool import tune_configs
-from pipeline.stages.find_exact import FindExact, locate
+from pipeline.stages.bench.config_tool import tune_configs
+from pipeline.stages.bench.find_exact import FindExact, locate
+from pipeline.stages.bench.tune import result_path
+from pipeline.stages.configs import render as configs
 
 from .fake_hipblaslt_build import fake_build
 from .helpers import FIXTURES, ROOT

@@ -51,7 +51,7 @@ def _calls_module(tmp_path: Path):
 
 def _recorded(tmp_path: Path):
     """What collection records for FP8_CALLS (a separate process under collection's own environment)."""
-    from pipeline.stages.collect import collect
+    from pipeline.stages.gather.collect import collect
 
     script = tmp_path / "record.py"
     script.write_text(FP8_CALLS + "\nfor _, call in calls():\n    call()\ntorch.cuda.synchronize()\n")

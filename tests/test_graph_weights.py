@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 from pipeline.runtime.graphs import MARK, GraphCounter, parse_marker
-from pipeline.stages.call_weights import split_stderr
+from pipeline.stages.gather.call_weights import split_stderr
 
 from .helpers import O_PROJ, QKV
 
@@ -140,7 +140,7 @@ def test_collection_weighs_a_captured_gemm_by_its_replays(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False")
-    from pipeline.stages.collect import collect
+    from pipeline.stages.gather.collect import collect
 
     script = tmp_path / "graphed.py"
     script.write_text(

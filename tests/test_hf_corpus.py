@@ -10,8 +10,8 @@ import pytest
 
 from pipeline.formats.rocm import to_amd
 from pipeline.formats.tunableop import read_file
-from pipeline.stages import configs
-from pipeline.stages.shapes import apply_weights, gather
+from pipeline.stages.configs import render as configs
+from pipeline.stages.gather.shapes import apply_weights, gather
 
 from .helpers import FIXTURES
 

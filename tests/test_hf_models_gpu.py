@@ -15,8 +15,8 @@ import pytest
 
 from pipeline.formats.tunableop import format_file, read_file
 from pipeline.procs import with_package_on_path
-from pipeline.stages.collect import collect
-from pipeline.stages.shapes import apply_weights, gather
+from pipeline.stages.gather.collect import collect
+from pipeline.stages.gather.shapes import apply_weights, gather
 
 pytestmark = pytest.mark.gpu
 ARCHS = ["llama", "mistral", "gpt2", "bert", "mixtral", "t5"]

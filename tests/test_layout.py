@@ -87,7 +87,9 @@ def test_every_module_belongs_to_a_layer():
     ]
 
 
-@pytest.mark.parametrize("module", ["pipeline.stages.bench_worker", "pipeline.stages.validate", "pipeline.runtime"])
+@pytest.mark.parametrize(
+    "module", ["pipeline.stages.bench.worker", "pipeline.stages.accept.validate", "pipeline.runtime"]
+)
 def test_worker_processes_do_not_import_luigi(module):
     """A GPU worker (or a user's program under the runtime) starts without Luigi and the task modules;
     the ``luigi`` command still finds every task of ``--module pipeline`` by name."""
@@ -104,17 +106,18 @@ def test_worker_processes_do_not_import_luigi(module):
     )
 
 
+STEPS = ("gather", "configs", "bench", "merge", "accept", "ship", "run")  # the README's stage table, in order
+
+
+def stage_module(path: Path) -> str:
+    return "pipeline." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+
+
 def test_the_stages_import_each_other_without_a_circle():
     """A stage module may use another, never one that (through others) uses it back."""
-    stages = {p.stem: p for p in (PACKAGE / "stages").glob("*.py") if p.stem not in ("__init__", "__main__")}
-    graph = {
-        name: {
-            m.split(".")[2]
-            for m in imported(path)
-            if m.startswith("pipeline.stages.") and m.split(".")[2] in stages and m.split(".")[2] != name
-        }
-        for name, path in stages.items()
-    }
+    stages = {stage_module(p): p for p in (PACKAGE / "stages").rglob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert len(stages) > 20 and all(name.split(".")[2] in STEPS for name in stages)
+    graph = {name: {m for m in imported(path) if m in stages} - {name} for name, path in stages.items()}
     done: set[str] = set()
 
     def visit(name: str, trail: tuple[str, ...]) -> None:
@@ -129,6 +132,21 @@ def test_the_stages_import_each_other_without_a_circle():
         visit(name, ())
 
 
+def test_the_stage_folders_tell_the_readmes_story():
+    """``pipeline/stages/`` holds one folder per step the user sees (plus ``run/``, what every stage shares),
+    and the README's module table names each folder and every module in it."""
+    folders = sorted(p.name for p in (PACKAGE / "stages").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted(STEPS)
+    assert sorted(p.name for p in (PACKAGE / "stages").glob("*.py")) == ["__init__.py", "__main__.py"]
+    readme = (PACKAGE.parent / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `pipeline/stages/`"))
+    for step in STEPS:
+        assert f"`{step}/`" in row, f"the README's row for pipeline/stages/ does not name {step}/"
+        for module in sorted((PACKAGE / "stages" / step).glob("*.py")):
+            if module.stem != "__init__":
+                assert f"`{module.name}`" in row, f"the README does not name stages/{step}/{module.name}"
+
+
 def test_test_modules_share_through_helpers_not_each_other():
     tests = Path(__file__).parent
     for path in sorted(tests.glob("test_*.py")):
@@ -141,10 +159,10 @@ def test_test_modules_share_through_helpers_not_each_other():
 
 def test_the_backend_registry_names_every_backend_through_imports_the_layout_sees():
     """Adding a backend is one module and one entry: every tuner class (on ``BackendBase``) and config tool is
-    reached from ``stages/registry.py`` by an import this test sees, and every entry's factory builds one."""
-    from pipeline.stages import registry
+    reached from ``stages/bench/registry.py`` by an import this test sees, and every entry's factory builds one."""
+    from pipeline.stages.bench import registry
 
-    seen = imported(PACKAGE / "stages" / "registry.py")
+    seen = imported(PACKAGE / "stages" / "bench" / "registry.py")
     tuners = {
         f"pipeline.backends.{path.stem}"
         for path in (PACKAGE / "backends").glob("*.py")
@@ -154,7 +172,7 @@ def test_the_backend_registry_names_every_backend_through_imports_the_layout_see
         )
     }
     assert tuners and tuners <= seen, f"backends the registry does not reach: {sorted(tuners - seen)}"
-    assert {"pipeline.stages.find_exact", "pipeline.stages.tensile"} <= seen
+    assert {"pipeline.stages.bench.find_exact", "pipeline.stages.bench.tensile"} <= seen
     assert {e.kind for e in registry.ENTRIES} == {"tuner", "config tool"}
     for entry in registry.ENTRIES:
         assert registry.load_factory(entry.factory_path) is entry.factory, entry.name

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.cli import main
 from pipeline.formats.logic import LogicFormatError
-from pipeline.stages.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
+from pipeline.stages.merge.logic_merge import MergeOptions, ProblemTypeMismatch, merge_dirs
 
 from .logic_factory import PROBLEM_TYPE, logic, read, solution, write
 

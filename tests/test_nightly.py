@@ -21,9 +21,9 @@ from pipeline.backends.base import ToolMissing
 from pipeline.backends.slots import NoFreeGpu
 from pipeline.cli import main
 from pipeline.formats.tunableop import TunableOpFormatError
-from pipeline.stages import nightly
-from pipeline.stages.fingerprint import ProbeFailed
-from pipeline.stages.gate import GateRefused
+from pipeline.stages.accept.gate import GateRefused
+from pipeline.stages.run.fingerprint import ProbeFailed
+from pipeline.stages.ship import nightly
 
 from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED, amd_dag
 
@@ -346,7 +346,7 @@ def test_nightly_exit_codes_against_the_bench_double(extra, code, said, tmp_path
 
 
 def test_an_amd_run_without_a_target_runtime_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
-    import pipeline.stages.fingerprint as fingerprint
+    import pipeline.stages.run.fingerprint as fingerprint
 
     if (fingerprint.torch_build() or {}).get("hip"):
         pytest.skip("this machine has a ROCm torch, which gives the validator block")

@@ -151,7 +151,7 @@ def test_a_last_line_without_newline_that_is_whole_is_kept(tmp_path):
 
 
 def test_gather_shapes_refuses_a_cut_line_too(tmp_path):
-    from pipeline.stages.shapes import gather
+    from pipeline.stages.gather.shapes import gather
 
     cut = tmp_path / "cut.csv"
     cut.write_text("GemmTunableOp_Half_TN,tn_4096_64_4096_ld_4096_4096_4096\nGemmTunableOp_Half_TN,tn_4096_64_11")

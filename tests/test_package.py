@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, unknown_solution, write_file
-from pipeline.stages.fingerprint import Stack
-from pipeline.stages.package import write_package
+from pipeline.stages.run.fingerprint import Stack
+from pipeline.stages.ship.package import write_package
 
 from . import logic_factory
 from .helpers import run_amd_dag as _run

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from pipeline.formats.rocm import UnknownArchError
 from pipeline.problem import GemmProblem
-from pipeline.stages.padding import PaddingRule, pad_problem, plan_padding, rule_for_arch
+from pipeline.stages.configs.padding import PaddingRule, pad_problem, plan_padding, rule_for_arch
 
 SIZES = st.sampled_from([1, 2, 4, 8])  # fp8, f16/bf16, f32, f64
 RULES = st.builds(

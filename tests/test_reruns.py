@@ -161,7 +161,7 @@ def test_gemm_tune_report_never_writes_beside_a_run_that_holds_the_directory(tmp
     run = tmp_path / "w" / "held"
     run.mkdir(parents=True)
     hold = (
-        "import time; from pipeline.stages.nightly import RunLocks; locks = RunLocks(); "
+        "import time; from pipeline.stages.ship.nightly import RunLocks; locks = RunLocks(); "
         f"locks.hold({str(run)!r}); print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)

@@ -7,7 +7,7 @@ from pipeline import MergeLogic, MergeResults
 from pipeline.cli import main
 from pipeline.formats.hipblaslt_override import OverrideFormatError, merge_overrides, parse_override, read_override
 from pipeline.formats.tunableop import parse_text, read_file
-from pipeline.stages.results_merge import merge_results
+from pipeline.stages.merge.results_merge import merge_results
 
 from .logic_factory import logic, solution, write
 

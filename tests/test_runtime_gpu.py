@@ -15,7 +15,7 @@ import pytest
 from pipeline.formats.tunableop import TunableOpEntry, format_key, read_file, write_file
 from pipeline.problem import GemmProblem
 from pipeline.runtime.table import runtime_key
-from pipeline.stages.compiled import padded_twin
+from pipeline.stages.gather.compiled import padded_twin
 
 from .helpers import nvmath_gpu_marks, source_module
 

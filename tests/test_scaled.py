@@ -165,7 +165,7 @@ def test_the_recorder_counts_keys_and_leaves_torchs_result(tmp_path):
 def test_collection_merges_the_recorded_calls(tmp_path):
     """A workload whose processes record through the recorder (installed by hand on the CPU key here; on a GPU
     the autoload hook installs it on the CUDA key): its keys join torch's files and its counts calls.json."""
-    from pipeline.stages.collect import collect
+    from pipeline.stages.gather.collect import collect
 
     script = tmp_path / "fp8_workload.py"
     script.write_text(

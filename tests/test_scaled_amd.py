@@ -11,7 +11,7 @@ import pytest
 from pipeline.formats.hipblaslt_bench import Generation, problem_args, unsupported_reason
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file
-from pipeline.stages.results_merge import merge_results
+from pipeline.stages.merge.results_merge import merge_results
 
 from .helpers import FIXTURES, amd_dag
 

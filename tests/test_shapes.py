@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pipeline.formats.tunableop import TunableOpFormatError
-from pipeline.stages.shapes import (
+from pipeline.stages.gather.shapes import (
     ShapeInputError,
     apply_weights,
     expand_inputs,

@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from pipeline.stages import fingerprint as fpmod
-from pipeline.stages.tuned_cache import TUNED
+from pipeline.stages.bench.tuned_cache import TUNED
+from pipeline.stages.run import fingerprint as fpmod
 
 from .helpers import run_amd_dag as _run
 
@@ -156,7 +156,7 @@ def _drift_run(root, name: str, fp: str, kept: list[str], speedups: dict[str, fl
 
 
 def test_drift_names_what_changed_and_why_a_row_was_dropped(tmp_path):
-    from pipeline.stages.drift import compare
+    from pipeline.stages.accept.drift import compare
 
     a, b, c = (
         "GemmTunableOp_Half_TN,tn_1_2_3_ld_3_3_1",

@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.backends.base import DEFAULT, TuneSettings
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, unknown_solution, write_file
-from pipeline.stages.fingerprint import Stack, probe_here
-from pipeline.stages.package import write_package
+from pipeline.stages.run.fingerprint import Stack, probe_here
+from pipeline.stages.ship.package import write_package
 
 pytestmark = pytest.mark.gpu
 CUBLASLT = "Gemm_Cublaslt_id_21_tile_18_stages_21_splitk_1_red_0_swizzle_0_custom_0"

@@ -126,7 +126,7 @@ def test_time_shares_reach_shapes_json(tmp_path, monkeypatch):
     """Collection counts the calls, times each GEMM once (here a double of the GPU worker), and
     GatherShapes turns both into every shape's share of the workload's GEMM time."""
     from pipeline import tasks
-    from pipeline.stages import collect as collect_module
+    from pipeline.stages.gather import collect as collect_module
 
     def fake_timing(directory, keys, gpus):
         assert gpus == [0, 1] and sorted(keys) == sorted([QKV, O_PROJ])

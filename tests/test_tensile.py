@@ -16,7 +16,7 @@ from pipeline.cli import main
 from pipeline.errors import BadInput
 from pipeline.formats.tensile import benchmark_winners, config_problems
 from pipeline.formats.tunableop import read_file
-from pipeline.stages.tensile import TensileTool, locate
+from pipeline.stages.bench.tensile import TensileTool, locate
 
 from .helpers import DOUBLES, FIXTURES, ROOT
 

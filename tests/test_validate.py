@@ -17,11 +17,11 @@ from pipeline.cli import main
 from pipeline.errors import ToolError
 from pipeline.formats.logic import cublaslt_equality, dump_logic
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
-from pipeline.stages.e2e import ab_test, consumer, runtime_command, runtime_consumer, skip_reason, summary_line
-from pipeline.stages.fingerprint import STAMP
-from pipeline.stages.gate import GateSettings, gate
-from pipeline.stages.measured import MeasuredRow
-from pipeline.stages.validate import run_worker
+from pipeline.stages.accept.e2e import ab_test, consumer, runtime_command, runtime_consumer, skip_reason, summary_line
+from pipeline.stages.accept.gate import GateSettings, gate
+from pipeline.stages.accept.measured import MeasuredRow
+from pipeline.stages.accept.validate import run_worker
+from pipeline.stages.run.fingerprint import STAMP
 
 from .helpers import FIXTURES
 
@@ -184,7 +184,7 @@ def _build(task) -> bool:
 @pytest.fixture
 def no_nvmath(monkeypatch):
     """Validate as on a machine without nvmath-python, whatever this one has (the skip reason is fixed)."""
-    from pipeline.stages import e2e
+    from pipeline.stages.accept import e2e
 
     monkeypatch.setattr(e2e, "has_nvmath", lambda: False)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stages.collect import collect
-from pipeline.stages.shapes import gather
+from pipeline.stages.gather.collect import collect
+from pipeline.stages.gather.shapes import gather
 
 
 def _tiny_args(*extra: str) -> list[str]:

@@ -14,7 +14,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import bench_worker, call_weights, fingerprint, validate
+from .accept import validate
+from .bench import worker as bench_worker
+from .gather import call_weights
+from .run import fingerprint
 
 WORKERS = {
     "bench-worker": bench_worker.main,

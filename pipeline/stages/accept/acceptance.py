@@ -1,0 +1,115 @@
+"""The acceptance of a run: validate every merged row on the GPU, gate the rows, bundle what passes, A/B the
+workload end to end, and report. ``Validate`` calls ``accept``; so may anything that holds a merged run.
+
+A validation killed midway resumes (its rows are checkpointed); a refused bundle still gets its report, then
+``GateRefused`` (exit 10) says why.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...atomic import atomic_write_json
+from ...backends.slots import gpu_count
+from ...errors import Refused
+from ..gather.collect import embedded_command
+from ..run import timings
+from ..run.fingerprint import Stack
+from ..run.layout import RunLayout
+from . import bundle, e2e, report, validate
+from .gate import GateRefused, GateSettings, gate
+from .measured import MeasuredRow
+
+
+@dataclass(frozen=True)
+class AcceptanceSettings:
+    """What the acceptance needs to know of the run's parameters."""
+
+    gpus: Sequence[int] | Callable[[], Sequence[int]]  # GPUs the validation worker may take (asked when needed)
+    margin: float = 0.02
+    min_speedup: float = 1.0
+    rounds: int = 7
+    e2e_reps: int = 3
+    workload_timeout_s: float = 3600.0
+    workload_cmd: str = ""  # the user's workload; "" with ``has_workload``: the embedded one
+    has_workload: bool = True
+    e2e_gpus: int = 0  # GPUs the workload sees (0: every visible one)
+    embedded_args: tuple[str, ...] = ()  # the embedded workload's own options (--fp8)
+    allow_e2e_regression: bool = False  # accept a bundle whose end-to-end figure regressed beyond noise
+
+
+class EndToEndRefused(Refused):
+    """The bundle passed the GEMM gate, and the workload ran slower with it end to end."""
+
+
+def e2e_command(workload_cmd: str, embedded_args: tuple[str, ...] = ()) -> list[str]:
+    """The workload the A/B runs: the user's shell line, or the embedded one (with its options) decoding through
+    CUDA graphs (as serving engines run decode)."""
+    if workload_cmd:
+        return ["bash", "-c", workload_cmd]
+    return [*embedded_command(), *embedded_args, "--decode-mode", "graph", "--repeat", "5"]
+
+
+def accept(
+    run_dir: Path,
+    stack: Stack,
+    settings: AcceptanceSettings,
+    progress: Callable[[int, int], None] | None = None,
+    status: Callable[[str], None] | None = None,
+) -> dict:
+    """Validate, gate, bundle, A/B and report ``run_dir``; the report's summary. Raises ``GateRefused``."""
+    layout = RunLayout.of(run_dir)
+    run_dir, out = layout.root, layout.validate
+    say = status or (lambda _: None)
+    if not (out / validate.MEASUREMENTS).exists():
+        say("validating GEMMs against the baseline")
+        with timings.timed(run_dir, "validate-gemms"):
+            gpus = settings.gpus() if callable(settings.gpus) else settings.gpus
+            validate.run_worker(run_dir, gpus, settings.rounds, settings.margin, progress)
+    measured = json.loads((out / validate.MEASUREMENTS).read_text())
+    rows = [MeasuredRow.from_json(row) for row in measured["rows"]]
+    result = gate(rows, GateSettings(margin=settings.margin, min_speedup=settings.min_speedup))
+    atomic_write_json(out / "gate.json", result.to_json())
+    runtime = validate.runtime_of(run_dir, measured)
+    if result.passed:
+        bundle.write_bundle(
+            run_dir, result, {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts}
+        )
+    reason = e2e.skip_reason(runtime, result.passed, settings.has_workload)
+    if reason:
+        outcome: dict = {"skipped": reason}
+    else:
+        say("end-to-end A/B of the workload")
+        via = e2e.consumer(runtime)
+        with timings.timed(run_dir, "validate-e2e"):
+            command = e2e_command(settings.workload_cmd, settings.embedded_args)
+            outcome = e2e.ab_test(
+                command,
+                layout.bundle_csv,
+                out / f"e2e-{via}",
+                settings.e2e_reps,
+                settings.workload_timeout_s,
+                gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
+                via=via,
+            )
+    slower = e2e.regression(outcome)
+    if slower:
+        outcome["refused"] = None if settings.allow_e2e_regression else slower
+        if not settings.allow_e2e_regression:  # the bundle that made it slower does not ship
+            aside = run_dir / "bundle.refused"
+            shutil.rmtree(aside, ignore_errors=True)
+            layout.bundle.rename(aside)
+    atomic_write_json(out / "e2e.json", outcome)
+    summary = report.build(run_dir)
+    if not result.passed:
+        raise GateRefused(f"{result.message}. Report: {summary['report']}")
+    if outcome.get("refused"):
+        raise EndToEndRefused(
+            f"bundle refused: {slower} (--allow-e2e-regression ships it anyway; the bundle is in "
+            f"{run_dir / 'bundle.refused'}). Report: {summary['report']}"
+        )
+    return summary

@@ -1,0 +1,115 @@
+"""The ship bundle: the merged results, logic and hipBLASLt override file reduced to the rows the gate kept,
+with a manifest."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from pathlib import Path
+
+from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ...formats.hipblaslt_bench import BENCH_TYPES
+from ...formats.hipblaslt_override import read_override, write_override
+from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
+from ...formats.rocm import problem_type_name
+from ...formats.tunableop import read_file, write_file
+from ..bench.tune import OVERRIDE
+from ..merge.logic_merge import remove_unused
+from ..run.fingerprint import STAMP
+from ..run.layout import RunLayout
+from .gate import GateResult
+
+MANIFEST = "manifest.json"
+
+
+def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
+    """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, ``manifest.json`` last."""
+    layout = RunLayout.of(run_dir)
+    merged = read_file(layout.merged_csv)
+    kept = {row.key for row in result.kept}
+    entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
+    kept_sizes = {
+        (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
+    }
+    out = layout.bundle
+    with atomic_directory(out) as staging:
+        write_file(staging / "tunableop_results.csv", merged.validators, entries)
+        (staging / "logic").mkdir()
+        for path in sorted(layout.merged_logic.glob("*.yaml")):
+            logic = load_logic(path)
+            if logic.layout == "list" and logic.data[1] in RECORD_BACKENDS:
+                name = path.stem.removeprefix(f"{logic.data[1]}_")
+                logic.exact_logic = [row for row in logic.exact_logic if (name, tuple(row[0][:4])) in kept_sizes]
+                if not logic.exact_logic:
+                    continue
+                remove_unused(logic)
+                atomic_write_text(staging / "logic" / path.name, dump_logic(logic))
+            else:
+                shutil.copyfile(path, staging / "logic" / path.name)
+        override = next(
+            (d / OVERRIDE for d in (layout.merge, layout.bench) if (d / OVERRIDE).exists()),
+            None,
+        )  # the merged override (runs before MergeResults merged it: Bench's)
+        if override is not None:
+            meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}
+        if meta.get("fingerprint"):
+            atomic_write_json(staging / STAMP, {"fingerprint": meta["fingerprint"], "stack": meta.get("stack", {})})
+        atomic_write_json(
+            staging / MANIFEST,
+            {
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "validators": merged.validators,
+                "rows": len(entries),
+                "weighted_gemm_speedup": result.weighted_speedup,
+                "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped],
+                **meta,
+            },
+        )
+    return out
+
+
+def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
+    """Write the override rows of the kept GEMMs to ``out``. The reader keys a row on transposes, sizes, batch
+    and types only (no ld's, no scale form: docs/upstream.md), so where kept GEMMs that differ in their scaling
+    (a tensorwise and a rowwise FP8 GEMM of one shape) share that key, no row ships for it: either would be
+    applied to both. Those keys are reported."""
+    overrides = read_override(source)
+
+    def key(problem) -> tuple:
+        return (
+            problem.transa,
+            problem.transb,
+            str(problem.m),
+            str(problem.n),
+            str(problem.k),
+            str(problem.batch),
+            BENCH_TYPES.get(problem.a_type, ""),
+        )
+
+    forms: dict[tuple, set] = {}
+    for e in kept:
+        forms.setdefault(key(e.problem), set()).add((e.problem.op, e.problem.rowwise))
+    ambiguous = {k for k, f in forms.items() if len(f) > 1}
+    rows = [
+        entry
+        for entry in overrides.entries
+        if (
+            k := tuple(
+                dict(entry.fields).get(c, "") for c in ("transA", "transB", "m", "n", "k", "batch_count", "a_type")
+            )
+        )
+        in forms
+        and k not in ambiguous
+    ]
+    if rows:
+        write_override(out, overrides.git_version, rows)
+    return {
+        "file": out.name if rows else None,
+        "rows": len(rows),
+        "git_version": overrides.git_version,
+        "left_out": [
+            ",".join(k) + ": kept GEMMs of this shape differ in their scaling, which the override "
+            "reader does not tell apart"
+            for k in sorted(ambiguous)
+        ],
+    }

@@ -1,0 +1,233 @@
+"""End-to-end A/B of the workload: baseline against tuned, alternating repetitions, medians and spread.
+
+Who applies the bundle in the tuned runs: TunableOp (enabled, tuning off, the bundle's results file) on ROCm
+and on CUDA torch >= 2.14; on CUDA torch < 2.14, whose TunableOp knows only ``Default``, ``pipeline.runtime``
+(the tuned command is ``python -m pipeline.runtime --bundle DIR -- <command>``). Where neither can run the
+A/B is skipped with the reason rather than reporting noise as a result.
+
+Each arm compiles into its own Inductor cache (``TORCHINDUCTOR_CACHE_DIR`` under the scratch folder): a
+compiled workload's first run of an arm compiles as that arm would alone (Inductor benchmarks some choices,
+``pad_mm`` among them, with the GEMMs it will call), and its later runs reuse that code, so repetitions of
+an arm run the same kernels and the spread is the GPU's, not the compiler's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ... import procs
+from ...backends.base import ToolMissing
+from ...errors import ToolError
+from ..bench import registry
+from ..gather.collect import parse_tokens_per_s
+from .validate import tunableop_env
+
+
+def consumer(runtime: dict) -> str:
+    """``tunableop`` where torch applies the bundle itself, ``runtime`` where pipeline.runtime must."""
+    if runtime.get("platform", "cuda") != "cuda":
+        return "tunableop"
+    try:
+        major, minor = (int(x) for x in runtime.get("pt_version", "").split(".")[:2])
+    except ValueError:
+        return "unknown"
+    return "tunableop" if (major, minor) >= (2, 14) else "runtime"
+
+
+def has_nvmath() -> bool:
+    """Whether pipeline.runtime can run here: it needs what the cuBLASLt backend needs (torch, nvmath-python),
+    found without importing them."""
+    try:
+        registry.entry("cublaslt").check()
+    except ToolMissing:
+        return False
+    return True
+
+
+def runtime_consumer(runtime: dict, has_runtime: bool | None = None) -> str | None:
+    """Why the tuned bundle cannot be applied to the workload here (None when it can)."""
+    who = consumer(runtime)
+    if who == "unknown":
+        return f"unknown torch version {runtime.get('pt_version')!r}"
+    if who == "runtime":
+        has_runtime = has_nvmath() if has_runtime is None else has_runtime
+        if not has_runtime:
+            return (
+                f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA has no cuBLASLt solutions "
+                "in TunableOp (2.14+), and pipeline.runtime, which applies them, needs nvmath-python "
+                "(pip install -e '.[cuda]'); the GEMM-level figures are the result"
+            )
+    return None
+
+
+def skip_reason(runtime: dict, passed: bool, has_workload: bool, has_runtime: bool | None = None) -> str | None:
+    """Why the end-to-end A/B does not run (None when it does): no runtime consumer, a refused bundle, or no
+    workload command."""
+    reason = runtime_consumer(runtime, has_runtime)
+    if reason is None and not passed:
+        reason = "the bundle was refused"
+    if reason is None and not has_workload:
+        reason = "no workload to run (shapes came from --untuned files; pass --workload-cmd)"
+    return reason
+
+
+def runtime_command(command: list[str], bundle_dir: Path, status_file: Path) -> list[str]:
+    """``command`` run under pipeline.runtime with the bundle applied (status written to ``status_file``)."""
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.runtime",
+        "--bundle",
+        str(Path(bundle_dir).absolute()),
+        "--status-file",
+        str(Path(status_file).absolute()),
+        "--",
+        *command,
+    ]
+
+
+def _spread(values: list[float]) -> float | None:
+    """(max - min) / median of repeated runs: the noise a difference must beat."""
+    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
+
+
+def ab_test(
+    command: list[str],
+    bundle_csv: Path,
+    scratch: Path,
+    reps: int,
+    timeout_s: float,
+    gpus: int = 1,
+    env: dict[str, str] | None = None,
+    via: str = "tunableop",
+) -> dict:
+    """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians and spread.
+    ``via``: ``tunableop`` points torch at the bundle's results, ``runtime`` runs under pipeline.runtime."""
+    base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
+    scratch = Path(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    status = scratch / "runtime.json"
+    if via == "runtime":
+        tuned_command, tuned_env = runtime_command(command, Path(bundle_csv).parent, status), base_env
+    else:
+        tuned_command, tuned_env = command, {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
+    envs = {"baseline": base_env, "tuned": tuned_env}
+    envs = {
+        name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
+        for name, e in envs.items()
+    }
+    runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
+    for rep in range(reps):
+        order = ("baseline", "tuned") if rep % 2 == 0 else ("tuned", "baseline")
+        for name in order:
+            argv = command if name == "baseline" else tuned_command
+            start = time.monotonic()
+            try:
+                proc = procs.run(argv, timeout_s=timeout_s, env=envs[name])
+            except subprocess.TimeoutExpired:
+                raise ToolError(f"{name} run {rep} of {argv} ran past {timeout_s:.0f} s") from None
+            wall = time.monotonic() - start
+            if proc.returncode != 0:
+                raise ToolError(
+                    f"{name} run {rep} of {argv} exited with code {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+                )
+            runs[name].append({"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout)})
+    out: dict = {"reps": reps, "via": via, "runs": runs}
+    for name, values in runs.items():
+        walls = [r["wall_s"] for r in values]
+        tokens = [r["tokens_per_s"] for r in values if r["tokens_per_s"] is not None]
+        out[name] = {
+            "median_wall_s": statistics.median(walls),
+            "wall_spread": _spread(walls),
+            "median_tokens_per_s": statistics.median(tokens) if tokens else None,
+            "tokens_spread": _spread(tokens) if tokens else None,
+        }
+    out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
+    if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
+        out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
+        spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
+        out["noise"] = max(spreads) if spreads else None
+    if via == "runtime" and status.exists():
+        out["runtime"] = json.loads(status.read_text())
+        out.update(startup_figures(scratch, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
+    return out
+
+
+def startup_figures(scratch: Path, tuned_wall_s: float, baseline_wall_s: float) -> dict:
+    """The runtime's fixed cost per run (its install and plan building, median over the tuned runs' status
+    records), and the wall-time speedup without it: what a long-running process (a server) sees."""
+    costs = []
+    for path in sorted(Path(scratch).glob("runtime*.json")):
+        startup = json.loads(path.read_text()).get("startup") or {}
+        costs.append(startup.get("install_s", 0.0) + startup.get("plan_build_s", 0.0))
+    if not costs:
+        return {}
+    startup_s = statistics.median(costs)
+    steady = tuned_wall_s - startup_s
+    return {"runtime_startup_s": startup_s, "steady_wall_speedup": baseline_wall_s / steady if steady > 0 else None}
+
+
+def figure(e2e: dict) -> tuple[str, float, float] | None:
+    """What the A/B measured: (``tokens/s`` or ``wall``, the speedup, its run-to-run spread); None when it
+    did not run."""
+    if not e2e or "skipped" in e2e:
+        return None
+    if e2e.get("tokens_speedup"):
+        return "tokens/s", e2e["tokens_speedup"], e2e.get("noise") or 0.0
+    spreads = [e2e[arm]["wall_spread"] or 0.0 for arm in ("baseline", "tuned")]
+    return "wall", e2e["wall_speedup"], max(spreads)
+
+
+def regression(e2e: dict) -> str | None:
+    """Why the tuned workload counts as slower end to end (beyond its run-to-run spread), or None."""
+    measured = figure(e2e)
+    if measured is None:
+        return None
+    what, speedup, noise = measured
+    if speedup >= 1 - noise:
+        return None
+    why = (
+        f"end to end {what} x{speedup:.3f}, slower beyond its run-to-run spread of {noise:.1%} "
+        f"({e2e['reps']} alternating runs)"
+    )
+    if e2e.get("runtime_startup_s") is not None:
+        steady = e2e.get("steady_wall_speedup")
+        why += f"; the runtime's start-up costs {e2e['runtime_startup_s']:.2f} s per run" + (
+            f" (without it: wall x{steady:.3f})" if steady else ""
+        )
+    return why
+
+
+def summary_line(e2e: dict) -> str:
+    """One line for the report: tokens/s baseline -> tuned with the noise, or the wall-time ratio."""
+    if "skipped" in e2e:
+        return f"not measured: {e2e['skipped']}"
+    if not e2e:
+        return "not measured"
+    how = f"medians of {e2e['reps']} alternating runs" + (
+        ", tuned through pipeline.runtime" if e2e.get("via") == "runtime" else ""
+    )
+    if e2e.get("tokens_speedup"):
+        noise = e2e.get("noise")
+        verdict = "" if noise is None else (" (within noise)" if abs(e2e["tokens_speedup"] - 1) <= noise else "")
+        line = (
+            f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
+            f"x{e2e['tokens_speedup']:.3f}{verdict}"
+            + (f", run-to-run spread {noise:.1%}" if noise is not None else "")
+            + f" ({how})"
+        )
+    else:
+        line = f"wall x{e2e['wall_speedup']:.3f} ({how})"
+    if e2e.get("runtime_startup_s") is not None:
+        steady = e2e.get("steady_wall_speedup")
+        line += (
+            f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
+            f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else "")
+        )
+    return line

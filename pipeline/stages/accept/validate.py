@@ -1,0 +1,359 @@
+"""GEMM-level validation: every row of the merged results file, baseline against tuned, on the GPU.
+
+Baseline is the library default through torch with TunableOp disabled. Tuned is the merged artifact as
+the runtime will use it: on ROCm torch with TunableOp enabled, tuning off and the merged results file
+loaded; on CUDA the winner's cuBLASLt algorithm (from its saved config, or rebuilt from its solution
+name) through the same harness. Rounds are interleaved; medians and spread are kept. A problem that the
+configs stage padded is also timed at its padded leading dimensions.
+
+    python -m pipeline.stages validate RUN_DIR [--gpus 0,1] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ... import procs
+from ...atomic import atomic_write_json, atomic_write_text
+from ...backends.base import DEFAULT, ProblemResult, TuneSettings
+from ...backends.slots import gpu_slot, lock_dir
+from ...errors import ToolError
+from ...formats.tunableop import parse_key, read_file
+from ...problem import GemmProblem
+from ...stats import Stats
+from ..gather.shapes import ShapeRecord
+from ..run.layout import RunLayout
+from .measured import MeasuredRow, Padded, Pair
+
+MEASUREMENTS = "measurements.json"
+log = logging.getLogger("pipeline")
+
+
+def tunableop_env(results_csv: Path, directory: Path, gpus: int) -> dict[str, str]:
+    """Environment that makes torch read ``results_csv`` on every GPU: TunableOp on, tuning off, and one
+    copy per device because torch always splices the device ordinal into PYTORCH_TUNABLEOP_FILENAME."""
+    directory = Path(directory).absolute()
+    directory.mkdir(parents=True, exist_ok=True)
+    text = results_csv.read_text()
+    for gpu in range(max(gpus, 1)):
+        atomic_write_text(directory / f"tunableop_results{gpu}.csv", text)
+    return {
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "PYTORCH_TUNABLEOP_TUNING": "0",
+        "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "0",
+        "PYTORCH_TUNABLEOP_FILENAME": str(directory / "tunableop_results%d.csv"),
+    }
+
+
+@dataclass(frozen=True)
+class MergedRow:
+    """A merged results row to measure: its key and problem, the solution, its weight, the winner's saved
+    config (cuBLASLt) and the key of its padded variant (the configs stage's)."""
+
+    key: str
+    problem: GemmProblem
+    solution: str
+    calls: int
+    time_share: float | None
+    config: dict | None = None
+    padded_key: str | None = None
+
+
+def rows_to_measure(run_dir: Path) -> list[MergedRow]:
+    """One row per merged results entry."""
+    layout = RunLayout.of(run_dir)
+    merged_csv = layout.merged_csv
+    if not merged_csv.exists():
+        raise FileNotFoundError(f"{merged_csv}: no merged results to validate; the MergeResults stage writes it")
+    merged = read_file(merged_csv)
+    shapes = [ShapeRecord.from_json(r) for r in json.loads(layout.shapes.read_text())]
+    weights = {shape.key: (shape.call_count, shape.time_share) for shape in shapes}
+    configs = {}
+    results_json = layout.bench_results
+    if results_json.exists():
+        for data in json.loads(results_json.read_text()):
+            result = ProblemResult.from_json(data)
+            if result.winner_config:
+                configs[result.winner] = result.winner_config
+    padded = {}
+    configs_json = layout.configs_manifest
+    if configs_json.exists():
+        padded = {p["original"]: p["problem"] for p in json.loads(configs_json.read_text())["padded"]}
+    rows = []
+    for entry in merged.entries:
+        key = f"{entry.op_signature},{entry.params_signature}"
+        calls, share = weights.get(key, (1, None))
+        rows.append(
+            MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
+        )
+    return rows
+
+
+class Checkpoints:
+    """Measured rows kept one file each as they finish (``<dir>/<id>.json``), so a killed validation resumes
+    at the first row it had not finished."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    def _path(self, row: MergedRow) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / (hashlib.sha1(f"{row.key}|{row.solution}".encode()).hexdigest()[:16] + ".json")
+
+    def get(self, row: MergedRow) -> MeasuredRow | None:
+        path = self._path(row)
+        return MeasuredRow.from_json(json.loads(path.read_text())) if path is not None and path.exists() else None
+
+    def put(self, row: MergedRow, measured: MeasuredRow) -> MeasuredRow:
+        path = self._path(row)
+        if path is not None:
+            atomic_write_json(path, measured.to_json())
+        return measured
+
+
+class Timer(Protocol):
+    """How one platform times a merged row: baseline against the tuned artifact (and the padded variant),
+    ``fresh`` on new operand buffers for the confirming pair."""
+
+    device_name: str
+
+    def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]: ...
+
+
+def measure_rows(
+    rows: Sequence[MergedRow],
+    timer: Timer,
+    margin: float,
+    progress: Callable[[int, int], None] | None = None,
+    checkpoints: Path | None = None,
+) -> list[MeasuredRow]:
+    """Every row timed by ``timer``; a row whose tuned time beats the baseline by ``margin`` is timed once more
+    on fresh buffers (its ``confirm`` pair). Rows finished before (``checkpoints``) are not timed again."""
+    saved, out = Checkpoints(checkpoints), []
+    for index, row in enumerate(rows):
+        measured = saved.get(row)
+        if measured is None:
+            first, padded = timer.pair(row, fresh=False)
+            confirm = None
+            if row.solution != DEFAULT and first.speedup >= 1 + margin:
+                confirm, _ = timer.pair(row, fresh=True)
+            measured = saved.put(
+                row,
+                MeasuredRow.of(
+                    row.problem,
+                    row.key,
+                    row.solution,
+                    row.calls,
+                    row.time_share,
+                    row.problem.floor_us(timer.device_name),
+                    first,
+                    confirm,
+                    padded,
+                ),
+            )
+        out.append(measured)
+        if progress:
+            progress(index + 1, len(rows))
+    return out
+
+
+class TorchTimer:
+    """torch's default call against the tuned artifact as the runtime uses it: on CUDA the winner's cuBLASLt
+    algorithm (its saved config, or rebuilt from its name); on ROCm torch with TunableOp on and the merged file
+    loaded. Imports torch: run in a worker process."""
+
+    def __init__(self, run_dir: Path, gpu: int, rounds: int) -> None:
+        import torch
+
+        from ...backends.measure import TimingSettings, device_info
+
+        self.timing = TimingSettings(rounds=rounds)
+        self.rocm = torch.version.hip is not None
+        self.device = torch.device("cuda", gpu)
+        self.device_name = torch.cuda.get_device_name(self.device)
+        self.meta = {"device": device_info(self.device), "platform": "rocm" if self.rocm else "cuda"}
+        self.backend = None
+        if self.rocm:
+            merged = str(RunLayout.of(run_dir).merged_csv)
+            torch.cuda.tunable.enable(True)
+            torch.cuda.tunable.tuning_enable(False)
+            torch.cuda.tunable.set_filename(merged, insert_device_ordinal=False)
+            torch.cuda.tunable.read_file(merged)
+            torch.cuda.tunable.enable(False)
+        else:
+            from ...backends.cublaslt import CublasLtBackend
+
+            self.backend = CublasLtBackend(gpu, self.timing)
+        self.workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=self.device)
+
+    def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
+        import torch
+
+        from ...backends.cublaslt_algo import config_from_name
+        from ...backends.measure import interleaved, rotating_operands
+        from ...backends.torch_gemm import torch_launcher, with_tunableop
+
+        timing = dataclasses.replace(self.timing, seed=self.timing.seed + fresh)
+        sets = rotating_operands(row.problem, self.device, timing)
+        launchers, own, closer = {"baseline": torch_launcher(row.problem)}, {}, None
+        if row.solution != DEFAULT and self.rocm:
+            launchers["tuned"] = with_tunableop(torch_launcher(row.problem))  # the merged file picks
+        elif row.solution != DEFAULT:
+            config = row.config or config_from_name(row.solution)
+            launchers["tuned"], closer = self.backend.launcher_for(row.problem, config, self.workspace)
+        if row.padded_key and not fresh:
+            padded_problem = parse_key(*row.padded_key.split(",", 1))
+            launchers["padded"] = torch_launcher(padded_problem)
+            own["padded"] = (padded_problem, rotating_operands(padded_problem, self.device, timing))
+        try:
+            stats = interleaved(row.problem, launchers, sets, timing, own_sets=own)
+        finally:
+            if closer:
+                closer.close()
+            del sets, own
+            torch.cuda.empty_cache()
+        padded = Padded(row.padded_key, stats["padded"]) if "padded" in stats else None
+        return Pair(stats["baseline"], stats.get("tuned", stats["baseline"])), padded
+
+
+class BenchTimer:
+    """hipblaslt-bench itself: the winner (``--algo_method index --solution_index N``) against the heuristic
+    pick, ``rounds`` alternating runs each, medians. No torch is needed."""
+
+    def __init__(self, run_dir: Path, gpu: int, rounds: int) -> None:
+        from ...backends.hipblaslt import HipblasltBackend
+
+        runtime = json.loads((RunLayout.of(run_dir).bench_runtime).read_text())
+        self.backend = HipblasltBackend(gpu, runtime["bench"], runtime.get("bench_options"))
+        self.rounds, self.device_name = rounds, runtime.get("name", "")
+        self.meta = {
+            "device": {
+                "name": runtime.get("name", "unknown"),
+                "arch": runtime.get("arch"),
+                "tool": self.backend.bench,
+                "hipblaslt": f"{runtime.get('hipblaslt_version')}-{runtime.get('hipblaslt_git')}",
+            },
+            "platform": "rocm",
+            "measured_with": "hipblaslt-bench",
+        }
+
+    def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
+        index = None if row.solution == DEFAULT else int(row.solution.rsplit("_", 1)[1])
+        times = self.backend.measure_pair(row.problem, index, self.rounds)
+        baseline = Stats.of(times["baseline"])
+        return Pair(baseline, Stats.of(times["tuned"]) if times["tuned"] else baseline), None
+
+
+def measure(
+    run_dir: Path,
+    timer_kind: type,
+    gpu: int = 0,
+    rounds: int = 7,
+    margin: float = 0.02,
+    progress: Callable[[int, int], None] | None = None,
+    checkpoints: Path | None = None,
+) -> dict:
+    """``measurements.json``'s content for every merged row, timed on GPU ``gpu`` by a ``timer_kind``: the
+    run's records are read first, so a broken run fails here, on any machine."""
+    rows = rows_to_measure(run_dir)
+    timer = timer_kind(run_dir, gpu, rounds)
+    measured = measure_rows(rows, timer, margin, progress, checkpoints)
+    return {"meta": timer.meta, "rows": [row.to_json() for row in measured]}
+
+
+def run_worker(
+    run_dir: Path, gpus: Sequence[int], rounds: int, margin: float, progress: Callable[[int, int], None] | None = None
+) -> None:
+    """Run ``python -m pipeline.stages validate``, which claims a free GPU slot of ``gpus`` itself, reporting
+    its progress; raise with the log's tail if it fails. The luigi process itself never initialises CUDA."""
+    run_dir = Path(run_dir).absolute()
+    out = RunLayout.of(run_dir).validate
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "validate.log"
+    argv = procs.worker_argv(
+        "validate", run_dir, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds, "--margin", margin
+    )
+    with (
+        log.open("w") as handle,
+        procs.running(
+            argv,
+            procs.with_package_on_path(os.environ),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        ) as proc,
+    ):
+        while proc.poll() is None:
+            if progress and (out / "progress.json").exists():
+                data = json.loads((out / "progress.json").read_text())
+                progress(data["done"], data["total"])
+            time.sleep(1.0)
+    if proc.returncode != 0:
+        tail = procs.tail_lines(log.read_text(), 15)
+        raise ToolError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+
+
+def runtime_of(run_dir: Path, measured: dict) -> dict:
+    """What the bundle is for: the Bench stage's runtime record, else what the measurements recorded."""
+    bench_runtime = RunLayout.of(run_dir).bench_runtime  # absent when --results replaced the Bench stage
+    device = measured["meta"]["device"]
+    runtime = (
+        json.loads(bench_runtime.read_text())
+        if bench_runtime.exists()
+        else {"pt_version": device["torch"].split("+")[0], **device}
+    )
+    return {**runtime, "platform": measured["meta"]["platform"]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir")
+    parser.add_argument("--gpus", default="0", help="GPUs it may use; it claims a free one's slot itself")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--margin", type=float, default=0.02)
+    args = parser.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    layout = RunLayout.of(run_dir)
+    out = layout.validate
+
+    def progress(done: int, total: int) -> None:
+        atomic_write_json(out / "progress.json", {"done": done, "total": total})
+
+    runtime = layout.bench_runtime
+    with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
+    with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
+        log.info("validating on GPU %d", gpu)
+        measured = measure(
+            run_dir, BenchTimer if with_bench else TorchTimer, gpu, args.rounds, args.margin, progress, out / "rows"
+        )
+        if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
+            measured["tunableop_ab"] = measure(
+                run_dir, TorchTimer, gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop"
+            )
+    atomic_write_json(out / MEASUREMENTS, measured)
+    return 0
+
+
+def rocm_torch() -> bool:
+    """A ROCm build of torch that sees a GPU is importable here (a CUDA build is told from its version file,
+    without importing it)."""
+    from ..run.fingerprint import torch_build
+
+    build = torch_build()
+    if build is None or not build["hip"]:
+        return False
+    import torch
+
+    return getattr(torch.version, "hip", None) is not None and torch.cuda.is_available()

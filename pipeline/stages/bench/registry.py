@@ -1,0 +1,187 @@
+"""Every tuner the Bench stage can run, declared once: its platform, what it needs installed, the kind of work it
+does, the parameters it takes and those that enter the stack fingerprint, and a factory.
+
+    cublaslt    NVIDIA  a cuBLASLt search per problem (nvmath-python)       tuner
+    hipblaslt   AMD     hipblaslt-bench per problem                          tuner
+    tunableop   either  torch's own TunableOp tuning per problem             tuner
+    find_exact  AMD     hipBLASLt's find_exact.py on GenerateConfigs' files  config tool
+    tensile     AMD     TensileLite on GenerateConfigs' files                config tool
+
+A tuner runs in the Bench workers, one problem at a time, sharded over GPUs (``bench.run_shards``); a config
+tool runs once over the config files (``config_tool.tune_configs``). Adding a backend is one module (its
+class, on ``backends.base.BackendBase``) and one entry here; the Luigi parameter's choices, the preflight,
+the fingerprint's settings and the workers all read this table. A factory imports its module when called,
+so the table costs no torch; the imports are ordinary ones, which ``tests/test_layout.py`` sees.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ...backends.base import ToolMissing
+
+Platform = Literal["cuda", "rocm", "either"]
+Kind = Literal["tuner", "config tool"]
+Params = Mapping[str, Any]  # the task's parameter values by name
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """One backend: see the module's docstring."""
+
+    name: str
+    platform: Platform
+    kind: Kind
+    factory: Callable[..., Any]  # (gpu, **options) -> the backend or config tool
+    needs: tuple[tuple[str, str], ...] = ()  # (module, distribution) the workers import
+    options: Callable[[Params], dict] = lambda params: {}  # constructor options; checks the tool, before any work
+    settings: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> parameter, beyond backend,
+    # margin and time budget (every fingerprint has those)
+
+    def fingerprint_settings(self, params: Params) -> dict:
+        """The tuning settings of this backend that are part of the stack fingerprint."""
+        return {
+            "backend": self.name,
+            "margin": params["margin"],
+            "time_budget": params["time_budget"],
+            **{key: params[name] for key, name in self.settings.items()},
+        }
+
+    @property
+    def amd(self) -> bool:
+        return self.platform == "rocm"
+
+    @property
+    def factory_path(self) -> str:
+        """``module:function`` of the factory: how a worker process finds it."""
+        return f"{self.factory.__module__}:{self.factory.__qualname__}"
+
+    def check(self) -> None:
+        """Raise ``ToolMissing`` naming what the workers need and this Python lacks. Found, not imported: the
+        scheduler process never pays for torch (the workers do, and report a broken install themselves)."""
+        missing = [dist for module, dist in self.needs if importlib.util.find_spec(module) is None]
+        if missing:
+            raise ToolMissing(
+                f"--backend {self.name} needs {' and '.join(missing)}, not installed for {sys.executable}: "
+                "pip install -e '.[cuda]' (NVIDIA) or '.[rocm]' with a ROCm torch (AMD)"
+            )
+
+    def construct_options(self, params: Params) -> dict:
+        """The factory's options from the task's parameters, the tool checked first."""
+        self.check()
+        return self.options(params)
+
+
+def load_factory(path: str) -> Callable[..., Any]:
+    """The factory at ``module:function`` (a worker's side of ``BackendEntry.factory_path``)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# ---- the factories: each imports its backend when called ------------------------------------------------
+
+
+def cublaslt(gpu: int, **options: Any) -> Any:
+    from ...backends.cublaslt import CublasLtBackend
+
+    return CublasLtBackend(gpu, **options)
+
+
+def hipblaslt(gpu: int, **options: Any) -> Any:
+    from ...backends.hipblaslt import HipblasltBackend
+
+    return HipblasltBackend(gpu, **options)
+
+
+def tunableop(gpu: int, **options: Any) -> Any:
+    from ...backends.tunableop import TunableOpBackend
+
+    return TunableOpBackend(gpu, **options)
+
+
+def find_exact(gpu: int, **options: Any) -> Any:
+    from .find_exact import FindExact
+
+    return FindExact(gpu, **options)
+
+
+def tensile(gpu: int, **options: Any) -> Any:
+    from .tensile import TensileTool
+
+    return TensileTool(gpu, **options)
+
+
+# ---- the options: a tool that is missing is named here, before any work ----------------------------------
+
+
+def _bench(params: Params) -> dict:
+    from ...backends.hipblaslt import find_bench
+
+    return {"bench": find_bench(params.get("hipblaslt_bench") or None)}
+
+
+def _tensile(params: Params) -> dict:
+    from . import tensile as tensile_stage
+
+    tensile_stage.locate(params.get("tensile_root") or None)
+    return {**_bench(params), "root": params.get("tensile_root") or None}
+
+
+def _find_exact(params: Params) -> dict:
+    from . import find_exact as find_exact_stage
+
+    find_exact_stage.locate(params.get("hipblaslt_root") or None)
+    return {"root": params.get("hipblaslt_root") or None}
+
+
+TUNABLEOP_SETTINGS = {
+    "iterations": "tunableop_iterations",
+    "duration_ms": "tunableop_duration_ms",
+    "rotating_mb": "tunableop_rotating_mb",
+    "numerical_check": "tunableop_numerical_check",
+}
+
+
+def _tunableop(params: Params) -> dict:
+    return {option: params[name] for option, name in TUNABLEOP_SETTINGS.items()}
+
+
+ENTRIES = (
+    BackendEntry("cublaslt", "cuda", "tuner", cublaslt, needs=(("torch", "torch"), ("nvmath", "nvmath-python"))),
+    BackendEntry("hipblaslt", "rocm", "tuner", hipblaslt, options=_bench),
+    BackendEntry(
+        "tunableop",
+        "either",
+        "tuner",
+        tunableop,
+        needs=(("torch", "torch"),),
+        options=_tunableop,
+        settings=TUNABLEOP_SETTINGS,
+    ),
+    BackendEntry("find_exact", "rocm", "config tool", find_exact, options=_find_exact),
+    BackendEntry("tensile", "rocm", "config tool", tensile, options=_tensile),
+)
+REGISTRY: dict[str, BackendEntry] = {entry.name: entry for entry in ENTRIES}
+
+
+def entry(name: str) -> BackendEntry:
+    """The backend called ``name``; ``ToolMissing``-free, ``KeyError`` for an unknown name."""
+    return REGISTRY[name]
+
+
+def tuners() -> list[str]:
+    return [e.name for e in ENTRIES if e.kind == "tuner"]
+
+
+def config_tools() -> list[str]:
+    return [e.name for e in ENTRIES if e.kind == "config tool"]
+
+
+def amd(name: str) -> bool:
+    """Whether ``name`` tunes for AMD only (its GPUs are counted by the AMD tools, its rows are ROCm's)."""
+    return name in REGISTRY and REGISTRY[name].amd

@@ -1,0 +1,264 @@
+"""The Bench stage: shard problems by estimated cost, one worker process per GPU, resumable outputs.
+
+Each worker claims a GPU slot with an exclusive lock (``lock_dir()/gpu<N>.lock``, machine-wide), so
+concurrent runs never share a GPU, and writes every problem's result atomically to ``problems/<id>.json``
+as soon as it is done: a rerun skips finished problems (and so finished shards), a failing problem is recorded while the
+others finish. Afterwards the results become ``results.json``, a ``tunableop_results.csv`` and Equality
+logic files (``logic/``), plus ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from ... import procs
+from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ...backends.base import DEFAULT, ProblemResult, TuneSettings
+from ...errors import ToolError
+from ...formats.hipblaslt_override import parse_override, write_override
+from ...formats.logic import dump_logic, record_equality
+from ...formats.rocm import problem_type_name
+from ...formats.tunableop import TunableOpEntry, format_key, write_file
+from ...problem import GemmProblem
+from ...procs import tail_lines
+from ...stats import geomean
+from ..run.layout import OVERRIDE, RUNTIME
+
+TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
+
+
+class BenchError(ToolError):
+    """A Bench worker failed, or problems were left without a result."""
+
+
+def problem_id(problem: GemmProblem) -> str:
+    return hashlib.sha1(",".join(format_key(problem)).encode()).hexdigest()[:16]
+
+
+def result_path(out_dir: Path, problem: GemmProblem) -> Path:
+    return out_dir / "problems" / f"{problem_id(problem)}.json"
+
+
+def estimate_cost(problem: GemmProblem) -> float:
+    """Rough seconds to tune: a fixed search overhead plus the work of ~100 timed candidate calls."""
+    return 1.0 + 100 * problem.flops() / 5e14
+
+
+def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]]:
+    """Longest-processing-time-first split into ``count`` shards of similar estimated cost."""
+    shards: list[list[GemmProblem]] = [[] for _ in range(max(1, count))]
+    loads = [0.0] * len(shards)
+    for problem in sorted(problems, key=lambda p: (-estimate_cost(p), p.sort_key())):
+        i = loads.index(min(loads))
+        shards[i].append(problem)
+        loads[i] += estimate_cost(problem)
+    return [s for s in shards if s]
+
+
+def shard_plan(problems: Sequence[GemmProblem], count: int) -> dict:
+    """The plan of a sharded Bench: ``count`` cost-balanced shards (empty ones kept, so every index exists)."""
+    shards = shard(problems, count)
+    shards += [[] for _ in range(count - len(shards))]
+    return {"shards": [[p.to_dict() for p in part] for part in shards]}
+
+
+def plan_shard(plan_path: Path, index: int) -> list[GemmProblem]:
+    return [GemmProblem.from_dict(d) for d in json.loads(Path(plan_path).read_text())["shards"][index]]
+
+
+def pending(problems: Sequence[GemmProblem], out_dir: Path) -> list[GemmProblem]:
+    return [p for p in problems if not result_path(out_dir, p).exists()]
+
+
+def run_shards(
+    problems: Sequence[GemmProblem],
+    out_dir: Path,
+    gpus: Sequence[int],
+    settings: TuneSettings,
+    factory: str,
+    progress: Callable[[int, int], None] | None = None,
+    backend_options: dict | None = None,
+    previous: dict[str, dict] | None = None,
+    previous_from: str | None = None,
+    name: str = "shard",
+) -> None:
+    """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
+    costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
+    and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
+    ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
+    ``bench``); ``previous`` the winners (by problem id) of stack ``previous_from`` to re-time first;
+    ``name`` prefixes the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
+    out_dir = Path(out_dir).absolute()
+    todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
+    queue = out_dir / "shards" / f"{name}queue.json"
+    atomic_write_json(
+        queue,
+        {
+            "problems": [p.to_dict() for p in todo],
+            "settings": asdict(settings),
+            "backend": factory,
+            "backend_options": backend_options or {},
+            "previous": {
+                problem_id(p): (previous or {})[problem_id(p)] for p in todo if problem_id(p) in (previous or {})
+            },
+            "previous_from": previous_from,
+        },
+    )
+    with contextlib.ExitStack() as stack:  # a failure here, or this run's death, kills every worker
+        workers = []
+        for index in range(min(len(gpus), len(todo))):
+            log = stack.enter_context((out_dir / "shards" / f"{name}{index}.log").open("w"))
+            argv = procs.worker_argv(
+                "bench-worker",
+                queue,
+                out_dir,
+                "--gpus",
+                ",".join(map(str, gpus)),
+                "--name",
+                f"{name}{index}",
+                "--spawned-at",
+                repr(time.time()),
+            )
+            workers.append(
+                stack.enter_context(
+                    procs.running(
+                        argv,
+                        procs.with_package_on_path(os.environ),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    )
+                )
+            )
+        while any(proc.poll() is None for proc in workers):
+            if progress:
+                progress(len(problems) - len(pending(problems, out_dir)), len(problems))
+            time.sleep(0.2)
+    failed = []
+    for index, proc in enumerate(workers):
+        if proc.returncode != 0:
+            tail = tail_lines((out_dir / "shards" / f"{name}{index}.log").read_text(), 15)
+            failed.append(f"shard {index} worker exited with code {proc.returncode}:\n{tail}")
+    left = pending(problems, out_dir)
+    if failed or left:
+        raise BenchError("\n".join(failed) + f"\n{len(left)} problems have no result; rerun to resume")
+
+
+def tunableop_entries(results: Sequence[ProblemResult]) -> list[TunableOpEntry]:
+    """One results row per tuned problem: the winner (or ``Default``) and its time in ms."""
+    return [
+        TunableOpEntry.from_problem(r.problem, r.winner, r.winner_us / 1000.0)
+        for r in results
+        if not r.skipped and not r.errors and r.winner_us
+    ]
+
+
+RECORD_ONLY = ("OverrideRows", "OverrideSource", "GitVersion")  # winner-config keys that stay out of the logic
+
+
+def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, str]:
+    """Equality logic per ProblemType, of the winners that beat the default, named by backend (the cuBLASLt
+    container on NVIDIA; on AMD the hipBLASLt solution index and name of each winner)."""
+    backend = runtime.get("backend", "cublaslt")
+    arch = runtime.get("arch") or f"sm_{runtime.get('capability', '').replace('.', '')}"
+    groups: dict[str, list[ProblemResult]] = defaultdict(list)
+    for r in results:
+        if r.winner != DEFAULT and r.winner_config and not r.errors:
+            groups[problem_type_name(r.problem)].append(r)
+    files = {}
+    for name, group in sorted(groups.items()):
+        p = group[0].problem
+        problem_type = {
+            "OperationType": "GEMM",
+            "DataType": p.a_type,
+            "DestDataType": p.c_type,
+            "ComputeDataType": p.compute_type,
+            "TransposeA": p.transa == "T",
+            "TransposeB": p.transb == "T",
+            "UseBias": p.op == "gemm_and_bias",
+            "Batched": True,
+        }
+        winners = [
+            (
+                (r.problem.m, r.problem.n, r.problem.batch, r.problem.k),
+                {k: v for k, v in r.winner_config.items() if k not in RECORD_ONLY},
+                r.problem.flops() / (r.winner_us * 1e3),
+            )
+            for r in group
+        ]
+        logic = record_equality(backend, problem_type, arch, [runtime.get("name", "unknown")], winners)
+        files[f"{backend}_{name}.yaml"] = dump_logic(logic)
+    return files
+
+
+def override_text(results: Sequence[ProblemResult]) -> tuple[str | None, list[str]]:
+    """The hipBLASLt override file of the winners (``Git Version:`` first), and where its rows came from."""
+    winners = [r for r in results if r.winner != DEFAULT and r.winner_config and "OverrideRows" in r.winner_config]
+    if not winners:
+        return None, []
+    git = winners[0].winner_config.get("GitVersion") or "unknown"
+    sources = sorted({r.winner_config.get("OverrideSource", "") for r in winners})
+    return f"Git Version: {git}\n" + "".join(r.winner_config["OverrideRows"] for r in winners), sources
+
+
+def summarize(results: Sequence[ProblemResult]) -> dict:
+    tuned = [r for r in results if not r.skipped and not r.errors and r.speedup]
+    speedups = [r.speedup for r in tuned]
+    origins = [r.origin.split(":")[0].split(" ")[0] or "tuned" for r in results if not r.skipped and not r.errors]
+    return {
+        "problems": len(results),
+        "tuned": len(tuned),
+        "origin": {name: origins.count(name) for name in ("tuned", "cache", "retimed", "retuned")},
+        "improved": sum(r.winner != DEFAULT for r in tuned),
+        "geomean_speedup": geomean(speedups),
+        "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],
+        "errors": [{"problem": ",".join(format_key(r.problem)), "error": r.errors[0]} for r in results if r.errors],
+        "tuning_s": sum(r.tuning_s for r in results),
+        "tensile": [
+            {
+                "problem": ",".join(format_key(r.problem)),
+                "kernel": c.name,
+                "tensile_us": c.final_us,
+                "heuristic_us": r.default_us,
+                "speedup": r.default_us / c.final_us,
+            }
+            for r in results
+            for c in r.candidates
+            if (c.config or {}).get("Tuner") == "tensile" and r.default_us and c.final_us
+        ],
+    }
+
+
+def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
+    """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results."""
+    texts = [result_path(out_dir, p).read_text() for p in problems]
+    results = [ProblemResult.from_json(json.loads(text)) for text in texts]
+    runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
+    atomic_write_text(out_dir / "results.json", "[\n" + ",\n".join(t.strip() for t in texts) + "\n]\n")
+    validators = runtime.get("validators") or {"PT_VERSION": runtime.get("pt_version", "unknown")}
+    write_file(out_dir / "tunableop_results.csv", validators, tunableop_entries(results))
+    with atomic_directory(out_dir / "logic") as staging:
+        tool_logic = out_dir / TOOL_LOGIC
+        files = (
+            {p.name: p.read_text() for p in sorted(tool_logic.glob("*.yaml"))}
+            if tool_logic.is_dir()
+            else logic_files(results, runtime)
+        )
+        for name, text in files.items():
+            atomic_write_text(staging / name, text)
+    text, sources = override_text(results)
+    if text is not None:
+        override = parse_override(text, str(out_dir / OVERRIDE))
+        write_override(out_dir / OVERRIDE, override.git_version, override.entries)
+    summary = {**summarize(results), "runtime": runtime, "override_source": sources}
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary

@@ -1,0 +1,246 @@
+"""Gather GEMM shapes from TunableOp files: expand paths, dedupe by problem, count, summarise."""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...atomic import atomic_write_json
+from ...errors import BadInput, clip
+from ...formats import json_file
+from ...formats.tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
+from ...problem import GemmProblem
+from .call_weights import time_shares
+
+
+class ShapeInputError(BadInput):
+    """An input path that names no TunableOp file."""
+
+
+@dataclass
+class ShapeRecord:
+    """One distinct GEMM with how often and where it was seen, and its best recorded time."""
+
+    problem: GemmProblem
+    op_signature: str
+    params_signature: str
+    count: int = 0
+    sources: list[str] = field(default_factory=list)
+    time_ms: float | None = None
+    solution: str | None = None
+    calls: int | None = None  # GEMM calls the workload made (collection's lookup log); None: unknown
+    time_share: float | None = None  # share of the workload's baseline GEMM time; None: unknown
+    per_call_us: float | None = None  # baseline time of one call, as collection measured it
+
+    @property
+    def key(self) -> str:
+        return f"{self.op_signature},{self.params_signature}"
+
+    @property
+    def call_count(self) -> int:
+        """How often the workload ran it: the counted calls, else the recorded lines."""
+        return self.calls if self.calls is not None else self.count
+
+    def to_json(self) -> dict:
+        p = self.problem
+        return {
+            "op": OP_SIGNATURE_NAMES[p.op],
+            "dtype": dtype_signature(p),
+            "transa": p.transa,
+            "transb": p.transb,
+            "m": p.m,
+            "n": p.n,
+            "k": p.k,
+            "lda": p.lda,
+            "ldb": p.ldb,
+            "ldc": p.ldc,
+            "batch": p.batch,
+            "count": self.count,
+            "calls": self.call_count,
+            "time_share": self.time_share,
+            "per_call_us": self.per_call_us,
+            "op_signature": self.op_signature,
+            "params_signature": self.params_signature,
+            "time_ms": self.time_ms,
+            "solution": self.solution,
+            "sources": self.sources,
+        }
+
+    @classmethod
+    def from_json(cls, row: dict) -> ShapeRecord:
+        problem = parse_key(row["op_signature"], row["params_signature"])
+        return cls(
+            problem,
+            row["op_signature"],
+            row["params_signature"],
+            row["count"],
+            list(row.get("sources", [])),
+            row.get("time_ms"),
+            row.get("solution"),
+            row.get("calls"),
+            row.get("time_share"),
+            row.get("per_call_us"),
+        )
+
+
+@dataclass
+class GatherResult:
+    shapes: list[ShapeRecord]
+    files: list[str]
+    lines: int
+    skipped: list[SkippedLine]
+    weight_notes: list[str] = field(default_factory=list)
+
+
+def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | None) -> None:
+    """Give every shape its ``calls`` and ``time_share`` from collection's ``calls.json`` and ``baseline.json``
+    (``call_weights``). Without counts (``--untuned`` files, or a workload whose stderr held no lookup line)
+    each recorded line counts as one call and there is no time share; the notes say so."""
+    counted: dict[GemmProblem, int] = {}
+    notes = result.weight_notes
+    for key, n in ((calls or {}).get("calls") or {}).items():
+        try:
+            problem = parse_key(*key.split(",", 1))
+        except ValueError as err:
+            notes.append(f"lookup log key {key!r} ignored: {err}")
+            continue
+        counted[problem] = counted.get(problem, 0) + n
+    if calls is None:
+        notes.append(
+            "call counts unknown (GEMMs read from files, not from a collection run): each recorded line "
+            "counts as one call"
+        )
+    elif calls.get("note"):
+        notes.append(calls["note"])
+    per_call = {}
+    for key, us in ((baseline or {}).get("per_call_us") or {}).items():
+        per_call[parse_key(*key.split(",", 1))] = us
+    notes += [f"{key}: {why}" for key, why in ((baseline or {}).get("notes") or {}).items()]
+    missing = [r for r in result.shapes if counted and r.problem not in counted]
+    if missing:
+        notes.append(f"{len(missing)} recorded GEMMs have no lookup-log count (count 1 each), e.g. {missing[0].key}")
+    keys = [r.key for r in result.shapes]
+    calls_by_key, shares = time_shares(
+        keys,
+        {r.key: counted.get(r.problem, r.count if not counted else 0) for r in result.shapes},
+        {r.key: per_call.get(r.problem) for r in result.shapes},
+    )
+    if counted and not baseline:
+        notes.append("no baseline timing of the recorded GEMMs: weights are calls x the time Validate measures")
+    for record in result.shapes:
+        record.calls, record.time_share = calls_by_key[record.key], shares[record.key]
+        record.per_call_us = per_call.get(record.problem)
+
+
+def expand_inputs(specs: Iterable[str]) -> list[Path]:
+    """Files as given, directories as their ``*.csv`` files (recursively), globs expanded; sorted, unique."""
+    found: list[Path] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            matches = sorted(p for p in path.rglob("*.csv") if p.is_file())
+            if not matches:
+                raise ShapeInputError(f"{spec}: directory holds no .csv file")
+        elif path.is_file():
+            matches = [path]
+        elif glob.has_magic(spec):
+            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+            if not matches:
+                raise ShapeInputError(f"{spec}: pattern matches no file")
+        else:
+            raise ShapeInputError(f"{spec}: no such file or directory")
+        found.extend(matches)
+    return list(dict.fromkeys(found))
+
+
+def gather(specs: Sequence[str], *, lenient: bool = False) -> GatherResult:
+    """Read every file named by ``specs`` and merge their GEMMs by problem."""
+    files = expand_inputs(specs)
+    return merge_files([read_file(path, lenient=lenient) for path in files])
+
+
+def require_gemms(result: GatherResult, specs: Sequence[str]) -> None:
+    """Refuse a gathering that found no GEMM to tune (an empty or header-only file, every line skipped)."""
+    if not result.shapes:
+        skipped = f", {len(result.skipped)} malformed lines skipped" if result.skipped else ""
+        raise ShapeInputError(
+            f"no GEMMs in {', '.join(result.files) or ', '.join(specs)} ({result.lines} rows{skipped}): nothing to tune"
+        )
+
+
+def merge_files(parsed: Sequence[TunableOpFile]) -> GatherResult:
+    """Dedupe entries of parsed files by ``GemmProblem``, first-seen key spelling kept."""
+    records: dict[GemmProblem, ShapeRecord] = {}
+    lines = 0
+    for tfile in parsed:
+        lines += len(tfile.entries)
+        for entry, count in tfile.distinct_counts():
+            record = records.get(entry.problem)
+            if record is None:
+                record = records[entry.problem] = ShapeRecord(entry.problem, entry.op_signature, entry.params_signature)
+            record.count += count
+            if tfile.path not in record.sources:
+                record.sources.append(tfile.path)
+            time_ms = entry.time_ms
+            if time_ms is not None and (record.time_ms is None or time_ms < record.time_ms):
+                record.time_ms, record.solution = time_ms, entry.solution
+    shapes = sorted(records.values(), key=lambda r: r.problem.sort_key())
+    skipped = [s for tfile in parsed for s in tfile.skipped]
+    return GatherResult(shapes, [f.path for f in parsed], lines, skipped)
+
+
+def write_shapes_json(path: str | Path, result: GatherResult) -> None:
+    atomic_write_json(path, [record.to_json() for record in result.shapes])
+
+
+def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
+    """Load ``shapes.json``; a row that does not parse names the file and the row index."""
+    rows = json_file.load(path, "shapes JSON (gemm-tune shapes --json)")
+    if not isinstance(rows, list):
+        raise ShapeInputError(f"{path}: expected a JSON list of shape objects")
+    records = []
+    for index, row in enumerate(rows):
+        try:
+            records.append(ShapeRecord.from_json(row))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            what = f"no {err} field" if isinstance(err, KeyError) else clip(str(err))
+            raise ShapeInputError(f"{path}: row {index}: {what}") from None
+    return records
+
+
+def summary_table(result: GatherResult) -> str:
+    """A fixed-width table of the gathered shapes, followed by totals and skipped lines."""
+    header = ("op", "dtype", "layout", "m", "n", "k", "batch", "count", "calls", "time%", "time_ms")
+    rows = [
+        (
+            OP_SIGNATURE_NAMES[r.problem.op].removesuffix("TunableOp"),
+            dtype_signature(r.problem),
+            r.problem.layout,
+            str(r.problem.m),
+            str(r.problem.n),
+            str(r.problem.k),
+            str(r.problem.batch),
+            str(r.count),
+            "" if r.calls is None else str(r.calls),
+            "" if r.time_share is None else f"{100 * r.time_share:.1f}",
+            "" if r.time_ms is None else f"{r.time_ms:.4g}",
+        )
+        for r in result.shapes
+    ]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
+    numeric = set(range(3, len(header)))
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+
+    lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
+    lines.append(f"{len(result.shapes)} distinct GEMMs from {result.lines} lines in {len(result.files)} files")
+    lines += [f"note: {note}" for note in result.weight_notes]
+    if result.skipped:
+        lines.append(f"{len(result.skipped)} malformed lines skipped (--lenient):")
+        lines += [f"  {s}" for s in result.skipped]
+    return "\n".join(lines) + "\n"

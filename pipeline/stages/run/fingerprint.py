@@ -1,0 +1,264 @@
+"""The stack fingerprint: what a tuned result holds for. Runs are keyed by it.
+
+A result tuned under one stack (torch, CUDA/HIP, cuBLAS(Lt)/hipBLASLt/rocBLAS, GPU arch and SM/CU count,
+driver, tuning settings) says nothing about another, so every stage from Bench on records the fingerprint
+it ran under (``<stage>/stack.json``) and is complete only under the same one; results are cached per
+fingerprint and re-timed after an upgrade.
+
+Probing the stack means importing torch and touching the GPU (seconds), so the facts are cached under a
+cheap signature (package versions, library files' sizes and times, driver version, the environment that
+steers the libraries), which is read without importing torch: a rerun with nothing changed costs a few
+file stats.
+
+    python -m pipeline.stages stack-probe [--bench PATH]   # the facts as JSON, on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import procs
+from ...atomic import atomic_write_json
+from ...errors import ToolError
+
+STAMP = "stack.json"
+ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
+LIBRARIES = ("libcublasLt.so", "libcublas.so", "libhipblaslt.so", "librocblas.so", "libamdhip64.so", "libcudart.so")
+DISTRIBUTIONS = (
+    "torch",
+    "nvmath-python",
+    "nvidia-cublas",
+    "nvidia-cublas-cu12",
+    "nvidia-cublas-cu13",
+    "pytorch-triton-rocm",
+)
+FACT_KEYS = (
+    "platform",
+    "torch",
+    "cuda",
+    "hip",
+    "driver",
+    "gpu",
+    "arch",
+    "sm_count",
+    "gpu_count",
+    "cublaslt",
+    "rocblas",
+    "hipblaslt",
+    "hipblaslt_git",
+)
+
+
+class ProbeFailed(ToolError):
+    """The stack probe did not answer; the message carries its output."""
+
+
+def _torch_dir() -> Path | None:
+    """Where the torch package lies, found without importing it (None: no torch)."""
+    spec = importlib.util.find_spec("torch")
+    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+
+
+def _library_dirs() -> list[Path]:
+    torch_dir = _torch_dir()
+    dirs = [torch_dir / "lib"] if torch_dir else []
+    for entry in sys.path:
+        dirs.extend(Path(entry).glob("nvidia/*/lib"))
+    rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
+    dirs += [Path(rocm) / "lib", Path("/usr/local/cuda/lib64")]
+    return [d for d in dirs if d.is_dir()]
+
+
+def _stat(path: str | Path) -> list:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return [str(path), None]
+    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+
+def driver_version() -> str | None:
+    """The kernel driver's version, from the files the NVIDIA and AMD drivers publish."""
+    nvidia = Path("/proc/driver/nvidia/version")
+    if nvidia.exists():
+        match = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", nvidia.read_text())
+        return f"nvidia {match.group(1)}" if match else None
+    amd = Path("/sys/module/amdgpu/version")
+    if amd.exists():
+        return f"amdgpu {amd.read_text().strip()}"
+    return None
+
+
+def signature(tool: str | None = None) -> str:
+    """A cheap digest of everything whose change could change the stack: no torch import, no GPU."""
+    versions = {}
+    for name in DISTRIBUTIONS:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    libraries = sorted(_stat(p) for d in _library_dirs() for lib in LIBRARIES for p in d.glob(f"{lib}*"))
+    data = {
+        "python": sys.executable,
+        "versions": versions,
+        "libraries": libraries,
+        "driver": driver_version(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+        "tool": _stat(tool) if tool else None,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def probe(bench: str | None = None, timeout_s: float = 300.0) -> dict:
+    """The stack facts, from a fresh process (this one never initialises a GPU)."""
+    argv = procs.worker_argv("stack-probe", *(["--bench", bench] if bench else []))
+    try:
+        proc = procs.run(argv, timeout_s=timeout_s, env=procs.with_package_on_path(os.environ))
+    except subprocess.TimeoutExpired as err:
+        raise ProbeFailed(f"the stack probe gave no answer in {timeout_s:.0f} s") from err
+    if proc.returncode != 0:
+        raise ProbeFailed(f"the stack probe failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def stack_facts(cache_dir: Path, bench: str | None = None) -> dict:
+    """The facts of this machine's stack, probed once per signature and cached under ``cache_dir``."""
+    path = Path(cache_dir) / f"{signature(bench)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    facts = probe(bench)
+    atomic_write_json(path, facts)
+    return facts
+
+
+def fingerprint(facts: dict, settings: dict) -> str:
+    """``<platform>-<arch>-<12 hex>`` over the stack facts and the tuning settings."""
+    data = {"stack": {k: facts.get(k) for k in FACT_KEYS}, "settings": settings}
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+    arch = re.sub(r"[^A-Za-z0-9]+", "", (facts.get("arch") or "none").split(":")[0]) or "none"
+    return f"{facts.get('platform') or 'none'}-{arch}-{digest}"
+
+
+@dataclass
+class Stack:
+    """A stack's fingerprint, the facts behind it and the tuning settings it includes."""
+
+    fingerprint: str
+    facts: dict
+    settings: dict
+
+
+def current_stack(workdir: Path, settings: dict, bench: str | None = None) -> Stack:
+    """This machine's stack under ``settings`` (facts cached in ``<workdir>/cache/stack``)."""
+    facts = stack_facts(Path(workdir).absolute() / "cache" / "stack", bench)
+    return Stack(fingerprint(facts, settings), facts, settings)
+
+
+def stamped(stage_dir: Path) -> str | None:
+    """The fingerprint a stage directory was written under (None: none recorded)."""
+    path = Path(stage_dir) / STAMP
+    try:
+        return json.loads(path.read_text())["fingerprint"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def claim(stage_dir: Path, fp: str, facts: dict | None = None, create: bool = True) -> Path:
+    """Make ``stage_dir`` this fingerprint's: a directory of another one is moved aside whole
+    (``<stage>.<old fingerprint>``, kept for the drift report) before the stamp is written, so no output
+    of another stack can ever look complete. ``create=False``: only move it aside (a directory that its
+    writer builds whole, stamp included, such as the bundle)."""
+    stage_dir = Path(stage_dir)
+    old = stamped(stage_dir) if stage_dir.exists() else fp
+    if stage_dir.exists() and old != fp:
+        aside = stage_dir.with_name(f"{stage_dir.name}.{old or 'unstamped'}")
+        shutil.rmtree(aside, ignore_errors=True)
+        stage_dir.rename(aside)
+    if create and stamped(stage_dir) != fp:
+        atomic_write_json(stage_dir / STAMP, {"fingerprint": fp, "stack": facts or {}})
+    return stage_dir
+
+
+def torch_build() -> dict | None:
+    """torch's version, CUDA and HIP versions, read from its ``version.py`` without importing torch (None:
+    no torch)."""
+    torch_dir = _torch_dir()
+    if torch_dir is None:
+        return None
+    try:
+        text = (torch_dir / "version.py").read_text()
+    except OSError:
+        return None
+    found = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*'?([^'\n]*)'?", text, re.MULTILINE))
+    return {
+        "torch": found.get("__version__"),
+        "cuda": None if found.get("cuda") in (None, "None") else found["cuda"],
+        "hip": None if found.get("hip") in (None, "None") else found["hip"],
+    }
+
+
+def _cublaslt_version() -> int | None:
+    """cublasLtGetVersion() of the library torch loaded (found in this process's memory map)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if "libcublasLt.so" in line:
+            return int(ctypes.CDLL(line.split()[-1]).cublasLtGetVersion())
+    return None
+
+
+def probe_here(bench: str | None = None) -> dict:
+    """Probe in this process: torch and its GPU, its BLAS libraries, and hipblaslt-bench when given."""
+    facts: dict = {"platform": "cpu", "torch": None, "driver": driver_version(), "gpu_count": 0}
+    build = torch_build()
+    torch = None
+    if build is not None and (bench is None or build["hip"]):  # an AMD tool's stack is ROCm's: no CUDA torch
+        import torch
+    elif build is not None:
+        facts.update(build)
+    if torch is not None:
+        facts.update(torch=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None))
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            facts.update(
+                platform="rocm" if facts["hip"] else "cuda",
+                gpu=props.name,
+                gpu_count=torch.cuda.device_count(),
+                sm_count=props.multi_processor_count,
+                arch=props.gcnArchName if facts["hip"] else f"sm{props.major}{props.minor}",
+            )
+            x = torch.ones(64, 64, device="cuda", dtype=torch.float16)
+            torch.nn.functional.linear(x, x, torch.ones(64, device="cuda", dtype=torch.float16))  # loads cuBLASLt
+            torch.cuda.synchronize()
+            if facts["hip"]:
+                validators = dict(torch.cuda.tunable.get_validators())
+                facts.update(rocblas=validators.get("ROCBLAS_VERSION"), hipblaslt=validators.get("HIPBLASLT_VERSION"))
+            else:
+                facts["cublaslt"] = _cublaslt_version()
+    if bench:
+        from ...backends.hipblaslt import HipblasltBackend
+
+        runtime = HipblasltBackend(0, bench).runtime()
+        facts.update(hipblaslt=runtime["hipblaslt_version"], hipblaslt_git=runtime["hipblaslt_git"])
+        if facts["platform"] == "cpu":  # the bench's own device (a machine without a ROCm torch)
+            facts.update(platform="rocm", gpu=runtime["name"], arch=runtime["arch"])
+    return facts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="print this machine's stack facts as JSON")
+    parser.add_argument("--bench", default=None, help="hipblaslt-bench to ask for its version")
+    args = parser.parse_args(argv)
+    print(json.dumps(probe_here(args.bench), sort_keys=True))
+    return 0

@@ -1,0 +1,209 @@
+"""The ship package of a run: ``dist/<fingerprint>/``, ready to copy into a Docker image.
+
+It holds the gated bundle of one fingerprint only: the merged logic tree, ``tunableop_results.csv`` reduced
+to the rows the target torch can dispatch (a solution name torch <= 2.13 does not know is a hard error at
+dispatch, docs/tunableop.md section 2, "Reading") plus one copy per device ordinal (torch always splices the ordinal
+into ``PYTORCH_TUNABLEOP_FILENAME``), the hipBLASLt override file where one exists, ``env.sh``, a
+``Dockerfile`` fragment, a README and ``manifest.json`` (sha256 of every file; written last).
+
+Logic YAMLs only take effect once compiled into a device library; the fragment carries that build stage
+when the logic is TensileLite's own (find_exact, tensile backends):
+``TensileCreateLibrary [OPTIONS...] <LOGIC DIRECTORY> <OUTPUT DIRECTORY> <RUNTIME LANGUAGE>`` (tensilelite
+docs, TensileCreateLibrary CLI reference), with ``--architecture``, ``--code-object-version`` (code object 4,
+spelled as that TensileLite's ``--help`` offers it: the trees disagree, docs/upstream.md) and
+``--library-format=msgpack``, the compiler left to each tree's default, and ``HIPBLASLT_TENSILE_LIBPATH``
+pointing hipBLASLt at the result (spec section 6). The cuBLASLt and
+hipblaslt-bench logic files are records of the winners, not compiled.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
+from ...formats.logic import RECORD_BACKENDS, load_logic
+from ...formats.tunableop import read_file, unknown_solution, validators_platform, write_file
+from ...runtime.table import RUNTIME_RESULTS
+from ..bench.tune import OVERRIDE
+from ..configs.render import TEMPLATES
+from ..run.fingerprint import Stack
+from ..run.layout import RunLayout
+
+INSTALL_ROOT = "/opt/gemm-tune"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def needs_compiling(logic_dir: Path) -> bool:
+    """Whether the logic tree holds TensileLite library logic (to compile), not only winner records."""
+    for path in sorted(logic_dir.glob("*.yaml")):
+        logic = load_logic(path)
+        if not (logic.layout == "list" and logic.data[1] in RECORD_BACKENDS):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The bundle's rows sorted for the target torch: those it dispatches, those it cannot (with the reason),
+    and the cuBLASLt rows among them that ``pipeline.runtime`` applies instead."""
+
+    validators: dict
+    platform: str
+    torch_version: str
+    servable: list
+    unservable: list[dict]
+    runtime_rows: list
+
+
+def sort_rows(bundle: Path) -> Rows:
+    """Step 1: which rows of ``bundle``'s results the target torch can dispatch."""
+    results = read_file(bundle / "tunableop_results.csv")
+    platform = validators_platform(results.validators)
+    torch_version = results.validators.get("PT_VERSION", "unknown")
+    servable, unservable, runtime_rows = [], [], []
+    for entry in results.entries:
+        why = unknown_solution(entry.solution or "", platform, torch_version)
+        if why:
+            unservable.append(
+                {"key": f"{entry.op_signature},{entry.params_signature}", "solution": entry.solution, "why": why}
+            )
+            if platform == "cuda" and (entry.solution or "").startswith("Gemm_Cublaslt_"):
+                runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
+        else:
+            servable.append(entry)
+    return Rows(results.validators, platform, torch_version, servable, unservable, runtime_rows)
+
+
+def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -> dict[str, str]:
+    """Step 2: the variables the image sets (TunableOp only where the target torch has rows to read)."""
+    env = {}
+    if rows.servable:
+        env.update(
+            PYTORCH_TUNABLEOP_ENABLED="1",
+            PYTORCH_TUNABLEOP_TUNING="0",
+            PYTORCH_TUNABLEOP_RECORD_UNTUNED="0",
+            PYTORCH_TUNABLEOP_FILENAME=f"{install}/tunableop_results%d.csv",
+        )
+    if override:
+        env["HIPBLASLT_TUNING_OVERRIDE_FILE"] = f"{install}/{OVERRIDE}"
+    if compile_logic:
+        env["HIPBLASLT_TENSILE_LIBPATH"] = f"{install}/library"
+    return env
+
+
+def manifest(out: Path, run_dir: Path, bundle: Path, stack: Stack, rows: Rows, env: dict, compile_logic: bool) -> dict:
+    """Step 3: what the package is (fingerprint, inputs, what it serves, the sha256 of every file), written last."""
+    bundle_manifest = (bundle / "manifest.json").read_text()
+    data = {
+        "fingerprint": stack.fingerprint,
+        "stack": stack.facts,
+        "settings": stack.settings,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": {
+            "run": str(Path(run_dir).absolute()),
+            "bundle_manifest_sha256": hashlib.sha256(bundle_manifest.encode()).hexdigest(),
+        },
+        "serves": {
+            "platform": rows.platform,
+            "torch": rows.torch_version,
+            "tunableop_rows": len(rows.servable),
+            "runtime_rows": len(rows.runtime_rows),
+            "note": (
+                f"torch {rows.torch_version} exactly: TunableOp's PT_VERSION validator must equal the running "
+                "torch's version, or the whole file is rejected"
+            ),
+        },
+        "unservable": rows.unservable,
+        "environment": env,
+        "compile_logic": compile_logic,
+        "key_figures": {k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")},
+        "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
+    }
+    atomic_write_json(out / "manifest.json", data)
+    return data
+
+
+def write_package(
+    run_dir: Path, dist_root: Path, stack: Stack, devices: int = 8, builder_image: str = "rocm/dev-ubuntu-24.04"
+) -> dict:
+    """Write ``dist_root/<fingerprint>/`` from ``run_dir/bundle`` in three steps (the rows, the environment,
+    the manifest); returns the manifest."""
+    bundle = RunLayout.of(run_dir).bundle
+    if not (bundle / "manifest.json").exists():
+        raise FileNotFoundError(
+            f"{bundle}: no accepted bundle to package (the gate refused it, or Validate did not run)"
+        )
+    rows = sort_rows(bundle)
+    fp = stack.fingerprint
+    install = f"{INSTALL_ROOT}/{fp}"
+    target = mkdirs_readable(dist_root) / fp  # an image's user reads through every directory we made
+    with atomic_directory(target) as out:
+        shutil.copytree(bundle / "logic", out / "logic")
+        write_file(out / "tunableop_results.csv", rows.validators, rows.servable)
+        if rows.runtime_rows:
+            write_file(out / RUNTIME_RESULTS, rows.validators, rows.runtime_rows)
+        for ordinal in range(devices):
+            shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
+        override = (bundle / OVERRIDE).exists()
+        if override:
+            shutil.copyfile(bundle / OVERRIDE, out / OVERRIDE)
+        compile_logic = needs_compiling(out / "logic")
+        env = environment(rows, install, override, compile_logic)
+        context = {
+            "fp": fp,
+            "install": install,
+            "stack": stack.facts,
+            "platform": rows.platform,
+            "torch_version": rows.torch_version,
+            "rows": len(rows.servable),
+            "unservable": rows.unservable,
+            "env": env,
+            "torch_env": {k: v for k, v in env.items() if k.startswith("PYTORCH_")},
+            "lib_env": {k: v for k, v in env.items() if not k.startswith("PYTORCH_")},
+            "override": override,
+            "compile": compile_logic,
+            "builder": builder_image,
+            "arch": (stack.facts.get("arch") or "").split(":")[0],
+            "devices": devices,
+            "hipblaslt_git": stack.facts.get("hipblaslt_git"),
+            "runtime_rows": len(rows.runtime_rows),
+        }
+        templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
+        )
+        for name, template in (
+            ("env.sh", "package_env.sh.j2"),
+            ("Dockerfile", "package_Dockerfile.j2"),
+            ("README.md", "package_README.md.j2"),
+        ):
+            atomic_write_text(out / name, templates.get_template(template).render(context))
+        (out / "env.sh").chmod(0o755)
+        data = manifest(out, run_dir, bundle, stack, rows, env, compile_logic)
+        make_readable(out)  # an image's non-root user reads it (Docker's COPY keeps modes)
+    return data
+
+
+def publish(package_dir: Path, repo_logic: Path) -> Path:
+    """Copy the package's logic tree to ``repo_logic/<fingerprint>/`` (replacing that fingerprint's only)."""
+    package_dir = Path(package_dir)
+    with atomic_directory(mkdirs_readable(repo_logic) / package_dir.name) as out:
+        for path in sorted((package_dir / "logic").glob("*")):
+            shutil.copyfile(path, out / path.name)
+        make_readable(out)
+    return Path(repo_logic) / package_dir.name
+
+
+def published_base(repo_logic: Path, fp: str) -> Path:
+    """The base logic of a merge: what was published for this fingerprint, else the top of ``repo_logic``."""
+    own = Path(repo_logic) / fp
+    return own if own.is_dir() else Path(repo_logic)
