@@ -101,6 +101,15 @@ def running(argv: Sequence[str], env: Mapping[str, str] | None = None, **popen: 
         kill(proc)
 
 
+def exited_within(proc: subprocess.Popen, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``proc`` to end (returning as soon as it does): whether it has."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def run(
     argv: Sequence[str],
     timeout_s: float | None = None,

@@ -91,6 +91,16 @@ def run_amd_dag(
     return proc
 
 
+def first_gemms(directory: Path, source: Path, count: int) -> Path:
+    """The first ``count`` GEMM lines of a real untuned file ``source``, as ``directory/<source's name>``: a DAG
+    test whose subject is not the number of GEMMs tunes a few (each costs bench and validation launches)."""
+    lines = source.read_text().splitlines(keepends=True)
+    assert len(lines) > count, f"{source} has {len(lines)} lines"
+    path = directory / source.name
+    path.write_text("".join(lines[:count]))
+    return path
+
+
 def optional_torch():
     """torch where it is installed, else None: a module whose tests mostly need no torch marks the others
     with ``needs_torch`` instead of skipping itself whole."""

@@ -13,7 +13,7 @@ from pipeline.formats.tunableop import parse_key
 from pipeline.problem import distinct_labels
 from pipeline.stages.accept import e2e
 
-from .helpers import run_amd_dag
+from .helpers import UNTUNED, first_gemms, run_amd_dag
 
 
 def _ab(base_walls: list[float], tuned_walls: list[float], tokens: tuple[list, list] | None = None) -> dict:
@@ -79,7 +79,8 @@ def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
     slow = "import os, time; time.sleep(0.9 if os.environ.get('PYTORCH_TUNABLEOP_ENABLED') == '1' else 0.3)"
     workload = shlex.join([sys.executable, "-c", slow])
     extra = ("--validate-rounds", "1", "--e2e-reps", "2", "--gpus", "1", "--workload-cmd", workload)
-    refused = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, check=False)
+    few = first_gemms(tmp_path, UNTUNED, 3)  # the workload's wall time is the subject, not its GEMMs
+    refused = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, untuned=few, check=False)
     assert refused.returncode == 2, refused.stderr[-2000:]
     last = refused.stderr.strip().splitlines()[-1]
     assert "EndToEndRefused (exit 10, bundle refused)" in last and "end to end wall x0." in last
@@ -91,5 +92,5 @@ def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
     assert "bundle refused end to end" in report
     row = next(line for line in report.splitlines() if line.startswith("| gemm ") and "x" in line)
     assert row.rstrip().endswith("` |"), "the label leads, the TunableOp key has its own column"
-    allowed = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, "--allow-e2e-regression")
+    allowed = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, "--allow-e2e-regression", untuned=few)
     assert "end to end: wall x0." in allowed.stdout and (run / "bundle" / "manifest.json").exists()

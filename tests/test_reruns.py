@@ -13,10 +13,19 @@ import pytest
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
 
-from .helpers import FIXTURES, amd_dag, run_amd_dag
+from .helpers import FIXTURES, amd_dag, first_gemms, run_amd_dag
 
-A = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
-B = FIXTURES / "tunableop" / "torch2.11_hf_mistral_untuned0.csv"
+LLAMA = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
+MISTRAL = FIXTURES / "tunableop" / "torch2.11_hf_mistral_untuned0.csv"
+GEMMS = 4  # of each file's 12: two sets of shapes that differ is what these tests need
+
+
+def _inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """Two recorded untuned files with different shapes (the first GEMMs of an HF Llama's and a Mistral's)."""
+    (tmp_path / "in").mkdir(exist_ok=True)
+    return first_gemms(tmp_path / "in", LLAMA, GEMMS), first_gemms(tmp_path / "in", MISTRAL, GEMMS)
+
+
 FAST = ("--validate-rounds", "1", "--e2e-reps", "1")
 
 
@@ -34,6 +43,8 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_nothing(tmp_path):
+    A, B = _inputs(tmp_path)
+    assert _keys(A) != _keys(B)
     inputs = {path: path.read_bytes() for path in (A, B)}
     csv = tmp_path / "mine.csv"
     csv.write_bytes(A.read_bytes())
@@ -66,6 +77,7 @@ def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_not
 
 
 def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
+    A, B = _inputs(tmp_path)
     run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
     run = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--margin", "0.05", untuned=B)
     assert "--margin 0.02 -> 0.05" in run.stderr
@@ -77,8 +89,8 @@ def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
 
 
 def test_two_runs_of_one_run_name_at_once(tmp_path):
-    command, env = amd_dag(tmp_path, "same", "", "TuneWorkload", *FAST)
-    slow = {**env, "HIPBLASLT_DOUBLE_DELAY": "0.3"}
+    command, env = amd_dag(tmp_path, "same", "", "TuneWorkload", *FAST, untuned=_inputs(tmp_path)[0])
+    slow = {**env, "HIPBLASLT_DOUBLE_DELAY": "0.3"}  # ~25 launches: the first run holds its name ~10 s
     first = subprocess.Popen(command, cwd=tmp_path, env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lock = tmp_path / "w" / "same" / ".gemm-tune-run.lock"

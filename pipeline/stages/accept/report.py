@@ -34,13 +34,11 @@ def _load(path: Path) -> dict | None:
 
 
 def _plots(rows: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend to choose
 
     ordered = sorted(rows, key=lambda r: r["speedup"])
-    fig, ax = plt.subplots(figsize=(10, max(3, 0.22 * len(ordered))))
+    fig = Figure(figsize=(10, max(3, 0.22 * len(ordered))))
+    ax = fig.subplots()
     colors = ["tab:green" if r["kept"] else "tab:gray" for r in ordered]
     ax.barh(range(len(ordered)), [r["speedup"] for r in ordered], color=colors)
     ax.set_yticks(range(len(ordered)), [r["label"] for r in ordered], fontsize=7)
@@ -51,10 +49,10 @@ def _plots(rows: list[dict], out: Path) -> None:
     ax.set_title("Tuned against baseline, per GEMM (sorted)")
     fig.tight_layout()
     fig.savefig(out / "speedup.png", dpi=110)
-    plt.close(fig)
 
     by_flops = sorted(rows, key=lambda r: r["flops"])
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    ax = fig.subplots()
     x = range(len(by_flops))
     ax.plot(x, [r["eff_before"] for r in by_flops], "o", label="baseline")
     ax.plot(x, [r["eff_after"] for r in by_flops], "x", label="bundle")
@@ -65,19 +63,18 @@ def _plots(rows: list[dict], out: Path) -> None:
     ax.set_title("Roofline efficiency before and after (sorted by flops)")
     fig.tight_layout()
     fig.savefig(out / "roofline.png", dpi=110)
-    plt.close(fig)
 
     shares: dict[str, float] = defaultdict(float)
     for r in rows:
         shares[r["layer"]] += r["weight"]
     items = sorted(shares.items(), key=lambda kv: kv[1])
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(items))))
+    fig = Figure(figsize=(8, max(2.5, 0.3 * len(items))))
+    ax = fig.subplots()
     ax.barh([k for k, _ in items], [100 * v for _, v in items])
     ax.set_xlabel(f"% of the workload's baseline GEMM time ({rows[0]['basis']})")
     ax.set_title("Share of GEMM time by op and layer (weight shape)")
     fig.tight_layout()
     fig.savefig(out / "time_share.png", dpi=110)
-    plt.close(fig)
 
 
 def build(run_dir: Path) -> dict:

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,11 +294,10 @@ def run_worker(
             stdin=subprocess.DEVNULL,
         ) as proc,
     ):
-        while proc.poll() is None:
+        while not procs.exited_within(proc, 1.0):
             if progress and (out / "progress.json").exists():
                 data = json.loads((out / "progress.json").read_text())
                 progress(data["done"], data["total"])
-            time.sleep(1.0)
     if proc.returncode != 0:
         tail = procs.tail_lines(log.read_text(), 15)
         raise ToolError(f"validation worker exited with code {proc.returncode}:\n{tail}")

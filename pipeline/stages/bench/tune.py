@@ -139,10 +139,10 @@ def run_shards(
                     )
                 )
             )
-        while any(proc.poll() is None for proc in workers):
+        while running := [proc for proc in workers if proc.poll() is None]:
             if progress:
                 progress(len(problems) - len(pending(problems, out_dir)), len(problems))
-            time.sleep(0.2)
+            procs.exited_within(running[0], 0.2)
     failed = []
     for index, proc in enumerate(workers):
         if proc.returncode != 0:
