@@ -42,6 +42,7 @@ def test_the_cpu_try_out_and_its_package_run_as_the_readme_prints_them(tmp_path)
         argv = [sys.executable, "-m", "luigi", *shlex.split(command)[1:]]
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "redoing" not in proc.stderr, "the Package form has the try-out's parameters: it redoes no stage"
     assert "bundle accepted" in (tmp_path / "workdir" / "try" / "tune-workload.txt").read_text()
     record = json.loads((tmp_path / "workdir" / "try" / "package" / "package.json").read_text())
     assert record["package"].startswith(str(tmp_path / "workdir" / "dist"))
