@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.backends.base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings
+from pipeline.backends.base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, WinnerRecord
 from pipeline.problem import GemmProblem
 
 WINNER = {
@@ -50,7 +50,7 @@ class FakeBackend(BackendBase):
         faster = problem.m % 3 == 0
         result = ProblemResult(problem, default_us=default_us, winner_us=default_us / 1.1 if faster else default_us)
         if faster:
-            result.winner, result.winner_config = WINNER["SolutionNameMin"], dict(WINNER)
+            result.crown(WINNER["SolutionNameMin"], default_us / 1.1, WinnerRecord(dict(WINNER)))
         result.candidates = [
             CandidateResult(DEFAULT, final_us=default_us),
             CandidateResult(WINNER["SolutionNameMin"], final_us=default_us / 1.1, config=WINNER),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.backends.base import TuneSettings
+from pipeline.backends.base import ProblemResult, TuneSettings, WinnerRecord
 from pipeline.backends.slots import NoFreeGpu, gpu_slot
 from pipeline.formats.logic import load_logic
 from pipeline.formats.tunableop import read_file
@@ -76,3 +76,25 @@ def test_interrupted_shard_resumes_without_redoing_finished_problems(tmp_path, m
     assert all(result_path(tmp_path, p).stat().st_mtime_ns == mtime for p, mtime in done.items())
     log = "".join(f.read_text() for f in (tmp_path / "shards").glob("*.log"))
     assert log.count("gemm ") == 4, "the rerun tuned only the four problems left"
+
+
+def test_every_backend_returns_one_winner_record_and_old_results_still_read():
+    """The winner's record is typed (the logic's solution fields apart from the override rows, their source and
+    the library's git version), survives JSON, and a result written with the flat ``winner_config`` of earlier
+    runs (the tuned cache keeps them across stacks) reads into the same record."""
+    problem = _problems(4096)[0]
+    solution = {"SolutionIndex": 7, "SolutionNameMin": "Cijk_x", "HeuristicSolutionIndex": 100}
+    result = ProblemResult(problem, default_us=12.0, winner_us=12.0)
+    assert not result.has_winner
+    result.crown("Gemm_Hipblaslt_7", 10.0, WinnerRecord(solution, "row\n", "legacy layout", "de5c1aebb6"))
+    assert result.has_winner and result.speedup == pytest.approx(1.2)
+    again = ProblemResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again.record == result.record and again.winner == "Gemm_Hipblaslt_7"
+    legacy = {**result.to_json(), "record": None}
+    legacy["winner_config"] = {**solution, "OverrideRows": "row\n", "OverrideSource": "legacy layout"}
+    legacy["winner_config"]["GitVersion"] = "de5c1aebb6"
+    assert ProblemResult.from_json(legacy).record == result.record
+    del legacy["record"]
+    assert ProblemResult.from_json(legacy).record.solution == solution, "the override fields stay out of the logic"
+    errored = ProblemResult.from_json({**result.to_json(), "errors": ["bench died"]})
+    assert not errored.has_winner, "a result with errors has no winner to ship"

@@ -69,9 +69,9 @@ def test_every_winner_is_numerically_sound():
         assert all(0 <= error <= tolerance for error in result.numerics.values())
         if result.winner != DEFAULT:
             assert result.default_us / result.winner_us >= 1 + QUICK.margin
-            assert result.winner_config["SolutionNameMin"] == result.winner
+            assert result.record.solution["SolutionNameMin"] == result.winner
             workspace = torch.empty(QUICK.workspace_bytes, dtype=torch.uint8, device="cuda")
-            launch, gemm = backend.launcher_for(result.problem, result.winner_config, workspace)
+            launch, gemm = backend.launcher_for(result.problem, result.record.solution, workspace)
             ops = rotating_operands(result.problem, backend.device, backend.timing)[0]
             error = check_numerics(result.problem, launch, ops)  # rebuilt from the saved config; raises if off
             gemm.close()

@@ -71,7 +71,7 @@ def test_tune_configs_through_find_exact(tmp_path, monkeypatch):
     for m in (6144, 4096):
         assert results[m]["default_us"] > 0 and not results[m]["errors"]
         assert results[m]["winner"].startswith("Gemm_Hipblaslt_")
-        assert results[m]["winner_config"]["Tuner"] == "find_exact"
+        assert results[m]["record"]["solution"]["Tuner"] == "find_exact"
     runtime = json.loads((out / "runtime.json").read_text())
     assert runtime["tuner"] == "find_exact" and runtime["backend"] == "hipblaslt"
     raw = yaml.safe_load(next((out / "find_exact").glob("*/1_LogicYaml/*.yaml")).read_text())

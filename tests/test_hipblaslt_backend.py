@@ -47,8 +47,8 @@ def test_a_2024_bench_has_no_override_file_to_write(monkeypatch, tmp_path):
     fastest = min(result.candidates, key=lambda c: c.screen_us)
     assert len(result.candidates) == 6 and result.default_us > 0
     assert result.winner == fastest.name == f"Gemm_Hipblaslt_{fastest.config['SolutionIndex']}"
-    assert result.speedup >= 1.02 and result.winner_config["HeuristicSolutionIndex"] == 100
-    assert "OverrideRows" not in result.winner_config and "OverrideSource" not in result.winner_config
+    assert result.speedup >= 1.02 and result.record.solution["HeuristicSolutionIndex"] == 100
+    assert not result.record.override_rows and not result.record.override_source
     runtime = backend.runtime()
     assert runtime["hipblaslt_version"] == "1000" and runtime["generation"] == "2024" and runtime["arch"] == "gfx942"
     assert runtime["validators"] == {"HIPBLASLT_VERSION": "1000-9ca3d958b6"}
@@ -59,8 +59,8 @@ def test_a_2025_bench_that_writes_no_tuning_file_gets_the_legacy_layout(monkeypa
     backend = HipblasltBackend(0, DOUBLE)
     monkeypatch.setattr(backend, "run", _without_tuning_file(backend.run))
     result = backend.tune_one(QKV, TuneSettings())
-    assert result.winner_config["OverrideSource"] == "legacy layout"
-    rows = parse_override("Git Version: x\n" + result.winner_config["OverrideRows"])
+    assert result.record.override_source == "legacy layout"
+    rows = parse_override("Git Version: x\n" + result.record.override_rows)
     fields = dict(rows.entries[0].fields)
     assert (fields["transA"], fields["m"], fields["n"], fields["k"], fields["a_type"]) == (
         "T",
@@ -82,8 +82,8 @@ def _without_tuning_file(run):
 def test_a_bench_that_writes_the_tuning_file_writes_the_override_rows(monkeypatch):
     monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", "2025")
     result = HipblasltBackend(0, DOUBLE).tune_one(QKV, TuneSettings())
-    assert result.winner_config["OverrideSource"] == "hipblaslt-bench (HIPBLASLT_TUNING_FILE)"
-    fields = dict(parse_override("Git Version: x\n" + result.winner_config["OverrideRows"]).entries[0].fields)
+    assert result.record.override_source == "hipblaslt-bench (HIPBLASLT_TUNING_FILE)"
+    fields = dict(parse_override("Git Version: x\n" + result.record.override_rows).entries[0].fields)
     assert fields["gcnArchName"] == "gfx942" and fields["solution_index"] == result.winner.rsplit("_", 1)[1]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.base import DEFAULT, TuneSettings
+from pipeline.backends.base import DEFAULT, TuneSettings, WinnerRecord
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, unknown_solution, write_file
 from pipeline.stages.run.fingerprint import Stack, probe_here
 from pipeline.stages.ship.package import write_package
@@ -135,11 +135,11 @@ def test_a_saved_cublaslt_winner_is_retimed_against_the_default():
     problem = GemmProblem("gemm", "T", "N", 6144, 8, 4096, 4096, 4096, 6144)
     settings = TuneSettings(time_budget_s=3.0, heuristic_count=32, enumerate_budget=24, margin=-1.0)
     tuned = backend.tune_one(problem, settings)  # margin -1: the fastest finalist wins, whatever it is
-    assert tuned.winner != DEFAULT and tuned.winner_config
+    assert tuned.has_winner
     again = backend.retime(tuned, TuneSettings(margin=-1.0))
     assert again.winner == tuned.winner and again.default_us > 0 and again.candidates[0].final_us > 0
     strict = backend.retime(tuned, TuneSettings(margin=10.0))  # no winner is 11x faster: it is not kept
     assert strict.winner == DEFAULT and strict.winner_us == strict.default_us
-    broken = {**tuned.winner_config, "AlgoBytes": None, "AlgoId": 10**6}
+    broken = WinnerRecord({**tuned.record.solution, "AlgoBytes": None, "AlgoId": 10**6})
     with pytest.raises(Exception):  # noqa: B017 (cuBLASLt's own error type)
-        backend.retime(type(tuned)(problem, winner=tuned.winner, winner_config=broken), settings)
+        backend.retime(type(tuned)(problem, winner=tuned.winner, record=broken), settings)

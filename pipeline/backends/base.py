@@ -105,13 +105,38 @@ class CandidateResult:
     config: dict | None = None
 
 
+LEGACY_RECORD_KEYS = {"OverrideRows": "override_rows", "OverrideSource": "override_source", "GitVersion": "library_git"}
+
+
+@dataclass
+class WinnerRecord:
+    """What every backend says of its winner beyond the name and time: ``solution``, the fields its Equality
+    logic entry carries (a cuBLASLt config with its algorithm bytes; a hipBLASLt solution index and kernel
+    name; TunableOp's solution), and, where the library reads an override file (hipBLASLt >= 1.x), the rows
+    that apply it, where they came from and the library's git version."""
+
+    solution: dict
+    override_rows: str = ""
+    override_source: str = ""
+    library_git: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict) -> WinnerRecord:
+        """The record as ``to_json`` wrote it, or a flat ``winner_config`` of results written before the record
+        had fields of its own (the tuned cache keeps them across stacks)."""
+        if "solution" in data:
+            return cls(**data)
+        solution = {k: v for k, v in data.items() if k not in LEGACY_RECORD_KEYS}
+        return cls(solution, **{field: data[key] for key, field in LEGACY_RECORD_KEYS.items() if key in data})
+
+
 @dataclass
 class ProblemResult:
     problem: GemmProblem
     winner: str = DEFAULT
     winner_us: float | None = None
     default_us: float | None = None
-    winner_config: dict | None = None
+    record: WinnerRecord | None = None  # set with ``winner`` (``crown``): None while the default wins
     candidates: list[CandidateResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     numerics: dict[str, float] = field(default_factory=dict)
@@ -127,12 +152,24 @@ class ProblemResult:
             return self.default_us / self.winner_us
         return None
 
+    def crown(self, name: str, us: float, record: WinnerRecord) -> None:
+        """Make ``name`` (``us`` per call) the winner, with its record."""
+        self.winner, self.winner_us, self.record = name, us, record
+
+    @property
+    def has_winner(self) -> bool:
+        """A winner other than the default, with its record, and no error."""
+        return self.winner != DEFAULT and self.record is not None and not self.errors
+
     def to_json(self) -> dict:
         """A JSON-ready view; it shares the configs, phases and timeline dicts (``asdict`` deep-copied them, which
         was most of the Bench parent's time on results of a few hundred candidates each)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problem"] = self.problem.to_dict()
         data["candidates"] = [{f.name: getattr(c, f.name) for f in fields(c)} for c in self.candidates]
+        data["record"] = (
+            None if self.record is None else {f.name: getattr(self.record, f.name) for f in fields(self.record)}
+        )
         data["speedup"] = self.speedup
         return data
 
@@ -142,6 +179,9 @@ class ProblemResult:
         data.pop("speedup", None)
         data["problem"] = GemmProblem.from_dict(data["problem"])
         data["candidates"] = [CandidateResult(**c) for c in data.get("candidates", [])]
+        legacy = data.pop("winner_config", None)
+        record = data.get("record") or legacy
+        data["record"] = WinnerRecord.from_json(record) if record else None
         return cls(**data)
 
 

@@ -30,7 +30,7 @@ except ImportError as err:  # the cuda extra is what brings it
 
 from ..problem import ROWWISE, GemmProblem
 from . import selection
-from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, Unsupported
+from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, Unsupported, WinnerRecord
 from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
 from .measure import (
     BelowFloor,
@@ -350,13 +350,14 @@ class CublasLtBackend(BackendBase):
         passes cublasLtMatmulAlgoCheck), interleaved with torch's default."""
         problem, name = previous.problem, previous.winner
         with self._prepared(problem, settings) as (gemm, sets):
-            record = record_from_config(gemm, previous.winner_config or {})
+            solution = previous.record.solution if previous.record else {}
+            record = record_from_config(gemm, solution)
             launchers = {DEFAULT: torch_launcher(problem), name: gemm.launcher(record)}
             ref = reference(problem, sets[0])
             numerics = {n: check_numerics(problem, launch, sets[0], ref) for n, launch in launchers.items()}
             final = interleaved(problem, launchers, sets, self.timing, rounds=self.timing.rounds)
             base, tuned = final[DEFAULT].median, final[name].median
-            config = {**(previous.winner_config or {}), "AlgoBytes": read_config(record)["AlgoBytes"]}
+            config = {**solution, "AlgoBytes": read_config(record)["AlgoBytes"]}
             result = ProblemResult(
                 problem,
                 default_us=base,
@@ -365,7 +366,7 @@ class CublasLtBackend(BackendBase):
                 candidates=[CandidateResult(name, final_us=tuned, config=config)],
             )
             if base / tuned >= 1 + settings.margin:
-                result.winner, result.winner_us, result.winner_config = name, tuned, config
+                result.crown(name, tuned, WinnerRecord(config))
                 result.numerics[name] = numerics[name]
             return result
 
@@ -435,7 +436,7 @@ class CublasLtBackend(BackendBase):
         best = min(close or finalists, key=lambda c: c.final_us, default=None)
         result.winner_us = result.default_us
         if best is not None and result.default_us / best.final_us >= 1 + settings.margin:
-            result.winner, result.winner_us, result.winner_config = best.name, best.final_us, best.config
+            result.crown(best.name, best.final_us, WinnerRecord(best.config))
             result.numerics[best.name] = check_numerics(problem, pool.launchers[best.name], sets[0], ref)
         result.numerics[DEFAULT] = check_numerics(problem, pool.launchers[DEFAULT], sets[0], ref)
         result.phases["final_s"] = time.monotonic() - start

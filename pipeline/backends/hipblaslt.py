@@ -42,7 +42,7 @@ from ..formats.hipblaslt_bench import (
     unsupported_reason,
 )
 from ..problem import GemmProblem
-from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings
+from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings, WinnerRecord
 
 ENV = "HIPBLASLT_BENCH"
 LEGACY_COLUMNS = (
@@ -199,20 +199,18 @@ class HipblasltBackend(BackendBase):
             result.errors.append("the bench printed no --Solution index: is --print_kernel_info honoured?")
             return result
         if baseline.us / best.us >= 1 + settings.margin and best.index != baseline.index:
-            result.winner, result.winner_us = f"Gemm_Hipblaslt_{best.index}", best.us
-            result.winner_config = {
+            solution = {
                 "SolutionIndex": best.index,
                 "SolutionNameMin": best.name,
                 "KernelNameMin": best.kernel,
                 "HeuristicSolutionIndex": baseline.index,
-                "GitVersion": search.git_version,
             }
+            record = WinnerRecord(solution, library_git=search.git_version or "")
             if self.generation.tuning_file:  # the 2024 tree has no override file: nothing to write
                 written_rows = written.split("\n", 1)[1] if written.startswith("Git Version:") else ""
-                result.winner_config.update(
-                    OverrideRows=written_rows or legacy_override_rows(search),
-                    OverrideSource="hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written_rows else "legacy layout",
-                )
+                record.override_rows = written_rows or legacy_override_rows(search)
+                record.override_source = "hipblaslt-bench (HIPBLASLT_TUNING_FILE)" if written_rows else "legacy layout"
+            result.crown(f"Gemm_Hipblaslt_{best.index}", best.us, record)
         else:
             result.winner_us = baseline.us
         return result
@@ -220,7 +218,8 @@ class HipblasltBackend(BackendBase):
     def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
         """The previous winner's solution index against this build's heuristic pick, in alternating runs. The
         index must still name the same kernel: indices are not portable across builds (spec section 6)."""
-        problem, config = previous.problem, previous.winner_config or {}
+        problem = previous.problem
+        config = previous.record.solution if previous.record else {}
         index = config["SolutionIndex"]
         probe = self.run(self.args(problem, "index", index))
         if probe.fastest.name != config.get("SolutionNameMin"):
@@ -237,8 +236,9 @@ class HipblasltBackend(BackendBase):
             candidates=[CandidateResult(previous.winner, final_us=tuned, config=config)],
         )
         if base / tuned >= 1 + settings.margin:
-            result.winner, result.winner_us = previous.winner, tuned
-            result.winner_config = {**config, "GitVersion": probe.git_version}
+            result.crown(
+                previous.winner, tuned, dataclasses.replace(previous.record, library_git=probe.git_version or "")
+            )
         return result
 
     def measure_pair(self, problem: GemmProblem, index: int | None, rounds: int) -> dict[str, list[float]]:

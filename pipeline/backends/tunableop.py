@@ -26,7 +26,7 @@ import torch
 
 from ..formats.tunableop import format_key
 from ..problem import GemmProblem
-from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings
+from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, WinnerRecord
 from .measure import TimingSettings, interleaved, rotating_operands
 from .torch_gemm import torch_launcher, with_tunableop
 
@@ -115,8 +115,11 @@ class TunableOpBackend(BackendBase):
             candidates=[CandidateResult(solution, screen_us=tuned_ms * 1000.0, final_us=stats["tunableop"].median)],
         )
         if solution != DEFAULT and stats["default"].median / stats["tunableop"].median >= 1 + settings.margin:
-            result.winner, result.winner_us = solution, stats["tunableop"].median
-            result.winner_config = {"SolutionNameMin": solution, "TunableOpMs": tuned_ms}
+            result.crown(
+                solution,
+                stats["tunableop"].median,
+                WinnerRecord({"SolutionNameMin": solution, "TunableOpMs": tuned_ms}),
+            )
         del sets
         torch.cuda.empty_cache()
         return result

@@ -83,8 +83,8 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
     if results_json.exists():
         for data in json.loads(results_json.read_text()):
             result = ProblemResult.from_json(data)
-            if result.winner_config:
-                configs[result.winner] = result.winner_config
+            if result.record:
+                configs[result.winner] = result.record.solution
     padded = {}
     configs_json = layout.configs_manifest
     if configs_json.exists():

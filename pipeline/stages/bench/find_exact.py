@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...atomic import atomic_write_text
-from ...backends.base import ProblemResult, ToolMissing, TuneSettings
+from ...backends.base import ProblemResult, ToolMissing, TuneSettings, WinnerRecord
 from ...backends.hipblaslt import HipblasltBackend
 from ...backends.slots import amd_device_env
 from ...formats.find_exact import parse_result_name
@@ -135,18 +135,18 @@ class FindExact:
         heuristic = self.bench.heuristic(problem)
         result = ProblemResult(problem, default_us=heuristic.us, winner_us=heuristic.us)
         if index is not None and index != heuristic.index and heuristic.us / us >= 1 + settings.margin:
-            result.winner, result.winner_us = f"Gemm_Hipblaslt_{index}", us
-            result.winner_config = {
+            solution = {
                 "SolutionIndex": index,
                 "SolutionNameMin": name,
                 "Tuner": self.name,
                 "HeuristicSolutionIndex": heuristic.index,
             }
+            result.crown(f"Gemm_Hipblaslt_{index}", us, WinnerRecord(solution))
         return result
 
     def keep_logic(self, out: Path, logic_dir: Path, results: Sequence[ProblemResult]) -> None:
         """find_exact's logic with Tensile's ld order, reduced to the sizes whose winner beat the heuristic."""
-        kept = {(r.problem.m, r.problem.n, r.problem.batch, r.problem.k) for r in results if r.winner_config}
+        kept = {(r.problem.m, r.problem.n, r.problem.batch, r.problem.k) for r in results if r.record}
         for path in sorted((out / "1_LogicYaml").glob("*.yaml")):
             logic = load_logic(path)
             tensile_ld_order(logic)

@@ -162,9 +162,6 @@ def tunableop_entries(results: Sequence[ProblemResult]) -> list[TunableOpEntry]:
     ]
 
 
-RECORD_ONLY = ("OverrideRows", "OverrideSource", "GitVersion")  # winner-config keys that stay out of the logic
-
-
 def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, str]:
     """Equality logic per ProblemType, of the winners that beat the default, named by backend (the cuBLASLt
     container on NVIDIA; on AMD the hipBLASLt solution index and name of each winner)."""
@@ -172,7 +169,7 @@ def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, st
     arch = runtime.get("arch") or f"sm_{runtime.get('capability', '').replace('.', '')}"
     groups: dict[str, list[ProblemResult]] = defaultdict(list)
     for r in results:
-        if r.winner != DEFAULT and r.winner_config and not r.errors:
+        if r.has_winner:
             groups[problem_type_name(r.problem)].append(r)
     files = {}
     for name, group in sorted(groups.items()):
@@ -190,7 +187,7 @@ def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, st
         winners = [
             (
                 (r.problem.m, r.problem.n, r.problem.batch, r.problem.k),
-                {k: v for k, v in r.winner_config.items() if k not in RECORD_ONLY},
+                r.record.solution,
                 r.problem.flops() / (r.winner_us * 1e3),
             )
             for r in group
@@ -202,12 +199,12 @@ def logic_files(results: Sequence[ProblemResult], runtime: dict) -> dict[str, st
 
 def override_text(results: Sequence[ProblemResult]) -> tuple[str | None, list[str]]:
     """The hipBLASLt override file of the winners (``Git Version:`` first), and where its rows came from."""
-    winners = [r for r in results if r.winner != DEFAULT and r.winner_config and "OverrideRows" in r.winner_config]
+    winners = [r for r in results if r.has_winner and r.record.override_rows]
     if not winners:
         return None, []
-    git = winners[0].winner_config.get("GitVersion") or "unknown"
-    sources = sorted({r.winner_config.get("OverrideSource", "") for r in winners})
-    return f"Git Version: {git}\n" + "".join(r.winner_config["OverrideRows"] for r in winners), sources
+    git = winners[0].record.library_git or "unknown"
+    sources = sorted({r.record.override_source for r in winners})
+    return f"Git Version: {git}\n" + "".join(r.record.override_rows for r in winners), sources
 
 
 def summarize(results: Sequence[ProblemResult]) -> dict:

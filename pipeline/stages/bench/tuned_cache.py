@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...atomic import atomic_write_json, atomic_write_text
-from ...backends.base import DEFAULT
+from ...backends.base import ProblemResult
 from ...problem import GemmProblem
 from ..run.fingerprint import STAMP, Stack
 from .tune import RUNTIME, pending, result_path
@@ -101,7 +101,7 @@ def previous_results(
         path = result_path(newest, problem)
         if path.exists():
             result = json.loads(path.read_text())
-            if result.get("winner", DEFAULT) != DEFAULT and result.get("winner_config") and not result.get("errors"):
+            if ProblemResult.from_json(result).has_winner:
                 found[path.stem] = result
     return newest_fp, found
 
