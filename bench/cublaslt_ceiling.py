@@ -11,13 +11,15 @@ at random without replacement, round-robin over ids, each through ``cublasLtMatm
 32 MiB workspace, until ``--enum-s`` or ``--max-configs`` (``LtGemm.sample``, the product's enumeration). The
 size of the whole space is recorded, so the dataset says what share of it was seen.
 
-Screening is the product's batched screen (``measure.screen_batch``): configs enqueued back to back behind a
-GPU spin long enough to cover the host's enqueueing, each timed by events over one pass through the rotating
-operand copies (>= 2, >= 3x L2), so thousands of configs cost little more than their kernels. Times under the
-measured floor are recorded as harness errors. Finalists: the best 16 screened plus the tier finalists
-(``pipeline.backends.selection``; the heuristic's list is a tier, as in the product; recorded as ``tiers``),
-numerics-checked, then the full harness (CUDA-graph replays, 7 interleaved rounds with torch's default) on
-fresh operand buffers. The ceiling is the best confirmed finalist.
+The pool, the screen, the floor filter and the numerics check are the product's own (``cublaslt.pool_of``,
+``CublasLtBackend.screen`` and ``numerically_sound``), so the ceiling measures the same physics. Screening is
+the product's batched screen (``measure.screen_batch``): configs enqueued back to back behind a GPU spin long
+enough to cover the host's enqueueing, each timed by events over one pass through the rotating operand copies
+(>= 2, >= 3x L2), so thousands of configs cost little more than their kernels. Times under the measured floor
+are harness errors (``screened_us`` None, the reason in ``errors``, counted in ``below_floor``). Finalists: the
+best 16 screened plus the tier finalists (``pipeline.backends.selection``; the heuristic's list is a tier, as in
+the product; recorded as ``tiers``), numerics-checked, then the full harness (CUDA-graph replays, 7 interleaved
+rounds with torch's default) on fresh operand buffers. The ceiling is the best confirmed finalist.
 
 In the same run, per problem, the product's own search (``CublasLtBackend.tune_one``) is timed twice: on the
 heuristic's list alone (``cheap``) and on its default pool, the heuristic's list and the nearest valid configs
@@ -55,41 +57,23 @@ from nvmath.bindings import cublasLt as lt
 
 from pipeline.backends import selection
 from pipeline.backends.base import DEFAULT, TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend, LtGemm
+from pipeline.backends.cublaslt import CublasLtBackend, LtGemm, pool_of
 from pipeline.backends.cublaslt_algo import read_config
 from pipeline.backends.measure import (
     BelowFloor,
-    NumericsError,
     TimingSettings,
     check_numerics,
     device_info,
     interleaved,
     poison,
     rotating_operands,
-    screen_passes,
 )
-from pipeline.backends.torch_gemm import reference, torch_launcher
+from pipeline.backends.torch_gemm import reference
 
 FIELDS = ("AlgoId", "Tile", "Stages", "SplitK", "ReductionScheme", "Swizzle", "CustomOption", "ClusterShape")
 TOP = 16
 JUDGE_ROUNDS = 15
 SHIPPING_MARGIN = TuneSettings().margin
-
-
-def screen_all(problem, launchers: list, sets: list, limits, passes: int) -> list[float | None]:
-    """The product's batched screen over the whole pool (``passes`` of it, medians); a time under the measured
-    floor is recorded negative (a harness error, never a finalist), a launch the library refused as None."""
-    times = []
-    for outcome in screen_passes(launchers, sets, passes):
-        if not isinstance(outcome, float):
-            times.append(None)
-            continue
-        try:
-            limits.check(problem, outcome, "screen")
-            times.append(outcome)
-        except BelowFloor:
-            times.append(-outcome)
-    return times
 
 
 def product_search(backend: CublasLtBackend, problem, settings: TuneSettings) -> dict:
@@ -156,38 +140,28 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
     )
     workspace = torch.empty(32 << 20, dtype=torch.uint8, device=device)
     gemm = LtGemm(problem, backend.handle, workspace)
-    start = time.monotonic()
+    start = time.monotonic()  # the product's pool, over the whole space the ceiling samples
     heuristic = gemm.heuristic(128)
     near = gemm.space.neighbours(heuristic, keep=args.neighbours, tries=args.neighbours) if args.neighbours else []
     enumerated, space = gemm.space.sample(args.max_configs, seed=0, seconds=args.enum_s)
-    names, configs, launchers = [DEFAULT], [None], [torch_launcher(problem)]
-    seen = {DEFAULT}
-    for record in heuristic + near + enumerated:
-        config = read_config(record)
-        if config["SolutionNameMin"] in seen:
-            continue
-        seen.add(config["SolutionNameMin"])
-        names.append(config["SolutionNameMin"])
-        configs.append([config[f] for f in FIELDS])
-        launchers.append(gemm.launcher(record))
-    enum_s = time.monotonic() - start
+    pool = pool_of(problem, gemm, heuristic, near + enumerated, start)
+    names, launchers = pool.names, [pool.launchers[n] for n in pool.names]
+    configs = [None, *([pool.configs[n][f] for f in FIELDS] for n in names[1:])]
+    enum_s = pool.build_s
     sets = rotating_operands(problem, device, timing)
     poison(sets)
-    start = time.monotonic()
-    screened = screen_all(problem, launchers, sets, limits, timing.screen_passes)
+    start = time.monotonic()  # the product's screen, without its time budget
+    candidates = backend.screen(problem, pool, sets)
     screen_s = time.monotonic() - start
-    valid = [t if t is not None and t > 0 else None for t in screened]
-    best = sorted((i for i in range(1, len(valid)) if valid[i] is not None), key=lambda i: valid[i])[:TOP]
-    tiers = (1 + len(heuristic), *selection.TIERS)  # the heuristic's list is a tier, as in the product
-    chosen = sorted(set(best) | set(selection.finalists([None, *valid[1:]], 4, tiers)), key=lambda i: valid[i])
+    screened = [candidates[n].screen_us for n in names]  # None: refused, or under the floor (its error says)
+    errors = {n: c.error for n, c in candidates.items() if c.error}
+    best = sorted((i for i in range(1, len(screened)) if screened[i] is not None), key=lambda i: screened[i])[:TOP]
+    tiers = (pool.heuristic_end, *selection.TIERS)  # the heuristic's list is a tier, as in the product
+    chosen = sorted(set(best) | set(selection.finalists([None, *screened[1:]], 4, tiers)), key=lambda i: screened[i])
     ref = reference(problem, sets[0])
-    sound, errors = [], {}
-    for i in chosen:
-        try:
-            check_numerics(problem, launchers[i], sets[0], ref)
-            sound.append(i)
-        except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
-            errors[names[i]] = f"{type(err).__name__}: {err}"
+    checked = backend.numerically_sound(problem, pool, [candidates[names[i]] for i in chosen], sets, ref, len(chosen))
+    sound = [names.index(c.name) for c in checked]
+    errors |= {names[i]: candidates[names[i]].error for i in chosen if candidates[names[i]].error}
     contenders = {names[i]: launchers[i] for i in [0, *sound]}
     ours = product["winner"]
     if ours in names and ours not in contenders:  # checked by the product's own search
@@ -233,7 +207,7 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
         "heuristic": len(heuristic),
         "neighbours": len(near),
         **space,
-        "below_floor": sum(1 for t in screened if t is not None and t < 0),
+        "below_floor": sum(1 for c in candidates.values() if (c.error or "").startswith(BelowFloor.__name__)),
         "seconds": {"enumerate": enum_s, "screen": screen_s, "final": final_s},
         "cheap": cheap,
         "product": product,

@@ -242,6 +242,27 @@ class Pool:
     heuristic_end: int = 1  # names[:heuristic_end]: the default and the heuristic's list, a finalist tier
 
 
+def pool_of(
+    problem: GemmProblem, gemm: LtGemm, heuristic: list[np.ndarray], more: list[np.ndarray], start: float
+) -> Pool:
+    """torch's default first, then each config of the heuristic's list (a finalist tier of its own) and of
+    ``more``, once by name; ``start``: when building it began (``Pool.build_s``)."""
+    names, configs, launchers = [DEFAULT], {DEFAULT: None}, {DEFAULT: torch_launcher(problem)}
+
+    def add(records: list[np.ndarray]) -> int:
+        for record in records:
+            config = read_config(record)
+            name = config["SolutionNameMin"]
+            if name not in configs:
+                names.append(name)
+                configs[name], launchers[name] = config, gemm.launcher(record)
+        return len(names)
+
+    heuristic_end = add(heuristic)
+    add(more)
+    return Pool(names, configs, launchers, time.monotonic() - start, heuristic_end)
+
+
 class CublasLtBackend(BackendBase):
     """The ``Backend`` for NVIDIA GPUs."""
 
@@ -274,22 +295,31 @@ class CublasLtBackend(BackendBase):
         }
 
     def pool(self, problem: GemmProblem, gemm: LtGemm, settings: TuneSettings) -> Pool:
+        """The default, the heuristic's list, then its valid neighbours and ``enumerate_budget`` random configs."""
         start = time.monotonic()
-        names, configs, launchers = [DEFAULT], {DEFAULT: None}, {DEFAULT: torch_launcher(problem)}
         heuristic = gemm.heuristic(settings.heuristic_count)
+        more = gemm.space.neighbours(heuristic, settings.neighbours) + gemm.space.enumerate(settings.enumerate_budget)
+        return pool_of(problem, gemm, heuristic, more, start)
 
-        def add(records: list[np.ndarray]) -> int:
-            for record in records:
-                config = read_config(record)
-                name = config["SolutionNameMin"]
-                if name not in configs:
-                    names.append(name)
-                    configs[name], launchers[name] = config, gemm.launcher(record)
-            return len(names)
-
-        heuristic_end = add(heuristic)
-        add(gemm.space.neighbours(heuristic, settings.neighbours) + gemm.space.enumerate(settings.enumerate_budget))
-        return Pool(names, configs, launchers, time.monotonic() - start, heuristic_end)
+    def screen(
+        self, problem: GemmProblem, pool: Pool, sets: list[OperandSet], deadline: float | None = None
+    ) -> dict[str, CandidateResult]:
+        """Every candidate of ``pool`` by name, screened in batches (``screen_us``) or with the reason it was not:
+        the time budget spent, the library's refusal, or a time under the device's floor (a harness error)."""
+        candidates = {n: CandidateResult(n, config=pool.configs[n]) for n in pool.names}
+        screened = screen_passes([pool.launchers[n] for n in pool.names], sets, self.timing.screen_passes, deadline)
+        for name, outcome in zip(pool.names, screened, strict=True):
+            if outcome is None:
+                candidates[name].error = "not screened: time budget spent"
+            elif isinstance(outcome, Exception):
+                candidates[name].error = f"{type(outcome).__name__}: {outcome}"
+            else:
+                try:
+                    self.limits.check(problem, outcome, f"{name} screened")
+                    candidates[name].screen_us = outcome
+                except BelowFloor as err:
+                    candidates[name].error = f"{type(err).__name__}: {err}"
+        return candidates
 
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         """Screen the pool in batches within the time budget, re-measure the tier finalists against the default
@@ -298,21 +328,8 @@ class CublasLtBackend(BackendBase):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})
             start = time.monotonic()
-            candidates = {n: CandidateResult(n, config=pool.configs[n]) for n in pool.names}
+            candidates = self.screen(problem, pool, sets, time.monotonic() + settings.time_budget_s)
             result.candidates = list(candidates.values())
-            deadline = time.monotonic() + settings.time_budget_s
-            screened = screen_passes([pool.launchers[n] for n in pool.names], sets, self.timing.screen_passes, deadline)
-            for name, outcome in zip(pool.names, screened, strict=True):
-                if outcome is None:
-                    candidates[name].error = "not screened: time budget spent"
-                elif isinstance(outcome, Exception):
-                    candidates[name].error = f"{type(outcome).__name__}: {outcome}"
-                else:
-                    try:
-                        self.limits.check(problem, outcome, f"{name} screened")
-                        candidates[name].screen_us = outcome
-                    except BelowFloor as err:
-                        candidates[name].error = f"{type(err).__name__}: {err}"
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
             chosen = selection.finalists(
@@ -320,7 +337,7 @@ class CublasLtBackend(BackendBase):
                 max(1, settings.finalists // 2),
                 (pool.heuristic_end, *selection.TIERS),
             )
-            finalists = self._numerically_sound(
+            finalists = self.numerically_sound(
                 problem, pool, [candidates[pool.names[i]] for i in chosen], sets, ref, len(chosen)
             )
             result.phases["screen_s"] = time.monotonic() - start
@@ -336,7 +353,7 @@ class CublasLtBackend(BackendBase):
             start = time.monotonic()
             candidates = [CandidateResult(n, config=pool.configs[n]) for n in pool.names if n != DEFAULT]
             result.candidates = candidates
-            sound = self._numerically_sound(problem, pool, candidates, sets, ref, len(candidates))
+            sound = self.numerically_sound(problem, pool, candidates, sets, ref, len(candidates))
             measured = interleaved(problem, {c.name: pool.launchers[c.name] for c in sound}, sets, self.timing)
             for candidate in sound:
                 candidate.screen_us = measured[candidate.name].median
@@ -380,7 +397,7 @@ class CublasLtBackend(BackendBase):
             gemm.close()
 
     @staticmethod
-    def _numerically_sound(
+    def numerically_sound(
         problem: GemmProblem,
         pool: Pool,
         ranked: list[CandidateResult],
