@@ -170,6 +170,10 @@ def test_tune_workload_dag_through_bench(tmp_path):
             "1",
             "--gpus",
             "1",
+            "--validate-rounds",
+            "3",
+            "--e2e-reps",
+            "2",  # the README's main command, run on the device verbatim, has the defaults
         ],
         cwd=repo,
         capture_output=True,
