@@ -41,6 +41,7 @@ from ..formats.hipblaslt_bench import (
     parse_output,
     unsupported_reason,
 )
+from ..formats.torch_build import torch_build
 from ..problem import GemmProblem
 from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings, WinnerRecord
 
@@ -91,11 +92,12 @@ def legacy_override_rows(run: BenchRun) -> str:
 def torch_validators() -> dict[str, str] | None:
     """The validator block a ROCm torch on this machine writes (None without one): what TunableOp checks
     before it loads a results file (``docs/tunableop.md`` 2.2)."""
-    try:
-        import torch
-    except ImportError:
+    build = torch_build()
+    if build is None or build["hip"] is None:  # no torch, or not a ROCm one: not imported (seconds)
         return None
-    if getattr(torch.version, "hip", None) is None or not torch.cuda.is_available():
+    import torch
+
+    if not torch.cuda.is_available():
         return None
     return dict(torch.cuda.tunable.get_validators())
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from ... import procs
 from ...atomic import atomic_write_json
 from ...errors import ToolError
+from ...formats.torch_build import torch_build, torch_package_dir
 
 STAMP = "stack.json"
 ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
@@ -66,14 +67,8 @@ class ProbeFailed(ToolError):
     """The stack probe did not answer; the message carries its output."""
 
 
-def _torch_dir() -> Path | None:
-    """Where the torch package lies, found without importing it (None: no torch)."""
-    spec = importlib.util.find_spec("torch")
-    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
-
-
 def _library_dirs() -> list[Path]:
-    torch_dir = _torch_dir()
+    torch_dir = torch_package_dir()
     dirs = [torch_dir / "lib"] if torch_dir else []
     for entry in sys.path:
         dirs.extend(Path(entry).glob("nvidia/*/lib"))
@@ -190,24 +185,6 @@ def claim(stage_dir: Path, fp: str, facts: dict | None = None, create: bool = Tr
     if create and stamped(stage_dir) != fp:
         atomic_write_json(stage_dir / STAMP, {"fingerprint": fp, "stack": facts or {}})
     return stage_dir
-
-
-def torch_build() -> dict | None:
-    """torch's version, CUDA and HIP versions, read from its ``version.py`` without importing torch (None:
-    no torch)."""
-    torch_dir = _torch_dir()
-    if torch_dir is None:
-        return None
-    try:
-        text = (torch_dir / "version.py").read_text()
-    except OSError:
-        return None
-    found = dict(re.findall(r"^(__version__|cuda|hip)\s*(?::\s*[^=]+)?=\s*'?([^'\n]*)'?", text, re.MULTILINE))
-    return {
-        "torch": found.get("__version__"),
-        "cuda": None if found.get("cuda") in (None, "None") else found["cuda"],
-        "hip": None if found.get("hip") in (None, "None") else found["hip"],
-    }
 
 
 def _cublaslt_version() -> int | None:
