@@ -511,18 +511,21 @@ class GenerateConfigs(PipelineTask):
         return ("configs",)
 
     def requires(self) -> luigi.Task:
+        self.settings()  # a pair of options no TensileLite takes is refused before any stage runs
         return self.clone(GatherShapes)
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.layout().configs_manifest)
 
-    @stage_run
-    def run(self) -> None:
-        settings = configs.ConfigSettings(
+    def settings(self) -> configs.ConfigSettings:
+        return configs.ConfigSettings(
             arch=self.arch, padding=self.padding, preset=self.tensile_preset, tensile_generation=self.tensile_generation
         )
+
+    @stage_run
+    def run(self) -> None:
         problems = [record.problem for record in read_shapes_json(self.input().path)]
-        data = configs.write_configs(self.layout().configs, problems, settings)
+        data = configs.write_configs(self.layout().configs, problems, self.settings())
         log.info("%s", configs.summary(data).rstrip())
 
 
@@ -952,9 +955,11 @@ def read_json(path: Path) -> dict | None:
 
 def preflight(task: luigi.Task) -> None:
     """What would fail the run after its costly stages, checked before any of them starts (in ``requires``,
-    so Luigi runs nothing): the tool the backend needs and the stack probe where Bench is still to run, and
-    the validator block the rows will carry while MergeResults is (where ``task`` has its parameters).
+    so Luigi runs nothing): the config settings, the tool the backend needs and the stack probe where Bench is
+    still to run, and the validator block the rows will carry while MergeResults is (where ``task`` has its
+    parameters).
     ``task`` is Bench or a task that inherits its parameters."""
+    task.clone(GenerateConfigs).settings()  # options no TensileLite takes (Validate reads the configs too)
     tuner = task.clone(Bench)
     merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
     if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):

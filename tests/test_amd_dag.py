@@ -106,3 +106,11 @@ def test_every_run_of_a_problem_takes_the_same_flush_setting(tmp_path, monkeypat
         assert {r["method"] for r in runs} == {"heuristic", "all", "index"}
         assert {r["flush"] for r in runs} == {True}, f"{generation}: {runs}"
         assert {r["tuning_file"] for r in runs if r["method"] != "all"} == {False}
+
+
+def test_gfx950_with_the_2024_tensilelite_is_refused_before_any_stage(tmp_path):
+    proc = _luigi(tmp_path, "--arch", "gfx950", "--tensile-generation", "2024")
+    assert proc.returncode == 5, "README: luigi exits 5 when a check before any work refused the run"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "BadInput (exit 12, bad input)" in last and "gfx950 comes with --tensile-generation 2025" in last
+    assert not [p.name for p in (tmp_path / "w" / "night").glob("*") if p.is_dir() and p.name != "made_from"]

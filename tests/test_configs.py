@@ -195,3 +195,17 @@ def test_cli_configs(tmp_path, capsys):
     assert main(["configs", str(SHAPES), "--out", str(tmp_path / "d"), "--arch", "gfx1030"]) == 12
     assert "unknown arch 'gfx1030'" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_a_tensilelite_generation_without_the_arch_is_refused_in_one_line(tmp_path, capsys):
+    """The 2024 tree's TensileLite has no gfx950 (docs/upstream.md, "TensileLite and the archs"): refused, naming
+    the generation that has it; the 2025 tree writes gfx950 configs."""
+    from pipeline.errors import BadInput
+
+    with pytest.raises(BadInput, match=r"the 2024 TensileLite tree has no gfx950.*--tensile-generation 2025"):
+        ConfigSettings(arch="gfx950", tensile_generation="2024")
+    argv = ["configs", str(SHAPES), "--out", str(tmp_path / "o"), "--arch", "gfx950", "--tensile-generation", "2024"]
+    assert main(argv) == 12 and not (tmp_path / "o").exists()
+    assert "gfx950 comes with --tensile-generation 2025" in capsys.readouterr().err
+    write_configs(tmp_path / "ok", _problems(), ConfigSettings(arch="gfx950", tensile_generation="2025"))
+    assert list((tmp_path / "ok" / "tensile").glob("*.yaml"))

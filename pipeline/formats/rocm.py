@@ -28,6 +28,22 @@ TENSILE_TYPES = {"float16": "h", "float32": "s", "bfloat16": "b", "float64": "d"
 # E4M3 type F8 and one E5M2 type B8 (the fnuz ones on gfx942, the OCP ones where the arch runs OCP); the 2025
 # tree spells the fnuz types F8N/B8N. A mixed pair is one letter group: F8B8, B8F8 (2025 fnuz: F8B8N, B8F8N).
 TENSILE_GENERATIONS = ("2025", "2024")
+# The archs each generation's TensileLite writes code for (docs/upstream.md, "TensileLite and the archs"): the
+# 2024 tree's assembler-kernel ISA list has gfx90a and gfx942 but no gfx950, which the 2025 tree brings.
+TENSILE_ARCHS = {"2024": ("gfx90a", "gfx942"), "2025": ("gfx90a", "gfx942", "gfx950")}
+
+
+def tensile_arch_refusal(arch: str, generation: str) -> str | None:
+    """Why ``generation``'s TensileLite cannot write ``arch``'s kernels (None: it can)."""
+    if arch in TENSILE_ARCHS[generation]:
+        return None
+    have = [g for g, archs in TENSILE_ARCHS.items() if arch in archs]
+    return (
+        f"--arch {arch} --tensile-generation {generation}: the {generation} TensileLite tree has no {arch} "
+        f"(its SupportedISA, docs/upstream.md); {arch} comes with --tensile-generation {' or '.join(have)}"
+    )
+
+
 _TENSILE_FP8 = {
     "float8_e4m3fn": ("F8", ""),
     "float8_e5m2": ("B8", ""),

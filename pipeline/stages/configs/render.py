@@ -28,6 +28,7 @@ from ...formats.rocm import (
     is_packed,
     problem_type_name,
     scale_ab,
+    tensile_arch_refusal,
     tensile_data_type,
     to_amd,
 )
@@ -61,6 +62,9 @@ class ConfigSettings:
             raise ValueError(
                 f"tensile_generation must be one of {', '.join(TENSILE_GENERATIONS)}, not {self.tensile_generation!r}"
             )
+        refusal = tensile_arch_refusal(self.arch, self.tensile_generation)
+        if refusal:
+            raise BadInput(refusal)
         if self.padding not in ("auto", "off"):
             raise ValueError(f"padding must be 'auto' or 'off', not {self.padding!r}")
         if any(not 0 <= s <= 255 for s in self.split_k):
