@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from pipeline.formats.hipblaslt_bench import Generation, problem_args, unsupported_reason
+from pipeline.formats.hipblaslt_bench import Generation, problem_args, scale_spelling_from_help, unsupported_reason
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file
 from pipeline.stages.merge.results_merge import merge_results
@@ -120,3 +120,51 @@ def test_scaled_gemms_are_tuned_with_their_scales_through_the_dag(generation, tm
         if both <= kept:
             assert ("4096", "8", "f8_fnuz_r") not in shapes, "tensorwise and rowwise share the reader's key"
             assert manifest["hipblaslt_override"]["left_out"]
+
+
+def test_the_scale_spelling_is_read_from_the_help_line_each_client_prints():
+    """docs/upstream.md, "hipblaslt-bench": the 2024 client's --scaleA line says ``s = scalar, v = vector``,
+    the 2025 one's ``0 = None, 1 = scalar, 2 = vector`` (later with ``3 = block``), in the options table."""
+    pad = " " * 20
+    assert scale_spelling_from_help(f"--scaleA <value>{pad}Apply scale for A buffer. s = scalar, v = vector.") == (
+        "letters"
+    )
+    for said in ("0 = None, 1 = scalar, 2 = vector.", "0 = None, 1 = scalar, 2 = vector, 3 = block."):
+        assert scale_spelling_from_help(f"--bias_vector\n--scaleA <value>{pad}Apply scale for A buffer. {said}") == (
+            "numbers"
+        )
+    assert scale_spelling_from_help("--scaleA <value>  Apply scale for A buffer.") is None
+    assert scale_spelling_from_help("--scaleB <value>  s = scalar") is None, "the A line decides"
+
+
+@pytest.mark.parametrize(
+    ("generation", "help_says", "sent", "timed"),
+    [
+        ("2024", "", "s", 1),
+        ("2025", "", "1", 1),
+        ("2025", "letters", "s", 1),  # a version past 0.12 whose client still reads letters: 1 would be no scale
+        ("2025", "neither", "1", 1),  # the help says neither: the version decides
+    ],
+)
+def test_a_scaled_gemm_is_sent_the_scales_the_installed_bench_reads(
+    generation, help_says, sent, timed, monkeypatch, tmp_path, caplog
+):
+    from pipeline.backends.hipblaslt import HipblasltBackend
+
+    from .helpers import DOUBLE
+
+    settings = tmp_path / "settings.jsonl"
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_SCALE_HELP", help_says)
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_SETTINGS_LOG", str(settings))
+    tensorwise = parse_key(
+        "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
+        "tn_4096_8_4096_ld_4096_4096_4096_rw_0_bias_None",
+    )
+    backend = HipblasltBackend(0, DOUBLE)
+    args = backend.args(tensorwise, "heuristic")
+    assert args[args.index("--scaleA") + 1] == args[args.index("--scaleB") + 1] == sent
+    backend.heuristic(tensorwise)
+    runs = [json.loads(line) for line in settings.read_text().splitlines()]
+    assert runs[-1]["scales"] == [timed, timed], "the bench timed the scaled problem, not an unscaled one"
+    assert ("neither" in caplog.text) == (help_says == "neither")

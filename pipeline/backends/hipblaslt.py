@@ -21,6 +21,7 @@ PATH. Validation re-measures a winner with the bench itself: ``measure_pair`` al
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import statistics
@@ -39,11 +40,14 @@ from ..formats.hipblaslt_bench import (
     Generation,
     bench_args,
     parse_output,
+    scale_spelling_from_help,
     unsupported_reason,
 )
 from ..formats.torch_build import torch_build
 from ..problem import GemmProblem
 from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings, WinnerRecord
+
+log = logging.getLogger("pipeline")
 
 ENV = "HIPBLASLT_BENCH"
 LEGACY_COLUMNS = (
@@ -119,6 +123,7 @@ class HipblasltBackend(BackendBase):
         self.timeout_s = timeout_s
         self.retries = retries
         self._probe: BenchRun | None = None
+        self._scale_spelling: str | None = None
 
     def probe(self) -> BenchRun:
         """What the bench reports of itself and the device (a small heuristic run, once)."""
@@ -151,9 +156,29 @@ class HipblasltBackend(BackendBase):
     def unsupported_reason(self, problem: GemmProblem) -> str | None:
         return unsupported_reason(problem, self.generation, self.probe().arch)
 
+    def scale_spelling(self) -> str:
+        """How this bench takes ``--scaleA``/``--scaleB`` values, read once from its ``--help``; where the help says
+        neither (or fails), what its version suggests, with a warning."""
+        if self._scale_spelling is None:
+            proc = procs.run([self.bench, "--help"], timeout_s=self.timeout_s)
+            said = scale_spelling_from_help(proc.stdout) if proc.returncode == 0 else None
+            if said is None:
+                log.warning(
+                    "%s --help says neither 's = scalar' nor '0 = None' on its --scaleA line: scales are spelled as "
+                    "hipBLASLt %s suggests (%s)",
+                    self.bench,
+                    self.probe().version,
+                    self.generation.scale_spelling,
+                )
+            self._scale_spelling = said or self.generation.scale_spelling
+        return self._scale_spelling
+
     def args(self, problem: GemmProblem, method: str, index: int | None = None) -> list[str]:
-        """One run's arguments, with this bench's generation's names."""
-        return bench_args(problem, self.options, self.gpu, method, index, self.generation)
+        """One run's arguments, with this bench's generation's names (and its help's scale spelling)."""
+        generation = self.generation
+        if problem.op == "scaled_gemm":
+            generation = dataclasses.replace(generation, scales=self.scale_spelling())
+        return bench_args(problem, self.options, self.gpu, method, index, generation)
 
     def run(self, args: Sequence[str], env: dict[str, str] | None = None) -> BenchRun:
         """One bench run, retried ``retries`` times on a failure, a hang or output without a result."""

@@ -49,6 +49,12 @@ class Generation:
     ``HIPBLASLT_TUNING_FILE`` (docs/upstream.md)."""
 
     version: int | None = None
+    scales: str | None = None  # how its --scaleA takes a value, as its --help says (``scale_spelling_from_help``)
+
+    @property
+    def scale_spelling(self) -> str:
+        """``letters`` (s|v) or ``numbers`` (1|2): what the help said, else what the version suggests."""
+        return self.scales or ("numbers" if self.tuning_file else "letters")
 
     @property
     def tuning_file(self) -> bool:
@@ -148,14 +154,28 @@ def scaled_reason(problem: GemmProblem) -> str | None:
     return None
 
 
+SCALE_VALUES = {"letters": ("s", "v"), "numbers": ("1", "2")}  # (scalar, vector) per spelling
+
+
+def scale_spelling_from_help(text: str) -> str | None:
+    """How ``--scaleA`` takes its value, read from the bench's ``--help`` (docs/upstream.md, "hipblaslt-bench"):
+    ``letters`` where its line says ``s = scalar`` (the 2024 client), ``numbers`` where it says ``0 = None`` or
+    ``1 = scalar`` (the 2025 one); None where the help has no such line or says neither."""
+    line = next((line for line in text.splitlines() if line.lstrip().startswith("--scaleA")), "")
+    if re.search(r"\bs = scalar\b", line):
+        return "letters"
+    if re.search(r"\b(0 = None|1 = scalar)\b", line):
+        return "numbers"
+    return None
+
+
 def scale_args(problem: GemmProblem, generation: Generation) -> list[str]:
     """The A and B scale options of a scaled GEMM, as ``generation`` spells them (docs/upstream.md): a scalar
     each for tensorwise (``_rw_0``, and torch 2.6's keys, which had no rowwise), a vector each for rowwise
-    (``_rw_1``). The 2024 client takes s|v, the 2025 one 1|2."""
-    form = "vector" if problem.rowwise else "scalar"
-    value = {("2024", "scalar"): "s", ("2024", "vector"): "v", ("2025", "scalar"): "1", ("2025", "vector"): "2"}[
-        (generation.name, form)
-    ]
+    (``_rw_1``); s|v or 1|2 as the installed bench's help says (a bench that reads letters takes ``1`` for no
+    scale, silently)."""
+    scalar, vector = SCALE_VALUES[generation.scale_spelling]
+    value = vector if problem.rowwise else scalar
     return ["--scaleA", value, "--scaleB", value]
 
 
