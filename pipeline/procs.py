@@ -147,6 +147,18 @@ def with_package_on_path(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))}
 
 
+def running_worker(log: Any, worker: str, *args: Any) -> contextlib.AbstractContextManager[subprocess.Popen]:
+    """One of the stages' worker processes (``worker_argv``), this package on its path, its output into the open
+    file ``log``; killed with its group when the block leaves (``running``)."""
+    return running(
+        worker_argv(worker, *args),
+        with_package_on_path(os.environ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def worker_argv(worker: str, *args: str) -> list[str]:
     """The command of one of the stages' worker processes (``python -m pipeline.stages <worker> ...``)."""
     return [sys.executable, "-m", "pipeline.stages", worker, *map(str, args)]

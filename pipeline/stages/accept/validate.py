@@ -16,8 +16,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,17 +279,11 @@ def run_worker(
     out = RunLayout.of(run_dir).validate
     out.mkdir(parents=True, exist_ok=True)
     log = out / "validate.log"
-    argv = procs.worker_argv(
-        "validate", run_dir, "--gpus", ",".join(map(str, gpus)), "--rounds", rounds, "--margin", margin
-    )
+    gpu_list = ",".join(map(str, gpus))
     with (
         log.open("w") as handle,
-        procs.running(
-            argv,
-            procs.with_package_on_path(os.environ),
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+        procs.running_worker(
+            handle, "validate", run_dir, "--gpus", gpu_list, "--rounds", rounds, "--margin", margin
         ) as proc,
     ):
         while not procs.exited_within(proc, 1.0):

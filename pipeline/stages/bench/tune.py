@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -117,28 +115,12 @@ def run_shards(
         workers = []
         for index in range(min(len(gpus), len(todo))):
             log = stack.enter_context((out_dir / "shards" / f"{name}{index}.log").open("w"))
-            argv = procs.worker_argv(
-                "bench-worker",
-                queue,
-                out_dir,
-                "--gpus",
-                ",".join(map(str, gpus)),
-                "--name",
-                f"{name}{index}",
-                "--spawned-at",
-                repr(time.time()),
+            gpu_list, shard_name = ",".join(map(str, gpus)), f"{name}{index}"
+            spawned = repr(time.time())
+            worker = procs.running_worker(
+                log, "bench-worker", queue, out_dir, "--gpus", gpu_list, "--name", shard_name, "--spawned-at", spawned
             )
-            workers.append(
-                stack.enter_context(
-                    procs.running(
-                        argv,
-                        procs.with_package_on_path(os.environ),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                    )
-                )
-            )
+            workers.append(stack.enter_context(worker))
         while running := [proc for proc in workers if proc.poll() is None]:
             if progress:
                 progress(len(problems) - len(pending(problems, out_dir)), len(problems))
