@@ -14,16 +14,36 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from .accept import validate
-from .bench import worker as bench_worker
-from .gather import call_weights
-from .run import fingerprint
 
-WORKERS = {
-    "bench-worker": bench_worker.main,
-    "validate": validate.main,
-    "call-weights": call_weights.main,
-    "stack-probe": fingerprint.main,
+def _bench_worker(argv: Sequence[str]) -> int:
+    from .bench import worker
+
+    return worker.main(argv)
+
+
+def _validate(argv: Sequence[str]) -> int:
+    from .accept import validate
+
+    return validate.main(argv)
+
+
+def _call_weights(argv: Sequence[str]) -> int:
+    from .gather import call_weights
+
+    return call_weights.main(argv)
+
+
+def _stack_probe(argv: Sequence[str]) -> int:
+    from .run import fingerprint
+
+    return fingerprint.main(argv)
+
+
+WORKERS = {  # each imports its own module only: a worker starts without the others' imports
+    "bench-worker": _bench_worker,
+    "validate": _validate,
+    "call-weights": _call_weights,
+    "stack-probe": _stack_probe,
 }
 
 
