@@ -23,6 +23,27 @@ QKV = "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144"
 O_PROJ = "GemmTunableOp_BFloat16_TN,tn_4096_128_4096_ld_4096_4096_4096"
 
 
+def luigi_argv(task: str, *extra: str, local: bool = True, **params: object) -> list[str]:
+    """The one way the tests spell ``python -m luigi --module pipeline TASK [--local-scheduler]``: each of
+    ``params`` as ``--name value`` (the task parameter's name, dashed; None left out), then ``extra``."""
+    return [
+        sys.executable,
+        "-m",
+        "luigi",
+        "--module",
+        "pipeline",
+        task,
+        *(["--local-scheduler"] if local else []),
+        *(
+            item
+            for name, value in params.items()
+            if value is not None
+            for item in (f"--{name.replace('_', '-')}", str(value))
+        ),
+        *extra,
+    ]
+
+
 def amd_dag(
     tmp_path: Path,
     run: str,
@@ -42,26 +63,18 @@ def amd_dag(
     ``tmp_path/w``), from ``tmp_path``: the command and its environment. ``target`` (``--validators-from``),
     ``bench`` (``--hipblaslt-bench``) and ``rounds`` (``--validate-rounds``) are left out where None; the double
     logs every invocation to ``tmp_path/bench.log``."""
-    options = {"--validators-from": target, "--hipblaslt-bench": bench, "--validate-rounds": rounds}
-    command = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
+    command = luigi_argv(
         task,
-        *(["--local-scheduler"] if local else []),
-        "--workdir",
-        str(workdir or tmp_path / "w"),
-        "--run-name",
-        run,
-        "--untuned",
-        str(untuned),
-        "--backend",
-        "hipblaslt",
-        *(item for name, value in options.items() if value is not None for item in (name, str(value))),
         *extra,
-    ]
+        local=local,
+        workdir=workdir or tmp_path / "w",
+        run_name=run,
+        untuned=untuned,
+        backend="hipblaslt",
+        validators_from=target,
+        hipblaslt_bench=bench,
+        validate_rounds=rounds,
+    )
     env = {
         **os.environ,
         "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),

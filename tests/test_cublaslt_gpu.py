@@ -17,6 +17,8 @@ from pipeline.problem import GemmProblem
 from pipeline.stages.bench import registry
 from pipeline.stages.bench.tune import result_path, run_shards
 
+from .helpers import luigi_argv
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
@@ -154,27 +156,15 @@ def test_interrupted_shard_resumes(tmp_path):
 def test_tune_workload_dag_through_bench(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "luigi",
-            "--module",
-            "pipeline",
+        luigi_argv(
             "TuneWorkload",
-            "--local-scheduler",
-            "--workdir",
-            str(tmp_path),
-            "--run-name",
-            "gpu",
-            "--time-budget",
-            "1",
-            "--gpus",
-            "1",
-            "--validate-rounds",
-            "3",
-            "--e2e-reps",
-            "2",  # the README's main command, run on the device verbatim, has the defaults
-        ],
+            workdir=str(tmp_path),
+            run_name="gpu",
+            time_budget="1",
+            gpus="1",
+            validate_rounds="3",
+            e2e_reps="2",  # the README's main command, run on the device verbatim, has the defaults
+        ),
         cwd=repo,
         capture_output=True,
         text=True,

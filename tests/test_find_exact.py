@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -22,7 +21,7 @@ from pipeline.stages.bench.tune import result_path
 from pipeline.stages.configs import render as configs
 
 from .fake_hipblaslt_build import fake_build
-from .helpers import FIXTURES, ROOT
+from .helpers import FIXTURES, ROOT, luigi_argv
 from .logic_factory import logic as make_logic
 from .logic_factory import solution
 
@@ -89,27 +88,15 @@ def test_tune_workload_with_find_exact(tmp_path):
         "".join(f"GemmTunableOp_BFloat16_TN,tn_{p.m}_{p.n}_{p.k}_ld_{p.lda}_{p.ldb}_{p.ldc}\n" for p in PROBLEMS)
     )
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "luigi",
-            "--module",
-            "pipeline",
+        luigi_argv(
             "TuneWorkload",
-            "--local-scheduler",
-            "--workdir",
-            str(tmp_path / "w"),
-            "--run-name",
-            "night",
-            "--untuned",
-            str(untuned),
-            "--backend",
-            "find_exact",
-            "--hipblaslt-root",
-            str(build),
-            "--validators-from",
-            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
-        ],
+            workdir=str(tmp_path / "w"),
+            run_name="night",
+            untuned=str(untuned),
+            backend="find_exact",
+            hipblaslt_root=str(build),
+            validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+        ),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,12 +8,13 @@ import subprocess
 
 import pytest
 
+from pipeline.backends.hipblaslt import HipblasltBackend
 from pipeline.formats.hipblaslt_bench import Generation, problem_args, scale_spelling_from_help, unsupported_reason
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file
 from pipeline.stages.merge.results_merge import merge_results
 
-from .helpers import FIXTURES, amd_dag
+from .helpers import DOUBLE, FIXTURES, amd_dag
 
 SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
 ROWWISE = parse_key(
@@ -149,10 +150,6 @@ def test_the_scale_spelling_is_read_from_the_help_line_each_client_prints():
 def test_a_scaled_gemm_is_sent_the_scales_the_installed_bench_reads(
     generation, help_says, sent, timed, monkeypatch, tmp_path, caplog
 ):
-    from pipeline.backends.hipblaslt import HipblasltBackend
-
-    from .helpers import DOUBLE
-
     settings = tmp_path / "settings.jsonl"
     monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
     monkeypatch.setenv("HIPBLASLT_DOUBLE_SCALE_HELP", help_says)

@@ -14,7 +14,7 @@ from pipeline import GatherShapes, GenerateConfigs, MergeLogic, MergeResults
 from pipeline.formats.tunableop import read_file
 
 from .helpers import FAKE_WORKLOAD as FAKE
-from .helpers import FIXTURES, O_PROJ, QKV, fake_cublaslt
+from .helpers import FIXTURES, O_PROJ, QKV, fake_cublaslt, luigi_argv
 
 
 def _build(task) -> bool:
@@ -64,17 +64,10 @@ def test_failing_workload_fails_the_task(tmp_path):
 
 def test_luigi_command_line_exit_codes(tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    base = [
-        sys.executable,
-        "-m",
-        "luigi",
-        "--module",
-        "pipeline",
+    base = luigi_argv(
         "GenerateConfigs",
-        "--local-scheduler",
-        "--workdir",
-        str(tmp_path),
-    ]
+        workdir=str(tmp_path),
+    )
     ok = subprocess.run([*base, "--untuned", str(FIXTURES / "tunableop")], cwd=repo, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     bad = tmp_path / "bad.csv"

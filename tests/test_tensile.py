@@ -18,7 +18,7 @@ from pipeline.formats.tensile import benchmark_winners, config_problems
 from pipeline.formats.tunableop import read_file
 from pipeline.stages.bench.tensile import TensileTool, locate
 
-from .helpers import DOUBLES, FIXTURES, ROOT
+from .helpers import DOUBLES, FIXTURES, ROOT, luigi_argv
 
 GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942" / "tensile" / "Cijk_Alik_Bljk_BBS_BH.yaml"
 SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
@@ -95,29 +95,16 @@ def test_tune_workload_with_tensilelite(tmp_path):
     tensilelite = fake_tensilelite(tmp_path / "tl")
     untuned = FIXTURES / "configs" / "untuned0.csv"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "luigi",
-            "--module",
-            "pipeline",
+        luigi_argv(
             "TuneWorkload",
-            "--local-scheduler",
-            "--workdir",
-            str(tmp_path / "w"),
-            "--run-name",
-            "night",
-            "--untuned",
-            str(untuned),
-            "--backend",
-            "tensile",
-            "--tensile-root",
-            str(tensilelite),
-            "--hipblaslt-bench",
-            str(DOUBLES / "hipblaslt-bench"),
-            "--validators-from",
-            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
-        ],
+            workdir=str(tmp_path / "w"),
+            run_name="night",
+            untuned=str(untuned),
+            backend="tensile",
+            tensile_root=str(tensilelite),
+            hipblaslt_bench=str(DOUBLES / "hipblaslt-bench"),
+            validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+        ),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -143,31 +130,17 @@ def test_scaled_fp8_gemms_are_benchmarked_with_their_scales(generation, fp8, mix
     forgot the scales would show in the logic. The library's pick they are judged against ran with its scales."""
     settings = tmp_path / "settings.log"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "luigi",
-            "--module",
-            "pipeline",
+        luigi_argv(
             "TuneWorkload",
-            "--local-scheduler",
-            "--workdir",
-            str(tmp_path / "w"),
-            "--run-name",
-            "fp8",
-            "--untuned",
-            str(SCALED),
-            "--backend",
-            "tensile",
-            "--tensile-root",
-            str(fake_tensilelite(tmp_path / "tl", generation)),
-            "--tensile-generation",
-            generation,
-            "--hipblaslt-bench",
-            str(DOUBLES / "hipblaslt-bench"),
-            "--validators-from",
-            str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
-        ],
+            workdir=str(tmp_path / "w"),
+            run_name="fp8",
+            untuned=str(SCALED),
+            backend="tensile",
+            tensile_root=str(fake_tensilelite(tmp_path / "tl", generation)),
+            tensile_generation=generation,
+            hipblaslt_bench=str(DOUBLES / "hipblaslt-bench"),
+            validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+        ),
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 from pipeline.formats.tunableop import read_file
 
-from .helpers import FIXTURES, ROOT, nvmath_gpu_marks
+from .helpers import FIXTURES, ROOT, luigi_argv, nvmath_gpu_marks
 
 pytestmark = nvmath_gpu_marks("validating TunableOp's picks (cuBLASLt solutions, run through nvmath-python)")
 
@@ -19,27 +18,15 @@ def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
 
     untuned = FIXTURES / "tunableop" / "torch2.11_hf_gpt2_untuned0.csv"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "luigi",
-            "--module",
-            "pipeline",
+        luigi_argv(
             "TuneWorkload",
-            "--local-scheduler",
-            "--workdir",
-            str(tmp_path),
-            "--run-name",
-            "gpu",
-            "--untuned",
-            str(untuned),
-            "--backend",
-            "tunableop",
-            "--tunableop-iterations",
-            "20",
-            "--gpus",
-            "1",
-        ],
+            workdir=str(tmp_path),
+            run_name="gpu",
+            untuned=str(untuned),
+            backend="tunableop",
+            tunableop_iterations="20",
+            gpus="1",
+        ),
         cwd=ROOT,
         capture_output=True,
         text=True,

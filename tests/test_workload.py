@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.stages.gather.collect import collect
 from pipeline.stages.gather.shapes import gather
+
+from .helpers import luigi_argv
 
 
 def _tiny_args(*extra: str) -> list[str]:
@@ -193,19 +194,11 @@ def test_gpu_collection_records_every_linear_problem(tmp_path):
 def test_gpu_luigi_gather_with_calls_and_time_shares(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "luigi",
-            "--module",
-            "pipeline",
+        luigi_argv(
             "GatherShapes",
-            "--local-scheduler",
-            "--workdir",
-            str(tmp_path),
-            "--run-name",
-            "gpu",
-        ],
+            workdir=str(tmp_path),
+            run_name="gpu",
+        ),
         cwd=repo,
         capture_output=True,
         text=True,
