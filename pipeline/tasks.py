@@ -48,6 +48,7 @@ from .backends.hipblaslt import find_bench
 from .backends.slots import amd_gpu_count, gpu_count
 from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
+from .formats.torch_build import torch_build
 from .stages.accept import report
 from .stages.accept.acceptance import AcceptanceSettings, accept
 from .stages.bench import config_tool, registry, tuned_cache
@@ -67,7 +68,7 @@ from .stages.gather.shapes import (
 from .stages.merge.logic_merge import MergeOptions, merge_dirs
 from .stages.merge.results_merge import check_target, merge_paths, require_target
 from .stages.run import timings
-from .stages.run.fingerprint import Stack, claim, current_stack, stamped, torch_build
+from .stages.run.fingerprint import Stack, claim, current_stack, stamped
 from .stages.run.layout import RunLayout
 from .stages.run.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
 from .stages.ship import nightly, package

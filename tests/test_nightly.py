@@ -346,9 +346,9 @@ def test_nightly_exit_codes_against_the_bench_double(extra, code, said, tmp_path
 
 
 def test_an_amd_run_without_a_target_runtime_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
-    import pipeline.stages.run.fingerprint as fingerprint
+    from pipeline.formats.torch_build import torch_build
 
-    if (fingerprint.torch_build() or {}).get("hip"):
+    if (torch_build() or {}).get("hip"):
         pytest.skip("this machine has a ROCm torch, which gives the validator block")
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     params = [

@@ -160,8 +160,11 @@ class HipblasltBackend(BackendBase):
         """How this bench takes ``--scaleA``/``--scaleB`` values, read once from its ``--help``; where the help says
         neither (or fails), what its version suggests, with a warning."""
         if self._scale_spelling is None:
-            proc = procs.run([self.bench, "--help"], timeout_s=self.timeout_s)
-            said = scale_spelling_from_help(proc.stdout) if proc.returncode == 0 else None
+            try:
+                proc = procs.run([self.bench, "--help"], timeout_s=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                proc = None
+            said = scale_spelling_from_help(proc.stdout) if proc and proc.returncode == 0 else None
             if said is None:
                 log.warning(
                     "%s --help says neither 's = scalar' nor '0 = None' on its --scaleA line: scales are spelled as "

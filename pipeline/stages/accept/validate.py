@@ -339,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def rocm_torch() -> bool:
     """A ROCm build of torch that sees a GPU is importable here (a CUDA build is told from its version file,
     without importing it)."""
-    from ..run.fingerprint import torch_build
+    from ...formats.torch_build import torch_build
 
     build = torch_build()
     if build is None or not build["hip"]:
