@@ -54,6 +54,10 @@ def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     assert "written by hipblaslt-bench itself through HIPBLASLT_TUNING_FILE" in report
     assert "Leading dimensions normalised" in report or not any(r["ld_notes"] for r in measured["rows"])
     assert proc.stdout.strip().splitlines()[-1].startswith("report: ")
+    agreed = json.loads((run / "report" / "summary.json").read_text())["bench_agreement"]
+    winners = [r for r in json.loads((run / "bench" / "results.json").read_text()) if r["winner"] != "Default"]
+    assert agreed["predicted_rows"] == len(winners) > 0, "every winner Bench named is compared with its validation"
+    assert f"Bench's prediction: {len(winners)} winners" in proc.stdout and "| Bench predicted |" in report
 
 
 def test_a_missing_bench_fails_before_any_work_and_says_where_it_looked(tmp_path):

@@ -100,8 +100,9 @@ class TuneSettings:
 class CandidateResult:
     name: str
     screen_us: float | None = None
-    final_us: float | None = None
+    final_us: float | None = None  # from the rounds that chose among the finalists
     error: str | None = None
+    verdict_us: float | None = None  # the chosen one's, from rounds against the default alone (cublaslt)
     config: dict | None = None
 
 

@@ -54,6 +54,8 @@ class TimingSettings:
     l2_factor: float = 3.0
     min_graph_us: float = 2000.0  # work per replay, so event overhead stays under ~1%
     warmup_replays: int = 2
+    warmup_ms: tuple[float, float] = (200.0, 1000.0)  # replays of all candidates before sampling: least, most
+    warmup_settle: float = 0.01  # ... until the last turns' times agree within this (``warm_up``)
     rounds: int = 7
     seed: int = 0
     screen_passes: int = 3  # screen passes over the pool, alternating direction; a candidate's time is its median
@@ -304,6 +306,30 @@ def screen_passes(
     return [failed.get(i) if not per[i] else statistics.median(per[i]) for i in range(len(launchers))]
 
 
+def warm_up(timers: Sequence[GraphTimer], settings: TimingSettings, turns: int = 4) -> float:
+    """Replay ``timers`` in turn, one sync per turn, for at least ``warmup_ms[0]`` and until the last ``turns``
+    turns took the same time within ``warmup_settle`` (the clocks settled), at most ``warmup_ms[1]``; return
+    the milliseconds spent. A GPU that idled while the host built operands and graphs runs its first replays
+    at other clocks. On the H100, three A/Bs of one decode GEMM pair without a warm-up spread by up to 12%,
+    the first one off; with 200 ms of warm-up most spreads fell to 0.5-2%, but one window in ten still lands
+    5-20% off whatever the warm-up, so a single A/B stays a noisy figure
+    (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
+    least, most = (value / 1000.0 for value in settings.warmup_ms)
+    start = time.perf_counter()
+    recent: list[float] = []
+    while True:
+        turn = time.perf_counter()
+        for timer in timers:
+            timer.graph.replay()
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        recent = [*recent[-(turns - 1) :], now - turn]
+        spent = now - start
+        settled = len(recent) == turns and max(recent) <= min(recent) * (1 + settings.warmup_settle)
+        if spent >= most or (spent >= least and settled):
+            return spent * 1000.0
+
+
 def interleaved(
     problem: GemmProblem,
     launchers: dict[str, Callable[[OperandSet], None]],
@@ -322,6 +348,7 @@ def interleaved(
         poison(its_sets)
         timers[name] = GraphTimer(fn, its_sets, settings)
         check_written(its_problem, its_sets)
+    warm_up(list(timers.values()), settings)
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds or settings.rounds):

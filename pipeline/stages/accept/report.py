@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from ...atomic import atomic_write_json, atomic_write_text
-from ...backends.base import DEFAULT
+from ...backends.base import DEFAULT, ProblemResult
 from ...formats.tunableop import parse_key
 from ...problem import distinct_labels
 from ...stats import geomean
@@ -19,6 +19,7 @@ from ..gather import compiled
 from ..run import timings
 from ..run.fingerprint import stamped
 from ..run.layout import RunLayout
+from . import agreement
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
 from .e2e import summary_line as e2e_summary
@@ -99,6 +100,11 @@ def build(run_dir: Path) -> dict:
     measured_rows = [MeasuredRow.from_json(r) for r in measured["rows"]]
     labels = distinct_labels({row.key: parse_key(*row.key.split(",", 1)) for row in measured_rows})
     shares, untuned_share, basis = weights(measured_rows)
+    bench_results = _load(layout.bench_results) or []
+    agreed = agreement.agreement(
+        measured_rows, agreement.predictions(ProblemResult.from_json(r) for r in bench_results)
+    )
+    predicted = {r["key"]: r["predicted"] for r in agreed["rows"]}
     rows = []
     for row, share in zip(measured_rows, shares, strict=True):
         kept = row.key in gate["kept"]
@@ -107,6 +113,7 @@ def build(run_dir: Path) -> dict:
             {
                 **row.to_json(),
                 "speedup": row.speedup,
+                "predicted": predicted.get(row.key),
                 "noise": row.noise,
                 "kept": kept,
                 "weight": share,
@@ -152,6 +159,7 @@ def build(run_dir: Path) -> dict:
         "notes": notes,
         "bundle": str(layout.bundle) if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
+        "agreement_line": agreement.line(agreed),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
@@ -200,6 +208,7 @@ def build(run_dir: Path) -> dict:
         "e2e_runtime_startup_s": e2e.get("runtime_startup_s"),
         "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"),
         "not_sent": not_sent,
+        "bench_agreement": agreed,
         "bundle": context["bundle"],
         "report": str(out / "report.html"),
         "stage_seconds": context["stage_seconds"],
@@ -283,6 +292,7 @@ def key_lines(summary: dict) -> list[str]:
             f"x{t['speedup']:.3f} {'kept' if t['kept'] else 'not kept'}"
             for t in summary.get("top_gemms", [])[:3]
         ],
+        *([agreement.line(summary["bench_agreement"])] if (summary.get("bench_agreement") or {}).get("rows") else []),
         f"end to end: {summary['e2e']}",
         *not_sent_line(summary.get("not_sent") or {}),
         *([f"stage times: {timings.line(summary['stage_seconds'])}"] if summary.get("stage_seconds") else []),

@@ -1,0 +1,76 @@
+"""Does Bench predict what ships? Bench's speedup beside Validate's, per GEMM, over finished runs of the main job.
+
+    python bench/bench_agreement.py workdir/readme workdir/readme-fp8 workdir/hf-mistral \\
+        --out bench/results/bench_agreement_<gpu>_<date>.json
+
+Each argument is a run directory whose report was written (``report/summary.json``: its ``bench_agreement``,
+``pipeline/stages/accept/agreement.py``). Over all of them: how many winners Bench named and Validate measured,
+the fraction whose validated speedup is within 2% of the predicted one (target >= 95%), and the worst
+validated speedup of a Bench winner (target >= x0.99). A run whose report is missing is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.atomic import atomic_write_json
+
+TARGET_FRACTION, TARGET_WORST = 0.95, 0.99
+
+
+def collect(runs: list[Path]) -> dict:
+    """Every run's agreement and the figures over all of them."""
+    per_run, rows, device = [], [], None
+    for run in runs:
+        path = run / "report" / "summary.json"
+        if not path.exists():
+            raise SystemExit(f"{path}: no report summary; run TuneWorkload (or gemm-tune report) on {run} first")
+        summary = json.loads(path.read_text())
+        agreed = summary.get("bench_agreement")
+        if agreed is None:
+            raise SystemExit(f"{path}: written before reports compared Bench with Validate; rebuild the report")
+        device = device or summary["device"]
+        per_run.append({"run": str(run), "passed": summary["passed"], **agreed})
+        rows += [{"run": run.name, **row} for row in agreed["rows"]]
+    agreeing = sum(r["agrees"] for r in rows)
+    worst = min(rows, key=lambda r: r["validated"], default=None)
+    return {
+        "device": device,
+        "date": datetime.date.today().isoformat(),
+        "runs": per_run,
+        "predicted_rows": len(rows),
+        "agreeing_fraction": agreeing / len(rows) if rows else None,
+        "worst_validated": worst["validated"] if worst else None,
+        "worst": worst,
+        "targets": {"agreeing_fraction": TARGET_FRACTION, "worst_validated": TARGET_WORST},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    result = collect(args.runs)
+    atomic_write_json(args.out, result)
+    for run in result["runs"]:
+        fraction, worst = run["agreeing_fraction"], run["worst_validated"]
+        figures = f"{fraction:.0%} within 2%, worst validated x{worst:.3f}" if fraction is not None else ""
+        print(f"{run['run']}: {run['predicted_rows']} predicted rows, {figures}")
+    if result["predicted_rows"]:
+        print(
+            f"all: {result['predicted_rows']} rows, {result['agreeing_fraction']:.1%} within 2% "
+            f"(target {TARGET_FRACTION:.0%}), worst validated x{result['worst_validated']:.3f} "
+            f"(target x{TARGET_WORST}) on {result['worst']['key']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

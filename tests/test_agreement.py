@@ -1,0 +1,60 @@
+"""Bench's predicted speedup beside Validate's: which rows are compared, when they agree, the worst one."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline.backends.base import DEFAULT, ProblemResult, WinnerRecord
+from pipeline.formats.tunableop import parse_key
+from pipeline.stages.accept import agreement
+from pipeline.stages.accept.measured import MeasuredRow, Pair
+from pipeline.stats import Stats
+
+from .helpers import O_PROJ, QKV
+
+OTHER = "GemmTunableOp_BFloat16_TN,tn_4096_1_4096_ld_4096_4096_4096"
+
+
+def _pair(baseline_us: float, tuned_us: float) -> Pair:
+    return Pair(Stats.of([baseline_us] * 3), Stats.of([tuned_us] * 3))
+
+
+def _row(key: str, solution: str, baseline_us: float, tuned_us: float, confirm_us: float | None = None) -> MeasuredRow:
+    problem = parse_key(*key.split(",", 1))
+    confirm = _pair(baseline_us, confirm_us) if confirm_us else None
+    return MeasuredRow.of(problem, key, solution, 1, None, 1.0, _pair(baseline_us, tuned_us), confirm)
+
+
+def _result(key: str, winner: str, default_us: float, winner_us: float) -> ProblemResult:
+    result = ProblemResult(parse_key(*key.split(",", 1)), default_us=default_us, winner_us=default_us)
+    result.crown(winner, winner_us, WinnerRecord({"SolutionIndex": 1}))
+    return result
+
+
+def test_rows_are_compared_with_what_bench_predicted_for_that_problem_and_solution():
+    results = [_result(QKV, "Gemm_A", 10.0, 9.0), _result(O_PROJ, "Gemm_B", 10.0, 8.0), _result(OTHER, "Gemm_C", 5, 4)]
+    rows = [
+        _row(QKV, "Gemm_A", 10.0, 9.05, 9.1),  # x1.105 for x1.111: agrees; its confirmation x1.099 agrees too
+        _row(O_PROJ, "Gemm_B", 10.0, 9.6, 9.0),  # x1.042 for x1.25: does not; nor its confirmation, x1.111
+        _row(OTHER, "Gemm_Other", 5.0, 5.2),  # another solution than Bench's (e.g. a --results file): no prediction
+        _row(OTHER.replace("_1_", "_2_").replace("tn_4096_1", "tn_4096_2"), DEFAULT, 5.0, 5.0),
+    ]
+    summary = agreement.agreement(rows, agreement.predictions(results))
+    assert [r["key"] for r in summary["rows"]] == [QKV, O_PROJ]
+    assert [r["agrees"] for r in summary["rows"]] == [True, False]
+    assert summary["agreeing_fraction"] == 0.5 and summary["predicted_rows"] == 2
+    assert summary["worst_key"] == O_PROJ and abs(summary["worst_validated"] - 10 / 9.6) < 1e-12
+    assert summary["self_agreeing"] == [1, 2], "Validate's own repeat agreed on one of the two"
+    said = agreement.line(summary)
+    assert "2 winners, 50% within 2%" in said and "x1.042" in said and "first pair on 1 of 2" in said
+    json.dumps(summary)  # it goes into summary.json as it is
+
+
+def test_a_default_result_and_a_failed_one_predict_nothing():
+    failed = _result(QKV, "Gemm_A", 10.0, 9.0)
+    failed.errors.append("boom")
+    default = ProblemResult(parse_key(*O_PROJ.split(",", 1)), default_us=10.0, winner_us=10.0)
+    assert agreement.predictions([failed, default]) == {}
+    summary = agreement.agreement([_row(QKV, "Gemm_A", 10.0, 9.0)], {})
+    assert summary["predicted_rows"] == 0 and summary["agreeing_fraction"] is None
+    assert "predicted no row" in agreement.line(summary)
