@@ -44,6 +44,7 @@ from .measure import (
     measure_limits,
     rotating_operands,
     screen_passes,
+    windowed,
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
@@ -373,7 +374,7 @@ class CublasLtBackend(BackendBase):
             launchers = {DEFAULT: torch_launcher(problem), name: gemm.launcher(record)}
             ref = reference(problem, sets[0])
             numerics = {n: check_numerics(problem, launch, sets[0], ref) for n, launch in launchers.items()}
-            final = interleaved(problem, launchers, sets, self.timing, rounds=self.timing.rounds)
+            final = windowed(problem, launchers, self.device, self.timing, rounds=self.timing.rounds)
             base, tuned = final[DEFAULT].median, final[name].median
             config = {**solution, "AlgoBytes": read_config(record)["AlgoBytes"]}
             result = ProblemResult(
@@ -488,11 +489,11 @@ class CublasLtBackend(BackendBase):
         return final[DEFAULT].median
 
     def _verdict(self, problem: GemmProblem, pool: Pool, name: str, rounds: int) -> tuple[float, float]:
-        """The default's and ``name``'s medians from interleaved rounds of the two alone, on operand buffers no
-        earlier measurement used (seed + 3); ``name``'s is infinite where it falls under the device's floor."""
-        fresh = rotating_operands(problem, self.device, dataclasses.replace(self.timing, seed=self.timing.seed + 3))
-        final = interleaved(problem, {n: pool.launchers[n] for n in (DEFAULT, name)}, fresh, self.timing, rounds=rounds)
-        del fresh
+        """The default's and ``name``'s medians from interleaved rounds of the two alone, in ``windowed``
+        windows on operand buffers no earlier measurement used (seed + 3); ``name``'s is infinite where it falls
+        under the device's floor."""
+        timing = dataclasses.replace(self.timing, seed=self.timing.seed + 3)
+        final = windowed(problem, {n: pool.launchers[n] for n in (DEFAULT, name)}, self.device, timing, rounds)
         self.limits.check(problem, final[DEFAULT].median, "torch's default")
         try:
             self.limits.check(problem, final[name].median, name)

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -61,6 +62,7 @@ class TimingSettings:
     screen_passes: int = 3  # screen passes over the pool, alternating direction; a candidate's time is its median
     confirm: int = 4  # finalists within ``confirm_band`` of the best that a second, longer set of rounds re-judges
     confirm_band: float = 0.03
+    windows: int = 3  # independent interleaved windows a verdict or a validation pools (``windowed``)
 
 
 class NumericsError(RuntimeError):
@@ -341,6 +343,19 @@ def interleaved(
     """A/B(/C...) comparison: every round samples every candidate, in a rotated order; medians per candidate.
 
     ``own_sets`` gives a candidate its own problem and operands (e.g. the padded variant of a problem)."""
+    samples = interleaved_samples(problem, launchers, sets, settings, rounds, own_sets)
+    return {name: Stats.of(values) for name, values in samples.items()}
+
+
+def interleaved_samples(
+    problem: GemmProblem,
+    launchers: dict[str, Callable[[OperandSet], None]],
+    sets: Sequence[OperandSet],
+    settings: TimingSettings,
+    rounds: int | None = None,
+    own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None,
+) -> dict[str, list[float]]:
+    """``interleaved``'s per-call times, round by round, per candidate."""
     own_sets = own_sets or {}
     timers = {}
     for name, fn in launchers.items():
@@ -355,7 +370,33 @@ def interleaved(
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order if r % 2 == 0 else reversed(order):
             samples[name].append(timers[name].sample())
-    return {name: Stats.of(values) for name, values in samples.items()}
+    return samples
+
+
+WINDOW_SEED_STEP = 1000  # window w's operands are drawn with seed + w x this: no window repeats another's
+
+
+def windowed(
+    problem: GemmProblem,
+    launchers: dict[str, Callable[[OperandSet], None]],
+    device: torch.device,
+    settings: TimingSettings,
+    rounds: int | None = None,
+) -> dict[str, Stats]:
+    """``settings.windows`` interleaved comparisons, each on operand copies of its own (all held until the end,
+    so no window reuses another's memory), their samples pooled per candidate. On the H100 about one window
+    in ten lands 5-20% off the others (its clocks, or where its buffers fell;
+    ``bench/results/verdict_repeatability_h100_2026-11-24*.json``): the median of the pooled samples stays
+    with the windows that agree."""
+    pooled: dict[str, list[float]] = {name: [] for name in launchers}
+    held = []
+    for window in range(max(1, settings.windows)):
+        seed = settings.seed + WINDOW_SEED_STEP * window
+        held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
+        for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds).items():
+            pooled[name] += values
+    del held
+    return {name: Stats.of(values) for name, values in pooled.items()}
 
 
 def device_info(device: torch.device) -> dict:

@@ -199,29 +199,29 @@ class TorchTimer:
         import torch
 
         from ...backends.cublaslt_algo import config_from_name
-        from ...backends.measure import interleaved, rotating_operands
+        from ...backends.measure import interleaved, rotating_operands, windowed
         from ...backends.torch_gemm import torch_launcher, with_tunableop
 
         timing = dataclasses.replace(self.timing, seed=self.timing.seed + fresh)
-        sets = rotating_operands(row.problem, self.device, timing)
-        launchers, own, closer = {"baseline": torch_launcher(row.problem)}, {}, None
+        launchers, closer, padded = {"baseline": torch_launcher(row.problem)}, None, None
         if row.solution != DEFAULT and self.rocm:
             launchers["tuned"] = with_tunableop(torch_launcher(row.problem))  # the merged file picks
         elif row.solution != DEFAULT:
             config = row.config or config_from_name(row.solution)
             launchers["tuned"], closer = self.backend.launcher_for(row.problem, config, self.workspace)
-        if row.padded_key and not fresh:
-            padded_problem = parse_key(*row.padded_key.split(",", 1))
-            launchers["padded"] = torch_launcher(padded_problem)
-            own["padded"] = (padded_problem, rotating_operands(padded_problem, self.device, timing))
         try:
-            stats = interleaved(row.problem, launchers, sets, timing, own_sets=own)
+            stats = windowed(row.problem, launchers, self.device, timing)
+            if row.padded_key and not fresh:  # the padded variant against the baseline, at baseline
+                padded_problem = parse_key(*row.padded_key.split(",", 1))
+                sets = rotating_operands(row.problem, self.device, timing)
+                own = {"padded": (padded_problem, rotating_operands(padded_problem, self.device, timing))}
+                both = {"baseline": launchers["baseline"], "padded": torch_launcher(padded_problem)}
+                padded = Padded(row.padded_key, interleaved(row.problem, both, sets, timing, own_sets=own)["padded"])
+                del sets, own
         finally:
             if closer:
                 closer.close()
-            del sets, own
             torch.cuda.empty_cache()
-        padded = Padded(row.padded_key, stats["padded"]) if "padded" in stats else None
         return Pair(stats["baseline"], stats.get("tuned", stats["baseline"])), padded
 
 
