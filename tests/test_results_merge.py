@@ -100,8 +100,10 @@ def test_override_files_merge(tmp_path, capsys):
     assert main(["merge-results", str(out), str(a), str(b)]) == 0
     merged = read_override(out)
     assert merged.git_version == "6c70ef2a"
-    assert [dict(e.fields)["solution_index"] for e in merged.entries] == ["811", "33"]
-    assert out.read_text().count(HEADER) == 2
+    assert [dict(e.fields)["solution_index"] for e in merged.entries] == ["811", "572", "33"], (
+        "the reader keeps both entries of the 6144 key and tries them in file order: the faster one first"
+    )
+    assert out.read_text().count(HEADER) == 3
     c = tmp_path / "c.txt"
     c.write_text(f"Git Version: 0000beef\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,9.0,5\n")
     with pytest.raises(ValueError, match="different hipBLASLt builds"):
@@ -171,8 +173,56 @@ def test_the_merge_task_merges_override_files_given_with_the_results(tmp_path):
     merge = tmp_path / "w" / "r" / "merge"
     assert [e.solution for e in read_file(merge / "tunableop_results.csv").entries] == ["Gemm_Hipblaslt_572"]
     override = read_override(merge / "hipblaslt_override.txt")
-    assert [dict(e.fields)["solution_index"] for e in override.entries] == ["811", "33"]
+    assert [dict(e.fields)["solution_index"] for e in override.entries] == ["811", "572", "33"]
     only_overrides = MergeResults(
         workdir=str(tmp_path / "w"), run_name="o", backend="hipblaslt", results=str(tmp_path / "o0.txt")
     )
     assert not luigi.build([only_overrides], local_scheduler=True, log_level="CRITICAL")
+
+
+CURRENT = (
+    "schema_version,git_version,transA,transB,m,n,k,batch_count,a_type,b_type,c_type,d_type,compute_type,"
+    "compute_input_type_a,compute_input_type_b,lda,ldb,ldc,ldd,stride_a,stride_b,stride_c,stride_d,lde,stride_e,"
+    "batch_mode,epilogue,gradient,bias_type,bias_stride,bias_vector,aux_type,scaleA_format,scaleB_format,scaleA,"
+    "scaleB,scaleC,scaleD,scaleE,scaleAlphaVec,amaxD,swizzle_a,swizzle_b,streamk_tile_scheduling,sm_count_target,"
+    "uniform_summation_order,gcnArchName,CUs,solution_index,kernel_name,required_workspace,us"
+)
+
+
+def _current(index: int, us: float, lda: int = 4096, scale_format: int = 0, kernel: str = "K") -> str:
+    """A current-schema row as TuningCacheStore.cpp's formatTuningRow writes it (an FP8 6144x128x4096 GEMM)."""
+    values = (
+        f"1,6c70ef2a,T,N,6144,128,4096,1,f8_fnuz_r,f8_fnuz_r,bf16_r,bf16_r,f32_r,0,0,{lda},4096,6144,6144,"
+        f"0,0,0,0,0,0,0,1,0,0,0,0,0,{scale_format},{scale_format},1,1,0,0,0,0,0,0,0,0,0,0,gfx942:sramecc+:xnack-,"
+        f"304,{index},{kernel}{index},0,{us}"
+    )
+    return f"    {CURRENT}\n{values}\n"
+
+
+def test_override_merge_keeps_what_the_reader_keeps():
+    """TuningCacheStore: a current row keys on ld's and scale formats, so ld twins and a tensorwise/rowwise
+    pair are four keys; a key keeps every distinct entry (index and names) and one of a repeat; the reader
+    tries current entries newest first, so the fastest is written last."""
+    a = parse_override(
+        "Git Version: 6c70ef2a\n"
+        + _current(5, 20.0)
+        + _current(6, 21.0, lda=4224)
+        + _current(7, 19.0, scale_format=1)
+        + _current(8, 18.0),
+        "a.txt",
+    )
+    b = parse_override("Git Version: 6c70ef2a\n" + _current(5, 19.5) + _current(9, 17.5), "b.txt")
+    git, entries, lines = merge_overrides([a, b])
+    assert git == "6c70ef2a"
+    rows = [(dict(e.fields)["solution_index"], dict(e.fields)["us"]) for e in entries]
+    assert rows == [("5", "19.5"), ("8", "18.0"), ("9", "17.5"), ("6", "21.0"), ("7", "19.0")], rows
+    assert len({e.key for e in entries}) == 3 and any("repeats solution 5" in line for line in lines)
+    # a legacy row keys on neither ld's nor d_type: two of one shape are one key, kept both, fastest first
+    legacy = parse_override(
+        f"Git Version: 6c70ef2a\n{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,bf16_r,f32_r,21.5,572\n"
+        f"{HEADER}\nT,N,1,6144,128,4096,bf16_r,bf16_r,bf16_r,f32_r,f32_r,19.0,811\n",
+        "l.txt",
+    )
+    _, entries, _ = merge_overrides([legacy])
+    assert [dict(e.fields)["solution_index"] for e in entries] == ["811", "572"]
+    assert len({e.key for e in entries}) == 1 and not entries[0].current

@@ -2,10 +2,13 @@
 
 Plain text (``docs/upstream.md``, "The tuning override file"): a ``Git Version:`` line, then header
 lines (any line with both ``transA`` and ``solution_index``) each followed by value lines, zipped to the
-header's column names. The legacy match key is transA, transB, m, n, k, batch_count, the types and
-compute_type (plus gcnArchName and CUs where present); ld's are not part of it. Merging keeps one entry
-per key, the fastest (lowest ``us``, else highest ``hipblaslt-Gflops``) first, under one Git Version, and
-never writes a row under another build's Git Version than its own.
+header's column names. The reader keys a row as its schema says: a legacy row (no ``schema_version``
+column, what hipblaslt-bench writes) on transposes, sizes, batch_count, a/b/c types and compute_type
+(``LEGACY_KEY``); a current row on every problem column it carries (``CURRENT_KEY``: ld's, strides, epilogue,
+bias, scale formats, arch...). It keeps every distinct entry of a key (index and kernel names,
+``IDENTITY``), a repeated one once, and replays the first that still validates: legacy entries in file
+order, current ones newest first. Merging keeps what the reader keeps, ordered so the fastest replays first,
+under one Git Version, and never writes a row under another build's Git Version than its own.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from ..atomic import atomic_write_text
 from ..errors import BadInput
 
 GIT_PREFIX = "Git Version:"
-KEY_COLUMNS = (
+LEGACY_KEY = ("transA", "transB", "m", "n", "k", "batch_count", "a_type", "b_type", "c_type", "compute_type")
+CURRENT_KEY = (
     "transA",
     "transB",
     "m",
@@ -30,9 +34,43 @@ KEY_COLUMNS = (
     "c_type",
     "d_type",
     "compute_type",
+    "compute_input_type_a",
+    "compute_input_type_b",
+    "lda",
+    "ldb",
+    "ldc",
+    "ldd",
+    "stride_a",
+    "stride_b",
+    "stride_c",
+    "stride_d",
+    "lde",
+    "stride_e",
+    "batch_mode",
+    "epilogue",
+    "gradient",
+    "bias_type",
+    "bias_stride",
+    "bias_vector",
+    "aux_type",
+    "scaleA_format",
+    "scaleB_format",
+    "scaleA",
+    "scaleB",
+    "scaleC",
+    "scaleD",
+    "scaleE",
+    "scaleAlphaVec",
+    "amaxD",
+    "swizzle_a",
+    "swizzle_b",
+    "streamk_tile_scheduling",
+    "sm_count_target",
+    "uniform_summation_order",
     "gcnArchName",
     "CUs",
 )
+IDENTITY = ("solution_index", "kernel_name", "solution_name")
 
 
 class OverrideFormatError(BadInput):
@@ -46,9 +84,24 @@ class OverrideEntry:
     fields: tuple[tuple[str, str], ...]
 
     @property
+    def current(self) -> bool:
+        """A current-schema row (it has a ``schema_version`` column), not a legacy one."""
+        return any(name == "schema_version" for name, _ in self.fields)
+
+    @property
     def key(self) -> tuple[str, ...]:
+        """The reader's key: the schema, then its columns (a legacy row's transposes as "not N")."""
         data = dict(self.fields)
-        return tuple(data.get(column, "") for column in KEY_COLUMNS)
+        if self.current:
+            return ("current", *(data.get(column, "") for column in CURRENT_KEY))
+        legacy = {**data, **{t: "T" for t in ("transA", "transB") if data.get(t, "N") != "N"}}
+        return ("legacy", *(legacy.get(column, "") for column in LEGACY_KEY))
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """What makes two entries of one key the same to the reader: the index and both names."""
+        data = dict(self.fields)
+        return tuple(data.get(column, "") for column in IDENTITY)
 
     def speed(self) -> tuple[int, float]:
         """Sort key, smaller is faster: by ``us`` if recorded, else by GFLOPS, else unknown (last)."""
@@ -124,10 +177,12 @@ def merge_overrides(
     files: Sequence[OverrideFile],
     target_git: str | None = None,
 ) -> tuple[str | None, list[OverrideEntry], list[str]]:
-    """One entry per key, fastest kept. Rows of different builds are refused unless ``target_git`` names the
-    build to target; then only that build's rows are kept, and each other row is dropped and reported: a
-    solution index names a kernel of one build only, and a row written under another build's ``Git Version``
-    would be trusted by the reader for a kernel it was never tuned on."""
+    """Every entry the reader would keep: one per key and identity (a repeat replaces the earlier one, as the
+    reader refreshes it), each key's entries ordered so the fastest replays first (legacy rows first in the
+    file, current rows last: the reader tries those newest first). Rows of different builds are refused unless
+    ``target_git`` names the build to target; then only that build's rows are kept, and each other row is
+    dropped and reported: a solution index names a kernel of one build only, and a row written under another
+    build's ``Git Version`` would be trusted by the reader for a kernel it was never tuned on."""
     versions = {f.path: f.git_version for f in files}
     builds = {row_build(e, f.git_version) for f in files for e in f.entries} | set(versions.values())
     if len(builds - {None}) > 1 and target_git is None:
@@ -136,7 +191,7 @@ def merge_overrides(
             "to name the one to target):\n  " + "\n  ".join(f"{p}: Git Version {v!r}" for p, v in versions.items())
         )
     git = target_git if target_git is not None else next(iter(versions.values()), None)
-    best: dict[tuple[str, ...], OverrideEntry] = {}
+    keys: dict[tuple[str, ...], dict[tuple[str, ...], OverrideEntry]] = {}
     lines = []
     for ofile in files:
         for entry in ofile.entries:
@@ -147,13 +202,16 @@ def merge_overrides(
                     f"is {target_git!r}; solution indices do not carry across builds"
                 )
                 continue
-            kept = best.get(entry.key)
-            if kept is None or entry.speed() < kept.speed():
-                if kept is not None:
-                    lines.append(f"{','.join(entry.key)}: {ofile.path} entry replaces a slower one")
-                best[entry.key] = entry
-    lines.append(f"{sum(len(f.entries) for f in files)} entries from {len(files)} files -> {len(best)} entries")
-    return git, list(best.values()), lines
+            entries = keys.setdefault(entry.key, {})
+            if entry.identity in entries:
+                lines.append(f"{','.join(entry.key)}: {ofile.path} repeats solution {entry.identity[0]}: the later row")
+            entries[entry.identity] = entry
+    merged = []
+    for key, entries in keys.items():
+        ordered = sorted(entries.values(), key=OverrideEntry.speed)
+        merged += ordered[::-1] if key[0] == "current" else ordered
+    lines.append(f"{sum(len(f.entries) for f in files)} entries from {len(files)} files -> {len(merged)} entries")
+    return git, merged, lines
 
 
 def write_override(path: str | Path, git_version: str | None, entries: Sequence[OverrideEntry]) -> None:

@@ -69,10 +69,11 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
 
 
 def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
-    """Write the override rows of the kept GEMMs to ``out``. The reader keys a row on transposes, sizes, batch
-    and types only (no ld's, no scale form: docs/upstream.md), so where kept GEMMs that differ in their scaling
-    (a tensorwise and a rowwise FP8 GEMM of one shape) share that key, no row ships for it: either would be
-    applied to both. Those keys are reported."""
+    """Write the override rows of the kept GEMMs to ``out``. The reader keys a legacy row (what hipblaslt-bench
+    writes) on transposes, sizes, batch and types only (no ld's, no scale form: docs/upstream.md), so where kept
+    GEMMs that differ in their scaling (a tensorwise and a rowwise FP8 GEMM of one shape) share that key, no
+    legacy row ships for it: either would be applied to both. Those keys are reported. A current-schema row
+    keys on its scale formats too, and ships."""
     overrides = read_override(source)
 
     def key(problem) -> tuple:
@@ -99,7 +100,7 @@ def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
             )
         )
         in forms
-        and k not in ambiguous
+        and (k not in ambiguous or entry.current)  # a current row keys on its scale formats
     ]
     if rows:
         write_override(out, overrides.git_version, rows)
