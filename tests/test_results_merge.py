@@ -226,3 +226,24 @@ def test_override_merge_keeps_what_the_reader_keeps():
     _, entries, _ = merge_overrides([legacy])
     assert [dict(e.fields)["solution_index"] for e in entries] == ["811", "572"]
     assert len({e.key for e in entries}) == 1 and not entries[0].current
+
+
+def test_the_bundle_ships_current_rows_of_a_shape_kept_with_two_scalings(tmp_path):
+    """A tensorwise and a rowwise FP8 GEMM of one shape, both kept: their legacy rows share the reader's key
+    (left out, reported), their current rows key on the scale formats (shipped)."""
+    from types import SimpleNamespace
+
+    from pipeline.formats.tunableop import parse_key
+    from pipeline.stages.accept.bundle import _kept_overrides
+
+    op = "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN"
+    kept = [
+        SimpleNamespace(problem=parse_key(op, f"tn_6144_128_4096_ld_4096_4096_6144_rw_{rw}_bias_None")) for rw in (0, 1)
+    ]
+    legacy = f"{HEADER}\nT,N,1,6144,128,4096,f8_fnuz_r,f8_fnuz_r,bf16_r,bf16_r,f32_r,19.0,811\n"
+    source = tmp_path / "merged.txt"
+    source.write_text("Git Version: 6c70ef2a\n" + legacy + _current(5, 20.0) + _current(7, 19.0, scale_format=1))
+    meta = _kept_overrides(source, kept, tmp_path / "out.txt")
+    shipped = read_override(tmp_path / "out.txt").entries
+    assert [dict(e.fields)["solution_index"] for e in shipped] == ["5", "7"] and all(e.current for e in shipped)
+    assert meta["rows"] == 2 and len(meta["left_out"]) == 1 and "differ in their scaling" in meta["left_out"][0]
