@@ -56,7 +56,7 @@ def test_failing_problem_is_recorded_and_others_finish(tmp_path, monkeypatch):
     rows = read_file(tmp_path / "tunableop_results.csv")
     assert {e.problem.k for e in rows.entries} == {4096}
     assert rows.validators == {"PT_VERSION": "2.11.0"}
-    logic = load_logic(tmp_path / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml")
+    logic = load_logic(tmp_path / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml")
     assert logic.data[1] == "cublaslt" and logic.data[2] == "sm_90"
     assert [row[0] for row in logic.exact_logic] == [[6144, 128, 1, 4096]]
     assert json.loads((tmp_path / "summary.json").read_text())["improved"] == 1

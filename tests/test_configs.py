@@ -107,11 +107,11 @@ def test_padding_off_and_links_to_originals(tmp_path):
     data = write_configs(tmp_path / "on", _problems(), ConfigSettings())
     originals = {p["original"] for p in data["padded"]}
     assert "GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4096_4096_6144" in originals
-    bf16 = yaml.safe_load((tmp_path / "on" / "tensile" / "Cijk_Alik_Bljk_BBS_BH.yaml").read_text())
+    bf16 = yaml.safe_load((tmp_path / "on" / "tensile" / "Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").read_text())
     exact = [s["Exact"] for s in bf16["BenchmarkProblems"][0][1]["BenchmarkFinalParameters"][0]["ProblemSizes"]]
     assert [6144, 128, 1, 4096, 6144, 6144, 4096, 4096] in exact
     assert [6144, 128, 1, 4096, 6144, 6144, 4224, 4224] in exact
-    text = (tmp_path / "on" / "find_exact" / "Cijk_Alik_Bljk_BBS_BH.yaml").read_text()
+    text = (tmp_path / "on" / "find_exact" / "Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").read_text()
     assert "#   GemmTunableOp_BFloat16_TN,tn_6144_128_4096_ld_4224_4224_6144 (padded from" in text
     assert "tn_2048_128_4096_ld_4100_4100_2048 (recorded with non-packed ld's)" in text
 

@@ -43,23 +43,44 @@ def test_wildcards_have_no_frame():
 
 
 @pytest.mark.parametrize(
-    ("op", "params", "name"),
-    [
-        ("GemmTunableOp_BFloat16_NN", "nn_8_8_8", "Cijk_Ailk_Bljk_BBS_BH"),
-        ("GemmTunableOp_Half_NT", "nt_8_8_8", "Cijk_Ailk_Bjlk_HHS_BH"),
-        ("GemmTunableOp_float_TN", "tn_8_8_8", "Cijk_Alik_Bljk_S_B"),
-        ("GemmTunableOp_double_TT", "tt_8_8_8", "Cijk_Alik_Bjlk_D_B"),
-        ("GemmAndBiasTunableOp_BFloat16_TN", "tn_8_8_8", "Cijk_Alik_Bljk_BBS_BH_Bias"),
-        ("ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_Half_TN", "tn_8_8_8", "Cijk_Alik_Bljk_F8HS_BH_SAB"),
+    ("op", "params", "generation", "name"),
+    [  # TensileLite's names (docs/upstream.md, "TensileLite ProblemType names"): S24 concatenates, 2025 joins
+        ("GemmTunableOp_BFloat16_NN", "nn_8_8_8", "2025", "Cijk_Ailk_Bljk_BBS_BH_UserArgs"),
+        ("GemmTunableOp_Half_NT", "nt_8_8_8", "2024", "Cijk_Ailk_Bjlk_HHS_BH_UserArgs"),
+        ("GemmTunableOp_float_TN", "tn_8_8_8", "2025", "Cijk_Alik_Bljk_S_B_UserArgs"),
+        ("GemmTunableOp_float_TN", "tn_8_8_8", "2024", "Cijk_Alik_Bljk_SB_UserArgs"),
+        ("GemmTunableOp_double_TT", "tt_8_8_8", "2025", "Cijk_Alik_Bjlk_D_B_UserArgs"),
+        ("GemmAndBiasTunableOp_BFloat16_TN", "tn_8_8_8", "2025", "Cijk_Alik_Bljk_BBS_BH_Bias_B_UserArgs"),
+        ("GemmAndBiasTunableOp_BFloat16_TN", "tn_8_8_8", "2024", "Cijk_Alik_Bljk_BBS_BH_BiasB_UserArgs"),
+        ("GemmAndBiasTunableOp_float_TN", "tn_8_8_8", "2024", "Cijk_Alik_Bljk_SB_Bias_UserArgs"),
+        (
+            "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_Half_TN",
+            "tn_8_8_8",
+            "2025",
+            "Cijk_Alik_Bljk_F8HS_BH_SAB_UserArgs",
+        ),
         (
             "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
             "tn_8_8_8_ld_8_8_8_rw_1_bias_BFloat16",
-            "Cijk_Alik_Bljk_F8NBS_BH_Bias_SABV",
+            "2025",
+            "Cijk_Alik_Bljk_F8NBS_BH_Bias_B_SABV_UserArgs",
+        ),
+        (
+            "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN",
+            "tn_8_8_8_ld_8_8_8_rw_1_bias_BFloat16",
+            "2024",
+            "Cijk_Alik_Bljk_F8BS_BH_BiasB_SABV_UserArgs",
+        ),
+        (
+            "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e5m2fnuz_BFloat16_TN",
+            "tn_8_8_8_ld_8_8_8_rw_0_bias_None",
+            "2025",
+            "Cijk_Alik_Bljk_F8B8NBS_BH_SAB_UserArgs",
         ),
     ],
 )
-def test_problem_type_names(op, params, name):
-    assert problem_type_name(parse_key(op, params)) == name
+def test_problem_type_names(op, params, generation, name):
+    assert problem_type_name(parse_key(op, params), generation) == name
 
 
 def test_arch_table():

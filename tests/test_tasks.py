@@ -52,7 +52,7 @@ def test_collection_then_gather_and_resume(tmp_path):
     assert counter.read_text().count("run") == 1, "collection is not repeated on a rerun"
     assert (tmp_path / "night" / "shapes" / "shapes.json").exists()
     configs = json.loads((tmp_path / "night" / "configs" / "configs.json").read_text())
-    assert "tensile/Cijk_Alik_Bljk_BBS_BH.yaml" in configs["files"]
+    assert "tensile/Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml" in configs["files"]
 
 
 def test_failing_workload_fails_the_task(tmp_path):
@@ -93,7 +93,7 @@ def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
         "Default",
         "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0",
     ]
-    assert (tmp_path / "night" / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH.yaml").exists()
+    assert (tmp_path / "night" / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").exists()
     summary = json.loads((tmp_path / "night" / "bench" / "summary.json").read_text())
     assert (summary["problems"], summary["tuned"], summary["improved"]) == (2, 2, 1)
 

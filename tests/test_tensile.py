@@ -20,7 +20,7 @@ from pipeline.stages.bench.tensile import TensileTool, locate
 
 from .helpers import DOUBLES, FIXTURES, ROOT, luigi_argv
 
-GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942" / "tensile" / "Cijk_Alik_Bljk_BBS_BH.yaml"
+GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942" / "tensile" / "Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml"
 SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
 
 
@@ -181,7 +181,7 @@ def test_scaled_fp8_gemms_are_benchmarked_with_their_scales(generation, fp8, mix
 def test_a_config_in_the_other_generations_letters_is_refused_before_it_runs(tmp_path):
     configs = tmp_path / "configs"
     assert main(["configs", str(_scaled_shapes(tmp_path)), "--out", str(configs)]) == 0  # 2025 letters: F8N
-    config = next((configs / "tensile").glob("*_SAB.yaml"))
+    config = next((configs / "tensile").glob("*_SAB_UserArgs.yaml"))
     tool = TensileTool(0, str(fake_tensilelite(tmp_path / "tl", "2024")), str(DOUBLES / "hipblaslt-bench"))
     with pytest.raises(BadInput, match=r"DataType F8N is not defined by this TensileLite .*--tensile-generation 2024"):
         tool.run(config, tmp_path / "out")
@@ -194,8 +194,8 @@ def test_a_config_in_the_other_generations_letters_is_refused_before_it_runs(tmp
     assert upstream.returncode != 0 and "KeyError: 'f8n'" in upstream.stderr, "the double fails as TensileLite does"
     old = tmp_path / "configs_2024"
     assert main(["configs", str(_scaled_shapes(tmp_path)), "--out", str(old), "--tensile-generation", "2024"]) == 0
-    assert "DataType: F8\n" in next((old / "tensile").glob("*_SAB.yaml")).read_text()
-    tool.run(next((old / "tensile").glob("*_SAB.yaml")), tmp_path / "out")
+    assert "DataType: F8\n" in next((old / "tensile").glob("*_SAB_UserArgs.yaml")).read_text()
+    tool.run(next((old / "tensile").glob("*_SAB_UserArgs.yaml")), tmp_path / "out")
     assert next((tmp_path / "out" / "3_LibraryLogic").glob("*_SAB_UserArgs.yaml"))
 
 

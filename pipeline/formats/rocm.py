@@ -139,17 +139,63 @@ def is_packed(problem: GemmProblem) -> bool:
     return problem.lda is None or problem.blas_lds() == packed_lds(problem)
 
 
-def problem_type_name(problem: GemmProblem) -> str:
-    """Tensile-style ProblemType name, e.g. ``Cijk_Alik_Bljk_BBS_BH_Bias`` for a bf16 TN GEMM with bias."""
+# (DataType, DestDataType, ComputeDataType) that TensileLite names with the Dest and Compute letters (its HPA types):
+# S24 ``Tensile/Common.py:469-477`` ``HPATypes``; RL ``tensilelite/Tensile/SolutionStructs/Problem.py`` ``_HPATypes``
+# (docs/upstream.md, "TensileLite ProblemType names"): the 2025 list adds the fnuz N forms.
+_HPA_2024 = {
+    *(("H", d, "S") for d in ("S", "H", "F8")),
+    *(("B", d, "S") for d in ("B", "S", "H")),
+    *((t, d, "S") for t in ("F8", "B8", "F8B8", "B8F8") for d in ("S", "H", "F8", "B8")),
+    ("F8", "B", "S"),
+    ("F8B8", "B", "S"),
+    ("I8", "I", "I"),
+    ("4xi8", "I", "I"),
+    *(("I8", d, "S") for d in ("I", "I8", "H", "B")),
+}
+HPA_TYPES = {
+    "2024": _HPA_2024,
+    "2025": _HPA_2024
+    | {(t, d, "S") for t in ("F8N", "B8N", "F8B8N", "B8F8N") for d in ("S", "H", "F8N", "B8N")}
+    | {("H", "F8N", "S"), ("F8N", "B", "S"), ("F8B8N", "B", "S")},
+}
+
+
+def _bias_list_shown(data: str, dest: str, compute: str, bias: str, generation: str) -> bool:
+    """Whether TensileLite spells the bias list in the name: it does where the config's list (one type here)
+    differs from its default, the set of DataType, Compute and Dest types without int8 (and, in 2025, without
+    8-bit floats): S24 ``SolutionStructs.py:959-970``, RL ``Problem.py`` ``getBiasDataTypeListDefault``."""
+    default = {t for t in (data, dest, compute) if t != "I8"}
+    if generation == "2025":
+        default = {t for t in default if "8" not in t}
+    return default != {bias}
+
+
+def problem_type_name(problem: GemmProblem, generation: str = "2025") -> str:
+    """The ProblemType name TensileLite gives the config the project writes for ``problem`` (Batched, UseBeta,
+    HPA for 16-bit and FP8 inputs, the bias list the config names, UseScaleAB, SupportUserArgs by default) in
+    ``generation``: S24 ``SolutionStructs.py:459-554`` concatenates (``Cijk_Alik_Bljk_BBS_BH_BiasB_UserArgs``,
+    ``Cijk_Ailk_Bjlk_SB_UserArgs``), RL ``Problem.py`` ``ProblemType.__str__`` joins its parts with ``_``
+    (``Cijk_Alik_Bljk_BBS_BH_Bias_B_UserArgs``, ``Cijk_Ailk_Bjlk_S_B_UserArgs``); docs/upstream.md,
+    "TensileLite ProblemType names". A type the generation has no letter for keeps the project's letters."""
     a_index, b_index = _INDICES[problem.transa][0], _INDICES[problem.transb][1]
-    a, b, d = (_NAME_LETTERS[t] for t in (problem.a_type, problem.b_type, problem.c_type))
-    compute = "S" if problem.compute_type == "float32" else _NAME_LETTERS[problem.a_type]
-    if a == b == d == compute:
-        types, hpa = a, ""
-    else:
-        types, hpa = (a if a == b else a + b) + d + compute, "H"
-    bias = "_Bias" if problem.has_bias else ""
-    return f"Cijk_{a_index}_{b_index}_{types}_B{hpa}{bias}{scale_ab_suffix(problem)}"
+    data = (tensile_data_type(problem.a_type, generation, problem.b_type) or "").upper()
+    if not data:
+        a, b = _NAME_LETTERS[problem.a_type], _NAME_LETTERS[problem.b_type]
+        data = a if a == b else a + b
+    dest = _NAME_LETTERS[problem.c_type]
+    compute = "D" if data == "D" else "S"
+    types = data + (dest + compute if (data, dest, compute) in HPA_TYPES[generation] else "")
+    flags = "B" + ("" if data in ("S", "D") else "H")
+    bias = _NAME_LETTERS[problem.bias_type or problem.c_type] if problem.has_bias else ""
+    bias_parts = ["Bias", *([bias] if _bias_list_shown(data, dest, compute, bias, generation) else [])] if bias else []
+    scale = scale_ab_suffix(problem).lstrip("_")
+    tail = [*bias_parts, *([scale] if scale else []), "UserArgs"]
+    if generation == "2025":
+        return "_".join(["Cijk", a_index, b_index, types, flags, *tail])
+    hpa_sep = "_" if types != data else ""
+    bias_text = "_" + "".join(bias_parts) if bias_parts else ""
+    rest = "".join(f"_{part}" for part in tail[len(bias_parts) :])
+    return f"Cijk_{a_index}_{b_index}_{types}{hpa_sep}{flags}{bias_text}{rest}"
 
 
 def scale_ab(problem: GemmProblem) -> str:

@@ -21,6 +21,7 @@ from ...backends.base import ProblemResult, ToolMissing, TuneSettings
 from ...errors import PipelineError, ToolError
 from ...formats.rocm import problem_type_name
 from ...problem import GemmProblem
+from ..configs.render import configs_generation
 from .tune import RUNTIME, TOOL_LOGIC, pending, result_path
 
 
@@ -82,12 +83,13 @@ def tune_configs(
         atomic_write_json(result_path(out_dir, result.problem), result.to_json())
 
     groups: dict[str, list[GemmProblem]] = {}
+    generation = configs_generation(configs_dir)  # the config files are named as that TensileLite names them
     for problem in pending(problems, out_dir):
         reason = tool.skip_reason(problem)
         if reason:
             record(ProblemResult(problem, skipped=reason))
         else:
-            groups.setdefault(problem_type_name(problem), []).append(problem)
+            groups.setdefault(problem_type_name(problem, generation), []).append(problem)
     done = len(problems) - len(pending(problems, out_dir))
     for name, group in sorted(groups.items()):
         config, out = configs_dir / tool.name / f"{name}.yaml", out_dir / tool.name / name

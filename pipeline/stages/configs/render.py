@@ -7,6 +7,7 @@ skipped with the reason; padded problems (``padding.py``) go to the Tensile conf
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -168,7 +169,7 @@ def plan_configs(problems: Iterable[GemmProblem], settings: ConfigSettings) -> C
         if fe_reason:
             plan.skipped.append(Skipped(problem, "find_exact", fe_reason))
         else:
-            name = problem_type_name(problem)
+            name = problem_type_name(problem, settings.tensile_generation)
             if not is_packed(problem):
                 plan.find_exact_excluded[name].append(f"{describe(problem)} (recorded with non-packed ld's)")
             else:
@@ -180,7 +181,7 @@ def plan_configs(problems: Iterable[GemmProblem], settings: ConfigSettings) -> C
         if t_reason:
             plan.skipped.append(Skipped(problem, "tensile", t_reason))
         else:
-            name = problem_type_name(problem)
+            name = problem_type_name(problem, settings.tensile_generation)
             plan.tensile[name] += [problem, padded.problem] if padded else [problem]
     return plan
 
@@ -321,3 +322,10 @@ def summary(data: dict) -> str:
     lines.append(f"{len(data['skipped'])} skipped:")
     lines += [f"  [{s['tool']}] {s['problem']}: {s['reason']}" for s in data["skipped"]]
     return "\n".join(lines) + "\n"
+
+
+def configs_generation(configs_dir: Path) -> str:
+    """The TensileLite generation the configs in ``configs_dir`` were named for (its manifest's; files written
+    before the manifest recorded one: 2025)."""
+    path = Path(configs_dir) / MANIFEST
+    return json.loads(path.read_text()).get("tensile_generation", "2025") if path.exists() else "2025"
