@@ -172,6 +172,11 @@ def test_scaled_fp8_gemms_are_benchmarked_with_their_scales(generation, fp8, mix
         )
     scaled = {(pt["DataType"], pt["UseScaleAB"], pt.get("UseBias", 0)) for pt in logic.values() if "UseScaleAB" in pt}
     assert scaled == {(fp8, "Scalar", 0), (fp8, "Vector", 0), (fp8, "Scalar", 1), (mixed, "Vector", 0)}
+    # the configs are named as this generation's TensileLite names their ProblemTypes: its tree has one per config
+    configs = {p.stem for p in (run / "configs" / "tensile").glob("*.yaml")}
+    named = {p.name.rsplit("_", 1)[0] for p in (run / "bench" / "tensile").glob("*/1_BenchmarkProblems/*")}
+    assert configs and configs == named, (configs, named)
+    assert any(f"_{fp8}BS_BH_" in name for name in configs), configs
     assert {pt["DataType"] for pt in logic.values() if "UseScaleAB" not in pt} == {"b"}, "the plain GEMM unscaled"
     runs = [json.loads(line) for line in settings.read_text().splitlines()]
     want = {"2024": ("s", "v"), "2025": (1, 2)}[generation]
