@@ -135,3 +135,70 @@ def test_neighbours_change_one_axis_nearest_first():
     # one step on every axis comes before two steps on any: a small budget spans all axes
     changed = [next(i for i, (a, b) in enumerate(zip(n, combo, strict=True)) if a != b) for n in found[:9]]
     assert sorted(set(changed)) == [0, 1, 2, 3, 4, 5] and found[-1] == (12, 35, (1, 0), 0, 3, 4)
+
+
+class _FakeTimer:
+    """A captured candidate whose replays take ``turns[i]`` seconds of a fake clock, in turn."""
+
+    def __init__(self, clock: list[float], turns: list[float]) -> None:
+        self.clock, self.turns, self.replays = clock, turns, 0
+        self.graph = self
+
+    def replay(self) -> None:
+        self.clock[0] += self.turns[min(self.replays, len(self.turns) - 1)]
+        self.replays += 1
+
+
+@needs
+def test_the_warm_up_runs_until_the_turns_settle_within_its_bounds(monkeypatch):
+    from pipeline.backends import measure
+
+    clock = [0.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(measure.torch.cuda, "synchronize", lambda: None)
+    settings = measure.TimingSettings(warmup_ms=(200.0, 1000.0), warmup_settle=0.01)
+    # clocks moving (turns 5% apart, alternating) for 76 turns (319 ms), then steady: settled 4 turns later
+    moving = [0.004 * (1 + 0.05 * (i % 2)) for i in range(76)]
+    spent = measure.warm_up([_FakeTimer(clock, [*moving, *[0.004] * 1000])], settings)
+    assert spent == pytest.approx(sum(moving) * 1000 + 4 * 4.0, abs=0.5), spent
+    # turns that never agree: stopped at the most
+    clock[0] = 0.0
+    jitter = [0.004 * (1 + 0.05 * (i % 2)) for i in range(2000)]
+    assert measure.warm_up([_FakeTimer(clock, jitter)], settings) == pytest.approx(1000.0, abs=5.0)
+    # settled from the start: still the least
+    clock[0] = 0.0
+    assert measure.warm_up([_FakeTimer(clock, [0.004] * 2000)], settings) == pytest.approx(200.0, abs=5.0)
+
+
+@needs
+def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
+    """One window in three off by 20% (its clocks, or where its buffers fell) moves the pooled median little."""
+    import statistics
+
+    from pipeline.backends import measure
+
+    seeds, held = [], []
+
+    def operands(problem, device, settings):
+        seeds.append(settings.seed)
+        held.append(object())
+        return [held[-1]]
+
+    windows = iter([1.0, 1.2, 1.0])  # the second window's times 20% high
+
+    def samples(problem, launchers, sets, settings, rounds=None):
+        assert sets == [held[-1]], "each window measures the operands drawn for it"
+        scale = next(windows)
+        return {
+            name: [scale * base * (1 + 0.001 * r) for r in range(rounds or settings.rounds)]
+            for name, base in (("default", 10.0), ("tuned", 9.0))
+        }
+
+    monkeypatch.setattr(measure, "rotating_operands", operands)
+    monkeypatch.setattr(measure, "interleaved_samples", samples)
+    problem = GemmProblem("gemm", "T", "N", 4096, 1, 4096, 4096, 4096, 4096)
+    stats = measure.windowed(problem, {"default": None, "tuned": None}, None, measure.TimingSettings(seed=3))
+    assert seeds == [3, 3 + measure.WINDOW_SEED_STEP, 3 + 2 * measure.WINDOW_SEED_STEP]
+    assert stats["default"].samples == 21
+    assert stats["default"].median / stats["tuned"].median == pytest.approx(10 / 9, rel=0.01)
+    assert statistics.median([10.0, 12.0, 10.0]) == 10.0 and stats["default"].median < 10.1
