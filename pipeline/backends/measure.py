@@ -395,7 +395,6 @@ def windowed(
         held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
         for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds).items():
             pooled[name] += values
-    del held
     return {name: Stats.of(values) for name, values in pooled.items()}
 
 

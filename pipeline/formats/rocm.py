@@ -188,14 +188,12 @@ def problem_type_name(problem: GemmProblem, generation: str = "2025") -> str:
     flags = "B" + ("" if data in ("S", "D") else "H")
     bias = _NAME_LETTERS[problem.bias_type or problem.c_type] if problem.has_bias else ""
     bias_parts = ["Bias", *([bias] if _bias_list_shown(data, dest, compute, bias, generation) else [])] if bias else []
+    if generation == "2024":  # S24 runs the types into the flags (unless HPA) and the bias list into "Bias"
+        types, flags = types + ("_" if types != data else "") + flags, ""
+        bias_parts = ["".join(bias_parts)] if bias_parts else []
     scale = scale_ab_suffix(problem).lstrip("_")
-    tail = [*bias_parts, *([scale] if scale else []), "UserArgs"]
-    if generation == "2025":
-        return "_".join(["Cijk", a_index, b_index, types, flags, *tail])
-    hpa_sep = "_" if types != data else ""
-    bias_text = "_" + "".join(bias_parts) if bias_parts else ""
-    rest = "".join(f"_{part}" for part in tail[len(bias_parts) :])
-    return f"Cijk_{a_index}_{b_index}_{types}{hpa_sep}{flags}{bias_text}{rest}"
+    parts = ["Cijk", a_index, b_index, types, flags, *bias_parts, scale, "UserArgs"]
+    return "_".join(part for part in parts if part)
 
 
 def scale_ab(problem: GemmProblem) -> str:
