@@ -209,3 +209,18 @@ def test_a_tensilelite_generation_without_the_arch_is_refused_in_one_line(tmp_pa
     assert "gfx950 comes with --tensile-generation 2025" in capsys.readouterr().err
     write_configs(tmp_path / "ok", _problems(), ConfigSettings(arch="gfx950", tensile_generation="2025"))
     assert list((tmp_path / "ok" / "tensile").glob("*.yaml"))
+
+
+def test_the_configs_generation_is_read_from_the_manifest_and_a_torn_one_is_named(tmp_path):
+    from pipeline.errors import BadInput
+    from pipeline.stages.configs.render import configs_generation
+
+    assert configs_generation(tmp_path) == "2025", "no manifest: configs written before it recorded one"
+    write_configs(tmp_path / "old", _problems(), ConfigSettings(tensile_generation="2024"))
+    assert configs_generation(tmp_path / "old") == "2024"
+    (tmp_path / "configs.json").write_text('{"arch": "gfx942",\n "tensile_generation": ')
+    with pytest.raises(BadInput, match=r"configs\.json:2: not a configs manifest"):
+        configs_generation(tmp_path)
+    (tmp_path / "configs.json").write_text("[]")
+    with pytest.raises(BadInput, match=r"configs\.json: not a configs manifest"):
+        configs_generation(tmp_path)

@@ -328,4 +328,10 @@ def configs_generation(configs_dir: Path) -> str:
     """The TensileLite generation the configs in ``configs_dir`` were named for (its manifest's; files written
     before the manifest recorded one: 2025)."""
     path = Path(configs_dir) / MANIFEST
-    return json.loads(path.read_text()).get("tensile_generation", "2025") if path.exists() else "2025"
+    if not path.exists():
+        return "2025"
+    try:
+        return json.loads(path.read_text()).get("tensile_generation", "2025")
+    except (json.JSONDecodeError, AttributeError) as err:
+        where = f":{err.lineno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise BadInput(f"{path}{where}: not a configs manifest ({err}); run GenerateConfigs again") from err
