@@ -1,6 +1,6 @@
 """How repeatable is one A/B verdict of a tuned GEMM against torch's default? The same pair measured several
 times, each on fresh operands, with the product's timer (``GraphTimer``: CUDA-graph replays over rotating
-operand copies), by several estimators and settings.
+operand copies, rounds in the order ``interleaved_samples`` gives them), by several estimators and settings.
 
     python bench/verdict_repeatability.py workdir/<run>/bench/results.json --repeats 5 \\
         --out bench/results/verdict_repeatability_<gpu>_<date>.json
@@ -30,7 +30,7 @@ import torch
 from pipeline.atomic import atomic_write_json
 from pipeline.backends.base import DEFAULT, ProblemResult, TuneSettings
 from pipeline.backends.cublaslt import CublasLtBackend
-from pipeline.backends.measure import GraphTimer, TimingSettings, device_info, rotating_operands, warm_up
+from pipeline.backends.measure import TimingSettings, device_info, interleaved_samples, rotating_operands
 
 SETTINGS = {  # name: (rounds, min_graph_us, warm-up ms (least, most), idle s before)
     "7x2ms warm200": (7, 2000.0, (200.0, 200.0), 0.0),
@@ -50,14 +50,7 @@ def one(backend: CublasLtBackend, result: ProblemResult, timing: TimingSettings,
     tuned, gemm = backend.launcher_for(problem, result.record.solution, workspace)
     default, _ = backend.launcher_for(problem, None, workspace)
     sets = rotating_operands(problem, backend.device, dataclasses.replace(timing, seed=seed))
-    timers = {DEFAULT: GraphTimer(default, sets, timing), "tuned": GraphTimer(tuned, sets, timing)}
-    warmed_ms = warm_up(list(timers.values()), timing)
-    samples = {name: [] for name in timers}
-    names = list(timers)
-    for r in range(timing.rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        for name in order:
-            samples[name].append(timers[name].sample())
+    samples = interleaved_samples(problem, {DEFAULT: default, "tuned": tuned}, sets, timing)
     gemm.close()
     base, tuned_us = samples[DEFAULT], samples["tuned"]
     return {
@@ -66,7 +59,6 @@ def one(backend: CublasLtBackend, result: ProblemResult, timing: TimingSettings,
         "default_us": statistics.median(base),
         "tuned_us": statistics.median(tuned_us),
         "sm_clock_mhz": clock(),
-        "warm_up_ms": warmed_ms,
     }
 
 

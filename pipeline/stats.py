@@ -49,3 +49,15 @@ class Stats:
             data.get("min_us", data["median_us"]),
             data.get("samples", 0),
         )
+
+
+def round_order(names: Sequence[str], r: int) -> list[str]:
+    """The order of round ``r``: rows of a Williams Latin square, so that over a cycle (n rounds, 2n for an
+    odd n) each candidate runs in each position, and right after each other candidate, equally often. Two
+    candidates alternate: a b, b a, a b, ... (a clock that drifts within a round favours neither)."""
+    n = len(names)
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]
+    cycle = n if n % 2 == 0 else 2 * n
+    row = r % cycle
+    order = [names[(i + row) % n] for i in first]
+    return order if row < n else order[::-1]

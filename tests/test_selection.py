@@ -202,3 +202,51 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
     assert stats["default"].samples == 21
     assert stats["default"].median / stats["tuned"].median == pytest.approx(10 / 9, rel=0.01)
     assert statistics.median([10.0, 12.0, 10.0]) == 10.0 and stats["default"].median < 10.1
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_rounds_order_candidates_so_that_none_is_favoured_by_position_or_neighbour(n):
+    import itertools
+    from collections import Counter
+
+    from pipeline.stats import round_order
+
+    names = [f"c{i}" for i in range(n)]
+    cycle = n if n % 2 == 0 else 2 * n
+    rows = [round_order(names, r) for r in range(cycle)]
+    assert all(sorted(row) == names for row in rows)
+    positions = Counter((row.index(name), name) for row in rows for name in names)
+    assert set(positions.values()) == {cycle // n}, positions
+    follows = Counter((a, b) for row in rows for a, b in itertools.pairwise(row))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) <= 1, follows
+    assert round_order(names, cycle) == rows[0]
+
+
+def test_two_candidates_alternate_every_round():
+    from pipeline.stats import round_order
+
+    assert [round_order(["default", "tuned"], r) for r in range(4)] == [["default", "tuned"], ["tuned", "default"]] * 2
+
+
+@needs
+def test_interleaved_samples_runs_its_rounds_in_the_alternating_order(monkeypatch):
+    from pipeline.backends import measure
+
+    calls = []
+
+    class Timer:
+        def __init__(self, fn, sets, settings):
+            self.fn = fn
+
+        def sample(self):
+            calls.append(self.fn)
+            return 1.0
+
+    monkeypatch.setattr(measure, "GraphTimer", Timer)
+    monkeypatch.setattr(measure, "poison", lambda sets: None)
+    monkeypatch.setattr(measure, "check_written", lambda problem, sets: None)
+    monkeypatch.setattr(measure, "warm_up", lambda timers, settings: 0.0)
+    problem = GemmProblem("gemm", "T", "N", 64, 1, 64, 64, 64, 64)
+    samples = measure.interleaved_samples(problem, {"a": "a", "b": "b"}, [], measure.TimingSettings(), rounds=4)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert samples == {"a": [1.0] * 4, "b": [1.0] * 4}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from ..problem import GemmProblem
-from ..stats import Stats
+from ..stats import Stats, round_order
 from .torch_gemm import OperandSet, allocate, reference, result, set_bytes, torch_dtype
 
 # Relative Frobenius error allowed against the reference, by (dtype, compute type). FP8 operands are exact in
@@ -367,8 +367,7 @@ def interleaved_samples(
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds or settings.rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order if r % 2 == 0 else reversed(order):
+        for name in round_order(names, r):
             samples[name].append(timers[name].sample())
     return samples
 
