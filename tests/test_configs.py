@@ -85,8 +85,10 @@ def test_tensile_files_follow_the_schema(tmp_path):
             "BenchmarkJoinParameters",
         ):
             assert empty in group and group[empty] is None
-        mi = group["ForkParameters"][0]["MatrixInstruction"]
-        assert mi[0][:2] == [16, 16] and all(len(row) == 9 for row in mi)
+        ((pairs,),) = (p["Groups"] for p in group["ForkParameters"] if "Groups" in p)
+        assert pairs and all(set(pair) == {"MatrixInstruction", "DepthU"} for pair in pairs)
+        assert pairs[0]["MatrixInstruction"][:2] == [16, 16] and all(len(p["MatrixInstruction"]) == 9 for p in pairs)
+        assert not any("DepthU" in p or "MatrixInstruction" in p for p in group["ForkParameters"] if "Groups" not in p)
         wgm = next(p["WorkGroupMapping"] for p in group["ForkParameters"] if "WorkGroupMapping" in p)
         assert all(v % 8 == 0 for v in wgm)
         final = group["BenchmarkFinalParameters"]

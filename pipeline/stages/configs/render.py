@@ -33,6 +33,7 @@ from ...formats.rocm import (
     tensile_data_type,
     to_amd,
 )
+from ...formats.tensile_forks import ForkPlan, lds_limit, plan_forks
 from ...formats.tunableop import format_key
 from ...problem import GemmProblem
 from .padding import PaddedProblem, PaddingRule, plan_padding, rule_for_arch
@@ -224,6 +225,56 @@ def _matrix_instructions(preset: dict, data_type: str) -> list | None:
     return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
 
 
+def _preset_values(preset: dict, section: str, name: str) -> list:
+    return [value for item in preset.get(section, []) for value in item.get(name, [])]
+
+
+def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instructions: list) -> ForkPlan:
+    """The preset's (MatrixInstruction, DepthU) pairs that TensileLite keeps for this ProblemType, the others
+    with its reason (formats/tensile_forks.py)."""
+    depth_us = _preset_values(preset, "fork", "DepthU") or _preset_values(preset, "common", "DepthU")
+    if not depth_us:
+        raise ValueError(f"preset {settings.preset!r} sets no DepthU")
+    prefetch = [bool(p) for p in _preset_values(preset, "common", "PrefetchGlobalRead")] or [True]
+    return plan_forks(
+        problem_type["DataType"],
+        bool(problem_type["TransposeA"]),
+        bool(problem_type["TransposeB"]),
+        instructions,
+        depth_us,
+        lds_limit(settings.arch, settings.tensile_generation),
+        prefetch,
+    )
+
+
+def _preset(settings: ConfigSettings) -> dict:
+    presets = load_presets(settings.templates)
+    if settings.preset not in presets:
+        where = settings.templates / "tensile_presets.yaml"
+        raise BadInput(f"--tensile-preset {settings.preset!r}: no such preset in {where}; known: {', '.join(presets)}")
+    return presets[settings.preset]
+
+
+def fork_plans(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, ForkPlan]:
+    """Per Tensile config name: the preset's forks TensileLite keeps for it and those it would reject."""
+    preset, plans = _preset(settings), {}
+    for name, problems in sorted(plan.tensile.items()):
+        problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
+        instructions = _matrix_instructions(preset, problem_type["DataType"])
+        if not instructions:
+            raise ValueError(
+                f"preset {settings.preset!r} has no MatrixInstruction for DataType {problem_type['DataType']!r}"
+            )
+        plans[name] = _fork_plan(preset, settings, problem_type, instructions)
+        if not plans[name].kept:
+            raise BadInput(
+                f"--tensile-preset {settings.preset!r}: TensileLite would reject every fork of {name} on "
+                f"{settings.arch} ({plans[name].pruned[0][1]}, ...); add a smaller DepthU or MatrixInstruction "
+                f"to {settings.templates / 'tensile_presets.yaml'}"
+            )
+    return plans
+
+
 def load_presets(templates: Path) -> dict:
     path = templates / "tensile_presets.yaml"
     try:
@@ -242,11 +293,8 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
         undefined=jinja2.StrictUndefined,
     )
     arch = get_arch(settings.arch)
-    presets = load_presets(settings.templates)
-    if settings.preset not in presets:
-        where = settings.templates / "tensile_presets.yaml"
-        raise BadInput(f"--tensile-preset {settings.preset!r}: no such preset in {where}; known: {', '.join(presets)}")
-    preset = presets[settings.preset]
+    preset = _preset(settings)
+    forks = fork_plans(plan, settings)
     common = {"arch": arch, "settings": settings}
     files = {}
     for name, problems in sorted(plan.find_exact.items()):
@@ -264,11 +312,6 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
     for name, problems in sorted(plan.tensile.items()):
         problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
         sizes = list(dict.fromkeys(tuple(to_amd(p).tensile_exact) for p in problems))
-        instructions = _matrix_instructions(preset, problem_type["DataType"])
-        if not instructions:
-            raise ValueError(
-                f"preset {settings.preset!r} has no MatrixInstruction for DataType {problem_type['DataType']!r}"
-            )
         files[f"tensile/{name}.yaml"] = env.get_template("tensile_config.yaml.j2").render(
             common,
             title="TensileLite benchmark config",
@@ -278,7 +321,10 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
             sizes=sizes,
             preset_name=settings.preset,
             preset=preset,
-            matrix_instructions=instructions,
+            fork_groups=forks[name].kept,
+            other_forks=[item for item in preset["fork"] if "DepthU" not in item],
+            pruned=forks[name].lines(),
+            fork_total=forks[name].total(),
             padded=[padded_lines[p] for p in problems if p in padded_lines],
         )
     return files
@@ -296,6 +342,10 @@ def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings) -
             for p in plan.padded
         ],
         "skipped": [{"problem": describe(s.problem), "tool": s.tool, "reason": s.reason} for s in plan.skipped],
+        "forks": {
+            f"tensile/{name}.yaml": {"kept": len(forks.kept), "total": forks.total(), "pruned": forks.lines()}
+            for name, forks in fork_plans(plan, settings).items()
+        },
     }
 
 
@@ -321,6 +371,10 @@ def summary(data: dict) -> str:
     lines += [f"  {p['problem']} <- {p['original']}: {'; '.join(p['reasons'])}" for p in data["padded"]]
     lines.append(f"{len(data['skipped'])} skipped:")
     lines += [f"  [{s['tool']}] {s['problem']}: {s['reason']}" for s in data["skipped"]]
+    forks = data.get("forks", {})
+    if forks:
+        lines.append("TensileLite forks (MatrixInstruction x DepthU) kept; it would reject the others:")
+        lines += [f"  {f}: {c['kept']} of {c['total']}" for f, c in forks.items()]
     return "\n".join(lines) + "\n"
 
 
