@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.atomic import atomic_write_json
 from pipeline.formats.tensile_forks import ARCH_LDS
-from pipeline.stages.configs.render import TEMPLATES, ConfigSettings, load_presets, write_configs
+from pipeline.stages.configs.render import TEMPLATES, ConfigSettings, forks_per_pair, load_presets, write_configs
 from tests.test_tensile_forks import _problems
 
 PROBE = Path(__file__).resolve().parents[1] / "tests" / "tensilelite_forks.py"
@@ -31,9 +31,7 @@ def rows(tree: Path | None) -> list[dict]:
     for generation, archs in ARCH_LDS.items():
         for arch in archs:
             for preset, table in load_presets(TEMPLATES).items():
-                others = 1
-                for item in table["fork"]:
-                    others *= 1 if "DepthU" in item else len(next(iter(item.values())))
+                others = forks_per_pair(table)
                 with tempfile.TemporaryDirectory() as tmp:
                     settings = ConfigSettings(arch=arch, preset=preset, tensile_generation=generation)
                     forks = write_configs(Path(tmp), _problems(arch, generation), settings)["forks"]

@@ -22,6 +22,7 @@ from pipeline.stages.configs.render import (
     ConfigSettings,
     _matrix_instructions,
     _preset_values,
+    forks_per_pair,
     load_presets,
     write_configs,
 )
@@ -135,9 +136,7 @@ def test_the_tree_keeps_every_fork_the_configs_write(arch, preset, tmp_path):
     data = write_configs(tmp_path, _problems(arch, generation), settings)
     files = sorted((tmp_path / "tensile").glob("*.yaml"))
     counts = _probe("count", TREE, arch, *map(str, files))
-    others = 1
-    for item in load_presets(TEMPLATES)[preset]["fork"]:
-        others *= 1 if "DepthU" in item else len(next(iter(item.values())))
+    others = forks_per_pair(load_presets(TEMPLATES)[preset])
     for path in files:
         valid, total = counts[str(path)]
         kept = data["forks"][f"tensile/{path.name}"]["kept"]

@@ -45,6 +45,7 @@ from ..formats.hipblaslt_bench import (
 )
 from ..formats.torch_build import torch_build
 from ..problem import GemmProblem
+from ..stats import round_order
 from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings, WinnerRecord
 
 log = logging.getLogger("pipeline")
@@ -276,8 +277,7 @@ class HipblasltBackend(BackendBase):
         ``rounds`` alternating bench runs (A B, B A, ...)."""
         times: dict[str, list[float]] = {"baseline": [], "tuned": []}
         for r in range(rounds):
-            order = ["baseline", "tuned"] if r % 2 == 0 else ["tuned", "baseline"]
-            for name in order:
+            for name in round_order(("baseline", "tuned"), r):
                 if name == "tuned" and index is None:
                     continue
                 method = "heuristic" if name == "baseline" else "index"

@@ -340,7 +340,7 @@ def interleaved(
     rounds: int | None = None,
     own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None,
 ) -> dict[str, Stats]:
-    """A/B(/C...) comparison: every round samples every candidate, in a rotated order; medians per candidate.
+    """A/B(/C...) comparison: every round samples every candidate, in ``round_order``; medians per candidate.
 
     ``own_sets`` gives a candidate its own problem and operands (e.g. the padded variant of a problem)."""
     samples = interleaved_samples(problem, launchers, sets, settings, rounds, own_sets)

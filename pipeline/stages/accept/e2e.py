@@ -24,6 +24,7 @@ from pathlib import Path
 from ... import procs
 from ...backends.base import ToolMissing
 from ...errors import ToolError
+from ...stats import round_order
 from ..bench import registry
 from ..gather.collect import parse_tokens_per_s
 from .validate import tunableop_env
@@ -124,8 +125,7 @@ def ab_test(
     }
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
     for rep in range(reps):
-        order = ("baseline", "tuned") if rep % 2 == 0 else ("tuned", "baseline")
-        for name in order:
+        for name in round_order(("baseline", "tuned"), rep):
             argv = command if name == "baseline" else tuned_command
             start = time.monotonic()
             try:

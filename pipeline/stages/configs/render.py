@@ -247,6 +247,19 @@ def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instr
     )
 
 
+def other_forks(preset: dict) -> list[dict]:
+    """The preset's forks besides DepthU (which the (MatrixInstruction, DepthU) groups carry)."""
+    return [item for item in preset["fork"] if "DepthU" not in item]
+
+
+def forks_per_pair(preset: dict) -> int:
+    """How many forks each kept (MatrixInstruction, DepthU) pair stands for: the product of the other forks."""
+    count = 1
+    for item in other_forks(preset):
+        count *= len(next(iter(item.values())))
+    return count
+
+
 def _preset(settings: ConfigSettings) -> dict:
     presets = load_presets(settings.templates)
     if settings.preset not in presets:
@@ -255,9 +268,9 @@ def _preset(settings: ConfigSettings) -> dict:
     return presets[settings.preset]
 
 
-def fork_plans(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, ForkPlan]:
+def fork_plans(plan: ConfigPlan, settings: ConfigSettings, preset: dict) -> dict[str, ForkPlan]:
     """Per Tensile config name: the preset's forks TensileLite keeps for it and those it would reject."""
-    preset, plans = _preset(settings), {}
+    plans = {}
     for name, problems in sorted(plan.tensile.items()):
         problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
         instructions = _matrix_instructions(preset, problem_type["DataType"])
@@ -283,8 +296,11 @@ def load_presets(templates: Path) -> dict:
         raise ValueError(f"{path}: {err}") from None
 
 
-def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]:
-    """Relative path -> rendered text, for every find_exact and Tensile file of ``plan``."""
+def render_configs(
+    plan: ConfigPlan, settings: ConfigSettings, preset: dict, forks: dict[str, ForkPlan]
+) -> dict[str, str]:
+    """Relative path -> rendered text, for every find_exact and Tensile file of ``plan`` (``preset``: the
+    settings' TensileLite preset; ``forks``: ``fork_plans``' for it)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(settings.templates),
         trim_blocks=True,
@@ -293,8 +309,6 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
         undefined=jinja2.StrictUndefined,
     )
     arch = get_arch(settings.arch)
-    preset = _preset(settings)
-    forks = fork_plans(plan, settings)
     common = {"arch": arch, "settings": settings}
     files = {}
     for name, problems in sorted(plan.find_exact.items()):
@@ -322,7 +336,7 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
             preset_name=settings.preset,
             preset=preset,
             fork_groups=forks[name].kept,
-            other_forks=[item for item in preset["fork"] if "DepthU" not in item],
+            other_forks=other_forks(preset),
             pruned=forks[name].lines(),
             fork_total=forks[name].total(),
             padded=[padded_lines[p] for p in problems if p in padded_lines],
@@ -330,7 +344,7 @@ def render_configs(plan: ConfigPlan, settings: ConfigSettings) -> dict[str, str]
     return files
 
 
-def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings) -> dict:
+def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings, forks: dict[str, ForkPlan]) -> dict:
     rule = settings.rule()
     return {
         "arch": settings.arch,
@@ -343,8 +357,8 @@ def manifest(plan: ConfigPlan, files: Iterable[str], settings: ConfigSettings) -
         ],
         "skipped": [{"problem": describe(s.problem), "tool": s.tool, "reason": s.reason} for s in plan.skipped],
         "forks": {
-            f"tensile/{name}.yaml": {"kept": len(forks.kept), "total": forks.total(), "pruned": forks.lines()}
-            for name, forks in fork_plans(plan, settings).items()
+            f"tensile/{name}.yaml": {"kept": len(kept.kept), "total": kept.total(), "pruned": kept.lines()}
+            for name, kept in forks.items()
         },
     }
 
@@ -355,11 +369,13 @@ def write_configs(
     """Plan, render and write every config into ``out_dir`` (replaced as a whole; ``marker``: see
     ``atomic_directory``); return the manifest."""
     plan = plan_configs(problems, settings)
-    files = render_configs(plan, settings)
+    preset = _preset(settings)
+    forks = fork_plans(plan, settings, preset)
+    files = render_configs(plan, settings, preset, forks)
     with atomic_directory(out_dir, marker) as staging:
         for relative, text in files.items():
             atomic_write_text(staging / relative, text)
-        data = manifest(plan, files, settings)
+        data = manifest(plan, files, settings, forks)
         atomic_write_json(staging / MANIFEST, data)
     return data
 
