@@ -9,7 +9,7 @@
 
 ``workdir/<run>/validate/`` measurements.json, gate.json, e2e.json       (Validate)
 ``workdir/<run>/bundle/``   tunableop_results.csv, logic/, manifest.json   (Validate, when the gate passes)
-``workdir/<run>/report/``   report.md, report.html, *.png, summary.json    (Validate)
+``workdir/<run>/report/``   report.md, report.html, *.svg, summary.json    (Validate)
 ``workdir/<run>/package/``  package.json; the package itself in ``dist/<fingerprint>/``   (Package)
 
 ``workdir/cache/stack/``    stack facts by cheap signature; ``workdir/cache/tuned/<fingerprint>/``: tuned

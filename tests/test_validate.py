@@ -202,7 +202,7 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys, no_nvmath):
     assert summary["passed"] and summary["kept"] == 2 and summary["gemms"] == 4
     assert summary["kept_geomean_speedup"] == pytest.approx((21.5 / 20.2 * 60 / 50) ** 0.5)
     assert "no runtime consumer" in summary["e2e"]
-    for name in ("report.md", "report.html", "speedup.png", "roofline.png", "time_share.png"):
+    for name in ("report.md", "report.html", "speedup.svg", "roofline.svg", "time_share.svg"):
         assert (run / "report" / name).stat().st_size > 0
     md = (run / "report" / "report.md").read_text()
     lines = (run / "tune-workload.txt").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""Build the report of a run from what its stages saved: ``report.md``, ``report.html``, PNG plots and
+"""Build the report of a run from what its stages saved: ``report.md``, ``report.html``, SVG charts and
 ``summary.json`` under ``RUN_DIR/report``. ``gemm-tune report RUN_DIR`` rebuilds them."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..gather import compiled
 from ..run import timings
 from ..run.fingerprint import stamped
 from ..run.layout import RunLayout
-from . import agreement
+from . import agreement, plots
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
 from .e2e import summary_line as e2e_summary
@@ -35,47 +35,41 @@ def _load(path: Path) -> dict | None:
 
 
 def _plots(rows: list[dict], out: Path) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend to choose
-
+    """``speedup.svg``, ``roofline.svg`` and ``time_share.svg`` of the report's rows under ``out``."""
     ordered = sorted(rows, key=lambda r: r["speedup"])
-    fig = Figure(figsize=(10, max(3, 0.22 * len(ordered))))
-    ax = fig.subplots()
-    colors = ["tab:green" if r["kept"] else "tab:gray" for r in ordered]
-    ax.barh(range(len(ordered)), [r["speedup"] for r in ordered], color=colors)
-    ax.set_yticks(range(len(ordered)), [r["label"] for r in ordered], fontsize=7)
-    ax.axvline(1.0, color="black", lw=0.8)
-    low, high = min(r["speedup"] for r in ordered), max(r["speedup"] for r in ordered)
-    ax.set_xlim(min(0.95, low - 0.02), max(1.05, high + 0.02))
-    ax.set_xlabel("speedup over the baseline (green: kept in the bundle)")
-    ax.set_title("Tuned against baseline, per GEMM (sorted)")
-    fig.tight_layout()
-    fig.savefig(out / "speedup.png", dpi=110)
-
+    speedups = [r["speedup"] for r in ordered]
+    chart = plots.bars(
+        [r["label"] for r in ordered],
+        speedups,
+        [plots.GREEN if r["kept"] else plots.GRAY for r in ordered],
+        "Tuned against baseline, per GEMM (sorted)",
+        "speedup over the baseline (green: kept in the bundle)",
+        (min(0.95, min(speedups) - 0.02), max(1.05, max(speedups) + 0.02)),
+        reference=1.0,
+    )
+    atomic_write_text(out / "speedup.svg", chart)
     by_flops = sorted(rows, key=lambda r: r["flops"])
-    fig = Figure(figsize=(10, 4))
-    ax = fig.subplots()
-    x = range(len(by_flops))
-    ax.plot(x, [r["eff_before"] for r in by_flops], "o", label="baseline")
-    ax.plot(x, [r["eff_after"] for r in by_flops], "x", label="bundle")
-    ax.set_xticks(list(x), [r["label"] for r in by_flops], rotation=90, fontsize=6)
-    ax.set_ylabel("roofline efficiency")
-    ax.set_ylim(0, 1.05)
-    ax.legend()
-    ax.set_title("Roofline efficiency before and after (sorted by flops)")
-    fig.tight_layout()
-    fig.savefig(out / "roofline.png", dpi=110)
-
+    chart = plots.dots(
+        [r["label"] for r in by_flops],
+        {"baseline": [r["eff_before"] for r in by_flops], "bundle": [r["eff_after"] for r in by_flops]},
+        "Roofline efficiency before and after (sorted by flops)",
+        "roofline efficiency",
+        (0.0, 1.05),
+    )
+    atomic_write_text(out / "roofline.svg", chart)
     shares: dict[str, float] = defaultdict(float)
     for r in rows:
         shares[r["layer"]] += r["weight"]
     items = sorted(shares.items(), key=lambda kv: kv[1])
-    fig = Figure(figsize=(8, max(2.5, 0.3 * len(items))))
-    ax = fig.subplots()
-    ax.barh([k for k, _ in items], [100 * v for _, v in items])
-    ax.set_xlabel(f"% of the workload's baseline GEMM time ({rows[0]['basis']})")
-    ax.set_title("Share of GEMM time by op and layer (weight shape)")
-    fig.tight_layout()
-    fig.savefig(out / "time_share.png", dpi=110)
+    chart = plots.bars(
+        [k for k, _ in items],
+        [100 * v for _, v in items],
+        [plots.BLUE] * len(items),
+        "Share of GEMM time by op and layer (weight shape)",
+        f"% of the workload's baseline GEMM time ({rows[0]['basis']})",
+        (0.0, max(100 * v for _, v in items) * 1.05 or 1.0),
+    )
+    atomic_write_text(out / "time_share.svg", chart)
 
 
 def build(run_dir: Path) -> dict:

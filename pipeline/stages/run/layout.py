@@ -8,7 +8,7 @@
     <run>/merge/      tunableop_results.csv, hipblaslt_override.txt, logic/, *-merge.log       MergeResults, MergeLogic
     <run>/validate/   rows/, measurements.json, gate.json, e2e.json                            Validate
     <run>/bundle/     tunableop_results.csv, logic/, manifest.json (the gate passed)           Validate
-    <run>/report/     report.md, report.html, *.png, summary.json                              Validate
+    <run>/report/     report.md, report.html, *.svg, summary.json                              Validate
     <run>/package/    package.json (the package itself: <workdir>/dist/<fingerprint>/)         Package
     <run>/tune-workload.txt, timings/, made_from/                                              every task
 
