@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,11 +29,17 @@ def _gpu_reason() -> str | None:
     return None
 
 
+def _gpu_group(item: pytest.Item) -> str:
+    """A GPU test's xdist group: the one it declares, else its module's (module fixtures stay in one process)."""
+    declared = item.get_closest_marker("xdist_group")
+    return f"gpu-{declared.args[0] if declared else item.module.__name__}"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "gpu" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("gpu"))  # one process runs them all, one after another
+            item.add_marker(pytest.mark.xdist_group(_gpu_group(item)))  # groups spread over the processes
     if not any("gpu" in item.keywords for item in items):
         return
     reason = _gpu_reason()
@@ -39,3 +47,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """The GPU, shared between the test processes as a readers-writer lock around each GPU test (its fixtures'
+    set-up and tear-down included): a ``gpu`` test holds it alone, so what it times or asserts of timings
+    sees no other test's work; a ``gpu_untimed`` test measures nothing and shares it with the other such."""
+    if "gpu" not in item.keywords:
+        yield
+        return
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")  # one lock per run of the suite
+    path = Path(tempfile.gettempdir()) / f"gemm-tune-tests-gpu-{run}.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if "gpu_untimed" in item.keywords else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline.formats.tunableop import TunableOpEntry, read_file, write_file
 from pipeline.problem import GemmProblem
 
@@ -87,6 +89,7 @@ def _heuristic_rows(problems: list[GemmProblem], path: Path) -> tuple[Path, dict
     return path, refused
 
 
+@pytest.mark.gpu_untimed
 def test_collection_records_scaled_calls_under_the_keys_the_runtime_routes(tmp_path):
     import torch
 
@@ -123,6 +126,7 @@ def test_collection_records_scaled_calls_under_the_keys_the_runtime_routes(tmp_p
     assert all(any(k.endswith(" " + ",".join(format_key(p))) for p in problems) for k in status["tuned_calls"])
 
 
+@pytest.mark.gpu_untimed
 def test_routed_scaled_calls_replay_under_cuda_graph_capture(tmp_path):
     import torch
 

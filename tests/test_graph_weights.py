@@ -136,6 +136,7 @@ def test_the_scaled_recorder_weighs_captured_calls_by_replays(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_untimed
 def test_collection_weighs_a_captured_gemm_by_its_replays(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

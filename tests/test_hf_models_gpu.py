@@ -18,7 +18,7 @@ from pipeline.procs import with_package_on_path
 from pipeline.stages.gather.collect import collect
 from pipeline.stages.gather.shapes import apply_weights, gather
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_untimed]  # records, times nothing it asserts on
 ARCHS = ["llama", "mistral", "gpt2", "bert", "mixtral", "t5"]
 TIMED = "gpt2"  # also timed at baseline: its GEMMs' time shares
 
@@ -29,7 +29,9 @@ def _record(arch: str, out: Path, **kw):
     return collect(out, command, env=with_package_on_path(os.environ), timeout_s=900, **kw)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    "arch", [pytest.param(arch, marks=pytest.mark.xdist_group(f"hf-{arch}")) for arch in ARCHS]
+)  # one process each, side by side
 def test_recorded_lines_parse_strictly_and_round_trip(arch, tmp_path):
     import torch
 

@@ -228,7 +228,7 @@ def _holders_of_gpu_slots(lock_dir: Path) -> dict[str, str]:
     held = {}
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
-        if "FLOCK" not in fields:
+        if "FLOCK" not in fields or fields[1] == "->":  # "N: -> FLOCK ...": a process waiting, not holding
             continue
         pid, inode = fields[4], int(fields[5].rsplit(":", 1)[1])
         if inode in inodes:

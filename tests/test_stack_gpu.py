@@ -49,6 +49,7 @@ def _torch():
     return torch
 
 
+@pytest.mark.gpu_untimed
 def test_the_probe_names_this_cuda_stack():
     facts = probe_here()
     torch = _torch()
@@ -88,6 +89,7 @@ def _run_with(env_sh: Path | None, csv: Path | None, tmp_path: Path) -> subproce
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.gpu_untimed
 def test_the_packaged_results_load_into_this_torch_and_run_its_gemms(tmp_path):
     torch = _torch()
     version = torch.__version__.split("+")[0]
@@ -107,6 +109,7 @@ def test_the_packaged_results_load_into_this_torch_and_run_its_gemms(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.gpu_untimed
 def test_the_unfiltered_file_is_what_a_torch_before_2_14_cannot_take(tmp_path):
     """Why the package filters: on CUDA torch <= 2.13 a row naming a cuBLASLt solution fails at dispatch
     (docs/tunableop.md section 2, "Reading"); on 2.14+ it loads."""

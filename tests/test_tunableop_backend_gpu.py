@@ -26,6 +26,7 @@ def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
             backend="tunableop",
             tunableop_iterations="20",
             gpus="1",
+            validate_rounds="3",  # what is tested is TunableOp tuning, not the validation
         ),
         cwd=ROOT,
         capture_output=True,

@@ -174,6 +174,8 @@ def test_expected_keys_include_the_spec_example():
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_untimed
+@pytest.mark.xdist_group("workload-collect")
 def test_gpu_collection_records_every_linear_problem(tmp_path):
     result = collect(tmp_path / "collect")
     gathered = gather([str(f) for f in result.files])
@@ -191,6 +193,8 @@ def test_gpu_collection_records_every_linear_problem(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_untimed
+@pytest.mark.xdist_group("workload-gather")
 def test_gpu_luigi_gather_with_calls_and_time_shares(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
