@@ -19,6 +19,13 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a process per core and one more, so a test that waits on its children or a timer (most of
+    the DAG tests, at moments) leaves no core idle."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
+
+
 def _gpu_reason() -> str | None:
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (GPU tests run on the device machine with the 'cuda' extra)"

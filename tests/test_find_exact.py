@@ -96,6 +96,7 @@ def test_tune_workload_with_find_exact(tmp_path):
             backend="find_exact",
             hipblaslt_root=str(build),
             validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+            validate_rounds=1,  # the subject is find_exact.py, not the validation
         ),
         cwd=ROOT,
         capture_output=True,

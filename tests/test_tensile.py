@@ -104,6 +104,7 @@ def test_tune_workload_with_tensilelite(tmp_path):
             tensile_root=str(tensilelite),
             hipblaslt_bench=str(DOUBLES / "hipblaslt-bench"),
             validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+            validate_rounds=1,  # the subject is TensileLite, not the validation
         ),
         cwd=ROOT,
         capture_output=True,
@@ -140,6 +141,7 @@ def test_scaled_fp8_gemms_are_benchmarked_with_their_scales(generation, fp8, mix
             tensile_generation=generation,
             hipblaslt_bench=str(DOUBLES / "hipblaslt-bench"),
             validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
+            validate_rounds=1,  # the subject is TensileLite, not the validation
         ),
         cwd=tmp_path,
         capture_output=True,
