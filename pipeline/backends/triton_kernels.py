@@ -1,0 +1,57 @@
+"""The Triton kernels of ``triton_gemm`` (its docstring says what they compute; docs/triton.md why so). Imported
+by its launcher only: importing triton needs the ``cuda`` extra and costs a second."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemm(x, y, out, bias, part, R, C, K, K_PER,
+         sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,
+         HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+         BK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+    pid, pk, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    n_r, n_c = tl.cdiv(R, BR), tl.cdiv(C, BC)
+    width = GROUP * n_c  # GROUP row tiles side by side share their column tiles through L2
+    first = (pid // width) * GROUP
+    size = tl.minimum(n_r - first, GROUP)
+    pr = first + (pid % width) % size
+    pc = (pid % width) // size
+    rows = pr * BR + tl.arange(0, BR)
+    cols = pc * BC + tl.arange(0, BC)
+    ks = tl.arange(0, BK)
+    k0 = pk * K_PER
+    k_end = tl.minimum(K, k0 + K_PER)
+    xp = x + b * sxb + rows[:, None] * sxr + (k0 + ks)[None, :] * sxk
+    yp = y + b * syb + (k0 + ks)[:, None] * syk + cols[None, :] * syc
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    for k in range(k0, k_end, BK):
+        kk = k + ks
+        a = tl.load(xp, mask=(rows[:, None] < R) & (kk[None, :] < k_end), other=0.0)
+        w = tl.load(yp, mask=(kk[:, None] < k_end) & (cols[None, :] < C), other=0.0)
+        acc = tl.dot(a, w, acc)
+        xp += BK * sxk
+        yp += BK * syk
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += tl.load(bias + cols, mask=cols < C, other=0.0).to(tl.float32)[None, :]
+        target = out + b * sob + rows[:, None] * sor + cols[None, :] * soc
+        tl.store(target, acc.to(out.dtype.element_ty), mask=inside)
+    else:
+        tl.store(part + ((b * SPLIT + pk) * R + rows[:, None]) * C + cols[None, :], acc, mask=inside)
+
+
+@triton.jit
+def reduce(part, out, bias, R, C, sob, sor, soc,
+           HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    pid, b = tl.program_id(0), tl.program_id(1)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < R * C
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT):  # a fixed order: the same sum on every run
+        acc += tl.load(part + (b * SPLIT + s) * R * C + offs, mask=inside, other=0.0)
+    r, c = offs // C, offs % C
+    if HAS_BIAS:
+        acc += tl.load(bias + c, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out + b * sob + r * sor + c * soc, acc.to(out.dtype.element_ty), mask=inside)

@@ -1,0 +1,143 @@
+"""The Triton kernel source: which problems it serves and why not, the configs it offers per shape, its
+compile cache's key (CPU, no torch); on the GPU, every offered config of a problem matches the fp32
+reference, and a config that cannot run fails in the harness without failing the rest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.backends import triton_gemm as tg
+from pipeline.problem import GemmProblem
+
+
+def linear(n_out: int, tokens: int, k: int, **kw) -> GemmProblem:
+    """``F.linear(x[tokens, k], W[n_out, k])`` as TunableOp records it."""
+    return GemmProblem("gemm", "T", "N", n_out, tokens, k, k, k, n_out, **kw)
+
+
+def test_it_serves_bf16_and_fp16_linears_and_says_why_not_the_rest():
+    assert tg.serves(linear(4096, 1, 4096)) is None
+    assert tg.serves(linear(4096, 8, 4096, a_type="float16", b_type="float16", c_type="float16")) is None
+    assert tg.serves(GemmProblem("gemm_and_bias", "T", "N", 3584, 8, 3584, 3584, 3584, 3584)) is None
+    assert tg.serves(GemmProblem("gemm_strided_batched", "T", "N", 128, 64, 64, 64, 64, 128, batch=8)) is None
+    refused = {
+        "NN": GemmProblem("gemm", "N", "N", 512, 128, 256, 512, 256, 512),
+        "float32": linear(1024, 8, 512, a_type="float32", b_type="float32", c_type="float32"),
+        "lda 4100": linear(4096, 4, 4100),
+        "scaled_gemm": GemmProblem(
+            "scaled_gemm",
+            "T",
+            "N",
+            4096,
+            16,
+            4096,
+            4096,
+            4096,
+            4096,
+            a_type="float8_e4m3fn",
+            b_type="float8_e4m3fn",
+            c_type="bfloat16",
+            scale_a_recipe="tensorwise",
+            scale_b_recipe="tensorwise",
+        ),
+    }
+    for word, problem in refused.items():
+        reason = tg.serves(problem)
+        assert reason and word in reason, (word, reason)
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        linear(28672, 1, 4096),
+        linear(4096, 8, 14336),
+        linear(128256, 4, 4096),
+        linear(152064, 1, 3584),
+        linear(4096, 512, 4096),
+        linear(3584, 8192, 3584),
+    ],
+    ids=["gate-up T=1", "down T=8", "lm_head T=4", "Qwen2 lm_head T=1", "prefill 512", "prefill 8192"],
+)
+def test_configs_fit_the_shape(problem):
+    found = tg.configs(problem, sms=132)
+    assert found and len(found) == len(set(found))
+    skinny = problem.n <= tg.SKINNY_ROWS
+    assert all((c.family == "skinny") == skinny for c in found)
+    for c in found:
+        tiles = -(-problem.n // c.block_r) * -(-problem.m // c.block_c)
+        assert problem.k // c.split_k >= c.block_k, "a K slice holds at least one K tile"
+        assert c.split_k == 1 or tiles < 132, "no K split where the tiles fill the GPU"
+        assert c.split_k == 1 or tiles * c.split_k <= 8 * 132
+        assert tg.TritonConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
+        assert c.to_json()["source"] == "triton" and c.name.startswith("triton_")
+    if skinny:
+        assert any(c.split_k > 1 for c in found) == (-(-problem.m // 32) < 132)
+
+
+def _key(**kw) -> dict:
+    return {**tg.cache_key("NVIDIA H100 80GB HBM3", "9.0", "3.6.0", "2.11.0"), **kw}
+
+
+def test_the_compile_cache_is_keyed_and_a_bad_one_rebuilt(tmp_path):
+    first = tg.cache_dir(tmp_path, _key())
+    (first / "kernel.cubin").write_bytes(b"compiled")
+    assert tg.cache_dir(tmp_path, _key()) == first and (first / "kernel.cubin").exists(), "reused as it is"
+    for other in (_key(triton="3.7.0"), _key(torch="2.12.0"), _key(source="0" * 16), _key(gpu="NVIDIA H200")):
+        assert tg.cache_dir(tmp_path, other) != first, other
+    assert len(tg.source_hash()) == 16 and tg.cache_key("g", "9.0", "t", "p")["source"] == tg.source_hash()
+    (first / "key.json").write_text("{torn")
+    assert tg.cache_dir(tmp_path, _key()) == first and not (first / "kernel.cubin").exists(), "corrupt: rebuilt"
+    (first / "kernel.cubin").write_bytes(b"compiled")
+    (first / "key.json").write_text(json.dumps(_key(triton="3.5.0")))  # copied in from another version
+    assert not (tg.cache_dir(tmp_path, _key()) / "kernel.cubin").exists()
+    assert json.loads((first / "key.json").read_text()) == _key()
+
+
+GPU_PROBLEMS = [
+    linear(4096, 1, 4096),
+    linear(6144, 4, 4104),  # K not a multiple of any K tile
+    linear(3000, 8, 2048, a_type="float16", b_type="float16", c_type="float16"),  # columns not a tile multiple
+    GemmProblem("gemm_and_bias", "T", "N", 3584, 8, 3584, 3584, 3584, 3584),
+    GemmProblem("gemm_and_bias", "T", "N", 1536, 128, 768, 768, 768, 1536),
+    linear(4096, 300, 4096),
+    GemmProblem("gemm_strided_batched", "T", "N", 128, 64, 64, 64, 64, 128, batch=8),
+]
+
+
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: f"{p.op}-{p.m}x{p.n}x{p.k}-{p.a_type}")
+@pytest.mark.gpu
+@pytest.mark.gpu_untimed
+def test_every_offered_config_matches_the_fp32_reference(problem):
+    pytest.importorskip("triton")
+    import torch
+
+    from pipeline.backends.measure import check_numerics
+    from pipeline.backends.torch_gemm import allocate, reference
+
+    ops = allocate(problem, 1, torch.device("cuda"), seed=7)[0]
+    ref = reference(problem, ops)
+    offered = tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert offered
+    found = offered[:: max(1, len(offered) // 6)]  # a spread of tiles and splits: each compiles for a second
+    errors = {c.name: check_numerics(problem, tg.launcher(problem, c), ops, ref) for c in found}  # raises if off
+    assert max(errors.values()) > 0, "an exact match on random bf16/fp16 data means the output was not computed"
+    print(f"\n{problem.op} {problem.m}x{problem.n}x{problem.k}: {len(found)} configs, worst {max(errors.values()):.2e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_untimed
+def test_a_config_that_cannot_run_fails_in_the_harness_alone():
+    pytest.importorskip("triton")
+    import torch
+
+    from pipeline.backends.measure import TimingSettings, rotating_operands, screen_passes
+    from pipeline.backends.torch_gemm import torch_launcher
+
+    problem = linear(4096, 512, 4096)
+    too_big = tg.TritonConfig(256, 256, 256, num_warps=4, num_stages=6)  # far over the shared memory
+    sets = rotating_operands(problem, torch.device("cuda"), TimingSettings())
+    outcomes = screen_passes([torch_launcher(problem), tg.launcher(problem, too_big)], sets, 1, None)
+    assert isinstance(outcomes[0], float) and outcomes[0] > 0
+    assert isinstance(outcomes[1], Exception), outcomes[1]
