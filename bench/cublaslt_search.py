@@ -31,7 +31,7 @@ from pipeline.backends.cublaslt_algo import new_record, read_config
 from pipeline.backends.measure import device_info, interleaved, rotating_operands
 from pipeline.backends.torch_gemm import OperandSet, torch_launcher, torch_views
 from pipeline.formats.tunableop import format_key
-from pipeline.problem import GemmProblem
+from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 from pipeline.stats import geomean
 
 LINEARS = {
@@ -65,15 +65,7 @@ def fp8_linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmPro
         k,
         k,
         n_out,
-        a_type="float8_e4m3fn",
-        b_type="float8_e4m3fn",
-        c_type="bfloat16",
-        scale_a_type="float32",
-        scale_b_type="float32",
-        scale_a_recipe=0,
-        scale_b_recipe=0,
-        output_scale=False,
-        fast_accum=False,
+        **TENSORWISE_E4M3,
     )
 
 

@@ -1,4 +1,5 @@
-"""Decode GEMMs (Llama-3-8B and Qwen2-7B projections at T tokens) through torch's default path and through the
+"""Decode GEMMs (Llama-3-8B and Qwen2-7B projections at T tokens, and Llama-3-8B's as tensorwise-scaled FP8
+``_scaled_mm``) through torch's default path and through the
 project's Triton kernels (``pipeline/backends/triton_gemm.py``), each as a fraction of the HBM limit: the bytes
 the call must move over the bandwidth a device copy reaches in the same run. Every config the source offers is
 screened; the best three are timed in interleaved rounds against the default on rotating buffers (the
@@ -29,7 +30,7 @@ from pipeline.backends.measure import (
     screen_passes,
 )
 from pipeline.backends.torch_gemm import reference, torch_launcher
-from pipeline.problem import GemmProblem
+from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
 MODELS = {  # projection -> (output features, input features)
     "llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
@@ -37,13 +38,14 @@ MODELS = {  # projection -> (output features, input features)
     "qwen2-7b": {"qkv": (4608, 3584), "o": (3584, 3584), "gate_up": (37888, 3584), "down": (3584, 18944),
                  "lm_head": (152064, 3584)},
 }  # fmt: skip
+MODELS["llama3-8b-fp8"] = MODELS["llama3-8b"]  # the same projections as tensorwise-scaled e4m3 _scaled_mm
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -53,7 +55,9 @@ def main() -> None:
     for model in args.models:
         for name, (n_out, k) in MODELS[model].items():
             for tokens in args.tokens:
-                problem = GemmProblem("gemm", "T", "N", n_out, tokens, k, k, k, n_out)
+                fp8 = model.endswith("-fp8")
+                op, fields = ("scaled_gemm", TENSORWISE_E4M3) if fp8 else ("gemm", {})
+                problem = GemmProblem(op, "T", "N", n_out, tokens, k, k, k, n_out, **fields)
                 sets = rotating_operands(problem, device, timing)
                 ref = reference(problem, sets[0])
                 offered = tg.configs(problem, sms)

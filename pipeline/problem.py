@@ -19,6 +19,17 @@ OP_KINDS: tuple[OpKind, ...] = ("gemm", "gemm_and_bias", "gemm_strided_batched",
 
 WILDCARD = "*"
 TENSORWISE, ROWWISE = 0, 1  # scale recipes of the 2.15 CUDA scaled key (``ast_``/``bst_``: torch's ScalingType)
+TENSORWISE_E4M3 = {  # a scaled_gemm's fields for torch._scaled_mm of e4m3 operands, fp32 tensorwise scales, bf16 out
+    "a_type": "float8_e4m3fn",
+    "b_type": "float8_e4m3fn",
+    "c_type": "bfloat16",
+    "scale_a_type": "float32",
+    "scale_b_type": "float32",
+    "scale_a_recipe": TENSORWISE,
+    "scale_b_recipe": TENSORWISE,
+    "output_scale": False,
+    "fast_accum": False,
+}
 Dim = int | Literal["*"]
 
 DTYPES: dict[str, int] = {

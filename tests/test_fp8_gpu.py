@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.formats.tunableop import TunableOpEntry, read_file, write_file
-from pipeline.problem import GemmProblem
+from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
 from .helpers import nvmath_gpu_marks, source_module
 
@@ -184,15 +184,7 @@ def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import TOLERANCES
 
-    fields = dict(
-        a_type="float8_e4m3fn",
-        b_type="float8_e4m3fn",
-        c_type="bfloat16",
-        scale_a_type="float32",
-        scale_b_type="float32",
-        output_scale=False,
-        fast_accum=False,
-    )
+    fields = {k: v for k, v in TENSORWISE_E4M3.items() if not k.endswith("_recipe")}
     backend = CublasLtBackend()
     settings = TuneSettings(time_budget_s=5.0)
     tensorwise = GemmProblem(

@@ -4,7 +4,8 @@ kernel wins (docs/triton.md).
 One kernel computes ``out[r, c] = sum_k X[r, k] Y[k, c] (+ bias[c])`` in torch's row-major frame
 (``torch_gemm.torch_views``: ``r`` runs over the BLAS ``n``, the tokens of ``F.linear``; ``c`` over ``m``, its
 output features), over a grid of ``BLOCK_R x BLOCK_C`` output tiles, split over ``K`` into ``SPLIT_K`` slices
-whose fp32 partial sums a second kernel adds in a fixed order (deterministic, bias and cast there). Two config
+whose fp32 partial sums a second kernel adds in a fixed order (deterministic, bias and cast there); FP8
+operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before the bias. Two config
 families share it:
 
     skinny  rows <= 16 (decode): one 16-row tile holds every token, so each weight tile is read once for all
@@ -28,11 +29,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..atomic import atomic_write_json
-from ..problem import GemmProblem
+from ..problem import ROWWISE, GemmProblem, dtype_bytes
 
-SERVED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched")
+SERVED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm")
 SERVED_TYPES = ("bfloat16", "float16")
-ALIGN = 8  # elements: 16-byte rows for the 2-byte types, so every tile load can be vectorised
+FP8_TYPES = ("float8_e4m3fn",)  # tensorwise-scaled operands of torch._scaled_mm, out bf16 or fp16
+ALIGN_BYTES = 16  # lds in whole 16-byte units, so every tile load can be vectorised
 SKINNY_ROWS = 16  # tl.dot's least tile side: a skinny tile holds up to 16 tokens
 
 
@@ -71,16 +73,24 @@ def serves(problem: GemmProblem) -> str | None:
     p = problem
     if p.op not in SERVED_OPS:
         return f"{p.op}: no Triton kernel for it yet (served: {', '.join(SERVED_OPS)})"
-    if not (p.a_type == p.b_type == p.c_type and p.a_type in SERVED_TYPES):
+    if p.op == "scaled_gemm":
+        if not (p.a_type == p.b_type and p.a_type in FP8_TYPES and p.c_type in SERVED_TYPES):
+            return f"types {p.a_type}/{p.b_type}/{p.c_type}: the scaled kernel takes e4m3 into bf16 or fp16"
+        if p.rowwise or ROWWISE in (p.scale_a_recipe, p.scale_b_recipe) or p.output_scale or p.swizzle:
+            return "rowwise, output or swizzled scales: the scaled kernel takes tensorwise scales alone"
+        if p.bias_type not in (None, p.c_type):
+            return f"bias {p.bias_type} on a {p.c_type} output: the scaled kernel adds a bias of the output's type"
+    elif not (p.a_type == p.b_type == p.c_type and p.a_type in SERVED_TYPES):
         return f"types {p.a_type}/{p.b_type}/{p.c_type}: the Triton kernels take {' or '.join(SERVED_TYPES)} alone"
     if p.compute_type != "float32":
         return f"compute type {p.compute_type}: the Triton kernels accumulate in float32"
     if p.layout != "TN":
         return f"layout {p.layout}: the Triton kernels read both operands along K (TN, as F.linear records)"
     lda, ldb, _ = p.blas_lds()
-    odd = [f"{name} {ld}" for name, ld in (("lda", lda), ("ldb", ldb)) if ld % ALIGN]
+    align = int(ALIGN_BYTES // dtype_bytes(p.a_type))
+    odd = [f"{name} {ld}" for name, ld in (("lda", lda), ("ldb", ldb)) if ld % align]
     if odd:
-        return f"{', '.join(odd)} not a multiple of {ALIGN} elements (16 bytes): unaligned tile loads"
+        return f"{', '.join(odd)} not a multiple of {align} elements (16 bytes): unaligned tile loads"
     return None
 
 
@@ -164,6 +174,8 @@ def launcher(problem: GemmProblem, config: TritonConfig) -> Callable:
         cols = y3.shape[2]
         k_per = triton.cdiv(triton.cdiv(k, c.split_k), c.block_k) * c.block_k
         bias = ops.bias if ops.bias is not None else o3
+        scaled = ops.scale_a is not None
+        scale_x, scale_y = (ops.scale_b, ops.scale_a) if scaled else (o3, o3)  # X is BLAS B: torch's scale_b
         part = o3
         if c.split_k > 1:
             key = (o3.device, batch, rows, cols)
@@ -172,10 +184,10 @@ def launcher(problem: GemmProblem, config: TritonConfig) -> Callable:
             part = partials[key]
         grid = (triton.cdiv(rows, c.block_r) * triton.cdiv(cols, c.block_c), c.split_k, batch)
         gemm[grid](
-            x3, y3, o3, bias, part, rows, cols, k, k_per,
+            x3, y3, o3, bias, part, scale_x, scale_y, rows, cols, k, k_per,
             *x3.stride(), *y3.stride(), *o3.stride(),
-            HAS_BIAS=ops.bias is not None, SPLIT=c.split_k, BR=c.block_r, BC=c.block_c, BK=c.block_k,
-            GROUP=c.group, num_warps=c.num_warps, num_stages=c.num_stages,
+            HAS_BIAS=ops.bias is not None, SCALED=scaled, SPLIT=c.split_k,
+            BR=c.block_r, BC=c.block_c, BK=c.block_k, GROUP=c.group, num_warps=c.num_warps, num_stages=c.num_stages,
         )  # fmt: skip
         if c.split_k > 1:
             block = 1024

@@ -6,10 +6,10 @@ import triton.language as tl
 
 
 @triton.jit
-def gemm(x, y, out, bias, part, R, C, K, K_PER,
+def gemm(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
          sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,
-         HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
-         BK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+         HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
+         BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
     pid, pk, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_r, n_c = tl.cdiv(R, BR), tl.cdiv(C, BC)
     width = GROUP * n_c  # GROUP row tiles side by side share their column tiles through L2
@@ -33,6 +33,8 @@ def gemm(x, y, out, bias, part, R, C, K, K_PER,
         xp += BK * sxk
         yp += BK * syk
     inside = (rows[:, None] < R) & (cols[None, :] < C)
+    if SCALED:  # tensorwise scales scale the product, before the bias (torch._scaled_mm's order)
+        acc *= tl.load(scale_x) * tl.load(scale_y)
     if SPLIT == 1:
         if HAS_BIAS:
             acc += tl.load(bias + cols, mask=cols < C, other=0.0).to(tl.float32)[None, :]
