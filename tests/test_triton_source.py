@@ -102,7 +102,11 @@ GPU_PROBLEMS = [
 ]
 
 
-@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: f"{p.op}-{p.m}x{p.n}x{p.k}-{p.a_type}")
+@pytest.mark.parametrize(
+    "problem",
+    [pytest.param(p, marks=pytest.mark.xdist_group(f"triton-{i}")) for i, p in enumerate(GPU_PROBLEMS)],
+    ids=lambda p: f"{p.op}-{p.m}x{p.n}x{p.k}-{p.a_type}",
+)  # each in a process of its own: their compiles run side by side
 @pytest.mark.gpu
 @pytest.mark.gpu_untimed
 def test_every_offered_config_matches_the_fp32_reference(problem):
@@ -116,7 +120,7 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     ref = reference(problem, ops)
     offered = tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)
     assert offered
-    found = offered[:: max(1, len(offered) // 6)]  # a spread of tiles and splits: each compiles for a second
+    found = offered[:: max(1, len(offered) // 3)]  # a spread of tiles and splits: each compiles for a second
     errors = {c.name: check_numerics(problem, tg.launcher(problem, c), ops, ref) for c in found}  # raises if off
     assert max(errors.values()) > 0, "an exact match on random data means the output was not computed"
     print(f"\n{problem.op} {problem.m}x{problem.n}x{problem.k}: {len(found)} configs, worst {max(errors.values()):.2e}")
