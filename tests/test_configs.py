@@ -189,6 +189,38 @@ def test_bad_settings():
         write_configs(Path("/nonexistent/never-written"), _problems(), ConfigSettings(preset="nope"))
 
 
+def test_a_preset_that_cannot_fork_is_refused_naming_the_presets_file(tmp_path):
+    import shutil
+
+    from pipeline.errors import BadInput
+    from pipeline.stages.configs.render import TEMPLATES
+
+    templates = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, templates)
+    presets_file = templates / "tensile_presets.yaml"
+    presets = yaml.safe_load(presets_file.read_text())
+
+    def without_depth_u(preset: dict) -> dict:
+        return {
+            **preset,
+            "fork": [f for f in preset["fork"] if "DepthU" not in f],
+            "common": [c for c in preset.get("common", []) if "DepthU" not in c],
+        }
+
+    cases = {
+        "sets no DepthU": without_depth_u,
+        "has no MatrixInstruction for DataType": lambda preset: {**preset, "matrix_instructions": {}},
+    }
+    for said, spoil in cases.items():
+        presets_file.write_text(yaml.safe_dump({**presets, "mi300x": spoil(presets["mi300x"])}))
+        with pytest.raises(BadInput, match=f"--tensile-preset 'mi300x' {said}.* in {presets_file}"):
+            write_configs(tmp_path / "out", _problems(), ConfigSettings(templates=templates))
+    presets_file.write_text("mi300x: [unclosed\n")
+    with pytest.raises(BadInput, match=rf"(?s){presets_file}: .*line 1, column 9"):
+        write_configs(tmp_path / "out", _problems(), ConfigSettings(templates=templates))
+    assert not (tmp_path / "out").exists(), "refused before any file was written"
+
+
 def test_cli_configs(tmp_path, capsys):
     assert main(["configs", str(SHAPES), "--out", str(tmp_path / "c"), "--padding", "off"]) == 0
     out = capsys.readouterr().out

@@ -234,7 +234,9 @@ def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instr
     with its reason (formats/tensile_forks.py)."""
     depth_us = _preset_values(preset, "fork", "DepthU") or _preset_values(preset, "common", "DepthU")
     if not depth_us:
-        raise ValueError(f"preset {settings.preset!r} sets no DepthU")
+        raise BadInput(
+            f"--tensile-preset {settings.preset!r} sets no DepthU in {settings.templates / 'tensile_presets.yaml'}"
+        )
     prefetch = [bool(p) for p in _preset_values(preset, "common", "PrefetchGlobalRead")] or [True]
     return plan_forks(
         problem_type["DataType"],
@@ -275,8 +277,9 @@ def fork_plans(plan: ConfigPlan, settings: ConfigSettings, preset: dict) -> dict
         problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
         instructions = _matrix_instructions(preset, problem_type["DataType"])
         if not instructions:
-            raise ValueError(
-                f"preset {settings.preset!r} has no MatrixInstruction for DataType {problem_type['DataType']!r}"
+            raise BadInput(
+                f"--tensile-preset {settings.preset!r} has no MatrixInstruction for DataType "
+                f"{problem_type['DataType']!r} in {settings.templates / 'tensile_presets.yaml'}"
             )
         plans[name] = _fork_plan(preset, settings, problem_type, instructions)
         if not plans[name].kept:
@@ -292,8 +295,8 @@ def load_presets(templates: Path) -> dict:
     path = templates / "tensile_presets.yaml"
     try:
         return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"{path}: {err}") from None
+    except (OSError, yaml.YAMLError) as err:  # a YAML error names the line
+        raise BadInput(f"{path}: {err}") from None
 
 
 def render_configs(
