@@ -4,7 +4,6 @@ import fcntl
 import importlib.util
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,8 +63,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if "gpu" not in item.keywords:
         yield
         return
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")  # one lock per run of the suite
-    path = Path(tempfile.gettempdir()) / f"gemm-tune-tests-gpu-{run}.lock"
+    # in the directory the run's processes share under pytest's own temporary root (which pytest prunes)
+    path = item.config._tmp_path_factory.getbasetemp().parent / "gemm-tune-gpu.lock"
     with path.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH if "gpu_untimed" in item.keywords else fcntl.LOCK_EX)
         try:
