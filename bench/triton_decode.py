@@ -22,7 +22,7 @@ import triton
 from pipeline.backends import triton_gemm as tg
 from pipeline.backends.measure import (
     TimingSettings,
-    _bandwidth,
+    bandwidth,
     check_numerics,
     device_info,
     interleaved,
@@ -50,7 +50,7 @@ def main() -> None:
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     timing = TimingSettings()
-    bandwidth = _bandwidth(device)
+    limit = bandwidth(device)
     rows = []
     for model in args.models:
         for name, (n_out, k) in MODELS[model].items():
@@ -76,7 +76,7 @@ def main() -> None:
                 default_us = final["default"].median
                 winner = min(best, key=lambda n: final[n].median)
                 triton_us = final[winner].median
-                fraction = problem.touched_bytes() / bandwidth * 1e6
+                fraction = problem.touched_bytes() / limit * 1e6
                 rows.append({
                     "model": model, "gemm": name, "tokens": tokens, "problem": problem.to_dict(),
                     "bytes": problem.touched_bytes(), "default_us": default_us, "triton_us": triton_us,
@@ -90,8 +90,8 @@ def main() -> None:
                       f"triton {triton_us:8.1f} us ({r['hbm_triton']:.3f}) x{r['speedup']:.3f} {winner}",
                       flush=True)  # fmt: skip
                 del sets
-                _write(args.out, device, bandwidth, rows)
-    print(json.dumps(_write(args.out, device, bandwidth, rows)["geomean_hbm_fraction"]))
+                _write(args.out, device, limit, rows)
+    print(json.dumps(_write(args.out, device, limit, rows)["geomean_hbm_fraction"]))
 
 
 def _write(out: str, device: torch.device, bandwidth: float, rows: list[dict]) -> dict:

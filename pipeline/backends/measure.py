@@ -128,7 +128,7 @@ def _best_us(fn, reps: int = 5) -> float:
     return min(times)
 
 
-def _bandwidth(device: torch.device, size: int = 1 << 30) -> float:
+def bandwidth(device: torch.device, size: int = 1 << 30) -> float:
     """Bytes/s: the better of a copy (read + write) and a reduction (read) over ``size`` bytes."""
     src = torch.empty(size, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
@@ -140,7 +140,7 @@ def _bandwidth(device: torch.device, size: int = 1 << 30) -> float:
 def measure_limits(device: torch.device, dtypes: tuple[tuple[str, str], ...] = LIMIT_DTYPES) -> DeviceLimits:
     """The device's bandwidth, and torch's best 8192^3 GEMM per (dtype, compute type) given, plus its best
     8192^3 e4m3 ``_scaled_mm`` where the GPU has FP8 tensor cores (the floor of FP8 problems)."""
-    bandwidth, flops, n = _bandwidth(device), {}, 8192
+    rate, flops, n = bandwidth(device), {}, 8192
     for dtype, compute in dtypes:
         x = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
         allow = torch.backends.cuda.matmul.allow_tf32
@@ -155,7 +155,7 @@ def measure_limits(device: torch.device, dtypes: tuple[tuple[str, str], ...] = L
         flops[FP8_LIMIT] = (
             2 * n**3 / _best_us(lambda: torch._scaled_mm(x, x.t(), one, one, out_dtype=torch.bfloat16)) * 1e6
         )
-    return DeviceLimits(bandwidth, flops)
+    return DeviceLimits(rate, flops)
 
 
 class GraphTimer:

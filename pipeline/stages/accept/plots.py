@@ -10,6 +10,7 @@ from html import escape
 ROW = 16  # px per bar (horizontal chart) or per label column (dot chart)
 LABEL_W, PLOT_W, PAD = 260, 560, 30
 GREEN, GRAY, BLUE, ORANGE = "#2ca02c", "#8c8c8c", "#1f77b4", "#ff7f0e"
+SERIES = (BLUE, ORANGE, GREEN)  # the dot chart's colours, series by series
 
 
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
@@ -79,7 +80,7 @@ def dots(
         f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(ylabel)}</text>'
     )
     step = width / max(len(labels), 1)
-    for (name, values), color in zip(series.items(), (BLUE, ORANGE, GREEN), strict=False):
+    for (name, values), color in zip(series.items(), SERIES, strict=False):
         for i, value in enumerate(values):
             cx = x0 + step * (i + 0.5)
             body.append(
@@ -89,7 +90,7 @@ def dots(
     for i, label in enumerate(labels):
         cx, cy = x0 + step * (i + 0.5), top + plot_h + 8
         body.append(f'<text transform="translate({cx:.1f} {cy}) rotate(90)" font-size="9">{escape(label)}</text>')
-    for j, (name, color) in enumerate(zip(series, (BLUE, ORANGE, GREEN), strict=False)):
+    for j, (name, color) in enumerate(zip(series, SERIES, strict=False)):
         body.append(f'<circle cx="{x0 + 12}" cy="{top + 12 + 14 * j}" r="4" fill="{color}"/>')
         body.append(f'<text x="{x0 + 20}" y="{top + 16 + 14 * j}">{escape(name)}</text>')
     return _svg(x0 + width + PAD, top + plot_h + 8 + 7 * max((len(s) for s in labels), default=0), title, body)

@@ -225,6 +225,11 @@ def _matrix_instructions(preset: dict, data_type: str) -> list | None:
     return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
 
 
+def presets_file(templates: Path) -> Path:
+    """The TensileLite presets of a templates folder (``--tensile-preset`` names one)."""
+    return templates / "tensile_presets.yaml"
+
+
 def _preset_values(preset: dict, section: str, name: str) -> list:
     return [value for item in preset.get(section, []) for value in item.get(name, [])]
 
@@ -234,9 +239,7 @@ def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instr
     with its reason (formats/tensile_forks.py)."""
     depth_us = _preset_values(preset, "fork", "DepthU") or _preset_values(preset, "common", "DepthU")
     if not depth_us:
-        raise BadInput(
-            f"--tensile-preset {settings.preset!r} sets no DepthU in {settings.templates / 'tensile_presets.yaml'}"
-        )
+        raise BadInput(f"--tensile-preset {settings.preset!r} sets no DepthU in {presets_file(settings.templates)}")
     prefetch = [bool(p) for p in _preset_values(preset, "common", "PrefetchGlobalRead")] or [True]
     return plan_forks(
         problem_type["DataType"],
@@ -265,8 +268,10 @@ def forks_per_pair(preset: dict) -> int:
 def _preset(settings: ConfigSettings) -> dict:
     presets = load_presets(settings.templates)
     if settings.preset not in presets:
-        where = settings.templates / "tensile_presets.yaml"
-        raise BadInput(f"--tensile-preset {settings.preset!r}: no such preset in {where}; known: {', '.join(presets)}")
+        raise BadInput(
+            f"--tensile-preset {settings.preset!r}: no such preset in {presets_file(settings.templates)}; "
+            f"known: {', '.join(presets)}"
+        )
     return presets[settings.preset]
 
 
@@ -279,20 +284,20 @@ def fork_plans(plan: ConfigPlan, settings: ConfigSettings, preset: dict) -> dict
         if not instructions:
             raise BadInput(
                 f"--tensile-preset {settings.preset!r} has no MatrixInstruction for DataType "
-                f"{problem_type['DataType']!r} in {settings.templates / 'tensile_presets.yaml'}"
+                f"{problem_type['DataType']!r} in {presets_file(settings.templates)}"
             )
         plans[name] = _fork_plan(preset, settings, problem_type, instructions)
         if not plans[name].kept:
             raise BadInput(
                 f"--tensile-preset {settings.preset!r}: TensileLite would reject every fork of {name} on "
                 f"{settings.arch} ({plans[name].pruned[0][1]}, ...); add a smaller DepthU or MatrixInstruction "
-                f"to {settings.templates / 'tensile_presets.yaml'}"
+                f"to {presets_file(settings.templates)}"
             )
     return plans
 
 
 def load_presets(templates: Path) -> dict:
-    path = templates / "tensile_presets.yaml"
+    path = presets_file(templates)
     try:
         return yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:  # a YAML error names the line
