@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import read_file
 
@@ -23,6 +25,7 @@ def _luigi(tmp_path: Path, *extra: str, env: dict | None = None, **options) -> s
     )
 
 
+@pytest.mark.long
 def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     # the default --validate-rounds, so half of the HF Llama's GEMMs (the ld twins among them)
     proc = _luigi(tmp_path, rounds=None, untuned=first_gemms(tmp_path, UNTUNED, GEMMS))

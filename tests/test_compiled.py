@@ -52,6 +52,11 @@ def test_kept_rows_never_run_name_their_twin_or_say_they_did_not_run():
     assert [u["key"] for u in unused] == [OTHER, TWIN]
     assert unused[1]["reason"].startswith(f"padded twin of {SERVED}")
     assert unused[0]["reason"].startswith("recorded but not called in the tuned run")
+    # pad_mm's timing chose the padded shape: the unpadded original is the one left unrun
+    padded_ran = {f"Gemm_Cublaslt_id_66 {TWIN}": 5}
+    unused = never_run([SERVED, TWIN], [SERVED, TWIN], padded_ran)
+    assert [u["key"] for u in unused] == [SERVED]
+    assert unused[0]["reason"].startswith(f"unpadded twin of {TWIN}")
 
 
 def test_section_reads_the_collect_log_and_the_runtime_status(tmp_path):

@@ -74,6 +74,7 @@ def test_readable_labels_tell_ld_twins_apart():
     ]
 
 
+@pytest.mark.long
 def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
     # a workload that runs slower whenever torch is pointed at the bundle (the e2e A/B's tuned arm)
     slow = "import os, time; time.sleep(0.9 if os.environ.get('PYTORCH_TUNABLEOP_ENABLED') == '1' else 0.3)"

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipeline.formats.tunableop import read_file
@@ -126,6 +127,7 @@ def _stage_in_progress(run: Path, since: float) -> str:
     return max(touched)[1] if touched else "start"
 
 
+@pytest.mark.long
 def test_sigkill_at_twenty_random_moments_then_rerun_is_byte_identical(tmp_path):
     reference = _start(tmp_path, tmp_path / "ref")
     start = time.monotonic()

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from .helpers import amd_dag
 
 ARTIFACTS = ("tunableop_results.csv", "hipblaslt_override.txt")
@@ -133,6 +135,7 @@ def _assert_like_a_single_worker(tmp_path: Path, fleet: Path, killed: int = 0) -
         assert (bench / "logic" / name).read_bytes() == (single / "fleet" / "bench" / "logic" / name).read_bytes()
 
 
+@pytest.mark.long
 def test_two_workers_on_luigid_share_the_shards_and_match_a_single_worker(tmp_path):
     fleet = tmp_path / "fleet"
     with _luigid(tmp_path) as port:
@@ -157,6 +160,7 @@ def _bench_worker_of(pid: int) -> str | None:
     return None
 
 
+@pytest.mark.long
 def test_a_worker_killed_mid_shard_leaves_its_shard_to_the_other(tmp_path):
     fleet = tmp_path / "fleet"
     with _luigid(tmp_path) as port:

@@ -8,6 +8,7 @@ import pytest
 from pipeline.workloads import hf
 
 
+@pytest.mark.long
 def test_compiled_decode_loop_matches_greedy_generate():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers", reason="the HuggingFace models need transformers")

@@ -29,6 +29,7 @@ def _record(arch: str, out: Path, **kw):
     return collect(out, command, env=with_package_on_path(os.environ), timeout_s=900, **kw)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "arch", [pytest.param(arch, marks=pytest.mark.xdist_group(f"hf-{arch}")) for arch in ARCHS]
 )  # one process each, side by side

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from .helpers import ROOT
 
 
@@ -20,6 +22,7 @@ def _one_line(block: str) -> str:
     return block.replace("\\\n", " ")
 
 
+@pytest.mark.long
 def test_the_cpu_try_out_and_its_package_run_as_the_readme_prints_them(tmp_path):
     """The README's CPU try-out (third block), then the Package form it documents for it, from a directory
     holding the checkout's tests/ (so ./workdir is this test's): the package lands under ./workdir/dist."""

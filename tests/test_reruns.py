@@ -42,6 +42,7 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
     return proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.long
 def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_nothing(tmp_path):
     A, B = _inputs(tmp_path)
     assert _keys(A) != _keys(B)
@@ -88,6 +89,7 @@ def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
     assert tuned == {e.problem for e in read_file(B).entries}
 
 
+@pytest.mark.long
 def test_two_runs_of_one_run_name_at_once(tmp_path):
     command, env = amd_dag(tmp_path, "same", "", "TuneWorkload", *FAST, untuned=_inputs(tmp_path)[0])
     slow = {**env, "HIPBLASLT_DOUBLE_DELAY": "0.3"}  # ~25 launches: the first run holds its name ~10 s

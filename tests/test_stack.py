@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from pipeline.stages.bench.tuned_cache import TUNED
 from pipeline.stages.run import fingerprint as fpmod
 
@@ -61,6 +63,7 @@ def test_claim_moves_another_stacks_directory_aside(tmp_path):
     assert (tmp_path / "bench.cuda-sm90-aaa" / "summary.json").exists()
 
 
+@pytest.mark.long
 def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(tmp_path):
     _run(tmp_path, "night1", rounds=1)
     first = _summary(tmp_path, "night1")

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from pipeline.formats.tunableop import read_file
 
 from .helpers import FIXTURES, ROOT, luigi_argv, nvmath_gpu_marks
@@ -13,6 +15,7 @@ from .helpers import FIXTURES, ROOT, luigi_argv, nvmath_gpu_marks
 pytestmark = nvmath_gpu_marks("validating TunableOp's picks (cuBLASLt solutions, run through nvmath-python)")
 
 
+@pytest.mark.long
 def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
     import torch
 
@@ -26,7 +29,7 @@ def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
             backend="tunableop",
             tunableop_iterations="20",
             gpus="1",
-            validate_rounds="3",  # what is tested is TunableOp tuning, not the validation
+            validate_rounds="1",  # what is tested is TunableOp tuning, not the validation
         ),
         cwd=ROOT,
         capture_output=True,

@@ -192,6 +192,7 @@ def test_gpu_collection_records_every_linear_problem(tmp_path):
     )
 
 
+@pytest.mark.long
 @pytest.mark.gpu
 @pytest.mark.gpu_untimed
 @pytest.mark.xdist_group("workload-gather")

@@ -56,19 +56,16 @@ def never_run(kept: Iterable[str], recorded: Iterable[str], tuned_calls: Mapping
     problems = {key: parse_key(*key.split(",", 1)) for key in set(recorded) | set(kept)}
     out = []
     for key in sorted(set(kept) - ran):
-        twin = next(
-            (
-                other
-                for other in sorted(ran)
-                if other != key and other in problems and padded_twin(problems[key], problems[other])
-            ),
-            None,
-        )
-        reason = (
-            f"padded twin of {twin}: Inductor's pad_mm benchmarks it at compile time and runs the other"
-            if twin
-            else "recorded but not called in the tuned run (a compile-time benchmark, or a path this run did not take)"
-        )
+        reason = "recorded but not called in the tuned run (a compile-time benchmark, or a path this run did not take)"
+        for other in sorted(ran - {key}):
+            if other not in problems:
+                continue
+            if padded_twin(problems[key], problems[other]):
+                reason = f"padded twin of {other}: Inductor's pad_mm benchmarks it at compile time and runs the other"
+                break
+            if padded_twin(problems[other], problems[key]):
+                reason = f"unpadded twin of {other}: Inductor's pad_mm benchmarks both and runs the padded one"
+                break
         out.append({"key": key, "reason": reason})
     return out
 
