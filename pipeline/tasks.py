@@ -339,6 +339,9 @@ class StackBound(PipelineTask):
     tunableop_numerical_check = luigi.BoolParameter(
         default=False, description="tunableop: check every candidate against Default"
     )
+    triton = luigi.BoolParameter(
+        default=False, description="cublaslt: also time this project's Triton kernels per GEMM (docs/triton.md)"
+    )
     time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
     margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
 
@@ -539,6 +542,7 @@ BENCH_PARAMS = (
     "tunableop_duration_ms",
     "tunableop_rotating_mb",
     "tunableop_numerical_check",
+    "triton",
     "time_budget",
     "margin",
     "shards",
@@ -961,6 +965,8 @@ def preflight(task: luigi.Task) -> None:
     parameters).
     ``task`` is Bench or a task that inherits its parameters."""
     task.clone(GenerateConfigs).settings()  # options no TensileLite takes (Validate reads the configs too)
+    if task.triton and task.backend != "cublaslt":
+        raise BadArguments(f"--triton adds Triton kernels to the cublaslt search; --backend {task.backend} has none")
     tuner = task.clone(Bench)
     merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
     if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):

@@ -167,3 +167,19 @@ def nvmath_gpu_marks(what: str) -> list:
             "(pip install -e '.[cuda,test]')",
         ),
     ]
+
+
+def recorded_scaled_calls(tmp_path: Path, layer, x) -> list:
+    """The ``_scaled_mm`` problems ``layer(x)`` calls, as the collection's recorder writes them."""
+    from pipeline.formats.tunableop import read_file
+    from pipeline.runtime.record import ScaledRecorder
+
+    recorder = ScaledRecorder(tmp_path / "rec")
+    (tmp_path / "rec").mkdir()
+    recorder.install()
+    try:
+        layer(x)
+    finally:
+        recorder.uninstall()
+    files = recorder.write()
+    return [e.problem for e in read_file(files[0]).entries]

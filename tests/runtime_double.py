@@ -12,6 +12,7 @@ from pipeline.problem import GemmProblem
 class DoublePlan:
     def __init__(self, problem: GemmProblem, solution: str, device: int) -> None:
         self.problem, self.name, self.device, self.calls = problem, solution, device, 0
+        self.accumulates = not solution.startswith("triton_")  # as runtime/triton_plan.TritonPlan
 
     def run(
         self,

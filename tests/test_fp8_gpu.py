@@ -14,7 +14,7 @@ import pytest
 from pipeline.formats.tunableop import TunableOpEntry, read_file, write_file
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
-from .helpers import nvmath_gpu_marks, source_module
+from .helpers import nvmath_gpu_marks, recorded_scaled_calls, source_module
 
 pytestmark = nvmath_gpu_marks("FP8 tuning and routing")
 
@@ -136,7 +136,7 @@ def test_routed_scaled_calls_replay_under_cuda_graph_capture(tmp_path):
     linear = torch.nn.Linear(4096, 4096, bias=False, device="cuda", dtype=torch.bfloat16)
     layer = FP8Linear(linear, torch.float8_e4m3fn)
     x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
-    collection_problems = _recorded_layer(tmp_path, layer, x)
+    collection_problems = recorded_scaled_calls(tmp_path, layer, x)
     results, _ = _heuristic_rows(collection_problems, tmp_path / "tunableop_results.csv")
     expected = layer(x)
     runtime = rt.install(results)
@@ -163,20 +163,6 @@ def test_routed_scaled_calls_replay_under_cuda_graph_capture(tmp_path):
     assert tuned_after_capture == 2  # the warm-up call and the captured one
     for have, want in ((out, expected), (doubled, layer(x * 2))):
         assert float((have.float() - want.float()).norm() / want.float().norm()) < 2e-2
-
-
-def _recorded_layer(tmp_path: Path, layer, x) -> list[GemmProblem]:
-    from pipeline.runtime.record import ScaledRecorder
-
-    recorder = ScaledRecorder(tmp_path / "rec")
-    (tmp_path / "rec").mkdir()
-    recorder.install()
-    try:
-        layer(x)
-    finally:
-        recorder.uninstall()
-    files = recorder.write()
-    return [e.problem for e in read_file(files[0]).entries]
 
 
 def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():

@@ -92,6 +92,23 @@ def test_a_cuda_package_for_torch_before_2_14_leaves_out_what_it_cannot_dispatch
     assert len(load_table(out)) == 2  # the runtime finds them in the package directory
 
 
+TRITON = "triton_r16c64k256_s2_g8_w4_st4"
+
+
+@pytest.mark.parametrize("torch_version", ["2.11.0", "2.14.0"])
+def test_triton_rows_go_to_the_runtime_and_never_to_torchs_file(tmp_path, torch_version):
+    run = _bundle(tmp_path / "run", {"PT_VERSION": torch_version}, [CUBLASLT, TRITON])
+    manifest = write_package(run, tmp_path / "dist", STACK, devices=1)
+    out = tmp_path / "dist" / STACK.fingerprint
+    torch_rows = [e.solution for e in read_file(out / "tunableop_results.csv").entries]
+    runtime_rows = [e.solution for e in read_file(out / "runtime_results.csv").entries]
+    assert TRITON not in torch_rows  # TunableOp never meets a name it does not know: it runs torch's default
+    assert torch_rows == ([] if torch_version == "2.11.0" else [CUBLASLT])
+    assert runtime_rows == ([CUBLASLT, TRITON] if torch_version == "2.11.0" else [TRITON])
+    (why,) = [u["why"] for u in manifest["unservable"] if u["solution"] == TRITON]
+    assert why == f"no torch names a solution {TRITON}"
+
+
 def test_a_package_lists_every_file_with_its_hash_and_serves_its_torch_exactly(tmp_path):
     run = _bundle(tmp_path / "run", {"PT_VERSION": "2.14.0"}, [CUBLASLT])
     manifest = write_package(run, tmp_path / "dist", STACK, devices=3)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.backends import triton_gemm as tg
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, write_file
 from pipeline.runtime import DeviceMismatch, tunableop_consumes
 from pipeline.runtime.frame import gemm_key, operand
@@ -70,9 +71,28 @@ def test_table_keeps_cublaslt_rows_and_counts_the_rest(tmp_path):
     )
     table = load_table(tmp_path)
     assert len(table) == 2
-    assert table.left_out == {"Default (torch's own kernel)": 1, "not a cuBLASLt solution": 1}
+    assert table.left_out == {"Default (torch's own kernel)": 1, "not a cuBLASLt or Triton solution": 1}
     assert ("gemm", "float32", "float32", "N", "N", 512, 128, 256, 512, 256, 512, 1) in table.solutions
     assert load_table(csv).solutions == table.solutions
+
+
+def test_table_keeps_triton_rows_the_kernels_serve_and_says_why_not_the_others(tmp_path):
+    triton = "triton_r16c64k256_s2_g8_w4_st4"
+    _rows(
+        tmp_path / RESULTS,
+        [
+            ("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", triton),
+            ("GemmTunableOp_BFloat16_TN", "tn_4096_16_4096_ld_4096_4096_4096", SOLUTION),
+            ("GemmTunableOp_float_TN", "tn_512_128_256_ld_256_256_512", triton),  # fp32: not served
+        ],
+    )
+    table = load_table(tmp_path)
+    assert sorted(solution for _, solution in table.solutions.values()) == [SOLUTION, triton]
+    assert table.left_out == {tg.serves(parse_key("GemmTunableOp_float_TN", "tn_512_128_256_ld_256_256_512")): 1}
+    assert table.triton_rows() == 1
+    only = table.only_triton()
+    assert [solution for _, solution in only.solutions.values()] == [triton]
+    assert only.left_out["cuBLASLt row: TunableOp applies it"] == 1 and only.meta is table.meta
 
 
 def test_table_prefers_a_packages_runtime_rows(tmp_path):
@@ -401,6 +421,30 @@ def test_a_bias_torch_does_not_fuse_routes_to_the_gemm_row(routed):
     rt.uninstall()
     for out, bias in ((got[0], b), (got[1], full), (got[2], strided), (into, full)):
         assert torch.allclose(out.float(), torch.addmm(bias, x, w.t()).float(), rtol=2e-2, atol=2e-2)
+
+
+@needs
+def test_a_triton_row_takes_a_vector_bias_and_leaves_torchs_unfused_addmm_to_torch(tmp_path):
+    import pipeline.runtime as rt
+    from pipeline.runtime.dispatch import NO_ACCUMULATE
+
+    from .runtime_double import DoubleExecutor
+
+    triton = "triton_r16c64k256_s2_g8_w4_st4"
+    _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", triton)])
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(64, 256, generator=g).bfloat16(), torch.randn(512, 256, generator=g).bfloat16()
+    full = torch.randn(64, 512, generator=g).bfloat16()
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU")
+    try:
+        plain, unfused = torch.nn.functional.linear(x, w), torch.addmm(full, x, w.t())
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert status["tuned_calls"] == {f"{triton} GemmTunableOp_BFloat16_TN,tn_512_64_256_ld_256_256_512": 1}
+    assert status["fallbacks"] == {str(NO_ACCUMULATE): 1}, status
+    assert torch.allclose(plain.float(), (x.float() @ w.float().t()), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(unfused.float(), torch.addmm(full, x, w.t()).float(), rtol=2e-2, atol=2e-2)
 
 
 def test_helper_processes_without_gemm_calls_leave_the_status_file_to_the_command(tmp_path):

@@ -141,3 +141,49 @@ def test_a_config_that_cannot_run_fails_in_the_harness_alone():
     outcomes = screen_passes([torch_launcher(problem), tg.launcher(problem, too_big)], sets, 1, None)
     assert isinstance(outcomes[0], float) and outcomes[0] > 0
     assert isinstance(outcomes[1], Exception), outcomes[1]
+
+
+def test_a_solution_name_spells_its_config_and_a_broken_one_is_refused():
+    from pipeline.stages.accept.validate import solution_config
+
+    for config in tg.configs(linear(4096, 8, 4096), 132) + tg.configs(linear(4096, 512, 4096), 132):
+        assert tg.config_from_name(config.name) == config
+        assert solution_config(config.name) == config.to_json()
+    with pytest.raises(ValueError, match="not a Triton solution name"):
+        tg.config_from_name("triton_r16c64k256_s2")
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_untimed
+def test_the_fast_launcher_matches_the_jit_and_a_misaligned_pointer_takes_the_jit():
+    pytest.importorskip("triton")
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
+    runner = tg.Runner(tg.TritonConfig(16, 64, 256, split_k=2))
+    outs = [torch.empty(8, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    runner.run(x, w.t(), outs[0])  # compiles, then keeps the kernels' own launcher
+    assert runner._launch is not None
+    runner.run(x, w.t(), outs[1])  # through that launcher
+    runner(x, w.t(), outs[2])  # through Triton's JIT
+    shifted = torch.empty(8 * 4096 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(8, 4096)
+    shifted.copy_(x)
+    assert not tg.Runner.aligned(shifted)
+    runner.run(shifted, w.t(), outs[3])  # 2 bytes off: the JIT specialises a kernel that makes no such assumption
+    assert all(torch.equal(outs[0], out) for out in outs[1:])  # the split-K sum is in a fixed order
+    from triton import knobs
+
+    seen = []
+
+    def hook(*args, **kwargs) -> None:
+        seen.append(1)
+
+    knobs.runtime.launch_enter_hook.add(hook)  # a profiler's hook: the launcher declines, the JIT calls it
+    try:
+        runner.run(x, w.t(), outs[1])
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert seen and torch.equal(outs[1], outs[0])
+    assert float((outs[0].float() - x.float() @ w.float().t()).norm() / (x.float() @ w.float().t()).norm()) < 1e-2

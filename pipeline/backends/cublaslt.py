@@ -17,9 +17,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,7 +33,7 @@ except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import ROWWISE, GemmProblem
-from . import selection
+from . import selection, triton_gemm
 from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, Unsupported, WinnerRecord
 from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
 from .measure import (
@@ -38,6 +41,7 @@ from .measure import (
     DeviceLimits,
     NumericsError,
     TimingSettings,
+    check_elements,
     check_numerics,
     device_info,
     interleaved,
@@ -242,6 +246,43 @@ class Pool:
     launchers: dict[str, Callable[[OperandSet], None]]
     build_s: float
     heuristic_end: int = 1  # names[:heuristic_end]: the default and the heuristic's list, a finalist tier
+    triton_start: int | None = None  # names[triton_start:]: the Triton kernels' configs, finalists of their own
+    not_served: str | None = None  # why the Triton kernels do not serve the problem, where they were asked
+
+    def own_kernel(self, name: str) -> bool:
+        """Whether ``name`` is a kernel of this project's (checked element by element, compiled first)."""
+        return (self.configs.get(name) or {}).get("source") == "triton"
+
+
+def own_launcher(problem: GemmProblem, config: dict) -> Callable[[OperandSet], None] | None:
+    """The launcher of a saved config of this project's kernels (None: a cuBLASLt config or the default)."""
+    if (config or {}).get("source") != "triton":
+        return None
+    return triton_gemm.launcher(problem, triton_gemm.TritonConfig.from_json(config))
+
+
+def compile_all(launchers: dict[str, Callable[[OperandSet], None]], ops: OperandSet, threads: int = 8) -> dict:
+    """Run each launcher once on ``ops``, ``threads`` at a time (Triton compiles on a config's first launch,
+    mostly outside the GIL, into its cache); returns the exception of each one that failed, by name."""
+
+    def first(name: str) -> Exception | None:
+        try:
+            launchers[name](ops)
+            return None
+        except Exception as err:  # a config that does not compile or fit scores as failed (docs/triton.md)
+            return err
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        outcomes = dict(zip(launchers, pool.map(first, list(launchers)), strict=True))
+    torch.cuda.synchronize()
+    return {name: err for name, err in outcomes.items() if err is not None}
+
+
+def _raiser(err: Exception) -> Callable[[OperandSet], None]:
+    def launch(ops: OperandSet) -> None:
+        raise err
+
+    return launch
 
 
 def pool_of(
@@ -270,12 +311,25 @@ class CublasLtBackend(BackendBase):
 
     name = "cublaslt"
 
-    def __init__(self, device: int = 0, timing: TimingSettings | None = None) -> None:
+    def __init__(self, device: int = 0, timing: TimingSettings | None = None, triton_cache: str | None = None) -> None:
         self.device = torch.device("cuda", device)
         torch.cuda.set_device(self.device)
         self.timing = timing or TimingSettings()
         self.handle = lt.create()
         self._limits: DeviceLimits | None = None
+        self.triton = triton_cache is not None  # --triton: this project's Triton kernels join the pool
+        self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        if self.triton:
+            os.environ["TRITON_CACHE_DIR"] = str(triton_gemm.cache_dir(Path(triton_cache), self.triton_key()))
+
+    def triton_key(self) -> dict:
+        """What the Triton compile cache and a Triton row hold for (``triton_gemm.cache_key``)."""
+        import triton
+
+        props = torch.cuda.get_device_properties(self.device)
+        return triton_gemm.cache_key(
+            props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0]
+        )
 
     @property
     def limits(self) -> DeviceLimits:
@@ -294,6 +348,7 @@ class CublasLtBackend(BackendBase):
             **device_info(self.device),
             "pt_version": torch.__version__.split("+")[0],
             "cublaslt_version": lt.get_version(),
+            **({"triton": self.triton_key()} if self.triton else {}),
         }
 
     def pool(self, problem: GemmProblem, gemm: LtGemm, settings: TuneSettings) -> Pool:
@@ -301,7 +356,33 @@ class CublasLtBackend(BackendBase):
         start = time.monotonic()
         heuristic = gemm.heuristic(settings.heuristic_count)
         more = gemm.space.neighbours(heuristic, settings.neighbours) + gemm.space.enumerate(settings.enumerate_budget)
-        return pool_of(problem, gemm, heuristic, more, start)
+        pool = pool_of(problem, gemm, heuristic, more, start)
+        if self.triton:
+            self.add_triton(problem, pool)
+        pool.build_s = time.monotonic() - start
+        return pool
+
+    def add_triton(self, problem: GemmProblem, pool: Pool) -> None:
+        """Append the Triton kernels' configs for ``problem`` (or say why they do not serve it)."""
+        pool.not_served = triton_gemm.serves(problem)
+        if pool.not_served:
+            return
+        pool.triton_start = len(pool.names)
+        for config in triton_gemm.configs(problem, self.sms):
+            pool.names.append(config.name)
+            pool.configs[config.name] = config.to_json()
+            pool.launchers[config.name] = triton_gemm.launcher(problem, config)
+
+    @staticmethod
+    def compile_triton(pool: Pool, ops: OperandSet) -> float:
+        """Compile the pool's Triton configs in parallel before screening; one that fails keeps its error."""
+        if pool.triton_start is None:
+            return 0.0
+        start = time.monotonic()
+        names = pool.names[pool.triton_start :]
+        for name, err in compile_all({n: pool.launchers[n] for n in names}, ops).items():
+            pool.launchers[name] = _raiser(err)
+        return time.monotonic() - start
 
     def screen(
         self, problem: GemmProblem, pool: Pool, sets: list[OperandSet], deadline: float | None = None
@@ -329,16 +410,23 @@ class CublasLtBackend(BackendBase):
         with self._prepared(problem, settings) as (gemm, sets):
             pool, ref = self.pool(problem, gemm, settings), reference(problem, sets[0])
             result = ProblemResult(problem, phases={"pool_s": pool.build_s})
+            if self.triton:
+                result.phases["triton_compile_s"] = self.compile_triton(pool, sets[0])
             start = time.monotonic()
             candidates = self.screen(problem, pool, sets, time.monotonic() + settings.time_budget_s)
             result.candidates = list(candidates.values())
+            if pool.not_served:
+                result.candidates.append(CandidateResult("triton", error=f"not served: {pool.not_served}"))
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
+            screened = [None, *(candidates[n].screen_us for n in pool.names[1:])]
+            per_tier = max(1, settings.finalists // 2)
             chosen = selection.finalists(
-                [None, *(candidates[n].screen_us for n in pool.names[1:])],
-                max(1, settings.finalists // 2),
-                (pool.heuristic_end, *selection.TIERS),
+                screened[: pool.triton_start], per_tier, (pool.heuristic_end, *selection.TIERS)
             )
+            if pool.triton_start is not None:  # the best of the Triton configs meet the library's best
+                own = selection.finalists(screened[pool.triton_start :], per_tier, ())
+                chosen = sorted([*chosen, *(pool.triton_start + i for i in own)], key=lambda i: screened[i])
             finalists = self.numerically_sound(
                 problem, pool, [candidates[pool.names[i]] for i in chosen], sets, ref, len(chosen)
             )
@@ -366,17 +454,26 @@ class CublasLtBackend(BackendBase):
 
     def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
         """The previous winner, rebuilt from its config under this cuBLASLt (an error where it no longer
-        passes cublasLtMatmulAlgoCheck), interleaved with torch's default."""
+        passes cublasLtMatmulAlgoCheck) or, a Triton config, compiled under this Triton, interleaved with
+        torch's default."""
         problem, name = previous.problem, previous.winner
         with self._prepared(problem, settings) as (gemm, sets):
             solution = previous.record.solution if previous.record else {}
-            record = record_from_config(gemm, solution)
-            launchers = {DEFAULT: torch_launcher(problem), name: gemm.launcher(record)}
             ref = reference(problem, sets[0])
-            numerics = {n: check_numerics(problem, launch, sets[0], ref) for n, launch in launchers.items()}
+            own = own_launcher(problem, solution)
+            if own is None:
+                record = record_from_config(gemm, solution)
+                config = {**solution, "AlgoBytes": read_config(record)["AlgoBytes"]}
+                launchers = {DEFAULT: torch_launcher(problem), name: gemm.launcher(record)}
+                numerics = {n: check_numerics(problem, launch, sets[0], ref) for n, launch in launchers.items()}
+            else:
+                launchers = {DEFAULT: torch_launcher(problem), name: own}
+                figures = check_elements(problem, own, sets[0], ref)
+                config = {**solution, "numerics": figures}
+                numerics = {DEFAULT: check_numerics(problem, launchers[DEFAULT], sets[0], ref)}
+                numerics[name] = figures["relative_error"]
             final = windowed(problem, launchers, self.device, self.timing, rounds=self.timing.rounds)
             base, tuned = final[DEFAULT].median, final[name].median
-            config = {**solution, "AlgoBytes": read_config(record)["AlgoBytes"]}
             result = ProblemResult(
                 problem,
                 default_us=base,
@@ -413,7 +510,10 @@ class CublasLtBackend(BackendBase):
             if len(sound) >= count:
                 break
             try:
-                check_numerics(problem, pool.launchers[candidate.name], sets[0], ref)
+                if pool.own_kernel(candidate.name):
+                    check_elements(problem, pool.launchers[candidate.name], sets[0], ref)
+                else:
+                    check_numerics(problem, pool.launchers[candidate.name], sets[0], ref)
                 sound.append(candidate)
             except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
                 candidate.error = f"{type(err).__name__}: {err}"
@@ -459,8 +559,13 @@ class CublasLtBackend(BackendBase):
             )
             result.winner_us = result.default_us
             if result.default_us / best.verdict_us >= 1 + settings.margin:
-                result.crown(best.name, best.verdict_us, WinnerRecord(best.config))
-                result.numerics[best.name] = check_numerics(problem, pool.launchers[best.name], sets[0], ref)
+                if pool.own_kernel(best.name):  # its figures travel with it (docs/triton.md, "Numerics")
+                    figures = check_elements(problem, pool.launchers[best.name], sets[0], ref)
+                    result.crown(best.name, best.verdict_us, WinnerRecord({**best.config, "numerics": figures}))
+                    result.numerics[best.name] = figures["relative_error"]
+                else:
+                    result.crown(best.name, best.verdict_us, WinnerRecord(best.config))
+                    result.numerics[best.name] = check_numerics(problem, pool.launchers[best.name], sets[0], ref)
         for candidate in result.candidates:
             if candidate.name == DEFAULT:
                 candidate.final_us = result.default_us
@@ -504,7 +609,8 @@ class CublasLtBackend(BackendBase):
         try:
             final = windowed(problem, {DEFAULT: pool.launchers[DEFAULT], name: winner}, self.device, timing, rounds)
         finally:
-            gemm.close()
+            if gemm is not None:  # None: a Triton config, no cuBLASLt descriptors to free
+                gemm.close()
         self.limits.check(problem, final[DEFAULT].median, "torch's default")
         try:
             self.limits.check(problem, final[name].median, name)
@@ -515,8 +621,12 @@ class CublasLtBackend(BackendBase):
     def launcher_for(
         self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor
     ) -> tuple[Callable[[OperandSet], None], LtGemm | None]:
-        """Run a saved winner (``None``: torch's default); the caller closes the returned ``LtGemm``."""
+        """Run a saved winner (``None``: torch's default; a Triton config: this project's kernel); the caller
+        closes the returned ``LtGemm``."""
         if config is None:
             return torch_launcher(problem), None
+        own = own_launcher(problem, config)
+        if own is not None:
+            return own, None
         gemm = LtGemm(problem, self.handle, workspace)
         return gemm.launcher(record_from_config(gemm, config)), gemm

@@ -230,6 +230,43 @@ def check_numerics(
     return error
 
 
+BEYOND_ALLOWED = 1e-3  # the fraction of elements a kernel of our own may have beyond the tolerance
+
+
+def element_figures(problem: GemmProblem, ops: OperandSet, ref: torch.Tensor) -> dict:
+    """A kernel of our own against the fp32 reference, element by element: each element's error relative to
+    the larger of its reference and the reference's RMS (an element near zero is judged at the output's
+    scale, not its own), the largest of them, the fraction beyond the dtype's tolerance, and the norm-wise
+    relative error the library's candidates are held to."""
+    out = result(problem, ops).to(ref.dtype)
+    scale = torch.linalg.vector_norm(ref) / max(ref.numel(), 1) ** 0.5
+    errors = (out - ref).abs() / torch.maximum(ref.abs(), scale.clamp_min(1e-30))
+    tolerance = TOLERANCES.get((problem.a_type, problem.compute_type), 1e-2)
+    return {
+        "relative_error": relative_error(problem, ops, ref),
+        "max_element_error": float(errors.max()),
+        "beyond_fraction": float((errors > tolerance).float().mean()),
+        "tolerance": tolerance,
+        "reference": "float32" if ref.dtype == torch.float32 else str(ref.dtype).removeprefix("torch."),
+    }
+
+
+def check_elements(
+    problem: GemmProblem, launch: Callable[[OperandSet], None], ops: OperandSet, ref: torch.Tensor
+) -> dict:
+    """``check_numerics`` and more, for a kernel outside the vendor library: its ``element_figures``; raise
+    ``NumericsError`` with them where the norm-wise error exceeds the tolerance or more than ``BEYOND_ALLOWED``
+    of the elements do."""
+    check_numerics(problem, launch, ops, ref)
+    figures = element_figures(problem, ops, ref)
+    if figures["beyond_fraction"] > BEYOND_ALLOWED:
+        raise NumericsError(
+            f"{figures['beyond_fraction']:.3%} of the elements beyond {figures['tolerance']:g} "
+            f"(largest element error {figures['max_element_error']:.3g}; at most {BEYOND_ALLOWED:.1%} allowed)"
+        )
+    return figures
+
+
 def next_spin_us(host_us: float, spin_us: float) -> float:
     """The GPU spin ahead of the next screened chunk: 1.5x the host's enqueueing of this one, within
     ``MIN_SPIN_US``..``MAX_SPIN_US``. A host slower than the spin may have *waited* on it (a kernel's first

@@ -110,13 +110,16 @@ def install(
     table = load_table(bundle)
     consumer = tunableop_consumes(torch.__version__, torch.version.hip)
     if consumer and executor is None:
-        return Runtime(table, consumer=consumer, notes=[consumer])
+        if torch.version.hip or not table.triton_rows():
+            return Runtime(table, consumer=consumer, notes=[consumer])
+        table = table.only_triton()  # TunableOp applies the rest; it knows no Triton kernel
     if _ACTIVE:
         raise RuntimeError(f"a runtime is already installed (from {_ACTIVE[0].table.source}); uninstall() first")
     if executor is None:
         from .cublaslt import DEFAULT_WORKSPACE, CublasLtExecutor
+        from .triton_plan import tuned_with
 
-        executor = CublasLtExecutor(workspace_bytes or DEFAULT_WORKSPACE)
+        executor = CublasLtExecutor(workspace_bytes or DEFAULT_WORKSPACE, tuned_with(table.meta))
     runtime = Runtime(table, executor=executor)
     tuned_on, here = tuned_device(table.meta), executor.device_name(executor.current_device())
     if tuned_on and tuned_on != here:

@@ -15,6 +15,8 @@ from ..backends.cublaslt import LtGemm, ScaleModeUnsupported, lt, record_from_co
 from ..backends.cublaslt_algo import config_from_name, read_config
 from ..backends.torch_gemm import torch_dtype
 from ..problem import GemmProblem
+from .triton_plan import PREFIX as TRITON_PREFIX
+from .triton_plan import TritonPlan
 
 DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it
 # Workspaces outlive their executor: a CUDA graph captured under the runtime keeps launching into them.
@@ -57,6 +59,7 @@ class LtPlan:
         "out_dtype",
         "out_shape",
     )
+    accumulates = True
 
     def __init__(self, problem: GemmProblem, solution: str, device: int, executor: CublasLtExecutor) -> None:
         self.name, self.device, self.executor, self.calls = solution, device, executor, 0
@@ -139,9 +142,9 @@ class LtPlan:
 class CublasLtExecutor:
     """cuBLASLt handles per device and workspaces per (device, stream), kept until ``close``."""
 
-    errors = (lt.cuBLASLtError, ValueError, ScaleModeUnsupported)
+    errors = (lt.cuBLASLtError, ValueError, ScaleModeUnsupported, ImportError)  # ImportError: a Triton row, no Triton
 
-    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE) -> None:
+    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE, triton_tuned: dict | None = None) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError(
                 "the cuBLASLt runtime needs a CUDA GPU, and torch.cuda.is_available() is False "
@@ -151,6 +154,7 @@ class CublasLtExecutor:
         self.workspaces: dict[tuple[int, int], int] = {}  # (device, stream) -> workspace address
         self._handles: dict[int, int] = {}
         self.cublaslt_version = lt.get_version()
+        self.triton_tuned = triton_tuned  # the Triton and kernel source the Triton rows hold for
 
     def handle(self, device: int) -> int:
         if device not in self._handles:
@@ -173,7 +177,9 @@ class CublasLtExecutor:
         self.workspaces[(device, stream)] = workspace.data_ptr()
         return workspace.data_ptr(), None
 
-    def plan(self, problem: GemmProblem, solution: str, device: int) -> LtPlan:
+    def plan(self, problem: GemmProblem, solution: str, device: int) -> LtPlan | TritonPlan:
+        if solution.startswith(TRITON_PREFIX):
+            return TritonPlan(problem, solution, device, self.triton_tuned)
         return LtPlan(problem, solution, device, self)
 
     @staticmethod

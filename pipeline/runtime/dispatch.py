@@ -58,6 +58,7 @@ class Plan(Protocol):
 
     name: str
     calls: int
+    accumulates: bool  # takes ``accumulate`` (beta 1): torch's unfused addmm can run on it
 
     def run(
         self,
@@ -122,6 +123,7 @@ DETERMINISTIC = Fallback("deterministic algorithms on")
 OTHER_DEVICE = Fallback("operands not on the current device")
 NO_ROW = Fallback("no tuned row")
 ALPHA_BETA = Fallback("alpha or beta not 1")
+NO_ACCUMULATE = Fallback("bias copied into the output first (torch's unfused addmm): a Triton row takes a vector bias")
 
 
 def out_fits(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, device: int) -> bool:
@@ -339,7 +341,9 @@ class Router:
             return self._no_row(tried[0])
         copied = form[1]
         plan = self._build(key, found, device)
-        return BiasCopied(plan) if copied and type(plan) is not Fallback else plan
+        if not copied or type(plan) is Fallback:
+            return plan
+        return BiasCopied(plan) if plan.accumulates else NO_ACCUMULATE
 
     # -- reporting -----------------------------------------------------------------------------------------
     def tuned_calls(self) -> dict[str, int]:

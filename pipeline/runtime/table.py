@@ -1,6 +1,7 @@
 """The tuned rows the runtime applies, read from a bundle or a TunableOp results file (no torch needed).
 
-A row is applied only where its solution names a cuBLASLt algorithm (``Gemm_Cublaslt_id_..``) and its op is
+A row is applied only where its solution names a cuBLASLt algorithm (``Gemm_Cublaslt_id_..``) or one of this
+project's Triton kernels (``triton_..``, docs/triton.md), and its op is
 one the runtime routes (``mm``: ``gemm``, ``addmm`` with a vector bias: ``gemm_and_bias``, ``bmm``:
 ``gemm_strided_batched``, ``_scaled_mm``: ``scaled_gemm`` in the 2.15 CUDA grammar, tensorwise or rowwise).
 Every other row is counted with the reason it is not applied.
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends.base import unsupported_reason
+from ..backends.triton_gemm import serves
 from ..formats.tunableop import DEFAULT, format_key, read_file
 from ..problem import GemmProblem
 
@@ -22,6 +24,7 @@ RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for t
 RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
+TRITON = "triton_"  # this project's Triton kernels (runtime/triton_plan.py)
 
 # (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it;
 # a scaled GEMM's is ("scaled_gemm", op signature, params signature), its TunableOp key itself
@@ -86,12 +89,23 @@ class TunedTable:
     def __len__(self) -> int:
         return len(self.solutions)
 
+    def triton_rows(self) -> int:
+        return sum(solution.startswith(TRITON) for _, solution in self.solutions.values())
+
+    def only_triton(self) -> TunedTable:
+        """This table's Triton rows alone (where torch's TunableOp applies the cuBLASLt ones itself)."""
+        kept = {k: v for k, v in self.solutions.items() if v[1].startswith(TRITON)}
+        left_out = self.left_out + Counter({"cuBLASLt row: TunableOp applies it": len(self.solutions) - len(kept)})
+        return TunedTable(self.source, kept, left_out, self.meta)
+
 
 def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
     if solution is None:
         return "untuned row (no solution)"
+    if solution.startswith(TRITON):
+        return serves(problem)  # a row another version of the kernels served: this one says why not
     if not _CUBLASLT.match(solution):
-        return "Default (torch's own kernel)" if solution == DEFAULT else "not a cuBLASLt solution"
+        return "Default (torch's own kernel)" if solution == DEFAULT else "not a cuBLASLt or Triton solution"
     reason = unsupported_reason(problem)  # what torch's path and the cuBLASLt backend take, the runtime routes
     if reason is None and problem.op != "scaled_gemm" and problem.b_type != problem.a_type:
         reason = f"dtypes {problem.a_type} x {problem.b_type} are not routed"

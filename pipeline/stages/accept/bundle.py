@@ -4,7 +4,9 @@ with a manifest."""
 from __future__ import annotations
 
 import datetime
+import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
@@ -12,7 +14,8 @@ from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
 from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
 from ...formats.rocm import problem_type_name
-from ...formats.tunableop import read_file, write_file
+from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
+from ...problem import GemmProblem
 from ..bench.tune import OVERRIDE
 from ..merge.logic_merge import remove_unused
 from ..run.fingerprint import STAMP
@@ -20,6 +23,27 @@ from ..run.layout import RunLayout
 from .gate import GateResult
 
 MANIFEST = "manifest.json"
+OWN_KERNEL = "triton_"  # solutions of this project's own kernels (docs/triton.md)
+
+
+def own_kernel_rows(run_dir: Path, entries: Sequence[TunableOpEntry]) -> list[dict]:
+    """The kept rows whose winner is one of this project's kernels, each with its config and the numerics
+    figures Bench checked it with (from Bench's results): what a reader of the manifest needs to trust it."""
+    wanted = {f"{e.op_signature},{e.params_signature}": e.solution for e in entries}
+    wanted = {key: name for key, name in wanted.items() if (name or "").startswith(OWN_KERNEL)}
+    results = RunLayout.of(run_dir).bench / "results.json"
+    if not wanted or not results.exists():
+        return [{"key": key, "solution": name} for key, name in sorted(wanted.items())]
+    rows = []
+    for data in json.loads(results.read_text()):
+        key = ",".join(format_key(GemmProblem.from_dict(data["problem"])))
+        solution = ((data.get("record") or {}).get("solution")) or {}
+        if wanted.get(key) == data.get("winner"):
+            config = {k: v for k, v in solution.items() if k != "numerics"}
+            rows.append(
+                {"key": key, "solution": data["winner"], "config": config, "numerics": solution.get("numerics")}
+            )
+    return sorted(rows, key=lambda row: row["key"])
 
 
 def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
@@ -61,6 +85,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
                 "validators": merged.validators,
                 "rows": len(entries),
                 "weighted_gemm_speedup": result.weighted_speedup,
+                "own_kernel_rows": own_kernel_rows(run_dir, entries),
                 "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped],
                 **meta,
             },

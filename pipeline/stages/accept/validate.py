@@ -166,6 +166,17 @@ def measure_rows(
     return out
 
 
+def solution_config(name: str) -> dict:
+    """The config a solution name spells out: a cuBLASLt algorithm's attributes, or a Triton config."""
+    from ...backends import triton_gemm
+
+    if name.startswith("triton_"):
+        return triton_gemm.config_from_name(name).to_json()
+    from ...backends.cublaslt_algo import config_from_name  # nvmath-python: the cuda extra
+
+    return config_from_name(name)
+
+
 class TorchTimer:
     """torch's default call against the tuned artifact as the runtime uses it: on CUDA the winner's cuBLASLt
     algorithm (its saved config, or rebuilt from its name); on ROCm torch with TunableOp on and the merged file
@@ -198,7 +209,6 @@ class TorchTimer:
     def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
         import torch
 
-        from ...backends.cublaslt_algo import config_from_name
         from ...backends.measure import interleaved, rotating_operands, windowed
         from ...backends.torch_gemm import torch_launcher, with_tunableop
 
@@ -207,7 +217,7 @@ class TorchTimer:
         if row.solution != DEFAULT and self.rocm:
             launchers["tuned"] = with_tunableop(torch_launcher(row.problem))  # the merged file picks
         elif row.solution != DEFAULT:
-            config = row.config or config_from_name(row.solution)
+            config = row.config or solution_config(row.solution)
             launchers["tuned"], closer = self.backend.launcher_for(row.problem, config, self.workspace)
         try:
             stats = windowed(row.problem, launchers, self.device, timing)

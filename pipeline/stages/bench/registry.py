@@ -21,6 +21,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from ...backends.base import ToolMissing
@@ -125,6 +126,18 @@ def _bench(params: Params) -> dict:
     return {"bench": find_bench(params.get("hipblaslt_bench") or None)}
 
 
+def _cublaslt(params: Params) -> dict:
+    """With ``--triton``, this project's Triton kernels join the pool; their compile cache lives in the workdir."""
+    if not params.get("triton"):
+        return {}
+    if importlib.util.find_spec("triton") is None:
+        raise ToolMissing(
+            f"--triton needs triton (it ships with torch's CUDA wheels), not installed for {sys.executable}: "
+            "pip install -e '.[cuda]', or leave --triton out"
+        )
+    return {"triton_cache": str(Path(params["workdir"]).absolute() / "triton-cache")}
+
+
 def _tensile(params: Params) -> dict:
     from . import tensile as tensile_stage
 
@@ -152,7 +165,15 @@ def _tunableop(params: Params) -> dict:
 
 
 ENTRIES = (
-    BackendEntry("cublaslt", "cuda", "tuner", cublaslt, needs=(("torch", "torch"), ("nvmath", "nvmath-python"))),
+    BackendEntry(
+        "cublaslt",
+        "cuda",
+        "tuner",
+        cublaslt,
+        needs=(("torch", "torch"), ("nvmath", "nvmath-python")),
+        options=_cublaslt,
+        settings={"triton": "triton"},
+    ),
     BackendEntry("hipblaslt", "rocm", "tuner", hipblaslt, options=_bench),
     BackendEntry(
         "tunableop",

@@ -1,9 +1,9 @@
 """The stack fingerprint: what a tuned result holds for. Runs are keyed by it.
 
 A result tuned under one stack (torch, CUDA/HIP, cuBLAS(Lt)/hipBLASLt/rocBLAS, GPU arch and SM/CU count,
-driver, tuning settings) says nothing about another, so every stage from Bench on records the fingerprint
-it ran under (``<stage>/stack.json``) and is complete only under the same one; results are cached per
-fingerprint and re-timed after an upgrade.
+driver, tuning settings; with ``--triton`` also Triton's version and the kernels' source digest) says nothing
+about another, so every stage from Bench on records the fingerprint it ran under (``<stage>/stack.json``) and
+is complete only under the same one; results are cached per fingerprint and re-timed after an upgrade.
 
 Probing the stack means importing torch and touching the GPU (seconds), so the facts are cached under a
 cheap signature (package versions, library files' sizes and times, driver version, the environment that
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ... import procs
 from ...atomic import atomic_write_json
+from ...backends.triton_gemm import source_hash
 from ...errors import ToolError
 from ...formats.torch_build import torch_build, torch_package_dir
 
@@ -45,6 +46,7 @@ DISTRIBUTIONS = (
     "nvidia-cublas-cu12",
     "nvidia-cublas-cu13",
     "pytorch-triton-rocm",
+    "triton",
 )
 FACT_KEYS = (
     "platform",
@@ -61,6 +63,7 @@ FACT_KEYS = (
     "hipblaslt",
     "hipblaslt_git",
 )
+TRITON_FACT_KEYS = ("triton", "triton_kernels")  # in the fingerprint where Bench draws Triton candidates
 
 
 class ProbeFailed(ToolError):
@@ -113,6 +116,7 @@ def signature(tool: str | None = None) -> str:
         "driver": driver_version(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "tool": _stat(tool) if tool else None,
+        "triton_kernels": source_hash(),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -140,8 +144,10 @@ def stack_facts(cache_dir: Path, bench: str | None = None) -> dict:
 
 
 def fingerprint(facts: dict, settings: dict) -> str:
-    """``<platform>-<arch>-<12 hex>`` over the stack facts and the tuning settings."""
-    data = {"stack": {k: facts.get(k) for k in FACT_KEYS}, "settings": settings}
+    """``<platform>-<arch>-<12 hex>`` over the stack facts and the tuning settings; with Triton candidates
+    (``settings["triton"]``) Triton's version and the kernels' source too, so an upgrade of either re-times."""
+    keys = FACT_KEYS + (TRITON_FACT_KEYS if settings.get("triton") else ())
+    data = {"stack": {k: facts.get(k) for k in keys}, "settings": settings}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
     arch = re.sub(r"[^A-Za-z0-9]+", "", (facts.get("arch") or "none").split(":")[0]) or "none"
     return f"{facts.get('platform') or 'none'}-{arch}-{digest}"
@@ -187,6 +193,13 @@ def claim(stage_dir: Path, fp: str, facts: dict | None = None, create: bool = Tr
     return stage_dir
 
 
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _cublaslt_version() -> int | None:
     """cublasLtGetVersion() of the library torch loaded (found in this process's memory map)."""
     for line in Path("/proc/self/maps").read_text().splitlines():
@@ -223,6 +236,7 @@ def probe_here(bench: str | None = None) -> dict:
                 facts.update(rocblas=validators.get("ROCBLAS_VERSION"), hipblaslt=validators.get("HIPBLASLT_VERSION"))
             else:
                 facts["cublaslt"] = _cublaslt_version()
+                facts.update(triton=_version("triton"), triton_kernels=source_hash())
     if bench:
         from ...backends.hipblaslt import HipblasltBackend
 

@@ -30,7 +30,7 @@ import jinja2
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
 from ...formats.logic import RECORD_BACKENDS, load_logic
 from ...formats.tunableop import read_file, unknown_solution, validators_platform, write_file
-from ...runtime.table import RUNTIME_RESULTS
+from ...runtime.table import RUNTIME_RESULTS, TRITON
 from ..bench.tune import OVERRIDE
 from ..configs.render import TEMPLATES
 from ..run.fingerprint import Stack
@@ -77,7 +77,7 @@ def sort_rows(bundle: Path) -> Rows:
             unservable.append(
                 {"key": f"{entry.op_signature},{entry.params_signature}", "solution": entry.solution, "why": why}
             )
-            if platform == "cuda" and (entry.solution or "").startswith("Gemm_Cublaslt_"):
+            if platform == "cuda" and (entry.solution or "").startswith(("Gemm_Cublaslt_", TRITON)):
                 runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
         else:
             servable.append(entry)

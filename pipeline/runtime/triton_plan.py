@@ -1,0 +1,83 @@
+"""Triton rows at run time: a tuned problem whose winner is one of this project's Triton kernels
+(``backends/triton_gemm.py``, docs/triton.md) runs that kernel, with the config its solution name spells out.
+
+A row holds only for the Triton and the kernel source it was tuned with (the bundle's manifest records both):
+under another, ``TritonPlan`` refuses to build, and the router falls back for that row with the reason. A
+runtime without Triton does the same (its import fails). The kernel writes a vector bias in its epilogue but
+never accumulates onto its output, so torch's unfused ``addmm`` form (bias copied into the output first) falls
+back too (``accumulates``)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..backends.torch_gemm import torch_dtype
+from ..backends.triton_gemm import Runner, config_from_name, source_hash
+from ..problem import GemmProblem
+
+PREFIX = "triton_"
+
+
+class StaleTriton(ValueError):
+    """A Triton row tuned under another Triton or kernel source than this runtime's."""
+
+
+def tuned_with(meta: dict) -> dict | None:
+    """The Triton version and kernel source digest a bundle's or package's rows were tuned with (None: none
+    recorded): a bundle's manifest carries Bench's runtime record, a package's the stack facts."""
+    key = (meta.get("runtime") or {}).get("triton")
+    if key:
+        return {"triton": key.get("triton"), "source": key.get("source")}
+    stack = meta.get("stack") or {}
+    if stack.get("triton_kernels"):
+        return {"triton": stack.get("triton"), "source": stack["triton_kernels"]}
+    return None
+
+
+def check_stack(tuned: dict | None) -> None:
+    """Raise ``StaleTriton`` unless this runtime's Triton and kernel source are those of ``tuned``."""
+    import triton
+
+    here = {"triton": triton.__version__, "source": source_hash()}
+    if tuned is not None and tuned != here:
+        raise StaleTriton(
+            f"tuned with Triton {tuned['triton']} and kernels {tuned['source']}, this runtime has Triton "
+            f"{here['triton']} and kernels {here['source']}: re-tune (the nightly re-times such rows)"
+        )
+
+
+class TritonPlan:
+    """One tuned problem on one device through this project's kernel: ``run(x, y, bias[, out])`` returns
+    ``x @ y (+ bias)``; with ``scales`` (of y and of x) the FP8 product scaled first."""
+
+    __slots__ = ("_run", "calls", "device", "name", "out_dtype", "out_shape")
+    accumulates = False
+
+    def __init__(self, problem: GemmProblem, solution: str, device: int, tuned: dict | None) -> None:
+        check_stack(tuned)
+        self._run = Runner(config_from_name(solution)).run
+        self.name, self.device, self.calls = solution, device, 0
+        batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
+        self.out_shape = (*batch, problem.n, problem.m)
+        self.out_dtype = torch_dtype(problem.c_type) if problem.op == "scaled_gemm" else None
+
+    def run(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        accumulate: bool = False,
+        scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        if out is None:
+            out = x.new_empty(self.out_shape, dtype=self.out_dtype)
+        if scales is None:
+            self._run(x, y, out, bias)
+        else:
+            self._run(x, y, out, bias, scales[1], scales[0])
+        self.calls += 1
+        return out
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,107 @@
+"""Bench with ``--triton`` on the GPU (docs/triton.md): the project's Triton kernels join the cuBLASLt pool,
+compile in parallel into the keyed cache, send their best to the finalists beside the library's, and a Triton
+winner is checked element by element, re-timed and rebuilt from its saved config."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends import triton_gemm as tg
+from pipeline.backends.base import ProblemResult, TuneSettings, WinnerRecord
+from pipeline.problem import GemmProblem
+
+from .helpers import nvmath_gpu_marks
+
+pytestmark = [
+    *nvmath_gpu_marks("Bench with Triton candidates"),
+    pytest.mark.gpu_untimed,  # tunes, but asserts nothing on the times it measures
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+]
+
+GATE_UP = GemmProblem("gemm", "T", "N", 28672, 1, 4096, 4096, 4096, 28672)  # Llama-3-8B gate/up at T = 1
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    from pipeline.backends.cublaslt import CublasLtBackend
+
+    cache = tmp_path_factory.mktemp("triton-cache")
+    return CublasLtBackend(0, triton_cache=str(cache)), cache
+
+
+def test_triton_configs_join_the_pool_and_a_winner_carries_its_figures(backend):
+    b, cache = backend
+    result = b.tune_one(GATE_UP, TuneSettings(time_budget_s=3))
+    own = [c for c in result.candidates if c.name.startswith("triton_")]
+    assert len(own) == len(tg.configs(GATE_UP, b.sms)) and all(c.config["source"] == "triton" for c in own)
+    assert result.phases["triton_compile_s"] > 0
+    assert [c for c in own if c.screen_us], "the compiled configs are screened"
+    assert [c for c in own if c.final_us], "the best Triton configs meet the library's finalists"
+    where = Path(os.environ["TRITON_CACHE_DIR"])
+    assert where.parent == cache and json.loads((where / "key.json").read_text()) == b.triton_key()
+    assert any(where.rglob("*.cubin")), "the kernels were compiled into the keyed cache"
+    if result.winner.startswith("triton_"):
+        figures = result.record.solution["numerics"]
+        assert figures["beyond_fraction"] <= 1e-3 and 0 < figures["relative_error"] <= figures["tolerance"]
+        assert result.numerics[result.winner] == figures["relative_error"]
+    print(f"\n{result.winner} x{result.speedup or 1:.3f}, phases {result.phases}")
+
+
+def test_a_saved_triton_winner_is_retimed_and_rebuilt_from_its_config(backend):
+    import torch
+
+    from pipeline.backends.measure import TimingSettings, check_numerics, rotating_operands
+    from pipeline.backends.torch_gemm import reference
+
+    b, _ = backend
+    config = tg.configs(GATE_UP, b.sms)[0]
+    previous = ProblemResult(GATE_UP, winner=config.name, record=WinnerRecord(config.to_json()))
+    result = b.retime(previous, TuneSettings())
+    (candidate,) = result.candidates
+    assert candidate.final_us > 0 and result.default_us > 0
+    figures = candidate.config["numerics"]
+    assert figures["beyond_fraction"] <= 1e-3 and figures["max_element_error"] > 0
+    launch, closer = b.launcher_for(GATE_UP, config.to_json(), torch.empty(0, device="cuda"))
+    assert closer is None
+    ops = rotating_operands(GATE_UP, torch.device("cuda"), TimingSettings())[0]
+    assert 0 < check_numerics(GATE_UP, launch, ops, reference(GATE_UP, ops)) <= 1e-2
+
+
+def test_the_verdict_rebuilds_a_triton_finalist_from_its_config(backend):
+    from pipeline.backends.base import DEFAULT
+    from pipeline.backends.cublaslt import Pool
+    from pipeline.backends.torch_gemm import torch_launcher
+
+    b, _ = backend
+    config = tg.configs(GATE_UP, b.sms)[-1]
+    launchers = {DEFAULT: torch_launcher(GATE_UP), config.name: tg.launcher(GATE_UP, config)}
+    pool = Pool([DEFAULT, config.name], {DEFAULT: None, config.name: config.to_json()}, launchers, 0.0)
+    default_us, own_us = b._verdict(GATE_UP, pool, config.name, 2, TuneSettings().workspace_bytes)
+    assert 0 < default_us < float("inf") and 0 < own_us < float("inf")
+
+
+def test_a_problem_the_kernels_do_not_serve_is_left_to_the_library_with_the_reason(backend):
+    b, _ = backend
+    problem = GemmProblem("gemm", "N", "N", 1024, 8, 1024, 1024, 1024, 1024)
+    result = b.tune_one(problem, TuneSettings(time_budget_s=1))
+    assert not [c for c in result.candidates if c.name.startswith("triton_")]
+    (note,) = [c for c in result.candidates if c.name == "triton"]
+    assert note.error == f"not served: {tg.serves(problem)}" and "layout NN" in note.error
+
+
+def test_a_config_that_fails_to_compile_fails_alone():
+    import torch
+
+    from pipeline.backends.cublaslt import compile_all
+    from pipeline.backends.measure import TimingSettings, rotating_operands
+
+    problem = GemmProblem("gemm", "T", "N", 4096, 512, 4096, 4096, 4096, 4096)
+    good, too_big = tg.TritonConfig(64, 128, 64), tg.TritonConfig(256, 256, 256, num_warps=4, num_stages=6)
+    ops = rotating_operands(problem, torch.device("cuda"), TimingSettings())[0]
+    failed = compile_all({c.name: tg.launcher(problem, c) for c in (good, too_big)}, ops)
+    assert list(failed) == [too_big.name] and isinstance(failed[too_big.name], Exception)

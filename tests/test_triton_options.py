@@ -1,0 +1,113 @@
+"""``--triton`` without a GPU: the option it gives the cuBLASLt backend, what it refuses, and the stack
+fingerprint that keys Triton candidates by Triton's version and the kernels' source."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from pipeline import tasks
+from pipeline.backends import triton_gemm as tg
+from pipeline.backends.base import ToolMissing
+from pipeline.backends.triton_gemm import source_hash
+from pipeline.stages.bench import registry
+from pipeline.stages.run import fingerprint as fp
+
+FACTS = {"platform": "cuda", "arch": "sm90", "torch": "2.11.0", "triton": "3.5.0", "triton_kernels": "aaaa"}
+
+
+def test_the_option_names_the_cache_in_the_workdir_and_a_missing_triton(tmp_path, monkeypatch):
+    options = registry.entry("cublaslt").options
+    assert options({"triton": False, "workdir": "w"}) == {}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real(name))
+    assert options({"triton": True, "workdir": "w"}) == {"triton_cache": str(tmp_path / "w" / "triton-cache")}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name))
+    with pytest.raises(ToolMissing, match="--triton needs triton"):
+        options({"triton": True, "workdir": "w"})
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def test_the_fingerprint_holds_triton_and_the_kernel_source_only_for_triton_runs():
+    upgraded = {**FACTS, "triton": "3.6.0"}
+    edited = {**FACTS, "triton_kernels": "bbbb"}
+    with_triton, without = {"backend": "cublaslt", "triton": True}, {"backend": "cublaslt", "triton": False}
+    assert fp.fingerprint(FACTS, with_triton) != fp.fingerprint(upgraded, with_triton)
+    assert fp.fingerprint(FACTS, with_triton) != fp.fingerprint(edited, with_triton)
+    assert fp.fingerprint(FACTS, without) == fp.fingerprint(upgraded, without) == fp.fingerprint(edited, without)
+    assert fp.fingerprint(FACTS, with_triton) != fp.fingerprint(FACTS, without)
+
+
+def test_the_probe_signature_follows_the_kernel_source(monkeypatch):
+    before = fp.signature()
+    assert fp.signature() == before
+    monkeypatch.setattr(fp, "source_hash", lambda: source_hash() + "0")
+    assert fp.signature() != before, "a cached probe would keep the old kernels' digest"
+
+
+@pytest.mark.parametrize("task", [tasks.Bench, tasks.TuneWorkload])
+def test_triton_is_refused_with_a_backend_that_has_no_triton_kernels(tmp_path, task):
+    run = task(workdir=str(tmp_path), run_name="t", triton=True, backend="tunableop")
+    with pytest.raises(tasks.BadArguments, match="--backend tunableop has none"):
+        tasks.preflight(run)
+
+
+def test_bench_outputs_carry_a_triton_winner_with_its_figures_through_the_logic_merge(tmp_path):
+    from pipeline.backends.base import ProblemResult, WinnerRecord
+    from pipeline.formats.logic import load_logic
+    from pipeline.formats.tunableop import read_file
+    from pipeline.problem import GemmProblem
+    from pipeline.stages.bench.tune import RUNTIME, result_path, write_outputs
+    from pipeline.stages.merge.logic_merge import MergeOptions, merge_dirs
+
+    problem = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
+    config = tg.TritonConfig(16, 64, 256, 2)
+    figures = {"relative_error": 1e-3, "max_element_error": 4e-3, "beyond_fraction": 0.0, "tolerance": 1e-2}
+    result = ProblemResult(problem, default_us=20.0)
+    result.crown(config.name, 18.0, WinnerRecord({**config.to_json(), "numerics": figures}))
+    bench = tmp_path / "bench"
+    result_path(bench, problem).parent.mkdir(parents=True)
+    result_path(bench, problem).write_text(json.dumps(result.to_json()))
+    (bench / RUNTIME).write_text(json.dumps({"pt_version": "2.11.0", "name": "H100", "capability": "9.0"}))
+    summary = write_outputs([problem], bench)
+    assert summary["improved"] == 1
+    assert [e.solution for e in read_file(bench / "tunableop_results.csv").entries] == [config.name]
+    (logic,) = bench.glob("logic/*.yaml")
+    (solution,) = load_logic(logic).solutions
+    assert solution["source"] == "triton" and solution["numerics"] == figures and solution["name"] == config.name
+    (tmp_path / "base").mkdir()
+    merge_dirs(tmp_path / "base", bench / "logic", tmp_path / "merged", MergeOptions())
+    assert load_logic(tmp_path / "merged" / logic.name).solutions[0]["name"] == config.name
+
+
+def test_the_bundle_manifest_lists_each_triton_row_with_its_config_and_figures(tmp_path):
+    from pipeline.backends.base import ProblemResult, WinnerRecord
+    from pipeline.formats.tunableop import TunableOpEntry, format_key
+    from pipeline.problem import GemmProblem
+    from pipeline.stages.accept.bundle import own_kernel_rows
+    from pipeline.stages.run.layout import RunLayout
+
+    problem = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
+    config = tg.TritonConfig(16, 64, 256, 2)
+    figures = {"relative_error": 1e-3, "max_element_error": 4e-3, "beyond_fraction": 0.0, "tolerance": 1e-2}
+    result = ProblemResult(problem, default_us=20.0)
+    result.crown(config.name, 18.0, WinnerRecord({**config.to_json(), "numerics": figures}))
+    bench = RunLayout.of(tmp_path).bench
+    bench.mkdir(parents=True)
+    (bench / "results.json").write_text(json.dumps([result.to_json()]))
+    kept = [TunableOpEntry.from_problem(problem, config.name, 0.018)]
+    (row,) = own_kernel_rows(tmp_path, kept)
+    assert row == {
+        "key": ",".join(format_key(problem)),
+        "solution": config.name,
+        "config": config.to_json(),
+        "numerics": figures,
+    }
+    cublaslt = [TunableOpEntry.from_problem(problem, "Gemm_Cublaslt_id_21_tile_18_stages_21", 0.018)]
+    assert own_kernel_rows(tmp_path, cublaslt) == []

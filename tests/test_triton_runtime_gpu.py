@@ -1,0 +1,190 @@
+"""Triton rows through ``pipeline.runtime`` on the GPU (docs/triton.md): eager ``F.linear`` with and without
+bias, tensorwise FP8 ``_scaled_mm``, CUDA-graph capture and replay, ``torch.compile``; a row tuned under
+another kernel source and an unfused addmm fall back per row with their reasons."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends import triton_gemm as tg
+from pipeline.formats.tunableop import TunableOpEntry, write_file
+from pipeline.problem import GemmProblem
+
+from .helpers import nvmath_gpu_marks, recorded_scaled_calls
+
+pytestmark = [
+    *nvmath_gpu_marks("the runtime"),
+    pytest.mark.gpu_untimed,  # routing and numerics, no timings
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+]
+TOKENS, K, N_OUT = 8, 4096, 6144
+
+
+def _rows(path: Path, problems: list[GemmProblem]) -> dict[GemmProblem, str]:
+    """A results file giving each problem a Triton config it is served by (split-K where one is offered)."""
+    import torch
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    chosen = {}
+    for problem in problems:
+        offered = tg.configs(problem, sms)
+        chosen[problem] = next((c for c in offered if c.split_k > 1), offered[0]).name
+    entries = [TunableOpEntry.from_problem(p, name, 0.01) for p, name in chosen.items()]
+    write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, entries)
+    return chosen
+
+
+def _linear(bias: bool) -> GemmProblem:
+    op = "gemm_and_bias" if bias else "gemm"
+    return GemmProblem(op, "T", "N", N_OUT, TOKENS, K, K, K, N_OUT)
+
+
+def _close(have, want) -> bool:
+    return float((have.float() - want.float()).norm() / want.float().norm()) < 1e-2
+
+
+@pytest.fixture
+def weights():
+    import torch
+
+    torch.manual_seed(0)
+    w = torch.randn(N_OUT, K, device="cuda", dtype=torch.bfloat16) / K**0.5
+    b = torch.randn(N_OUT, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(TOKENS, K, device="cuda", dtype=torch.bfloat16)
+    return x, w, b
+
+
+def test_eager_linears_run_their_triton_rows(tmp_path, weights):
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    x, w, b = weights
+    chosen = _rows(tmp_path / "r.csv", [_linear(False), _linear(True)])
+    want_plain, want_bias = F.linear(x, w), F.linear(x, w, b)
+    rt.install(tmp_path / "r.csv")
+    try:
+        plain, biased = F.linear(x, w), F.linear(x, w, b)
+        torch.cuda.synchronize()
+        status = rt.installed().status()
+    finally:
+        rt.uninstall()
+    assert _close(plain, want_plain) and _close(biased, want_bias)
+    called = {k.split(" ", 1)[0]: n for k, n in status["tuned_calls"].items()}
+    assert called == {name: 1 for name in chosen.values()}, status
+    assert status["fallbacks"] == {} and status["rows_rejected"] == {}
+
+
+def test_a_captured_graph_replays_the_triton_kernel(tmp_path, weights):
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    x, w, b = weights
+    _rows(tmp_path / "r.csv", [_linear(True)])
+    runtime = rt.install(tmp_path / "r.csv")
+    try:
+        static = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            F.linear(static, w, b)  # warm-up: compiles outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = F.linear(static, w, b)
+        static.copy_(x * 2)
+        graph.replay()
+        torch.cuda.synchronize()
+        calls = sum(runtime.status()["tuned_calls"].values())
+    finally:
+        rt.uninstall()
+    assert calls == 2 and _close(out, F.linear(x * 2, w, b))
+
+
+def test_a_compiled_linear_reaches_its_triton_row(tmp_path, weights):
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    x, w, b = weights
+    _rows(tmp_path / "r.csv", [_linear(False), _linear(True)])
+    want = F.linear(x, w, b).relu()
+    torch._dynamo.reset()
+    rt.install(tmp_path / "r.csv")
+    try:
+        f = torch.compile(lambda t: F.linear(t, w, b).relu())
+        got = [f(x) for _ in range(2)][-1]
+        torch.cuda.synchronize()
+        status = rt.installed().status()
+    finally:
+        rt.uninstall()
+        torch._dynamo.reset()
+    assert _close(got, want)
+    assert any(k.startswith("triton_") for k in status["tuned_calls"]), status
+
+
+def test_rows_of_another_kernel_source_and_an_unfused_addmm_fall_back_with_the_reason(tmp_path, weights):
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    x, w, _ = weights
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    _rows(bundle / "tunableop_results.csv", [_linear(False)])
+    manifest = {"runtime": {"triton": {"triton": "0.0", "source": "0" * 16}}}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    rt.install(bundle, any_device=True)
+    try:
+        stale = F.linear(x, w)
+        status = rt.installed().status()
+    finally:
+        rt.uninstall()
+    assert _close(stale, x @ w.T)
+    (reason,) = status["rows_rejected"].values()
+    assert "StaleTriton" in reason and "tuned with Triton 0.0" in reason
+    assert status["tuned_calls"] == {}
+
+    _rows(tmp_path / "r.csv", [_linear(False)])
+    full_bias = torch.randn(TOKENS, N_OUT, device="cuda", dtype=torch.bfloat16)
+    rt.install(tmp_path / "r.csv")
+    try:
+        got = torch.addmm(full_bias, x, w.T)  # a 2-D bias: torch's unfused form, copied then accumulated
+        status = rt.installed().status()
+    finally:
+        rt.uninstall()
+    assert _close(got, full_bias + x @ w.T)
+    assert any("a Triton row takes a vector bias" in r for r in status["fallbacks"]), status
+
+
+def test_a_tensorwise_fp8_linear_runs_its_triton_row(tmp_path):
+    import torch
+
+    import pipeline.runtime as rt
+    from pipeline.workloads.llama import FP8Linear
+
+    linear = torch.nn.Linear(K, N_OUT, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = FP8Linear(linear, torch.float8_e4m3fn)
+    x = torch.randn(TOKENS, K, device="cuda", dtype=torch.bfloat16)
+    problems = [p for p in recorded_scaled_calls(tmp_path, layer, x) if tg.serves(p) is None]
+    assert problems, "the recorded tensorwise call is one the kernels serve"
+    _rows(tmp_path / "r.csv", problems)
+    want = layer(x)
+    rt.install(tmp_path / "r.csv")
+    try:
+        got = layer(x)
+        torch.cuda.synchronize()
+        status = rt.installed().status()
+    finally:
+        rt.uninstall()
+    assert float((got.float() - want.float()).norm() / want.float().norm()) < 2e-2
+    assert any(k.startswith("triton_") for k in status["tuned_calls"]), status
