@@ -3,6 +3,7 @@ kernel as fallback (on the CPU dispatch key with a double executor), the CLI and
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -445,6 +446,49 @@ def test_a_triton_row_takes_a_vector_bias_and_leaves_torchs_unfused_addmm_to_tor
     assert status["fallbacks"] == {str(NO_ACCUMULATE): 1}, status
     assert torch.allclose(plain.float(), (x.float() @ w.float().t()), rtol=2e-2, atol=2e-2)
     assert torch.allclose(unfused.float(), torch.addmm(full, x, w.t()).float(), rtol=2e-2, atol=2e-2)
+
+
+@needs
+@pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="checks a runtime without Triton")
+def test_triton_rows_in_a_runtime_without_triton_fall_back_per_row_with_the_reason(tmp_path):
+    import pipeline.runtime as rt
+    from pipeline.runtime.triton_plan import TritonPlan
+
+    from .runtime_double import DoubleExecutor
+
+    class WithTritonRows(DoubleExecutor):
+        """The double, building a Triton row as the cuBLASLt executor does (runtime/cublaslt.py)."""
+
+        errors = (ValueError, ImportError)
+
+        def plan(self, problem, solution, device):
+            if solution.startswith("triton_"):
+                return TritonPlan(problem, solution, device, None)
+            return super().plan(problem, solution, device)
+
+    triton = "triton_r16c64k256_s2_g8_w4_st4"
+    _rows(
+        tmp_path / RESULTS,
+        [
+            ("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", triton),
+            ("GemmTunableOp_BFloat16_TN", "tn_512_32_256_ld_256_256_512", SOLUTION),
+        ],
+    )
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(512, 256, generator=g).bfloat16()
+    x64, x32 = torch.randn(64, 256, generator=g).bfloat16(), torch.randn(32, 256, generator=g).bfloat16()
+    runtime = rt.install(tmp_path, executor=WithTritonRows(), dispatch_key="CPU")
+    try:
+        out64, out32 = torch.nn.functional.linear(x64, w), torch.nn.functional.linear(x32, w)
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    (reason,) = status["rows_rejected"].values()
+    assert reason.startswith("ModuleNotFoundError") and "triton" in reason
+    assert list(status["tuned_calls"]) == [f"{SOLUTION} GemmTunableOp_BFloat16_TN,tn_512_32_256_ld_256_256_512"]
+    assert sum(status["fallbacks"].values()) == 1, status  # the Triton row's call, with that reason
+    assert torch.allclose(out64.float(), x64.float() @ w.float().t(), rtol=2e-2, atol=2e-2)
+    assert torch.allclose(out32.float(), x32.float() @ w.float().t(), rtol=2e-2, atol=2e-2)
 
 
 def test_helper_processes_without_gemm_calls_leave_the_status_file_to_the_command(tmp_path):
