@@ -58,19 +58,28 @@ def test_triton_is_refused_with_a_backend_that_has_no_triton_kernels(tmp_path, t
         tasks.preflight(run)
 
 
-def test_bench_outputs_carry_a_triton_winner_with_its_figures_through_the_logic_merge(tmp_path):
+FIGURES = {"relative_error": 1e-3, "max_element_error": 4e-3, "beyond_fraction": 0.0, "tolerance": 1e-2}
+
+
+def _triton_winner():
+    """A Bench result whose winner is a Triton config, with its numerics figures in the record."""
     from pipeline.backends.base import ProblemResult, WinnerRecord
+    from pipeline.problem import GemmProblem
+
+    config = tg.TritonConfig(16, 64, 256, 2)
+    result = ProblemResult(GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096), default_us=20.0)
+    result.crown(config.name, 18.0, WinnerRecord({**config.to_json(), "numerics": FIGURES}))
+    return result, config
+
+
+def test_bench_outputs_carry_a_triton_winner_with_its_figures_through_the_logic_merge(tmp_path):
     from pipeline.formats.logic import load_logic
     from pipeline.formats.tunableop import read_file
-    from pipeline.problem import GemmProblem
     from pipeline.stages.bench.tune import RUNTIME, result_path, write_outputs
     from pipeline.stages.merge.logic_merge import MergeOptions, merge_dirs
 
-    problem = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
-    config = tg.TritonConfig(16, 64, 256, 2)
-    figures = {"relative_error": 1e-3, "max_element_error": 4e-3, "beyond_fraction": 0.0, "tolerance": 1e-2}
-    result = ProblemResult(problem, default_us=20.0)
-    result.crown(config.name, 18.0, WinnerRecord({**config.to_json(), "numerics": figures}))
+    result, config = _triton_winner()
+    problem, figures = result.problem, FIGURES
     bench = tmp_path / "bench"
     result_path(bench, problem).parent.mkdir(parents=True)
     result_path(bench, problem).write_text(json.dumps(result.to_json()))
@@ -87,17 +96,12 @@ def test_bench_outputs_carry_a_triton_winner_with_its_figures_through_the_logic_
 
 
 def test_the_bundle_manifest_lists_each_triton_row_with_its_config_and_figures(tmp_path):
-    from pipeline.backends.base import ProblemResult, WinnerRecord
     from pipeline.formats.tunableop import TunableOpEntry, format_key
-    from pipeline.problem import GemmProblem
     from pipeline.stages.accept.bundle import own_kernel_rows
     from pipeline.stages.run.layout import RunLayout
 
-    problem = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
-    config = tg.TritonConfig(16, 64, 256, 2)
-    figures = {"relative_error": 1e-3, "max_element_error": 4e-3, "beyond_fraction": 0.0, "tolerance": 1e-2}
-    result = ProblemResult(problem, default_us=20.0)
-    result.crown(config.name, 18.0, WinnerRecord({**config.to_json(), "numerics": figures}))
+    result, config = _triton_winner()
+    problem, figures = result.problem, FIGURES
     bench = RunLayout.of(tmp_path).bench
     bench.mkdir(parents=True)
     (bench / "results.json").write_text(json.dumps([result.to_json()]))
