@@ -603,10 +603,14 @@ class Bench(StackBound):
     def tune_settings(self) -> TuneSettings:
         return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
 
+    def triton_request(self) -> dict | None:
+        """What ``--triton`` asked of this backend, for the summary (None: it was not asked)."""
+        return {"backend": self.backend, "amd": registry.amd(self.backend)} if self.triton else None
+
     @stage_run
     def run(self) -> None:
         if self.sharded():  # the BenchShard tasks did the tuning
-            bench.write_outputs(self.problems(), self.layout().bench)
+            bench.write_outputs(self.problems(), self.layout().bench, self.triton_request())
             return
         self.claim_stages()
         options = self.backend_options()
@@ -622,7 +626,7 @@ class Bench(StackBound):
             config_tool.tune_configs(tool, problems, self.layout().configs, out, settings, progress)
         else:
             atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
-        bench.write_outputs(problems, out)
+        bench.write_outputs(problems, out, self.triton_request())
 
     def tune_cached(
         self, problems: list, options: dict, progress: Callable[[int, int], None] | None = None, name: str = "shard"
@@ -965,8 +969,6 @@ def preflight(task: luigi.Task) -> None:
     parameters).
     ``task`` is Bench or a task that inherits its parameters."""
     task.clone(GenerateConfigs).settings()  # options no TensileLite takes (Validate reads the configs too)
-    if task.triton and task.backend != "cublaslt":
-        raise BadArguments(f"--triton adds Triton kernels to the cublaslt search; --backend {task.backend} has none")
     tuner = task.clone(Bench)
     merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
     if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import read_file
+from pipeline.stages.bench import own_kernels
 
 from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED, amd_dag, first_gemms
 
@@ -27,13 +28,16 @@ def _luigi(tmp_path: Path, *extra: str, env: dict | None = None, **options) -> s
 
 @pytest.mark.long
 def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
-    # the default --validate-rounds, so half of the HF Llama's GEMMs (the ld twins among them)
-    proc = _luigi(tmp_path, rounds=None, untuned=first_gemms(tmp_path, UNTUNED, GEMMS))
+    # the default --validate-rounds, so half of the HF Llama's GEMMs (the ld twins among them); --triton as a
+    # nightly for both fleets passes it: ROCm keeps the vendor path, and the report says why
+    proc = _luigi(tmp_path, "--triton", rounds=None, untuned=first_gemms(tmp_path, UNTUNED, GEMMS))
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "w" / "night"
     summary = json.loads((run / "bench" / "summary.json").read_text())
     assert summary["runtime"]["backend"] == "hipblaslt" and summary["tuned"] == summary["problems"] == GEMMS
     assert summary["override_source"] == ["hipblaslt-bench (HIPBLASLT_TUNING_FILE)"]
+    assert summary["triton"] == {"offered": False, "why": own_kernels.ROCM}
+    assert f"Triton kernels: {own_kernels.ROCM}" in proc.stdout
     measured = json.loads((run / "validate" / "measurements.json").read_text())
     assert measured["meta"]["measured_with"] == "hipblaslt-bench"
     assert all(r["baseline"]["samples"] == 7 for r in measured["rows"]), "the default --validate-rounds"
@@ -55,6 +59,7 @@ def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     assert logic and all(name.startswith("hipblaslt_Cijk_") for name in logic)
     report = (run / "report" / "report.md").read_text()
     assert "written by hipblaslt-bench itself through HIPBLASLT_TUNING_FILE" in report
+    assert "ROCm keeps the vendor path" in report
     assert "Leading dimensions normalised" in report or not any(r["ld_notes"] for r in measured["rows"])
     assert proc.stdout.strip().splitlines()[-1].startswith("report: ")
     agreed = json.loads((run / "report" / "summary.json").read_text())["bench_agreement"]

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from pipeline import tasks
 from pipeline.backends import triton_gemm as tg
 from pipeline.backends.base import ToolMissing
 from pipeline.backends.triton_gemm import source_hash
@@ -51,18 +50,52 @@ def test_the_probe_signature_follows_the_kernel_source(monkeypatch):
     assert fp.signature() != before, "a cached probe would keep the old kernels' digest"
 
 
-@pytest.mark.parametrize("task", [tasks.Bench, tasks.TuneWorkload])
-def test_triton_is_refused_with_a_backend_that_has_no_triton_kernels(tmp_path, task):
-    run = task(workdir=str(tmp_path), run_name="t", triton=True, backend="tunableop")
-    with pytest.raises(tasks.BadArguments, match="--backend tunableop has none"):
-        tasks.preflight(run)
+def test_what_triton_served_and_won_is_summarised_and_reported():
+    from pipeline.backends.base import CandidateResult, ProblemResult
+    from pipeline.formats.tunableop import format_key
+    from pipeline.problem import GemmProblem
+    from pipeline.stages.bench import own_kernels
+
+    won, config = _triton_winner()
+    won.candidates = [CandidateResult(config.name, screen_us=18.0, config=config.to_json())]
+    library = ProblemResult(GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096, batch=1))
+    library.candidates = [CandidateResult("triton_r16c32k128_s1_g8_w4_st3", screen_us=21.0)]
+    unserved = ProblemResult(GemmProblem("gemm", "N", "N", 1024, 8, 1024, 1024, 1024, 1024))
+    why = tg.serves(unserved.problem)
+    unserved.candidates = [CandidateResult("triton", error=f"not served: {why}")]
+    facts = own_kernels.summary([won, library, unserved], "cublaslt", amd=False)
+    key = ",".join(format_key(won.problem))
+    assert facts == {
+        "offered": True,
+        "problems": 3,
+        "served": 2,
+        "not_served": {why: 1},
+        "winners": [{"key": key, "solution": config.name, "speedup": 20.0 / 18.0, "numerics": FIGURES}],
+    }
+    text = own_kernels.lines(facts, kept=[key])
+    assert text[0] == "Triton kernels: served 2 of 3 GEMMs, won 1 at Bench, 1 kept by the gate"
+    assert text[1] == f"Triton kernels do not serve 1: {why}"
+    assert text[2].startswith(f"Triton winner {config.name} for {key}: x1.111 at Bench, kept; largest element")
+    assert own_kernels.lines(facts, kept=[])[0].endswith("won 1 at Bench, 0 kept by the gate")
+    assert own_kernels.lines(None, kept=[]) == []
+
+
+def test_no_triton_row_is_offered_on_rocm_or_by_another_tuner_and_the_report_says_why():
+    from pipeline.stages.bench import own_kernels
+
+    rocm = own_kernels.summary([], "hipblaslt", amd=True)
+    assert rocm == {"offered": False, "why": own_kernels.ROCM}
+    assert own_kernels.lines(rocm, []) == [f"Triton kernels: {own_kernels.ROCM}"]
+    assert "ROCm keeps the vendor path" in own_kernels.ROCM
+    other = own_kernels.summary([], "tunableop", amd=False)
+    assert other["why"] == "--backend tunableop has no Triton candidates (the cublaslt search does)"
 
 
 FIGURES = {"relative_error": 1e-3, "max_element_error": 4e-3, "beyond_fraction": 0.0, "tolerance": 1e-2}
 
 
 def _triton_winner():
-    """A Bench result whose winner is a Triton config, with its numerics figures in the record."""
+    """A Bench result whose winner is a Triton config (x1.111), with its numerics figures in the record."""
     from pipeline.backends.base import ProblemResult, WinnerRecord
     from pipeline.problem import GemmProblem
 

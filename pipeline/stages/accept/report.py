@@ -14,6 +14,7 @@ from ...backends.base import DEFAULT, ProblemResult
 from ...formats.tunableop import parse_key
 from ...problem import distinct_labels
 from ...stats import geomean
+from ..bench import own_kernels
 from ..configs.render import TEMPLATES
 from ..gather import compiled
 from ..run import timings
@@ -81,7 +82,10 @@ def build(run_dir: Path) -> dict:
     if measured is None or gate is None:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
     e2e = _load(layout.e2e) or {}
-    notes = backend_notes(_load(layout.bench_summary) or {})
+    bench_summary = _load(layout.bench_summary) or {}
+    notes = backend_notes(bench_summary)
+    triton_lines = own_kernels.lines(bench_summary.get("triton"), gate["kept"])
+    notes += triton_lines
     if measured.get("tunableop_ab"):
         ab = [MeasuredRow.from_json(r) for r in measured["tunableop_ab"]["rows"]]
         tuned = [r for r in ab if r.solution != DEFAULT]
@@ -202,6 +206,7 @@ def build(run_dir: Path) -> dict:
         "e2e_runtime_startup_s": e2e.get("runtime_startup_s"),
         "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"),
         "not_sent": not_sent,
+        "triton": triton_lines,
         "bench_agreement": agreed,
         "bundle": context["bundle"],
         "report": str(out / "report.html"),
@@ -287,6 +292,7 @@ def key_lines(summary: dict) -> list[str]:
             for t in summary.get("top_gemms", [])[:3]
         ],
         *([agreement.line(summary["bench_agreement"])] if (summary.get("bench_agreement") or {}).get("rows") else []),
+        *(summary.get("triton") or [])[:1],  # the count; the report has the rest
         f"end to end: {summary['e2e']}",
         *not_sent_line(summary.get("not_sent") or {}),
         *([f"stage times: {timings.line(summary['stage_seconds'])}"] if summary.get("stage_seconds") else []),

@@ -30,6 +30,7 @@ from ...problem import GemmProblem
 from ...procs import tail_lines
 from ...stats import geomean
 from ..run.layout import OVERRIDE, RUNTIME
+from . import own_kernels
 
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 
@@ -217,8 +218,9 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
     }
 
 
-def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
-    """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results."""
+def write_outputs(problems: Sequence[GemmProblem], out_dir: Path, triton: dict | None = None) -> dict:
+    """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results;
+    ``triton``: ``{"backend": name, "amd": bool}`` where the run asked for ``--triton`` (``own_kernels``)."""
     texts = [result_path(out_dir, p).read_text() for p in problems]
     results = [ProblemResult.from_json(json.loads(text)) for text in texts]
     runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
@@ -239,5 +241,7 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path) -> dict:
         override = parse_override(text, str(out_dir / OVERRIDE))
         write_override(out_dir / OVERRIDE, override.git_version, override.entries)
     summary = {**summarize(results), "runtime": runtime, "override_source": sources}
+    if triton is not None:
+        summary["triton"] = own_kernels.summary(results, triton["backend"], triton["amd"])
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
