@@ -148,3 +148,14 @@ def test_the_bundle_manifest_lists_each_triton_row_with_its_config_and_figures(t
     }
     cublaslt = [TunableOpEntry.from_problem(problem, "Gemm_Cublaslt_id_21_tile_18_stages_21", 0.018)]
     assert own_kernel_rows(tmp_path, cublaslt) == []
+
+
+def test_the_triton_flag_enters_the_fingerprint_only_when_on():
+    base = {"margin": 0.02, "time_budget": 20.0, "workdir": "w"}
+    entry = registry.entry("cublaslt")
+    assert entry.fingerprint_settings({**base, "triton": False}) == {
+        "backend": "cublaslt",
+        "margin": 0.02,
+        "time_budget": 20.0,
+    }, "a run without --triton keeps the fingerprint it had before the flag existed"
+    assert entry.fingerprint_settings({**base, "triton": True})["triton"] is True

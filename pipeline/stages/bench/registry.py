@@ -43,6 +43,8 @@ class BackendEntry:
     options: Callable[[Params], dict] = lambda params: {}  # constructor options; checks the tool, before any work
     settings: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> parameter, beyond backend,
     # margin and time budget (every fingerprint has those)
+    flags: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> boolean parameter, in the
+    # fingerprint only when on: a flag added later leaves the fingerprints of runs without it as they were
 
     def fingerprint_settings(self, params: Params) -> dict:
         """The tuning settings of this backend that are part of the stack fingerprint."""
@@ -51,6 +53,7 @@ class BackendEntry:
             "margin": params["margin"],
             "time_budget": params["time_budget"],
             **{key: params[name] for key, name in self.settings.items()},
+            **{key: True for key, name in self.flags.items() if params.get(name)},
         }
 
     @property
@@ -172,7 +175,7 @@ ENTRIES = (
         cublaslt,
         needs=(("torch", "torch"), ("nvmath", "nvmath-python")),
         options=_cublaslt,
-        settings={"triton": "triton"},
+        flags={"triton": "triton"},
     ),
     BackendEntry("hipblaslt", "rocm", "tuner", hipblaslt, options=_bench),
     BackendEntry(
