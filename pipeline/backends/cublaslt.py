@@ -251,12 +251,12 @@ class Pool:
 
     def own_kernel(self, name: str) -> bool:
         """Whether ``name`` is a kernel of this project's (checked element by element, compiled first)."""
-        return (self.configs.get(name) or {}).get("source") == "triton"
+        return triton_gemm.is_config(self.configs.get(name))
 
 
 def own_launcher(problem: GemmProblem, config: dict) -> Callable[[OperandSet], None] | None:
     """The launcher of a saved config of this project's kernels (None: a cuBLASLt config or the default)."""
-    if (config or {}).get("source") != "triton":
+    if not triton_gemm.is_config(config):
         return None
     return triton_gemm.launcher(problem, triton_gemm.TritonConfig.from_json(config))
 
@@ -276,6 +276,17 @@ def compile_all(launchers: dict[str, Callable[[OperandSet], None]], ops: Operand
         outcomes = dict(zip(launchers, pool.map(first, list(launchers)), strict=True))
     torch.cuda.synchronize()
     return {name: err for name, err in outcomes.items() if err is not None}
+
+
+def checked(
+    problem: GemmProblem, launch: Callable[[OperandSet], None], ops: OperandSet, ref: torch.Tensor, own: bool
+) -> tuple[float, dict | None]:
+    """The norm-wise error of a candidate against the reference and, for a kernel of this project's
+    (``own``), its element figures (``measure.check_elements``); raises ``NumericsError`` beyond tolerance."""
+    if not own:
+        return check_numerics(problem, launch, ops, ref), None
+    figures = check_elements(problem, launch, ops, ref)
+    return figures["relative_error"], figures
 
 
 def _raiser(err: Exception) -> Callable[[OperandSet], None]:
@@ -416,7 +427,8 @@ class CublasLtBackend(BackendBase):
             candidates = self.screen(problem, pool, sets, time.monotonic() + settings.time_budget_s)
             result.candidates = list(candidates.values())
             if pool.not_served:
-                result.candidates.append(CandidateResult("triton", error=f"not served: {pool.not_served}"))
+                error = triton_gemm.NOT_SERVED + pool.not_served
+                result.candidates.append(CandidateResult(triton_gemm.SOURCE, error=error))
             if candidates[DEFAULT].screen_us is None:
                 raise RuntimeError(f"torch's default path failed: {candidates[DEFAULT].error}")
             screened = [None, *(candidates[n].screen_us for n in pool.names[1:])]
@@ -460,18 +472,18 @@ class CublasLtBackend(BackendBase):
         with self._prepared(problem, settings) as (gemm, sets):
             solution = previous.record.solution if previous.record else {}
             ref = reference(problem, sets[0])
-            own = own_launcher(problem, solution)
-            if own is None:
+            winner = own_launcher(problem, solution)
+            if winner is None:
                 record = record_from_config(gemm, solution)
                 config = {**solution, "AlgoBytes": read_config(record)["AlgoBytes"]}
-                launchers = {DEFAULT: torch_launcher(problem), name: gemm.launcher(record)}
-                numerics = {n: check_numerics(problem, launch, sets[0], ref) for n, launch in launchers.items()}
+                winner = gemm.launcher(record)
             else:
-                launchers = {DEFAULT: torch_launcher(problem), name: own}
-                figures = check_elements(problem, own, sets[0], ref)
-                config = {**solution, "numerics": figures}
-                numerics = {DEFAULT: check_numerics(problem, launchers[DEFAULT], sets[0], ref)}
-                numerics[name] = figures["relative_error"]
+                config = dict(solution)
+            launchers = {DEFAULT: torch_launcher(problem), name: winner}
+            numerics = {DEFAULT: check_numerics(problem, launchers[DEFAULT], sets[0], ref)}
+            numerics[name], figures = checked(problem, winner, sets[0], ref, triton_gemm.is_config(solution))
+            if figures is not None:
+                config["numerics"] = figures
             final = windowed(problem, launchers, self.device, self.timing, rounds=self.timing.rounds)
             base, tuned = final[DEFAULT].median, final[name].median
             result = ProblemResult(
@@ -510,10 +522,7 @@ class CublasLtBackend(BackendBase):
             if len(sound) >= count:
                 break
             try:
-                if pool.own_kernel(candidate.name):
-                    check_elements(problem, pool.launchers[candidate.name], sets[0], ref)
-                else:
-                    check_numerics(problem, pool.launchers[candidate.name], sets[0], ref)
+                checked(problem, pool.launchers[candidate.name], sets[0], ref, pool.own_kernel(candidate.name))
                 sound.append(candidate)
             except (NumericsError, lt.cuBLASLtError, RuntimeError) as err:
                 candidate.error = f"{type(err).__name__}: {err}"
@@ -559,13 +568,10 @@ class CublasLtBackend(BackendBase):
             )
             result.winner_us = result.default_us
             if result.default_us / best.verdict_us >= 1 + settings.margin:
-                if pool.own_kernel(best.name):  # its figures travel with it (docs/triton.md, "Numerics")
-                    figures = check_elements(problem, pool.launchers[best.name], sets[0], ref)
-                    result.crown(best.name, best.verdict_us, WinnerRecord({**best.config, "numerics": figures}))
-                    result.numerics[best.name] = figures["relative_error"]
-                else:
-                    result.crown(best.name, best.verdict_us, WinnerRecord(best.config))
-                    result.numerics[best.name] = check_numerics(problem, pool.launchers[best.name], sets[0], ref)
+                launch, own = pool.launchers[best.name], pool.own_kernel(best.name)
+                result.numerics[best.name], figures = checked(problem, launch, sets[0], ref, own)
+                config = best.config if figures is None else {**best.config, "numerics": figures}  # docs/triton.md
+                result.crown(best.name, best.verdict_us, WinnerRecord(config))
         for candidate in result.candidates:
             if candidate.name == DEFAULT:
                 candidate.final_us = result.default_us

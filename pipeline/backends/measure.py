@@ -214,6 +214,11 @@ def relative_error(problem: GemmProblem, ops: OperandSet, ref: torch.Tensor | No
     return float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
 
 
+def tolerance_of(problem: GemmProblem) -> float:
+    """The relative error allowed for ``problem``'s dtype and compute type (``TOLERANCES``, else 1e-2)."""
+    return TOLERANCES.get((problem.a_type, problem.compute_type), 1e-2)
+
+
 def check_numerics(
     problem: GemmProblem, launch: Callable[[OperandSet], None], ops: OperandSet, ref: torch.Tensor | None = None
 ) -> float:
@@ -224,7 +229,7 @@ def check_numerics(
     torch.cuda.synchronize()
     check_written(problem, [ops])
     error = relative_error(problem, ops, ref)
-    tolerance = TOLERANCES.get((problem.a_type, problem.compute_type), 1e-2)
+    tolerance = tolerance_of(problem)
     if not error <= tolerance:
         raise NumericsError(f"relative error {error:.3g} exceeds {tolerance:g} for {problem.a_type}")
     return error
@@ -233,17 +238,17 @@ def check_numerics(
 BEYOND_ALLOWED = 1e-3  # the fraction of elements a kernel of our own may have beyond the tolerance
 
 
-def element_figures(problem: GemmProblem, ops: OperandSet, ref: torch.Tensor) -> dict:
+def element_figures(problem: GemmProblem, ops: OperandSet, ref: torch.Tensor, error: float) -> dict:
     """A kernel of our own against the fp32 reference, element by element: each element's error relative to
     the larger of its reference and the reference's RMS (an element near zero is judged at the output's
-    scale, not its own), the largest of them, the fraction beyond the dtype's tolerance, and the norm-wise
-    relative error the library's candidates are held to."""
+    scale, not its own), the largest of them, the fraction beyond the dtype's tolerance, and ``error``, the
+    norm-wise relative error the library's candidates are held to."""
     out = result(problem, ops).to(ref.dtype)
     scale = torch.linalg.vector_norm(ref) / max(ref.numel(), 1) ** 0.5
     errors = (out - ref).abs() / torch.maximum(ref.abs(), scale.clamp_min(1e-30))
-    tolerance = TOLERANCES.get((problem.a_type, problem.compute_type), 1e-2)
+    tolerance = tolerance_of(problem)
     return {
-        "relative_error": relative_error(problem, ops, ref),
+        "relative_error": error,
         "max_element_error": float(errors.max()),
         "beyond_fraction": float((errors > tolerance).float().mean()),
         "tolerance": tolerance,
@@ -257,8 +262,7 @@ def check_elements(
     """``check_numerics`` and more, for a kernel outside the vendor library: its ``element_figures``; raise
     ``NumericsError`` with them where the norm-wise error exceeds the tolerance or more than ``BEYOND_ALLOWED``
     of the elements do."""
-    check_numerics(problem, launch, ops, ref)
-    figures = element_figures(problem, ops, ref)
+    figures = element_figures(problem, ops, ref, check_numerics(problem, launch, ops, ref))
     if figures["beyond_fraction"] > BEYOND_ALLOWED:
         raise NumericsError(
             f"{figures['beyond_fraction']:.3%} of the elements beyond {figures['tolerance']:g} "

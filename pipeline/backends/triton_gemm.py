@@ -37,6 +37,14 @@ SERVED_TYPES = ("bfloat16", "float16")
 FP8_TYPES = ("float8_e4m3fn",)  # tensorwise-scaled operands of torch._scaled_mm, out bf16 or fp16
 ALIGN_BYTES = 16  # lds in whole 16-byte units, so every tile load can be vectorised
 SKINNY_ROWS = 16  # tl.dot's least tile side: a skinny tile holds up to 16 tokens
+PREFIX = "triton_"  # every solution name of these kernels (``TritonConfig.name``): Bench, bundles, the runtime
+SOURCE = "triton"  # a saved config's ``"source"``, and the name of Bench's candidate that says why not served
+NOT_SERVED = "not served: "  # that candidate's error, before ``serves``' reason
+
+
+def is_config(config: dict | None) -> bool:
+    """Whether a saved winner's config is one of these kernels' (not a cuBLASLt algorithm's)."""
+    return (config or {}).get("source") == SOURCE
 
 
 @dataclass(frozen=True)
@@ -55,14 +63,14 @@ class TritonConfig:
     def name(self) -> str:
         """The candidate's name in Bench's pool and the bundle."""
         c = self
-        return f"triton_r{c.block_r}c{c.block_c}k{c.block_k}_s{c.split_k}_g{c.group}_w{c.num_warps}_st{c.num_stages}"
+        return f"{PREFIX}r{c.block_r}c{c.block_c}k{c.block_k}_s{c.split_k}_g{c.group}_w{c.num_warps}_st{c.num_stages}"
 
     @property
     def family(self) -> str:
         return "skinny" if self.block_r == SKINNY_ROWS else "tiled"
 
     def to_json(self) -> dict:
-        return {"source": "triton", "family": self.family, "name": self.name, **asdict(self)}
+        return {"source": SOURCE, "family": self.family, "name": self.name, **asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict) -> TritonConfig:
@@ -157,7 +165,7 @@ def cache_dir(root: Path, key: dict) -> Path:
     return path
 
 
-NAME = re.compile(r"triton_r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)")
+NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)")
 
 
 def config_from_name(name: str) -> TritonConfig:
@@ -240,8 +248,10 @@ class Runner:
 
     def __call__(self, x, y, out, bias=None, scale_x=None, scale_y=None) -> tuple:
         """Run through Triton's JIT; returns the compiled (gemm, reduce or None) kernels."""
+        return self._jit(*self._args(x, y, out, bias, scale_x, scale_y))
+
+    def _jit(self, grid, args, reduce_grid, reduce_args) -> tuple:
         c = self.config
-        grid, args, reduce_grid, reduce_args = self._args(x, y, out, bias, scale_x, scale_y)
         gemm = self._gemm[grid](*args, num_warps=c.num_warps, num_stages=c.num_stages)
         reduce = self._reduce[reduce_grid](*reduce_args, num_warps=4) if reduce_grid else None
         return gemm, reduce
@@ -262,10 +272,10 @@ class Runner:
         launch hook is set (the JIT's path serves those). None where this call's own pointers are not aligned."""
         import torch
 
-        gemm, reduce = self(x, y, out, bias, scale_x, scale_y)
+        grid, args, reduce_grid, reduce_args = self._args(x, y, out, bias, scale_x, scale_y)
+        gemm, reduce = self._jit(grid, args, reduce_grid, reduce_args)
         if not (self.aligned(x, y, out, bias, scale_x, scale_y) and unhooked(self._knobs)):
             return None
-        grid, args, reduce_grid, reduce_args = self._args(x, y, out, bias, scale_x, scale_y)
         part, rest, reduce_rest, scaled = args[4], args[7:], reduce_args[3:], scale_x is not None
         enter, leave = self._knobs.launch_enter_hook, self._knobs.launch_exit_hook
         enter_calls = [] if enter is None else enter.calls  # the chains' live lists: a hook added later is seen

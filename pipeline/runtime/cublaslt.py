@@ -14,8 +14,8 @@ from ..backends.base import TuneSettings
 from ..backends.cublaslt import LtGemm, ScaleModeUnsupported, lt, record_from_config
 from ..backends.cublaslt_algo import config_from_name, read_config
 from ..backends.torch_gemm import torch_dtype
+from ..backends.triton_gemm import PREFIX as TRITON_PREFIX
 from ..problem import GemmProblem
-from .triton_plan import PREFIX as TRITON_PREFIX
 from .triton_plan import TritonPlan
 
 DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it

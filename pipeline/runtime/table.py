@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends.base import unsupported_reason
+from ..backends.triton_gemm import PREFIX as TRITON
 from ..backends.triton_gemm import serves
 from ..formats.tunableop import DEFAULT, format_key, read_file
 from ..problem import GemmProblem
@@ -24,7 +25,6 @@ RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for t
 RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
-TRITON = "triton_"  # this project's Triton kernels (runtime/triton_plan.py)
 
 # (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it;
 # a scaled GEMM's is ("scaled_gemm", op signature, params signature), its TunableOp key itself

@@ -15,8 +15,6 @@ from ..backends.torch_gemm import torch_dtype
 from ..backends.triton_gemm import Runner, config_from_name, source_hash
 from ..problem import GemmProblem
 
-PREFIX = "triton_"
-
 
 class StaleTriton(ValueError):
     """A Triton row tuned under another Triton or kernel source than this runtime's."""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ...backends import triton_gemm
 from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
 from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
@@ -23,14 +24,13 @@ from ..run.layout import RunLayout
 from .gate import GateResult
 
 MANIFEST = "manifest.json"
-OWN_KERNEL = "triton_"  # solutions of this project's own kernels (docs/triton.md)
 
 
 def own_kernel_rows(run_dir: Path, entries: Sequence[TunableOpEntry]) -> list[dict]:
     """The kept rows whose winner is one of this project's kernels, each with its config and the numerics
     figures Bench checked it with (from Bench's results): what a reader of the manifest needs to trust it."""
-    wanted = {f"{e.op_signature},{e.params_signature}": e.solution for e in entries}
-    wanted = {key: name for key, name in wanted.items() if (name or "").startswith(OWN_KERNEL)}
+    own = [e for e in entries if (e.solution or "").startswith(triton_gemm.PREFIX)]
+    wanted = {f"{e.op_signature},{e.params_signature}": e.solution for e in own}
     results = RunLayout.of(run_dir).bench / "results.json"
     if not wanted or not results.exists():
         return [{"key": key, "solution": name} for key, name in sorted(wanted.items())]

@@ -170,7 +170,7 @@ def solution_config(name: str) -> dict:
     """The config a solution name spells out: a cuBLASLt algorithm's attributes, or a Triton config."""
     from ...backends import triton_gemm
 
-    if name.startswith("triton_"):
+    if name.startswith(triton_gemm.PREFIX):
         return triton_gemm.config_from_name(name).to_json()
     from ...backends.cublaslt_algo import config_from_name  # nvmath-python: the cuda extra
 

@@ -9,10 +9,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ...backends.base import ProblemResult
+from ...backends.triton_gemm import NOT_SERVED, PREFIX, SOURCE
 from ...formats.tunableop import format_key
 
-PREFIX = "triton_"  # the kernels' solution names (backends/triton_gemm.TritonConfig.name)
-NOT_SERVED = "not served: "  # the error of Bench's ``triton`` candidate for a problem the kernels do not serve
 ROCM = (
     "no Triton row is offered on ROCm: this project's Triton kernels are timed and checked on NVIDIA GPUs only "
     "(nothing of theirs can be measured on AMD hardware here), so ROCm keeps the vendor path"
@@ -31,7 +30,7 @@ def summary(results: Sequence[ProblemResult], backend: str, amd: bool) -> dict:
         if any(name.startswith(PREFIX) for name in names):
             served += 1
         for c in result.candidates:
-            if c.name == "triton" and (c.error or "").startswith(NOT_SERVED):
+            if c.name == SOURCE and (c.error or "").startswith(NOT_SERVED):
                 not_served[c.error.removeprefix(NOT_SERVED)] += 1
         if result.winner.startswith(PREFIX) and result.record is not None:
             winners.append(

@@ -28,9 +28,10 @@ from pathlib import Path
 import jinja2
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
+from ...backends.triton_gemm import PREFIX as TRITON
 from ...formats.logic import RECORD_BACKENDS, load_logic
 from ...formats.tunableop import read_file, unknown_solution, validators_platform, write_file
-from ...runtime.table import RUNTIME_RESULTS, TRITON
+from ...runtime.table import RUNTIME_RESULTS
 from ..bench.tune import OVERRIDE
 from ..configs.render import TEMPLATES
 from ..run.fingerprint import Stack
