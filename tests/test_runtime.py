@@ -438,10 +438,12 @@ def test_a_triton_row_takes_a_vector_bias_and_leaves_torchs_unfused_addmm_to_tor
     full = torch.randn(64, 512, generator=g).bfloat16()
     runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU")
     try:
+        built_at_install = [plan.name for plan in runtime.router._built.values()]
         plain, unfused = torch.nn.functional.linear(x, w), torch.addmm(full, x, w.t())
         status = runtime.status()
     finally:
         rt.uninstall()
+    assert built_at_install == [triton], "install builds the Triton rows' plans, not their first calls"
     assert status["tuned_calls"] == {f"{triton} GemmTunableOp_BFloat16_TN,tn_512_64_256_ld_256_256_512": 1}
     assert status["fallbacks"] == {str(NO_ACCUMULATE): 1}, status
     assert torch.allclose(plain.float(), (x.float() @ w.float().t()), rtol=2e-2, atol=2e-2)
@@ -479,12 +481,14 @@ def test_triton_rows_in_a_runtime_without_triton_fall_back_per_row_with_the_reas
     x64, x32 = torch.randn(64, 256, generator=g).bfloat16(), torch.randn(32, 256, generator=g).bfloat16()
     runtime = rt.install(tmp_path, executor=WithTritonRows(), dispatch_key="CPU")
     try:
+        rejected_at_install = dict(runtime.status()["rows_rejected"])
         out64, out32 = torch.nn.functional.linear(x64, w), torch.nn.functional.linear(x32, w)
         status = runtime.status()
     finally:
         rt.uninstall()
     (reason,) = status["rows_rejected"].values()
     assert reason.startswith("ModuleNotFoundError") and "triton" in reason
+    assert rejected_at_install == status["rows_rejected"], "the Triton row was refused at install"
     assert list(status["tuned_calls"]) == [f"{SOLUTION} GemmTunableOp_BFloat16_TN,tn_512_32_256_ld_256_256_512"]
     assert sum(status["fallbacks"].values()) == 1, status  # the Triton row's call, with that reason
     assert torch.allclose(out64.float(), x64.float() @ w.float().t(), rtol=2e-2, atol=2e-2)

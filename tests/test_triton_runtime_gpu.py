@@ -80,6 +80,40 @@ def test_eager_linears_run_their_triton_rows(tmp_path, weights):
     assert status["fallbacks"] == {} and status["rows_rejected"] == {}
 
 
+def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_path, weights, monkeypatch):
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+    from pipeline.backends import triton_kernels
+
+    x, w, b = weights
+    batched = GemmProblem("gemm_strided_batched", "T", "N", 256, TOKENS, K, K, K, 256, batch=3)
+    chosen = _rows(tmp_path / "r.csv", [_linear(False), _linear(True), batched])
+    xb = torch.randn(3, TOKENS, K, device="cuda", dtype=torch.bfloat16)
+    wb = torch.randn(3, 256, K, device="cuda", dtype=torch.bfloat16) / K**0.5
+    want = [F.linear(x, w), F.linear(x, w, b), torch.bmm(xb, wb.transpose(1, 2))]
+    # the frame a plan is prepared for is the one the router hands it
+    assert tg.Frame.of_problem(_linear(False)) == tg.Frame.of_call(x, w.t(), want[0])
+    assert tg.Frame.of_problem(batched) == tg.Frame.of_call(xb, wb.transpose(1, 2), want[2])
+    jit_runs = []
+    runtime = rt.install(tmp_path / "r.csv")
+    try:
+        built = {plan.name for plan in runtime.router._built.values()}
+        for kernel in (triton_kernels.gemm, triton_kernels.reduce):  # JITFunction.run: every call through the JIT
+            monkeypatch.setattr(kernel, "run", lambda *a, _run=kernel.run, **k: jit_runs.append(1) or _run(*a, **k))
+        got = [F.linear(x, w), F.linear(x, w, b), torch.bmm(xb, wb.transpose(1, 2))]
+        torch.cuda.synchronize()
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert built == set(chosen.values()), "install built every Triton row's plan before any call"
+    assert status["startup"]["plan_build_s"] > 0
+    assert jit_runs == [], "a call went through Triton's JIT"
+    assert all(_close(have, expected) for have, expected in zip(got, want, strict=True))
+    assert sorted(k.split(" ", 1)[0] for k in status["tuned_calls"]) == sorted(chosen.values()), status
+
+
 def test_a_captured_graph_replays_the_triton_kernel(tmp_path, weights):
     import torch
     import torch.nn.functional as F

@@ -57,16 +57,24 @@ def test_configs_fit_the_shape(problem):
     found = tg.configs(problem, sms=132)
     assert found and len(found) == len(set(found))
     skinny = problem.n <= tg.SKINNY_ROWS
-    assert all((c.family == "skinny") == skinny for c in found)
+    families = {"skinny", "gemv"} if problem.n == 1 else {"skinny"} if skinny else {"tiled"}
+    assert {c.family for c in found} == families
     for c in found:
+        if c.family == "gemv":  # a few columns per program: K split only where they leave the GPU short
+            programs = -(-problem.m // c.block_c)
+            assert c.split_k == 1 or (programs < 2 * 132 and problem.k // c.split_k >= c.block_k)
+            continue
         tiles = -(-problem.n // c.block_r) * -(-problem.m // c.block_c)
         assert problem.k // c.split_k >= c.block_k, "a K slice holds at least one K tile"
         assert c.split_k == 1 or tiles < 132, "no K split where the tiles fill the GPU"
         assert c.split_k == 1 or tiles * c.split_k <= 8 * 132
+        stage_bytes = (c.block_r + c.block_c) * c.block_k * 2
+        assert c.num_stages * stage_bytes <= 224 * 1024, "the pipeline's stages fit the shared memory"
         assert tg.TritonConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
         assert c.to_json()["source"] == "triton" and c.name.startswith("triton_")
     if skinny:
         assert any(c.split_k > 1 for c in found) == (-(-problem.m // 32) < 132)
+        assert {c.num_stages for c in found if c.family == "skinny"} == {3, 4, 5}, "deep pipelines"
 
 
 def _key(**kw) -> dict:
@@ -90,6 +98,10 @@ def test_the_compile_cache_is_keyed_and_a_bad_one_rebuilt(tmp_path):
 
 GPU_PROBLEMS = [
     linear(4096, 1, 4096),
+    linear(1000, 1, 4104),  # one token, K not a multiple of any K tile, columns not a block multiple
+    GemmProblem("gemm_and_bias", "T", "N", 3584, 1, 3584, 3584, 3584, 3584),
+    scaled(4096, 1, 4096, bias_type="bfloat16"),
+    GemmProblem("gemm_strided_batched", "T", "N", 256, 1, 512, 512, 512, 256, batch=4),
     linear(6144, 4, 4104),  # K not a multiple of any K tile
     linear(3000, 8, 2048, a_type="float16", b_type="float16", c_type="float16"),  # columns not a tile multiple
     GemmProblem("gemm_and_bias", "T", "N", 3584, 8, 3584, 3584, 3584, 3584),
@@ -121,6 +133,8 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     offered = tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)
     assert offered
     found = offered[:: max(1, len(offered) // 3)]  # a spread of tiles and splits: each compiles for a second
+    gemv = [c for c in offered if c.family == "gemv"]
+    found += [c for c in (gemv[:1] + gemv[-1:]) if c not in found]  # the one-token kernel, unsplit and split
     errors = {c.name: check_numerics(problem, tg.launcher(problem, c), ops, ref) for c in found}  # raises if off
     assert max(errors.values()) > 0, "an exact match on random data means the output was not computed"
     print(f"\n{problem.op} {problem.m}x{problem.n}x{problem.k}: {len(found)} configs, worst {max(errors.values()):.2e}")
@@ -141,6 +155,16 @@ def test_a_config_that_cannot_run_fails_in_the_harness_alone():
     outcomes = screen_passes([torch_launcher(problem), tg.launcher(problem, too_big)], sets, 1, None)
     assert isinstance(outcomes[0], float) and outcomes[0] > 0
     assert isinstance(outcomes[1], Exception), outcomes[1]
+
+
+def test_a_problem_frame_is_the_integers_its_calls_hand_the_kernels():
+    tn = tg.Frame.of_problem(linear(4096, 8, 1024))  # F.linear: X[8, 1024] rows, Y = W.t() columns contiguous
+    assert (tn.batch, tn.rows, tn.k, tn.cols) == (1, 8, 1024, 4096)
+    assert (tn.xs, tn.ys, tn.os) == ((0, 1024, 1), (0, 1, 1024), (0, 4096, 1))
+    nn = tg.Frame.of_problem(GemmProblem("gemm", "N", "N", 64, 32, 128, 80, 144, 96))  # padded lds
+    assert (nn.xs, nn.ys, nn.os) == ((0, 144, 1), (0, 80, 1), (0, 96, 1))
+    bmm = tg.Frame.of_problem(GemmProblem("gemm_strided_batched", "T", "N", 256, 8, 512, 512, 512, 256, batch=3))
+    assert (bmm.batch, bmm.xs, bmm.ys, bmm.os) == (3, (8 * 512, 512, 1), (256 * 512, 1, 512), (8 * 256, 256, 1))
 
 
 def test_a_solution_name_spells_its_config_and_a_broken_one_is_refused():
@@ -187,3 +211,29 @@ def test_the_fast_launcher_matches_the_jit_and_a_misaligned_pointer_takes_the_ji
         knobs.runtime.launch_enter_hook.remove(hook)
     assert seen and torch.equal(outs[1], outs[0])
     assert float((outs[0].float() - x.float() @ w.float().t()).norm() / (x.float() @ w.float().t()).norm()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_untimed
+@pytest.mark.parametrize("batch,split", [(1, 1), (1, 2), (3, 1), (3, 2)])
+def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split):
+    pytest.importorskip("triton")
+    import torch
+
+    torch.manual_seed(0)
+    op = "gemm_strided_batched" if batch > 1 else "gemm_and_bias"
+    problem = GemmProblem(op, "T", "N", 512, 8, 4096, 4096, 4096, 512, batch=batch)
+    lead = (batch,) if batch > 1 else ()
+    x = torch.randn(*lead, 8, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(*lead, 512, 4096, device="cuda", dtype=torch.bfloat16) / 64
+    bias = torch.randn(512, device="cuda", dtype=torch.bfloat16) if batch == 1 else None
+    config = tg.TritonConfig(16, 64, 256, split_k=split)
+    prepared, jit = tg.Runner(config), tg.Runner(config)
+    prepared.prepare(problem, torch.cuda.current_device())
+    assert prepared._launch is not None, "prepare builds the launcher before any call"
+    outs = [torch.empty(*lead, 8, 512, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    prepared.run(x, w.mT, outs[0], bias)
+    jit(x, w.mT, outs[1], bias)
+    assert torch.equal(outs[0], outs[1])
+    want = x.float() @ w.float().mT + (0 if bias is None else bias.float())
+    assert float((outs[0].float() - want).norm() / want.norm()) < 1e-2

@@ -9,7 +9,7 @@ import triton.language as tl
 def gemm(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
          sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,
          HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
-         BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+         BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
     pid, pk, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_r, n_c = tl.cdiv(R, BR), tl.cdiv(C, BC)
     width = GROUP * n_c  # GROUP row tiles side by side share their column tiles through L2
@@ -22,13 +22,19 @@ def gemm(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
     ks = tl.arange(0, BK)
     k0 = pk * K_PER
     k_end = tl.minimum(K, k0 + K_PER)
-    xp = x + b * sxb + rows[:, None] * sxr + (k0 + ks)[None, :] * sxk
-    yp = y + b * syb + (k0 + ks)[:, None] * syk + cols[None, :] * syc
+    # rows and columns past the edge load row (or column) r % R, in range: their sums are never stored, and no
+    # load needs a mask but the last K tile's
+    xp = x + b * sxb + (rows % R)[:, None] * sxr + (k0 + ks)[None, :] * sxk
+    yp = y + b * syb + (k0 + ks)[:, None] * syk + (cols % C)[None, :] * syc
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     for k in range(k0, k_end, BK):
-        kk = k + ks
-        a = tl.load(xp, mask=(rows[:, None] < R) & (kk[None, :] < k_end), other=0.0)
-        w = tl.load(yp, mask=(kk[:, None] < k_end) & (cols[None, :] < C), other=0.0)
+        if EVEN_K:  # every K tile whole (K a multiple of BK): unmasked, vectorised loads
+            a = tl.load(xp)
+            w = tl.load(yp)
+        else:
+            kk = k + ks
+            a = tl.load(xp, mask=kk[None, :] < k_end, other=0.0)
+            w = tl.load(yp, mask=kk[:, None] < k_end, other=0.0)
         acc = tl.dot(a, w, acc)
         xp += BK * sxk
         yp += BK * syk
@@ -42,6 +48,44 @@ def gemm(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
         tl.store(target, acc.to(out.dtype.element_ty), mask=inside)
     else:
         tl.store(part + ((b * SPLIT + pk) * R + rows[:, None]) * C + cols[None, :], acc, mask=inside)
+
+
+@triton.jit
+def gemv(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
+         sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,
+         HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
+         BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    # one token (R == 1, BR == 1): gemm's parameters, no tl.dot (whose least tile side is 16 rows); a program
+    # reduces BC columns over one K slice, products summed elementwise in fp32 and across K once at the end
+    pc, pk, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    cols = pc * BC + tl.arange(0, BC)
+    ks = tl.arange(0, BK)
+    k0 = pk * K_PER
+    k_end = tl.minimum(K, k0 + K_PER)
+    xp = x + b * sxb + (k0 + ks) * sxk
+    yp = y + b * syb + (k0 + ks)[None, :] * syk + (cols % C)[:, None] * syc  # [BC, BK]: along K per column
+    acc = tl.zeros((BC, BK), dtype=tl.float32)
+    for k in range(k0, k_end, BK):
+        if EVEN_K:
+            a = tl.load(xp)
+            w = tl.load(yp)
+        else:
+            kk = k + ks
+            a = tl.load(xp, mask=kk < k_end, other=0.0)
+            w = tl.load(yp, mask=kk[None, :] < k_end, other=0.0)
+        acc += w.to(tl.float32) * a.to(tl.float32)[None, :]
+        xp += BK * sxk
+        yp += BK * syk
+    total = tl.sum(acc, axis=1)
+    inside = cols < C
+    if SCALED:
+        total *= tl.load(scale_x) * tl.load(scale_y)
+    if SPLIT == 1:
+        if HAS_BIAS:
+            total += tl.load(bias + cols, mask=inside, other=0.0).to(tl.float32)
+        tl.store(out + b * sob + cols * soc, total.to(out.dtype.element_ty), mask=inside)
+    else:
+        tl.store(part + (b * SPLIT + pk) * C + cols, total, mask=inside)
 
 
 @triton.jit

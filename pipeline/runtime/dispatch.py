@@ -37,6 +37,7 @@ import torch
 from ..formats.tunableop import format_key
 from .frame import gemm_key
 from .scaled import problem_of_call
+from .table import TRITON as TRITON_PREFIX
 from .table import RuntimeKey, TunedTable, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
@@ -218,6 +219,15 @@ class Router:
             lib.impl("_scaled_mm", self.scaled.kernel(kernels["_scaled_mm"]), self.dispatch_key)
             lib.impl("_scaled_mm.out", self.scaled.kernel(kernels["_scaled_mm.out"]), self.dispatch_key)
         self._lib = lib
+        self.build_own_kernels(self.executor.current_device())
+
+    def build_own_kernels(self, device: int) -> None:
+        """Build the plans of the rows that run this project's Triton kernels on ``device`` now, each compiled
+        or loaded from Triton's cache (``runtime/triton_plan.py``), rather than on their first call, inside the
+        workload's timed code. A row refused here falls back from its first call, with the reason."""
+        for key, found in self.table.solutions.items():
+            if found[1].startswith(TRITON_PREFIX):
+                self._build(key, found, device)
 
     def uninstall(self) -> None:
         if self._lib is not None:

@@ -5,7 +5,11 @@ A row holds only for the Triton and the kernel source it was tuned with (the bun
 under another, ``TritonPlan`` refuses to build, and the router falls back for that row with the reason. A
 runtime without Triton does the same (its import fails). The kernel writes a vector bias in its epilogue but
 never accumulates onto its output, so torch's unfused ``addmm`` form (bias copied into the output first) falls
-back too (``accumulates``)."""
+back too (``accumulates``).
+
+A plan compiles its kernels when it is built (``Runner.prepare``: loaded from Triton's cache where an earlier
+process compiled them), and the router builds every Triton row's plan at install: a workload's GEMM calls meet
+no JIT. A config that does not compile or fit this device is refused there, and its row falls back."""
 
 from __future__ import annotations
 
@@ -44,6 +48,10 @@ def check_stack(tuned: dict | None) -> None:
         )
 
 
+class KernelUnfit(ValueError):
+    """A Triton row whose kernel does not compile, or does not fit this device."""
+
+
 class TritonPlan:
     """One tuned problem on one device through this project's kernel: ``run(x, y, bias[, out])`` returns
     ``x @ y (+ bias)``; with ``scales`` (of y and of x) the FP8 product scaled first."""
@@ -53,7 +61,12 @@ class TritonPlan:
 
     def __init__(self, problem: GemmProblem, solution: str, device: int, tuned: dict | None) -> None:
         check_stack(tuned)
-        self._run = Runner(config_from_name(solution)).run
+        runner = Runner(config_from_name(solution))
+        try:
+            runner.prepare(problem, device)
+        except Exception as err:  # Triton's compile and resource errors have no common base
+            raise KernelUnfit(f"{solution} does not compile or fit this device: {type(err).__name__}: {err}") from err
+        self._run = runner.run
         self.name, self.device, self.calls = solution, device, 0
         batch = (problem.batch,) if problem.op == "gemm_strided_batched" else ()
         self.out_shape = (*batch, problem.n, problem.m)
