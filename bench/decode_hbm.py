@@ -1,0 +1,213 @@
+"""Decode GEMMs as a fraction of the HBM limit, per method (#36, item 5): torch's default path, the product's
+cuBLASLt search alone, Inductor's max-autotune, and the product (Bench with the Triton kernels, ``--triton``).
+
+Each GEMM is a projection of Llama-3-8B or Qwen2-7B at T tokens (bf16 ``F.linear``), or Llama-3-8B's as a
+tensorwise-scaled FP8 ``torch._scaled_mm`` into bf16. The product's backend tunes it twice, without and with
+the Triton kernels (``CublasLtBackend.tune_one``, default settings); each winner is applied as it ships, a row
+in a results file routed by ``pipeline.runtime``. max-autotune is ``torch.compile(mode="max-autotune-no-cudagraphs")``
+of the same call, in a fresh Inductor cache. Every method's calls are captured in a CUDA graph over rotating
+weights (together more than three times the L2), so the time is the GPU's alone; the graphs are replayed
+interleaved, 9 rounds, medians. The limit is the bytes a call must move over the bandwidth a device copy or read
+reaches in the same run (``measure.bandwidth``).
+
+    python bench/decode_hbm.py --out bench/results/decode_hbm_<gpu>_<date>.json \\
+        [--models ...] [--tokens 1 4 8] [--gemms ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))  # autotuned here, fresh
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton_decode import MODELS  # the same projections (bench/ is the script's path)
+
+import pipeline.runtime as rt
+from pipeline.backends.base import TuneSettings
+from pipeline.backends.cublaslt import CublasLtBackend
+from pipeline.backends.measure import bandwidth, device_info
+from pipeline.formats.tunableop import TunableOpEntry, write_file
+from pipeline.problem import GemmProblem
+from pipeline.runtime.scaled import problem_of_call
+
+METHODS = ("default", "cublaslt", "max_autotune", "product")
+ROUNDS = 9
+
+
+class Case:
+    """One GEMM's rotating operands and its call: ``call(i)`` runs it on copy ``i``."""
+
+    def __init__(self, n_out: int, k: int, tokens: int, fp8: bool, l2: int) -> None:
+        weight_bytes = n_out * k * (1 if fp8 else 2)
+        self.copies = max(2, math.ceil(3 * l2 / weight_bytes))
+        self.fp8 = fp8
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        ws, xs = [], []
+        for _ in range(self.copies):
+            w = torch.randn(n_out, k, device="cuda", dtype=torch.bfloat16, generator=gen) / k**0.5
+            x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            ws.append(w.to(torch.float8_e4m3fn) if fp8 else w)
+            xs.append(x.to(torch.float8_e4m3fn) if fp8 else x)
+            del w, x
+        self.ws, self.xs = ws, xs
+        self.scales = (torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda"))
+        self.bytes = weight_bytes + tokens * k * (1 if fp8 else 2) + tokens * n_out * 2
+
+    def fn(self, x, w, sx=None, sw=None):
+        if self.fp8:
+            return torch._scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16)
+        return F.linear(x, w)
+
+    def problem(self) -> GemmProblem:
+        """The problem as the runtime keys this call (and TunableOp records it)."""
+        if self.fp8:
+            return problem_of_call(self.xs[0], self.ws[0].t(), *self.scales, None, None, torch.bfloat16, False)
+        tokens, k = self.xs[0].shape
+        n_out = self.ws[0].shape[0]
+        return GemmProblem("gemm", "T", "N", n_out, tokens, k, k, k, n_out)
+
+
+def capture(case: Case, fn, calls: int) -> torch.cuda.CUDAGraph:
+    """A graph of ``calls`` calls of ``fn`` cycling over the copies (warmed up on a side stream first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(case.copies):
+            fn(case.xs[i], case.ws[i], *case.scales)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            j = i % case.copies
+            fn(case.xs[j], case.ws[j], *case.scales)
+    torch.cuda.synchronize()
+    return graph
+
+
+def with_row(problem: GemmProblem, winner: str, path: Path):
+    """The runtime installed with ``winner`` as ``problem``'s row (None: the default won, nothing to install)."""
+    if not winner.startswith(("Gemm_Cublaslt", "triton_")):
+        return None
+    write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, winner, 0)])
+    return rt.install(path)
+
+
+def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: Path) -> dict:
+    calls = case.copies * max(1, 48 // case.copies)
+    graphs, notes = {}, {}
+    for method in METHODS:
+        if method == "max_autotune":
+            start = time.monotonic()
+            torch._dynamo.reset()  # each GEMM its own compile (dynamo's recompile limit would fall back to eager)
+            compiled = torch.compile(case.fn, mode="max-autotune-no-cudagraphs", dynamic=False)
+            graphs[method] = capture(case, compiled, calls)
+            notes["max_autotune_compile_s"] = round(time.monotonic() - start, 1)
+            continue
+        runtime = with_row(problem, winners.get(method, "Default"), scratch / f"{method}.csv")
+        try:
+            graphs[method] = capture(case, case.fn, calls)
+            if runtime is not None:
+                notes[f"{method}_tuned_calls"] = sum(runtime.status()["tuned_calls"].values())
+        finally:
+            rt.uninstall()
+    times = {m: [] for m in METHODS}
+    for graph in graphs.values():
+        graph.replay()
+    for r in range(ROUNDS):
+        order = METHODS[r % len(METHODS) :] + METHODS[: r % len(METHODS)]
+        for method in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[method].replay()
+            end.record()
+            end.synchronize()
+            times[method].append(start.elapsed_time(end) * 1e3 / calls)
+    del graphs
+    return {m: statistics.median(v) for m, v in times.items()} | notes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--gemms", nargs="+", help="these projections alone (default: all)")
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    limit = bandwidth(device)
+    settings = TuneSettings()
+    scratch = Path(tempfile.mkdtemp(prefix="decode-hbm-"))
+    library, product = CublasLtBackend(0), CublasLtBackend(0, triton_cache=str(scratch / "triton-cache"))
+    rows = []
+    for model in args.models:
+        for name, (n_out, k) in MODELS[model].items():
+            if args.gemms and name not in args.gemms:
+                continue
+            for tokens in args.tokens:
+                case = Case(n_out, k, tokens, model.endswith("-fp8"), l2)
+                problem = case.problem()
+                start = time.monotonic()
+                lib = library.tune_one(problem, settings)
+                mid = time.monotonic()
+                prod = product.tune_one(problem, settings)
+                tune_s = {"cublaslt": round(mid - start, 1), "product": round(time.monotonic() - mid, 1)}
+                winners = {"cublaslt": lib.winner, "product": prod.winner}
+                us = measure(case, problem, winners, scratch)
+                hbm = {m: case.bytes / limit * 1e6 / us[m] for m in METHODS}
+                rows.append({
+                    "model": model, "gemm": f"{name} {n_out}x{k}", "tokens": tokens, "bytes": case.bytes,
+                    "us": {m: round(us[m], 2) for m in METHODS}, "hbm": {m: round(hbm[m], 4) for m in METHODS},
+                    "winners": winners, "bench_speedup": {"cublaslt": lib.speedup, "product": prod.speedup},
+                    "tune_s": tune_s, "notes": {k: v for k, v in us.items() if k not in METHODS},
+                })  # fmt: skip
+                print(f"{model:13} {name:8} T={tokens}: " + " ".join(f"{m} {hbm[m]:.3f}" for m in METHODS)
+                      + f" | {prod.winner[:34]} ({tune_s['product']} s)", flush=True)  # fmt: skip
+                del case
+                torch.cuda.empty_cache()
+                _write(args.out, device, limit, rows)
+    print(json.dumps(_write(args.out, device, limit, rows)["geomean_hbm_fraction"]))
+
+
+def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> dict:
+    """The record so far (written after every GEMM: a run cut short keeps what it measured)."""
+
+    def geomean(values) -> float:
+        values = list(values)
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    best_rival = [max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"]) for r in rows]
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "device": device_info(device),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "copy_bandwidth_bytes_per_s": limit,
+        "rounds": ROUNDS,
+        "geomean_hbm_fraction": {m: geomean(r["hbm"][m] for r in rows) for m in METHODS},
+        "product_below_best_rival_by_1pct": [
+            f"{r['model']} {r['gemm']} T={r['tokens']}"
+            for r, rival in zip(rows, best_rival, strict=True)
+            if r["hbm"]["product"] < rival * 0.99
+        ],
+        "rows": rows,
+    }
+    with open(out, "w") as handle:
+        json.dump(record, handle, indent=1)
+    return record
+
+
+if __name__ == "__main__":
+    main()
