@@ -85,11 +85,15 @@ def test_table_keeps_triton_rows_the_kernels_serve_and_says_why_not_the_others(t
             ("GemmTunableOp_BFloat16_TN", "tn_4096_8_4096_ld_4096_4096_4096", triton),
             ("GemmTunableOp_BFloat16_TN", "tn_4096_16_4096_ld_4096_4096_4096", SOLUTION),
             ("GemmTunableOp_float_TN", "tn_512_128_256_ld_256_256_512", triton),  # fp32: not served
+            ("GemmTunableOp_BFloat16_TN", "tn_4096_4_4096_ld_4096_4096_4096", "triton_r16c64k256_s2"),  # cut short
         ],
     )
     table = load_table(tmp_path)
     assert sorted(solution for _, solution in table.solutions.values()) == [SOLUTION, triton]
-    assert table.left_out == {tg.serves(parse_key("GemmTunableOp_float_TN", "tn_512_128_256_ld_256_256_512")): 1}
+    assert table.left_out == {
+        tg.serves(parse_key("GemmTunableOp_float_TN", "tn_512_128_256_ld_256_256_512")): 1,
+        "unreadable Triton solution name (not triton_r<R>c<C>k<K>_s<S>_g<G>_w<W>_st<N>)": 1,
+    }
     assert table.triton_rows() == 1
     only = table.only_triton()
     assert [solution for _, solution in only.solutions.values()] == [triton]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..backends.base import unsupported_reason
 from ..backends.triton_gemm import PREFIX as TRITON
-from ..backends.triton_gemm import serves
+from ..backends.triton_gemm import config_from_name, serves
 from ..formats.tunableop import DEFAULT, format_key, read_file
 from ..problem import GemmProblem
 
@@ -103,6 +103,10 @@ def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
     if solution is None:
         return "untuned row (no solution)"
     if solution.startswith(TRITON):
+        try:
+            config_from_name(solution)
+        except ValueError:
+            return "unreadable Triton solution name (not triton_r<R>c<C>k<K>_s<S>_g<G>_w<W>_st<N>)"
         return serves(problem)  # a row another version of the kernels served: this one says why not
     if not _CUBLASLT.match(solution):
         return "Default (torch's own kernel)" if solution == DEFAULT else "not a cuBLASLt or Triton solution"
