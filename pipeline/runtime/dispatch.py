@@ -37,7 +37,6 @@ import torch
 from ..formats.tunableop import format_key
 from .frame import gemm_key
 from .scaled import problem_of_call
-from .table import TRITON as TRITON_PREFIX
 from .table import RuntimeKey, TunedTable, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
@@ -225,9 +224,8 @@ class Router:
         """Build the plans of the rows that run this project's Triton kernels on ``device`` now, each compiled
         or loaded from Triton's cache (``runtime/triton_plan.py``), rather than on their first call, inside the
         workload's timed code. A row refused here falls back from its first call, with the reason."""
-        for key, found in self.table.solutions.items():
-            if found[1].startswith(TRITON_PREFIX):
-                self._build(key, found, device)
+        for key, found in self.table.triton_solutions().items():
+            self._build(key, found, device)
 
     def uninstall(self) -> None:
         if self._lib is not None:

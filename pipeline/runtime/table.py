@@ -89,12 +89,16 @@ class TunedTable:
     def __len__(self) -> int:
         return len(self.solutions)
 
+    def triton_solutions(self) -> dict[RuntimeKey, tuple[GemmProblem, str]]:
+        """The rows whose winner is one of this project's Triton kernels."""
+        return {k: v for k, v in self.solutions.items() if v[1].startswith(TRITON)}
+
     def triton_rows(self) -> int:
-        return sum(solution.startswith(TRITON) for _, solution in self.solutions.values())
+        return len(self.triton_solutions())
 
     def only_triton(self) -> TunedTable:
         """This table's Triton rows alone (where torch's TunableOp applies the cuBLASLt ones itself)."""
-        kept = {k: v for k, v in self.solutions.items() if v[1].startswith(TRITON)}
+        kept = self.triton_solutions()
         left_out = self.left_out + Counter({"cuBLASLt row: TunableOp applies it": len(self.solutions) - len(kept)})
         return TunedTable(self.source, kept, left_out, self.meta)
 
