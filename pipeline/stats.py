@@ -51,6 +51,20 @@ class Stats:
         )
 
 
+def median_bounds(values: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median of ``values`` (about 95% at ``z`` = 1.96): the
+    order statistics n/2 -/+ z*sqrt(n)/2 places from the middle, the binomial's normal approximation; no
+    assumption on the samples' shape, only that they are independent draws. The whole range for small n."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median_bounds of no values")
+    half = z * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return ordered[low], ordered[max(low, high)]
+
+
 def round_order(names: Sequence[str], r: int) -> list[str]:
     """The order of round ``r``: rows of a Williams Latin square, so that over a cycle (n rounds, 2n for an
     odd n) each candidate runs in each position, and right after each other candidate, equally often. Two
@@ -61,3 +75,26 @@ def round_order(names: Sequence[str], r: int) -> list[str]:
     row = r % cycle
     order = [names[(i + row) % n] for i in first]
     return order if row < n else order[::-1]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A candidate against the default from the same interleaved rounds: both medians, and the lower bound of
+    the median per-round speedup (default / candidate within one round, where a clock that drifts moves
+    both; ``stats.median_bounds``, about 95%)."""
+
+    default_us: float
+    winner_us: float
+    low: float
+
+    @classmethod
+    def of(cls, samples: dict[str, list[float]], default: str, name: str) -> Verdict:
+        ratios = [d / w for d, w in zip(samples[default], samples[name], strict=True)]
+        low = median_bounds(ratios)[0]
+        return cls(statistics.median(samples[default]), statistics.median(samples[name]), low)
+
+    def wins(self, margin: float) -> bool:
+        """Faster than the default by ``margin``, and faster at all beyond the rounds' noise: on the H100 a
+        winner that cleared the margin by less than its spread (4096x4096x4096, x1.020 at 7.8%) validated at
+        x0.981 (docs/cublaslt.md, section 3)."""
+        return self.default_us / self.winner_us >= 1 + margin and self.low >= 1.0

@@ -339,8 +339,11 @@ class StackBound(PipelineTask):
     tunableop_numerical_check = luigi.BoolParameter(
         default=False, description="tunableop: check every candidate against Default"
     )
-    triton = luigi.BoolParameter(
-        default=False, description="cublaslt: also time this project's Triton kernels per GEMM (docs/triton.md)"
+    triton = luigi.OptionalBoolParameter(
+        default=None,
+        parsing=luigi.BoolParameter.EXPLICIT_PARSING,
+        description="cublaslt: time this project's Triton kernels per GEMM too (on unless --triton false; "
+        "docs/triton.md); another backend: --triton has the report say why no Triton row is offered",
     )
     time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
     margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
@@ -604,8 +607,9 @@ class Bench(StackBound):
         return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
 
     def triton_request(self) -> dict | None:
-        """What ``--triton`` asked of this backend, for the summary (None: it was not asked)."""
-        return {"backend": self.backend, "amd": registry.amd(self.backend)} if self.triton else None
+        """What ``--triton`` (or the backend's default) asked of this backend, for the summary (None: not asked)."""
+        wanted = registry.entry(self.backend).flag("triton", self.param_kwargs)
+        return {"backend": self.backend, "amd": registry.amd(self.backend)} if wanted else None
 
     @stage_run
     def run(self) -> None:

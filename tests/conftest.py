@@ -36,16 +36,30 @@ def _gpu_reason() -> str | None:
 
 
 def _gpu_group(item: pytest.Item) -> str:
-    """A GPU test's xdist group: the one it declares, else its module's (module fixtures stay in one process)."""
+    """A GPU test's xdist group: the one it declares, else its module's (module fixtures stay in one process),
+    the tests that share the GPU apart from those that hold it alone (a process busy with one of the latter
+    would hold the former back until the GPU's sharers are done)."""
     declared = item.get_closest_marker("xdist_group")
-    return f"gpu-{declared.args[0] if declared else item.module.__name__}"
+    if declared:
+        return f"gpu-{declared.args[0]}"
+    return f"gpu-{item.module.__name__}{'-shared' if 'gpu_untimed' in item.keywords else ''}"
+
+
+def _schedule_rank(item: pytest.Item) -> int:
+    """The processes take work in collection order: first the long tests that do not hold the GPU alone (so
+    that none starts late and runs on alone at the end, and the CPU-heavy ones are done before the GPU is
+    timed), then the other GPU tests that share the GPU (they run side by side; one queued behind a test that
+    holds the GPU alone would wait for it and then run alone too: 21 s on the H100), then the CPU tests, last
+    those that hold the GPU alone, the long ones first (one at a time, once the GPU's sharers are done)."""
+    gpu, untimed, long = "gpu" in item.keywords, "gpu_untimed" in item.keywords, "long" in item.keywords
+    if gpu and not untimed:
+        return 3 if long else 4
+    return 0 if long else 1 if gpu else 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # the processes take work in collection order: the long tests (and their groups) go first, so that none
-    # starts late and runs on alone at the end
-    items.sort(key=lambda item: "long" not in item.keywords)
+    items.sort(key=_schedule_rank)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(pytest.mark.xdist_group(_gpu_group(item)))  # groups spread over the processes

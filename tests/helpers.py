@@ -129,14 +129,15 @@ def needs_torch(reason: str) -> pytest.MarkDecorator:
 
 
 def fake_cublaslt(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--backend cublaslt`` served by ``tests/fake_backend.py`` (workers find its factory by name)."""
+    """``--backend cublaslt`` served by ``tests/fake_backend.py`` (workers find its factory by name); it has no
+    Triton candidates, so it takes no Triton cache (and needs no triton installed)."""
     import dataclasses
 
     from pipeline.stages.bench import registry
 
     from .fake_backend import FakeBackend
 
-    entry = dataclasses.replace(registry.REGISTRY["cublaslt"], factory=FakeBackend, needs=())
+    entry = dataclasses.replace(registry.REGISTRY["cublaslt"], factory=FakeBackend, needs=(), options=lambda p: {})
     monkeypatch.setitem(registry.REGISTRY, "cublaslt", entry)
 
 

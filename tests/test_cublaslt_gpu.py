@@ -56,6 +56,7 @@ PROBLEMS = [
 CUBLASLT = registry.entry("cublaslt").factory_path  # the factory the workers call
 
 
+@pytest.mark.gpu_untimed  # tunes, but asserts nothing a neighbour's GPU work could change: shares the GPU
 def test_every_winner_is_numerically_sound():
     import torch
 
@@ -119,6 +120,7 @@ def test_the_config_space_walks_one_axis_from_the_heuristics_results():
         gemm.close()
 
 
+@pytest.mark.gpu_untimed  # tunes, but asserts nothing a neighbour's GPU work could change: shares the GPU
 def test_interrupted_shard_resumes(tmp_path):
     problems = PROBLEMS[:3]
     shard = tmp_path / "shard.json"
@@ -165,6 +167,10 @@ def test_tune_workload_dag_through_bench(tmp_path):
             gpus="1",
             validate_rounds="1",  # the report's figures are checked against the bench data; one round has them
             e2e_reps="2",  # the least that measures a spread for the end-to-end gate
+            # the library's search alone: Triton's first compiles would double this test, which holds the GPU
+            # alone (the Triton candidates in Bench: test_triton_bench_gpu; the README's main command, which
+            # times them by default, runs on the device verbatim)
+            triton="false",
             # the embedded model at one batch size and prompt length (its 15 GEMMs, not 29): the embedded
             # default's collection is test_workload's, and the README's main command runs on the device verbatim
             workload_cmd=f"{sys.executable} -m pipeline.workloads.llama --batch-sizes 4 --prompt-lengths 128",
@@ -239,8 +245,10 @@ def test_near_equal_finalists_are_judged_again_and_the_chosen_one_re_timed_alone
         assert [c.name for c in chosen] == [result.winner]
         assert result.winner_us == chosen[0].verdict_us != chosen[0].final_us
         assert result.default_us / result.winner_us >= 1 + QUICK.margin
-    elif chosen:  # chosen, then refused by the verdict: Bench reports the default's time
-        assert result.default_us / chosen[0].verdict_us < 1 + QUICK.margin and result.winner_us == result.default_us
+        assert 1 <= chosen[0].verdict_low <= result.speedup * 1.05, "faster beyond the verdict's noise"
+    elif chosen:  # chosen, then refused by the verdict (short of the margin, or within its noise): the default's time
+        refused = result.default_us / chosen[0].verdict_us < 1 + QUICK.margin or chosen[0].verdict_low < 1
+        assert refused and result.winner_us == result.default_us
 
 
 def test_solution_names_with_signed_attributes_parse():

@@ -81,8 +81,9 @@ def test_the_verdict_rebuilds_a_triton_finalist_from_its_config(backend):
     config = tg.configs(GATE_UP, b.sms)[-1]
     launchers = {DEFAULT: torch_launcher(GATE_UP), config.name: tg.launcher(GATE_UP, config)}
     pool = Pool([DEFAULT, config.name], {DEFAULT: None, config.name: config.to_json()}, launchers, 0.0)
-    default_us, own_us = b._verdict(GATE_UP, pool, config.name, 2, TuneSettings().workspace_bytes)
-    assert 0 < default_us < float("inf") and 0 < own_us < float("inf")
+    verdict = b._verdict(GATE_UP, pool, config.name, 2, TuneSettings().workspace_bytes)
+    assert 0 < verdict.default_us < float("inf") and 0 < verdict.winner_us < float("inf")
+    assert 0 < verdict.low <= 1.05 * verdict.default_us / verdict.winner_us, "a lower bound of the speedup"
 
 
 def test_a_problem_the_kernels_do_not_serve_is_left_to_the_library_with_the_reason(backend):

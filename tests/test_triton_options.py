@@ -18,14 +18,20 @@ FACTS = {"platform": "cuda", "arch": "sm90", "torch": "2.11.0", "triton": "3.5.0
 
 
 def test_the_option_names_the_cache_in_the_workdir_and_a_missing_triton(tmp_path, monkeypatch):
+    """On by default with cublaslt (``--triton`` not given: None), off with ``--triton false``; a missing
+    Triton is named with the way to tune without it, never skipped in silence."""
     options = registry.entry("cublaslt").options
     assert options({"triton": False, "workdir": "w"}) == {}
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real(name))
-    assert options({"triton": True, "workdir": "w"}) == {"triton_cache": str(tmp_path / "w" / "triton-cache")}
+    cache = {"triton_cache": str(tmp_path / "w" / "triton-cache")}
+    assert options({"triton": True, "workdir": "w"}) == cache
+    assert options({"triton": None, "workdir": "w"}) == cache
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name))
-    with pytest.raises(ToolMissing, match="--triton needs triton"):
-        options({"triton": True, "workdir": "w"})
+    for given in (True, None):
+        with pytest.raises(ToolMissing, match=r"needs triton .* or pass --triton false"):
+            options({"triton": given, "workdir": "w"})
+    assert options({"triton": False, "workdir": "w"}) == {}
 
 
 @pytest.fixture(autouse=True)
@@ -159,3 +165,27 @@ def test_the_triton_flag_enters_the_fingerprint_only_when_on():
         "time_budget": 20.0,
     }, "a run without --triton keeps the fingerprint it had before the flag existed"
     assert entry.fingerprint_settings({**base, "triton": True})["triton"] is True
+    assert entry.fingerprint_settings({**base, "triton": None})["triton"] is True, "on by default with cublaslt"
+    tunableop = registry.entry("tunableop").fingerprint_settings(
+        {**base, "triton": None, **{name: 1 for name in registry.TUNABLEOP_SETTINGS.values()}}
+    )
+    assert "triton" not in tunableop, "a backend without Triton candidates has no such default"
+
+
+def test_the_cublaslt_search_asks_for_triton_unless_turned_off_and_other_tuners_only_when_asked():
+    """``luigi ... TuneWorkload`` with cublaslt times the Triton kernels too; ``--triton false`` turns them off;
+    with another backend only an explicit ``--triton`` asks (and the report then says why none is offered)."""
+    import luigi.cmdline_parser
+
+    from pipeline.tasks import Bench
+
+    def request(*argv: str) -> dict | None:
+        with luigi.cmdline_parser.CmdlineParser.global_instance(["Bench", "--untuned", "x.csv", *argv]) as parser:
+            return parser.get_task_obj().triton_request()
+
+    assert request() == {"backend": "cublaslt", "amd": False}
+    assert request("--triton") == {"backend": "cublaslt", "amd": False}
+    assert request("--triton", "false") is None
+    assert request("--backend", "hipblaslt") is None
+    assert request("--backend", "hipblaslt", "--triton") == {"backend": "hipblaslt", "amd": True}
+    assert Bench(untuned="x.csv", triton=False).triton_request() is None

@@ -16,6 +16,7 @@ pytestmark = nvmath_gpu_marks("validating TunableOp's picks (cuBLASLt solutions,
 
 
 @pytest.mark.long
+@pytest.mark.gpu_untimed  # asserts what TunableOp chose and what the DAG wrote, no timing: shares the GPU
 def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
     import torch
 

@@ -33,6 +33,7 @@ except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import ROWWISE, GemmProblem
+from ..stats import Verdict
 from . import selection, triton_gemm
 from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, Unsupported, WinnerRecord
 from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
@@ -48,7 +49,7 @@ from .measure import (
     measure_limits,
     rotating_operands,
     screen_passes,
-    windowed,
+    windowed_samples,
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 
@@ -484,16 +485,17 @@ class CublasLtBackend(BackendBase):
             numerics[name], figures = checked(problem, winner, sets[0], ref, triton_gemm.is_config(solution))
             if figures is not None:
                 config["numerics"] = figures
-            final = windowed(problem, launchers, self.device, self.timing, rounds=self.timing.rounds)
-            base, tuned = final[DEFAULT].median, final[name].median
+            samples = windowed_samples(problem, launchers, self.device, self.timing, rounds=self.timing.rounds)
+            verdict = Verdict.of(samples, DEFAULT, name)
+            base, tuned = verdict.default_us, verdict.winner_us
             result = ProblemResult(
                 problem,
                 default_us=base,
                 winner_us=base,
                 numerics={DEFAULT: numerics[DEFAULT]},
-                candidates=[CandidateResult(name, final_us=tuned, config=config)],
+                candidates=[CandidateResult(name, final_us=tuned, config=config, verdict_low=verdict.low)],
             )
-            if base / tuned >= 1 + settings.margin:
+            if verdict.wins(settings.margin):
                 result.crown(name, tuned, WinnerRecord(config))
                 result.numerics[name] = numerics[name]
             return result
@@ -563,11 +565,10 @@ class CublasLtBackend(BackendBase):
         best = min(close or finalists, key=lambda c: c.final_us, default=None)
         result.winner_us = result.default_us
         if best is not None and result.default_us / best.final_us >= 1 + settings.margin:
-            result.default_us, best.verdict_us = self._verdict(
-                problem, pool, best.name, 2 * rounds, settings.workspace_bytes
-            )
+            verdict = self._verdict(problem, pool, best.name, 2 * rounds, settings.workspace_bytes)
+            result.default_us, best.verdict_us, best.verdict_low = verdict.default_us, verdict.winner_us, verdict.low
             result.winner_us = result.default_us
-            if result.default_us / best.verdict_us >= 1 + settings.margin:
+            if verdict.wins(settings.margin):
                 launch, own = pool.launchers[best.name], pool.own_kernel(best.name)
                 result.numerics[best.name], figures = checked(problem, launch, sets[0], ref, own)
                 config = best.config if figures is None else {**best.config, "numerics": figures}  # docs/triton.md
@@ -601,28 +602,29 @@ class CublasLtBackend(BackendBase):
                 candidates.remove(candidate)
         return final[DEFAULT].median
 
-    def _verdict(
-        self, problem: GemmProblem, pool: Pool, name: str, rounds: int, workspace_bytes: int
-    ) -> tuple[float, float]:
-        """The default's and ``name``'s medians from interleaved rounds of the two alone, in ``windowed``
-        windows on operand buffers no earlier measurement used (seed + 3); ``name``'s is infinite where it falls
-        under the device's floor. ``name`` runs as Validate and the runtime run it: rebuilt from its saved
-        config on a workspace of its own, not the pool's launcher that screening used (on the H100 the pool's
-        read up to 4% high on some rows, bench/README.md "Does Bench predict what ships?")."""
+    def _verdict(self, problem: GemmProblem, pool: Pool, name: str, rounds: int, workspace_bytes: int) -> Verdict:
+        """``name`` against the default from interleaved rounds of the two alone, in ``windowed`` windows on
+        operand buffers no earlier measurement used (seed + 3); ``name``'s time is infinite where it falls under
+        the device's floor. ``name`` runs as Validate and the runtime run it: rebuilt from its saved config on a
+        workspace of its own, not the pool's launcher that screening used (on the H100 the pool's read up to 4%
+        high on some rows, bench/README.md "Does Bench predict what ships?")."""
         timing = dataclasses.replace(self.timing, seed=self.timing.seed + 3)
         workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=self.device)
         winner, gemm = self.launcher_for(problem, pool.configs[name], workspace)
         try:
-            final = windowed(problem, {DEFAULT: pool.launchers[DEFAULT], name: winner}, self.device, timing, rounds)
+            samples = windowed_samples(
+                problem, {DEFAULT: pool.launchers[DEFAULT], name: winner}, self.device, timing, rounds
+            )
         finally:
             if gemm is not None:  # None: a Triton config, no cuBLASLt descriptors to free
                 gemm.close()
-        self.limits.check(problem, final[DEFAULT].median, "torch's default")
+        verdict = Verdict.of(samples, DEFAULT, name)
+        self.limits.check(problem, verdict.default_us, "torch's default")
         try:
-            self.limits.check(problem, final[name].median, name)
+            self.limits.check(problem, verdict.winner_us, name)
         except BelowFloor:
-            return final[DEFAULT].median, math.inf
-        return final[DEFAULT].median, final[name].median
+            return dataclasses.replace(verdict, winner_us=math.inf, low=0.0)
+        return verdict
 
     def launcher_for(
         self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor

@@ -423,11 +423,23 @@ def windowed(
     settings: TimingSettings,
     rounds: int | None = None,
 ) -> dict[str, Stats]:
+    """``windowed_samples``' pooled samples as statistics per candidate."""
+    samples = windowed_samples(problem, launchers, device, settings, rounds)
+    return {name: Stats.of(values) for name, values in samples.items()}
+
+
+def windowed_samples(
+    problem: GemmProblem,
+    launchers: dict[str, Callable[[OperandSet], None]],
+    device: torch.device,
+    settings: TimingSettings,
+    rounds: int | None = None,
+) -> dict[str, list[float]]:
     """``settings.windows`` interleaved comparisons, each on operand copies of its own (all held until the end,
-    so no window reuses another's memory), their samples pooled per candidate. On the H100 about one window
-    in ten lands 5-20% off the others (its clocks, or where its buffers fell;
-    ``bench/results/verdict_repeatability_h100_2026-11-24*.json``): the median of the pooled samples stays
-    with the windows that agree."""
+    so no window reuses another's memory), their samples pooled per candidate (the i-th sample of every
+    candidate comes from the same round). On the H100 about one window in ten lands 5-20% off the others (its
+    clocks, or where its buffers fell; ``bench/results/verdict_repeatability_h100_2026-11-24*.json``): the
+    median of the pooled samples stays with the windows that agree."""
     pooled: dict[str, list[float]] = {name: [] for name in launchers}
     held = []
     for window in range(max(1, settings.windows)):
@@ -435,7 +447,7 @@ def windowed(
         held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
         for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds).items():
             pooled[name] += values
-    return {name: Stats.of(values) for name, values in pooled.items()}
+    return pooled
 
 
 def device_info(device: torch.device) -> dict:

@@ -45,6 +45,7 @@ class BackendEntry:
     # margin and time budget (every fingerprint has those)
     flags: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> boolean parameter, in the
     # fingerprint only when on: a flag added later leaves the fingerprints of runs without it as they were
+    flags_on: frozenset[str] = frozenset()  # the flag parameters that are on for this backend unless turned off
 
     def fingerprint_settings(self, params: Params) -> dict:
         """The tuning settings of this backend that are part of the stack fingerprint."""
@@ -53,8 +54,14 @@ class BackendEntry:
             "margin": params["margin"],
             "time_budget": params["time_budget"],
             **{key: params[name] for key, name in self.settings.items()},
-            **{key: True for key, name in self.flags.items() if params.get(name)},
+            **{key: True for key, name in self.flags.items() if self.flag(name, params)},
         }
+
+    def flag(self, name: str, params: Params) -> bool:
+        """Boolean parameter ``name`` for this backend: as given, else (None: not given) on where the backend
+        turns it on by default (``flags_on``)."""
+        value = params.get(name)
+        return name in self.flags_on if value is None else bool(value)
 
     @property
     def amd(self) -> bool:
@@ -130,13 +137,15 @@ def _bench(params: Params) -> dict:
 
 
 def _cublaslt(params: Params) -> dict:
-    """With ``--triton``, this project's Triton kernels join the pool; their compile cache lives in the workdir."""
-    if not params.get("triton"):
+    """Unless ``--triton false``, this project's Triton kernels join the pool; their compile cache lives in the
+    workdir."""
+    if not REGISTRY["cublaslt"].flag("triton", params):
         return {}
     if importlib.util.find_spec("triton") is None:
         raise ToolMissing(
-            f"--triton needs triton (it ships with torch's CUDA wheels), not installed for {sys.executable}: "
-            "pip install -e '.[cuda]', or leave --triton out"
+            f"the cublaslt search times this project's Triton kernels too and needs triton (it ships with "
+            f"torch's CUDA wheels), not installed for {sys.executable}: pip install -e '.[cuda]', or pass "
+            "--triton false to tune with the library alone"
         )
     return {"triton_cache": str(Path(params["workdir"]).absolute() / "triton-cache")}
 
@@ -176,6 +185,7 @@ ENTRIES = (
         needs=(("torch", "torch"), ("nvmath", "nvmath-python")),
         options=_cublaslt,
         flags={"triton": "triton"},
+        flags_on=frozenset({"triton"}),  # docs/triton.md "In Bench"
     ),
     BackendEntry("hipblaslt", "rocm", "tuner", hipblaslt, options=_bench),
     BackendEntry(

@@ -1,0 +1,53 @@
+"""``pipeline.stats``: the median's distribution-free interval and the verdict that names a Bench winner."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.stats import Verdict, median_bounds
+
+
+@given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=200))
+def test_the_median_lies_within_its_bounds(values):
+    low, high = median_bounds(values)
+    ordered = sorted(values)
+    assert ordered[0] <= low <= ordered[(len(values) - 1) // 2] and ordered[len(values) // 2] <= high <= ordered[-1]
+
+
+def test_the_bounds_cover_the_true_median_about_95_percent_of_the_time():
+    draws = random.Random(7)
+    trials = 2000
+    bounds = [median_bounds([draws.gauss(0, 1) for _ in range(42)]) for _ in range(trials)]
+    covered = sum(low <= 0.0 <= high for low, high in bounds)
+    assert 0.93 <= covered / trials <= 0.99
+    assert median_bounds([3.0]) == (3.0, 3.0)
+    with pytest.raises(ValueError):
+        median_bounds([])
+
+
+def _samples(speedup: float, spread: float, rounds: int = 42, seed: int = 1) -> dict[str, list[float]]:
+    """Per-round times of a default at 100 us and a candidate ``speedup`` faster, both moved by a shared clock
+    drift, the candidate by its own noise of ``spread`` too."""
+    draws = random.Random(seed)
+    drift = [1 + 0.1 * draws.random() for _ in range(rounds)]
+    return {
+        "default": [100.0 * d for d in drift],
+        "tuned": [100.0 / speedup * d * (1 + draws.uniform(-spread, spread)) for d in drift],
+    }
+
+
+def test_a_winner_must_clear_the_margin_and_its_own_noise():
+    clear = Verdict.of(_samples(1.05, 0.01), "default", "tuned")
+    assert clear.default_us / clear.winner_us == pytest.approx(1.05, rel=0.01) and clear.low > 1.03
+    assert clear.wins(0.02)
+    assert not clear.wins(0.10), "short of the margin"
+    noisy = Verdict.of(_samples(1.025, 0.30), "default", "tuned")
+    assert noisy.low < 1.0 and not noisy.wins(0.02), "within its spread of the default: no winner"
+    drifting = Verdict.of(_samples(1.03, 0.0), "default", "tuned")
+    assert drifting.low == pytest.approx(1.03), "a clock drift both candidates share cancels in each round"
+    with pytest.raises(ValueError):
+        Verdict.of({"default": [1.0, 2.0], "tuned": [1.0]}, "default", "tuned")
