@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.atomic import atomic_write_json
+from pipeline.stages.accept import agreement
 
 TARGET_FRACTION, TARGET_WORST = 0.95, 0.99
 
@@ -35,6 +36,7 @@ def collect(runs: list[Path]) -> dict:
         agreed = summary.get("bench_agreement")
         if agreed is None:
             raise SystemExit(f"{path}: written before reports compared Bench with Validate; rebuild the report")
+        agreed = agreement.upgraded(agreed)  # one written before Validate's pairs were pooled: from its figures
         device = device or summary["device"]
         per_run.append({"run": str(run), "passed": summary["passed"], **agreed})
         rows += [{"run": run.name, **row} for row in agreed["rows"]]

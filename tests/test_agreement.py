@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from pipeline.backends.base import DEFAULT, ProblemResult, WinnerRecord
 from pipeline.formats.tunableop import parse_key
@@ -43,10 +44,12 @@ def test_rows_are_compared_with_what_bench_predicted_for_that_problem_and_soluti
     assert [r["key"] for r in summary["rows"]] == [QKV, O_PROJ]
     assert [r["agrees"] for r in summary["rows"]] == [True, False]
     assert summary["agreeing_fraction"] == 0.5 and summary["predicted_rows"] == 2
-    assert summary["worst_key"] == O_PROJ and abs(summary["worst_validated"] - 10 / 9.6) < 1e-12
+    pooled = math.sqrt(10 / 9.6 * 10 / 9.0)  # Validate's two pairs of the row, x1.042 and x1.111
+    assert summary["worst_key"] == O_PROJ and abs(summary["worst_validated"] - pooled) < 1e-12
+    assert summary["rows"][1]["first"] == 10 / 9.6 and summary["rows"][1]["confirmed"] == 10 / 9.0
     assert summary["self_agreeing"] == [1, 2], "Validate's own repeat agreed on one of the two"
     said = agreement.line(summary)
-    assert "2 winners, 50% within 2%" in said and "x1.042" in said and "first pair on 1 of 2" in said
+    assert "2 winners, 50% within 2%" in said and "x1.076" in said and "first pair on 1 of 2" in said
     json.dumps(summary)  # it goes into summary.json as it is
 
 
@@ -58,3 +61,22 @@ def test_a_default_result_and_a_failed_one_predict_nothing():
     summary = agreement.agreement([_row(QKV, "Gemm_A", 10.0, 9.0)], {})
     assert summary["predicted_rows"] == 0 and summary["agreeing_fraction"] is None
     assert "predicted no row" in agreement.line(summary)
+
+
+def test_validate_s_figure_pools_its_pairs_and_a_summary_written_before_is_recomputed_from_its_figures():
+    """The first pair strays 3% where the confirmation agrees with Bench (as on the H100): the pooled figure
+    agrees; a row without a confirmation is its first pair; an older summary (validated = first pair, no
+    ``first``) is recomputed from what it recorded, and a current one is left as it is."""
+    results = [_result(QKV, "Gemm_A", 10.0, 9.434), _result(O_PROJ, "Gemm_B", 10.0, 9.0)]  # x1.060, x1.111
+    rows = [_row(QKV, "Gemm_A", 10.0, 9.681, 9.452), _row(O_PROJ, "Gemm_B", 10.0, 9.3)]  # x1.033 / x1.058; x1.075
+    summary = agreement.agreement(rows, agreement.predictions(results))
+    strayed, alone = summary["rows"]
+    assert abs(strayed["first"] / strayed["predicted"] - 1) > 0.02, "the first pair alone would disagree"
+    assert strayed["agrees"] and strayed["validated"] == math.sqrt(strayed["first"] * strayed["confirmed"])
+    assert alone["confirmed"] is None and alone["validated"] == alone["first"] == 10 / 9.3 and not alone["agrees"]
+    assert summary["self_agreeing"] == [0, 1] and summary["agreeing_fraction"] == 0.5
+    old = {**summary, "rows": [{k: v for k, v in r.items() if k != "first"} | {"validated": r["first"]}
+                               for r in summary["rows"]]}  # fmt: skip
+    old["agreeing_fraction"] = 0.0
+    assert agreement.upgraded(old) == summary
+    assert agreement.upgraded(summary) == summary

@@ -103,6 +103,7 @@ def build(run_dir: Path) -> dict:
         measured_rows, agreement.predictions(ProblemResult.from_json(r) for r in bench_results)
     )
     predicted = {r["key"]: r["predicted"] for r in agreed["rows"]}
+    validated = {r["key"]: r["validated"] for r in agreed["rows"]}  # the first pair and the confirmation pooled
     rows = []
     for row, share in zip(measured_rows, shares, strict=True):
         kept = row.key in gate["kept"]
@@ -112,6 +113,7 @@ def build(run_dir: Path) -> dict:
                 **row.to_json(),
                 "speedup": row.speedup,
                 "predicted": predicted.get(row.key),
+                "validated": validated.get(row.key),
                 "noise": row.noise,
                 "kept": kept,
                 "weight": share,
