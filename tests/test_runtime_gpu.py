@@ -337,13 +337,13 @@ def autotune_configs():
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
-@pytest.fixture(scope="module")
-def compiled_model_rows(tmp_path_factory):
-    """Per compile mode, the keys torch's TunableOp records for the whole compiled model (one recording process
-    each, run side by side), and a results file giving each a non-default cuBLASLt algorithm."""
+def _record_compiled(tmp_path_factory, modes: tuple[str, ...]):
+    """Per compile mode of ``modes``, the keys torch's TunableOp records for the whole compiled model (one
+    recording process each, run side by side), and a results file giving each a non-default cuBLASLt
+    algorithm."""
     tmp_path = tmp_path_factory.mktemp("compiled")
     procs = {}
-    for mode in COMPILE_MODES:
+    for mode in modes:
         script = tmp_path / f"record_{mode}.py"
         script.write_text(
             MODEL + f"\nmodel, tokens = model_and_tokens()\nf = compiled(model, {mode!r})\n"
@@ -362,17 +362,30 @@ def compiled_model_rows(tmp_path_factory):
         }
         procs[mode] = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
     assert all(p.wait(timeout=600) == 0 for p in procs.values())
-    recorded = {
-        mode: [e.problem for e in read_file(tmp_path / f"untuned_{mode}0.csv").entries] for mode in COMPILE_MODES
-    }
+    recorded = {mode: [e.problem for e in read_file(tmp_path / f"untuned_{mode}0.csv").entries] for mode in modes}
     every = list({runtime_key(p): p for ps in recorded.values() for p in ps}.values())
     return tmp_path, _tuned_rows(every, tmp_path / "tuned.csv"), recorded
 
 
+@pytest.fixture(scope="module")
+def plain_compiled_rows(tmp_path_factory):
+    return _record_compiled(tmp_path_factory, COMPILE_MODES[:2])
+
+
+@pytest.fixture(scope="module")
+def autotuned_compiled_rows(tmp_path_factory):
+    return _record_compiled(tmp_path_factory, COMPILE_MODES[2:])
+
+
 @pytest.mark.long
-@pytest.mark.xdist_group("runtime-compiled")  # its module fixture apart from the others
-@pytest.mark.parametrize("mode", COMPILE_MODES)
-def test_a_whole_compiled_model_runs_every_tuned_plan(compiled_model_rows, mode):
+@pytest.mark.parametrize(  # max-autotune in a process of its own, beside the other two (its compile is the longest)
+    "mode",
+    [
+        pytest.param(mode, marks=pytest.mark.xdist_group("runtime-compiled" + "-autotune" * (mode == COMPILE_MODES[2])))
+        for mode in COMPILE_MODES
+    ],
+)
+def test_a_whole_compiled_model_runs_every_tuned_plan(request, mode):
     """Issue 26 items 1-2: the whole model compiled in ``mode``; the keys the runtime looks up are exactly the
     ones TunableOp recorded under the same compile, every call with a tuned row ran its plan (no fallback of
     any reason), and the logits equal torch's within bf16 tolerance."""
@@ -380,10 +393,11 @@ def test_a_whole_compiled_model_runs_every_tuned_plan(compiled_model_rows, mode)
 
     import pipeline.runtime as rt
 
-    tmp_path, csv, recorded = compiled_model_rows
+    autotuned = mode.startswith("max-autotune")  # its logits are not compared (below): no reference compile
+    rows = "autotuned_compiled_rows" if autotuned else "plain_compiled_rows"
+    tmp_path, csv, recorded = request.getfixturevalue(rows)
     module = source_module(tmp_path, f"compiled_model_{mode.replace('-', '_')}", MODEL)
     model, tokens = module.model_and_tokens()
-    autotuned = mode.startswith("max-autotune")  # its logits are not compared (below): no reference compile
     with torch.inference_mode(), module.autotune_configs():
         if not autotuned:
             torch._dynamo.reset()
