@@ -17,7 +17,6 @@ reaches in the same run (``measure.bandwidth``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -30,16 +29,17 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="induct
 
 import torch
 import torch.nn.functional as F
-import triton
-from triton_decode import MODELS  # the same projections (bench/ is the script's path)
+from triton_decode import MODELS, write_record  # the same projections (bench/ is the script's path)
 
 import pipeline.runtime as rt
 from pipeline.backends.base import TuneSettings
 from pipeline.backends.cublaslt import CublasLtBackend
-from pipeline.backends.measure import bandwidth, device_info
+from pipeline.backends.measure import bandwidth
+from pipeline.backends.triton_gemm import PREFIX as TRITON
 from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.problem import GemmProblem
 from pipeline.runtime.scaled import problem_of_call
+from pipeline.stats import geomean
 
 METHODS = ("default", "cublaslt", "max_autotune", "product")
 ROUNDS = 9
@@ -98,7 +98,7 @@ def capture(case: Case, fn, calls: int) -> torch.cuda.CUDAGraph:
 
 def with_row(problem: GemmProblem, winner: str, path: Path):
     """The runtime installed with ``winner`` as ``problem``'s row (None: the default won, nothing to install)."""
-    if not winner.startswith(("Gemm_Cublaslt", "triton_")):
+    if not winner.startswith(("Gemm_Cublaslt", TRITON)):
         return None
     write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, winner, 0)])
     return rt.install(path)
@@ -183,18 +183,8 @@ def main() -> None:
 
 def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> dict:
     """The record so far (written after every GEMM: a run cut short keeps what it measured)."""
-
-    def geomean(values) -> float:
-        values = list(values)
-        return math.exp(sum(map(math.log, values)) / len(values))
-
     best_rival = [max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"]) for r in rows]
-    record = {
-        "date": datetime.date.today().isoformat(),
-        "device": device_info(device),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "copy_bandwidth_bytes_per_s": limit,
+    fields = {
         "rounds": ROUNDS,
         "geomean_hbm_fraction": {m: geomean(r["hbm"][m] for r in rows) for m in METHODS},
         "product_below_best_rival_by_1pct": [
@@ -204,9 +194,7 @@ def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> di
         ],
         "rows": rows,
     }
-    with open(out, "w") as handle:
-        json.dump(record, handle, indent=1)
-    return record
+    return write_record(out, device, limit, fields)
 
 
 if __name__ == "__main__":

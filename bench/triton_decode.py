@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import time
 
 import torch
 import triton
 
+from pipeline.atomic import atomic_write_json
 from pipeline.backends import triton_gemm as tg
 from pipeline.backends.measure import (
     TimingSettings,
@@ -31,6 +31,7 @@ from pipeline.backends.measure import (
 )
 from pipeline.backends.torch_gemm import reference, torch_launcher
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+from pipeline.stats import geomean
 
 MODELS = {  # projection -> (output features, input features)
     "llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
@@ -96,19 +97,25 @@ def main() -> None:
 
 def _write(out: str, device: torch.device, bandwidth: float, rows: list[dict]) -> dict:
     """The record so far (written after every GEMM: a run cut short keeps what it measured)."""
-    geo = {k: math.exp(sum(math.log(r[k]) for r in rows) / len(rows)) for k in ("hbm_default", "hbm_triton")}
-    best_of = math.exp(sum(math.log(max(r["hbm_default"], r["hbm_triton"])) for r in rows) / len(rows))
+    geo = {k: geomean(r[k] for r in rows) for k in ("hbm_default", "hbm_triton")}
+    best_of = geomean(max(r["hbm_default"], r["hbm_triton"]) for r in rows)
+    return write_record(
+        out, device, bandwidth, {"geomean_hbm_fraction": {**geo, "better_of_the_two": best_of}, "rows": rows}
+    )
+
+
+def write_record(out: str, device: torch.device, bandwidth: float, fields: dict) -> dict:
+    """A result file of these benchmarks (this one's and ``decode_hbm.py``'s): the date, the device, torch's and
+    Triton's versions and the copy bandwidth the fractions are of, then ``fields``; written atomically."""
     record = {
         "date": datetime.date.today().isoformat(),
         "device": device_info(device),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "copy_bandwidth_bytes_per_s": bandwidth,
-        "geomean_hbm_fraction": {**geo, "better_of_the_two": best_of},
-        "rows": rows,
+        **fields,
     }
-    with open(out, "w") as handle:
-        json.dump(record, handle, indent=1)
+    atomic_write_json(out, record)
     return record
 
 

@@ -103,7 +103,7 @@ class CandidateResult:
     final_us: float | None = None  # from the rounds that chose among the finalists
     error: str | None = None
     verdict_us: float | None = None  # the chosen one's, from rounds against the default alone (cublaslt)
-    verdict_low: float | None = None  # the lower bound of its speedup's median there (``measure.Verdict``)
+    verdict_low: float | None = None  # the lower bound of its speedup's median there (``stats.Verdict``)
     config: dict | None = None
 
 
