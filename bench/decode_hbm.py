@@ -7,8 +7,10 @@ the Triton kernels (``CublasLtBackend.tune_one``, default settings); each winner
 in a results file routed by ``pipeline.runtime``. max-autotune is ``torch.compile(mode="max-autotune-no-cudagraphs")``
 of the same call, in a fresh Inductor cache. Every method's calls are captured in a CUDA graph over rotating
 weights (together more than three times the L2), so the time is the GPU's alone; the graphs are replayed
-interleaved, 9 rounds, medians. The limit is the bytes a call must move over the bandwidth a device copy or read
-reaches in the same run (``measure.bandwidth``).
+interleaved, 9 rounds in ``stats.round_order``, medians. The limit is the bytes a call must move over the
+bandwidth a device copy or read reaches in the same run (``measure.bandwidth``); beside it each row records the
+fraction a streaming read of the call's bytes reaches in the same run (``decode_floor.read_floor``: what one
+launch of that size can reach) and each method's time against that read.
 
     python bench/decode_hbm.py --out bench/results/decode_hbm_<gpu>_<date>.json \\
         [--models ...] [--tokens 1 4 8] [--gemms ...]
@@ -29,7 +31,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="induct
 
 import torch
 import torch.nn.functional as F
-from triton_decode import MODELS, write_record  # the same projections (bench/ is the script's path)
+from decode_floor import read_floor  # bench/ is the script's path
+from triton_decode import MODELS, write_record  # the same projections
 
 import pipeline.runtime as rt
 from pipeline.backends.base import TuneSettings
@@ -39,7 +42,7 @@ from pipeline.backends.triton_gemm import PREFIX as TRITON
 from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.problem import GemmProblem
 from pipeline.runtime.scaled import problem_of_call
-from pipeline.stats import geomean
+from pipeline.stats import geomean, round_order
 
 METHODS = ("default", "cublaslt", "max_autotune", "product")
 ROUNDS = 9
@@ -126,8 +129,7 @@ def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: 
     for graph in graphs.values():
         graph.replay()
     for r in range(ROUNDS):
-        order = METHODS[r % len(METHODS) :] + METHODS[: r % len(METHODS)]
-        for method in order:
+        for method in round_order(METHODS, r):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             graphs[method].replay()
@@ -167,9 +169,11 @@ def main() -> None:
                 winners = {"cublaslt": lib.winner, "product": prod.winner}
                 us = measure(case, problem, winners, scratch)
                 hbm = {m: case.bytes / limit * 1e6 / us[m] for m in METHODS}
+                floor = read_floor(case.bytes, device, limit)["read_frac"]
                 rows.append({
                     "model": model, "gemm": f"{name} {n_out}x{k}", "tokens": tokens, "bytes": case.bytes,
                     "us": {m: round(us[m], 2) for m in METHODS}, "hbm": {m: round(hbm[m], 4) for m in METHODS},
+                    "read_floor": round(floor, 4), "of_floor": {m: round(hbm[m] / floor, 4) for m in METHODS},
                     "winners": winners, "bench_speedup": {"cublaslt": lib.speedup, "product": prod.speedup},
                     "tune_s": tune_s, "notes": {k: v for k, v in us.items() if k not in METHODS},
                 })  # fmt: skip
@@ -187,6 +191,7 @@ def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> di
     fields = {
         "rounds": ROUNDS,
         "geomean_hbm_fraction": {m: geomean(r["hbm"][m] for r in rows) for m in METHODS},
+        "geomean_of_read_floor": {m: geomean(r["of_floor"][m] for r in rows) for m in METHODS},
         "product_below_best_rival_by_1pct": [
             f"{r['model']} {r['gemm']} T={r['tokens']}"
             for r, rival in zip(rows, best_rival, strict=True)

@@ -156,6 +156,16 @@ def source_module(directory: Path, name: str, text: str):
     return module
 
 
+def bench_module(name: str):
+    """The benchmark script ``bench/<name>.py`` imported as a module (its CPU parts: replays, analyses)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def nvmath_gpu_marks(what: str) -> list:
     """``pytestmark`` of a GPU test module that needs nvmath-python (the 'cuda' extra) for ``what``."""
     import importlib.util

@@ -3,23 +3,18 @@ search the pipeline runs is judged against it offline, as bench/ceiling_replay.p
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from pipeline.backends.selection import finalists, tier_sizes
 
-from .helpers import ROOT
+from .helpers import ROOT, bench_module
 
 DATASET = ROOT / "bench" / "results" / "cublaslt_ceiling_h100_2026-11-22.json.gz"
 
 
 @pytest.fixture(scope="module")
 def replay():
-    spec = importlib.util.spec_from_file_location("ceiling_replay", ROOT / "bench" / "ceiling_replay.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("ceiling_replay")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,264 @@
+"""What a decode GEMM of B bytes can reach in one launch, against #36's HBM limit (the bandwidth of a 1 GiB
+device copy or read): a tuned streaming read of B bytes, in the harness of ``decode_hbm.py`` (CUDA graphs of
+48 calls over rotating buffers together more than 3x the L2, medians of interleaved replays). A kernel that
+moves B bytes cannot start, ramp up and drain faster than a kernel that only reads them, so the read's
+fraction is what "fraction of the HBM limit" can mean at that size.
+
+``measure`` also probes, on the small projections (Llama-3-8B and Qwen2-7B q/k/v and o, T = 1, 4, 8; the
+Llama ones as FP8 too), whether a wider config space or split-K reduced in the same launch
+(``floor_kernels.gemm_fixup``) beats the product's config space (``triton_gemm.configs``): every config is
+screened, the best three of each family and torch's default are timed in 15 interleaved rounds, and each is
+checked against the fp32 reference. ``analyse`` (CPU) puts ``decode_hbm.py``'s rows against the floors.
+
+    python bench/decode_floor.py measure --out FLOORS.json [--dtypes bf16 fp8] [--sizes B ...] [--programs P ...]
+    python bench/decode_floor.py analyse FLOORS.json DECODE_HBM.json [--out ANALYSIS.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import time
+
+SIZES = (16_801_792, 25_202_688, 33_595_392, 50_380_800, 117_497_856)  # FP8 o/qkv, bf16 o, qkv, down
+PROGRAMS = (528, 1056, 2112, 4224)
+SMALL = (("llama3-8b", "qkv", 6144, 4096), ("llama3-8b", "o", 4096, 4096), ("qwen2-7b", "qkv", 4608, 3584),
+         ("qwen2-7b", "o", 3584, 3584))  # fmt: skip
+FP8_MODELS = ("llama3-8b",)
+
+
+def floor_at(floors: list[dict], size: float) -> float:
+    """The read's fraction at ``size`` bytes: log-linear between the measured sizes, flat beyond them."""
+    points = sorted((f["bytes"], f["read_frac"]) for f in floors)
+    if size <= points[0][0]:
+        return points[0][1]
+    for (b0, v0), (b1, v1) in itertools.pairwise(points):
+        if size <= b1:
+            return v0 + (math.log(size / b0) / math.log(b1 / b0)) * (v1 - v0)
+    return points[-1][1]
+
+
+def analyse(floors: list[dict], decode_rows: list[dict]) -> dict:
+    """Per ``decode_hbm`` row the read floor at its bytes and each method over it; geomeans per model and all."""
+    from pipeline.stats import geomean
+
+    methods = list(decode_rows[0]["hbm"])
+    rows = []
+    for r in decode_rows:
+        floor = floor_at(floors, r["bytes"])
+        rows.append({
+            "model": r["model"], "gemm": r["gemm"], "tokens": r["tokens"], "bytes": r["bytes"],
+            "read_floor": round(floor, 4), "of_floor": {m: round(r["hbm"][m] / floor, 4) for m in methods},
+        })  # fmt: skip
+    groups = {"all": rows} | {m: [r for r in rows if r["model"] == m] for m in dict.fromkeys(r["model"] for r in rows)}
+    summary = {
+        name: {
+            "gemms": len(group),
+            "read_floor": round(geomean(r["read_floor"] for r in group), 4),
+            "of_floor": {m: round(geomean(r["of_floor"][m] for r in group), 4) for m in methods},
+        }
+        for name, group in groups.items()
+    }
+    return {"geomean": summary, "rows": rows}
+
+
+def timed(candidates: dict, sets: list, rounds: int) -> dict[str, float]:
+    """Median microseconds per call of each candidate, its calls captured in a CUDA graph over ``sets``
+    (``measure.GraphTimer``), replays interleaved (forward, then backward) over ``rounds``; a candidate that
+    fails to compile or capture is left out, as Triton's autotuner scores such a config infinite time."""
+    from pipeline.backends.measure import GraphTimer, TimingSettings
+
+    timers = {}
+    for name, launch in candidates.items():
+        try:
+            timers[name] = GraphTimer(launch, sets, TimingSettings())
+        except Exception:  # any compile or launch failure
+            continue
+    samples = {name: [] for name in timers}
+    names = list(timers)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            samples[name].append(timers[name].sample())
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def read_floor(size: int, device, limit: float, programs=PROGRAMS) -> dict:
+    """The best streaming read of ``size`` bytes (``floor_kernels.read`` over block sizes, program counts and
+    warps), a copy of ``size`` bytes and one of half as many, over rotating buffers together more than 3x the
+    L2; each as a fraction of ``limit`` (bytes/s) by the bytes it moves."""
+    import floor_kernels as fk  # bench/ is the script's path
+    import torch
+    import triton
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    copies = max(2, math.ceil(3 * l2 / size))
+    srcs = [torch.empty(size, dtype=torch.uint8, device=device).random_() for _ in range(copies)]
+    dsts = [torch.empty_like(s) for s in srcs]
+    sums = torch.empty(1 << 16, dtype=torch.int32, device=device)
+    half, words = size // 2, size // 4
+    candidates = {"copy": lambda i: dsts[i].copy_(srcs[i]), "copy_half": lambda i: dsts[i][:half].copy_(srcs[i][:half])}
+    for block in (1024, 2048, 4096):
+        for count in programs:
+            per = triton.cdiv(triton.cdiv(words, count), block) * block
+            for warps in (4, 8):
+                candidates[f"read_b{block}_p{count}_w{warps}"] = lambda i, b=block, p=per, w=warps: fk.read[
+                    (triton.cdiv(words, p),)
+                ](srcs[i].view(torch.int32), sums, words, b, p, num_warps=w)
+    us = timed(candidates, list(range(copies)), 7)
+    read_us, read_config = min((t, n) for n, t in us.items() if n.startswith("read"))
+    return {
+        "bytes": size, "copy_us": us["copy"], "copy_frac": 2 * size / limit / us["copy"] * 1e6,
+        "copy_half_frac": size / limit / us["copy_half"] * 1e6, "read_us": read_us, "read_config": read_config,
+        "read_frac": size / limit / read_us * 1e6,
+    }  # fmt: skip
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import floor_kernels as fk  # bench/ is the script's path
+    import torch
+    import triton
+
+    from pipeline.backends import triton_gemm as tg
+    from pipeline.backends.measure import TimingSettings, bandwidth, device_info, rotating_operands
+    from pipeline.backends.torch_gemm import reference, result, torch_launcher, torch_views
+    from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+
+    def fixup(problem: GemmProblem, c: tg.TritonConfig):
+        state = {}
+
+        def launch(ops) -> None:
+            x, y, out = torch_views(problem, ops)
+            (rows, k), cols = x.shape, y.shape[1]
+            if not state:
+                tiles = triton.cdiv(rows, c.block_r) * triton.cdiv(cols, c.block_c)
+                state["part"] = torch.empty((c.split_k, rows, cols), device=x.device, dtype=torch.float32)
+                state["count"] = torch.zeros(tiles, device=x.device, dtype=torch.int32)
+            scaled = ops.scale_a is not None
+            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            k_per = triton.cdiv(triton.cdiv(k, c.split_k), c.block_k) * c.block_k
+            kernel = fk.gemv_fixup if c.block_r == 1 else fk.gemm_fixup
+            grid = (triton.cdiv(rows, c.block_r) * triton.cdiv(cols, c.block_c), c.split_k)
+            kernel[grid](x, y, out, state["part"], state["count"], sx, sy, rows, cols, k, k_per, *x.stride(),
+                         *y.stride(), *out.stride(), scaled, c.split_k, c.block_r, c.block_c, c.block_k,
+                         num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
+
+        return launch
+
+    device = torch.device("cuda", 0)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    limit = bandwidth(device)
+    record = {"date": time.strftime("%Y-%m-%d"), "device": device_info(device), "triton": triton.__version__,
+              "copy_bandwidth_bytes_per_s": limit, "args": vars(args), "floors": [], "rows": []}  # fmt: skip
+    for size in args.sizes:
+        record["floors"].append(read_floor(size, device, limit, args.programs))
+        print(record["floors"][-1], flush=True)
+    for dtype in args.dtypes:
+        for model, name, n_out, k in SMALL:
+            if dtype == "fp8" and model not in FP8_MODELS:
+                continue
+            for tokens in (1, 4, 8):
+                op, fields = ("scaled_gemm", TENSORWISE_E4M3) if dtype == "fp8" else ("gemm", {})
+                problem = GemmProblem(op, "T", "N", n_out, tokens, k, k, k, n_out, **fields)
+                sets = rotating_operands(problem, device, TimingSettings())
+                ref = reference(problem, sets[0])
+                product = tg.configs(problem, sms)
+                wider = [c for c in wider_configs(problem) if c not in set(product)]
+                candidates = {"default": torch_launcher(problem)}
+                candidates |= {c.name: tg.launcher(problem, c) for c in product}
+                candidates |= {"wider:" + c.name: tg.launcher(problem, c) for c in wider}
+                candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
+                screened = timed(candidates, sets, 3)
+                ranked = sorted(screened, key=screened.get)
+                finalists = ["default"]
+                for family in ("triton_", "wider:", "fixup:"):  # the product's space, the wider one, fixup
+                    finalists += [n for n in ranked if n.startswith(family)][:3]
+                errors = {}
+                for n in finalists:
+                    sets[0].c.fill_(float("nan"))
+                    candidates[n](sets[0])
+                    out = result(problem, sets[0]).float()
+                    errors[n] = float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+                final = timed({n: candidates[n] for n in finalists}, sets, 15)
+                touched = problem.touched_bytes()
+                record["rows"].append({
+                    "model": model, "gemm": name, "dtype": dtype, "tokens": tokens, "bytes": touched,
+                    "fraction": {n: touched / limit / final[n] * 1e6 for n in finalists},
+                    "relative_error": errors, "configs": {"product": len(product), "wider": len(wider)},
+                })  # fmt: skip
+                print(model, name, dtype, tokens, {n: round(v, 3) for n, v in record["rows"][-1]["fraction"].items()})
+                del sets
+    return record
+
+
+def wider_configs(problem) -> list:
+    """Configs beyond the product's space: one-token ``gemv`` with pipelined loads (2-3 stages) and 2048-long
+    K tiles; skinny tiles 16 and 32 wide, K tiles to 512, one warp."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+
+    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
+    if problem.n == 1:
+        return [
+            TritonConfig(1, c, bk, split, 1, w, st)
+            for c in (4, 8, 16, 32) for bk in (512, 1024, 2048) for split in (1, 2) for w in (4, 8) for st in (2, 3)
+            if bk <= k and k // split >= bk and c * bk >= w * 32 * 8
+        ]  # fmt: skip
+    return [
+        TritonConfig(16, c, bk, split, 8, w, st)
+        for c in (16, 32) for bk in (128, 256, 512) for split in (1, 2, 4) for w in (1, 2, 4) for st in (3, 5)
+        if k // split >= bk and st * (16 + c) * bk * operand <= SHARED_BYTES and w * 64 <= 32 * c
+    ]  # fmt: skip
+
+
+def fixup_configs(problem) -> list:
+    """Split-K configs for ``floor_kernels``' one-launch reduction (split 2 and 4, the sizes the product splits)."""
+    from pipeline.backends.triton_gemm import TritonConfig
+
+    k = problem.k
+    if problem.n == 1:
+        return [
+            TritonConfig(1, c, bk, s, 1, 4, 1) for c in (4, 8, 16) for bk in (512, 1024) for s in (2, 4) if k // s >= bk
+        ]
+    return [
+        TritonConfig(16, c, bk, s, 8, w, 4)
+        for c in (16, 32, 64) for bk in (128, 256) for s in (2, 4) for w in (2, 4)
+        if k // s >= bk and w * 64 <= 32 * c
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("measure")
+    run.add_argument("--out", required=True)
+    run.add_argument("--dtypes", nargs="+", default=["bf16", "fp8"], choices=["bf16", "fp8"])
+    run.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
+    run.add_argument("--programs", nargs="+", type=int, default=list(PROGRAMS))
+    check = sub.add_parser("analyse")
+    check.add_argument("floors")
+    check.add_argument("decode_hbm")
+    check.add_argument("--run", type=int, default=-1, help="which run's floors, in a file of several (default: last)")
+    check.add_argument("--out")
+    args = parser.parse_args()
+    if args.command == "measure":
+        from pipeline.atomic import atomic_write_json
+
+        atomic_write_json(args.out, measure(args))
+        return
+    with open(args.floors) as f:
+        floors = json.load(f)
+    floors = floors.get("runs", [floors])[args.run]["floors"]  # one run's: its sweep alike at every size
+    with open(args.decode_hbm) as f:
+        report = analyse(floors, json.load(f)["rows"])
+    text = json.dumps(report, indent=1)
+    if args.out:
+        from pipeline.atomic import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
+    print(json.dumps(report["geomean"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

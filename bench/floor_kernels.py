@@ -1,0 +1,82 @@
+"""Triton kernels of ``decode_floor.py`` alone (not the product's): a streaming read, and the product's GEMM with
+split-K reduced inside the one launch. Imported by that script's ``measure``; needs triton."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def read(src, out, n, BLOCK: tl.constexpr, PER: tl.constexpr):
+    # program p sums int32 words [p * PER, (p + 1) * PER) of src, BLOCK at a time: every byte read once
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.int32)
+    base = pid * PER
+    for i in range(0, PER, BLOCK):
+        acc += tl.load(src + base + i + offs, mask=base + i + offs < n, other=0)
+    tl.store(out + pid, tl.sum(acc))
+
+
+@triton.jit
+def gemm_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sxk, syk, syc, sor, soc,
+               SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+               BK: tl.constexpr):  # fmt: skip
+    # the product's skinny/tiled tile (triton_kernels.gemm, K a multiple of BK) with split-K reduced in the
+    # same launch: each slice stores its fp32 partial, and the slice that arrives last at the tile's counter
+    # adds all partials in slice order, writes the output and resets the counter
+    pid, pk = tl.program_id(0), tl.program_id(1)
+    n_c = tl.cdiv(C, BC)
+    rows = (pid // n_c) * BR + tl.arange(0, BR)
+    cols = (pid % n_c) * BC + tl.arange(0, BC)
+    ks = tl.arange(0, BK)
+    k0 = pk * K_PER
+    k_end = tl.minimum(K, k0 + K_PER)
+    xp = x + (rows % R)[:, None] * sxr + (k0 + ks)[None, :] * sxk
+    yp = y + (k0 + ks)[:, None] * syk + (cols % C)[None, :] * syc
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    for _ in range(k0, k_end, BK):
+        acc = tl.dot(tl.load(xp), tl.load(yp), acc)
+        xp += BK * sxk
+        yp += BK * syk
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    tl.store(part + (pk * R + rows[:, None]) * C + cols[None, :], acc, mask=inside)
+    tl.debug_barrier()
+    if tl.atomic_add(count + pid, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+        total = tl.zeros((BR, BC), dtype=tl.float32)
+        for s in tl.static_range(SPLIT):
+            total += tl.load(part + (s * R + rows[:, None]) * C + cols[None, :], mask=inside, other=0.0,
+                             cache_modifier=".cg")  # fmt: skip
+        if SCALED:
+            total *= tl.load(scale_x) * tl.load(scale_y)
+        tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)
+        tl.atomic_xchg(count + pid, 0)
+
+
+@triton.jit
+def gemv_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sxk, syk, syc, sor, soc,
+               SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+               BK: tl.constexpr):  # fmt: skip
+    # the product's one-token kernel (triton_kernels.gemv, K a multiple of BK), split-K reduced as gemm_fixup
+    pc, pk = tl.program_id(0), tl.program_id(1)
+    cols = pc * BC + tl.arange(0, BC)
+    ks = tl.arange(0, BK)
+    k0 = pk * K_PER
+    k_end = tl.minimum(K, k0 + K_PER)
+    xp = x + (k0 + ks) * sxk
+    yp = y + (k0 + ks)[None, :] * syk + (cols % C)[:, None] * syc
+    acc = tl.zeros((BC, BK), dtype=tl.float32)
+    for _ in range(k0, k_end, BK):
+        acc += tl.load(yp).to(tl.float32) * tl.load(xp).to(tl.float32)[None, :]
+        xp += BK * sxk
+        yp += BK * syk
+    inside = cols < C
+    tl.store(part + pk * C + cols, tl.sum(acc, axis=1), mask=inside)
+    tl.debug_barrier()
+    if tl.atomic_add(count + pc, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+        total = tl.zeros((BC,), dtype=tl.float32)
+        for s in tl.static_range(SPLIT):
+            total += tl.load(part + s * C + cols, mask=inside, other=0.0, cache_modifier=".cg")
+        if SCALED:
+            total *= tl.load(scale_x) * tl.load(scale_y)
+        tl.store(out + cols * soc, total.to(out.dtype.element_ty), mask=inside)
+        tl.atomic_xchg(count + pc, 0)
