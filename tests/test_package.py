@@ -310,3 +310,44 @@ def test_the_fragment_builds_the_library_with_every_tensilelite_generation(gener
     )
     old_failed = subprocess.run(["sh", "-c", old], capture_output=True, env=env).returncode != 0
     assert old_failed == (generation in ("6.2", "6.3")), "the line printed before failed on the 2024 trees"
+
+
+def _copied_by_the_fragment(dockerfile: str, context: Path, root: Path) -> None:
+    """Carry out the fragment's final-stage ``COPY`` lines from build context ``context`` into image root
+    ``root`` (``COPY --from`` of the build stage left out), as ``docker build`` would."""
+    import glob
+
+    final = dockerfile.split("final stage", 1)[1]
+    for line in final.splitlines():
+        if not line.startswith("COPY ") or line.startswith("COPY --from"):
+            continue
+        *sources, dest = line.split()[1:]
+        target = root / dest.lstrip("/")
+        for source in sources:
+            matches = sorted(glob.glob(str(context / source.rstrip("/"))))
+            assert matches, f"COPY {source}: nothing in the build context matches"
+            for match in map(Path, matches):
+                if match.is_dir():
+                    shutil.copytree(match, target / match.name, dirs_exist_ok=True)
+                else:
+                    target.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(match, target / match.name)
+
+
+@pytest.mark.parametrize("torch_version", ["2.11.0", "2.14.0"])
+def test_the_image_the_fragment_builds_holds_every_file_the_package_serves_from(tmp_path, torch_version):
+    from pipeline.runtime.table import load_table
+
+    run = _bundle(tmp_path / "run", {"PT_VERSION": torch_version}, [CUBLASLT, TRITON, "Default"])
+    manifest = write_package(run, tmp_path / "dist", STACK, devices=2)
+    out = tmp_path / "dist" / STACK.fingerprint
+    image = tmp_path / "image"
+    _copied_by_the_fragment((out / "Dockerfile").read_text(), out, image)
+    install = image / f"opt/gemm-tune/{STACK.fingerprint}"
+    in_image = {str(p.relative_to(install)) for p in install.rglob("*") if p.is_file()}
+    assert in_image == set(manifest["files"]) - {"Dockerfile"} | {"manifest.json"}
+    # the runtime the README prints finds in the image the rows it finds in the package
+    assert len(load_table(install)) == len(load_table(out)) == manifest["serves"]["runtime_rows"]
+    readme = (out / "README.md").read_text()
+    runtime_rows = manifest["serves"]["runtime_rows"]
+    assert f"{runtime_rows} rows for `pipeline.runtime`** ({runtime_rows - 1} cuBLASLt algorithms, 1 Triton" in readme

@@ -178,6 +178,8 @@ def write_package(
             "devices": devices,
             "hipblaslt_git": stack.facts.get("hipblaslt_git"),
             "runtime_rows": len(rows.runtime_rows),
+            "runtime_file": RUNTIME_RESULTS,
+            "runtime_triton": sum((e.solution or "").startswith(TRITON) for e in rows.runtime_rows),
         }
         templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
