@@ -469,7 +469,7 @@ def test_triton_rows_in_a_runtime_without_triton_fall_back_per_row_with_the_reas
 
         def plan(self, problem, solution, device):
             if solution.startswith("triton_"):
-                return TritonPlan(problem, solution, device, None)
+                return TritonPlan(problem, solution, device, None, tmp_path)
             return super().plan(problem, solution, device)
 
     triton = "triton_r16c64k256_s2_g8_w4_st4"

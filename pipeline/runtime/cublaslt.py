@@ -7,6 +7,7 @@ sections 2 and 3.2)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import torch
 
@@ -16,7 +17,7 @@ from ..backends.cublaslt_algo import config_from_name, read_config
 from ..backends.torch_gemm import torch_dtype
 from ..backends.triton_gemm import PREFIX as TRITON_PREFIX
 from ..problem import GemmProblem
-from .triton_plan import TritonPlan
+from .triton_plan import TritonPlan, check_stack, device_key, kernel_cache
 
 DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it
 # Workspaces outlive their executor: a CUDA graph captured under the runtime keeps launching into them.
@@ -155,6 +156,7 @@ class CublasLtExecutor:
         self._handles: dict[int, int] = {}
         self.cublaslt_version = lt.get_version()
         self.triton_tuned = triton_tuned  # the Triton and kernel source the Triton rows hold for
+        self.kernel_caches: dict[int, Path] = {}  # per device, where the Triton rows' kernels compile
 
     def handle(self, device: int) -> int:
         if device not in self._handles:
@@ -179,7 +181,10 @@ class CublasLtExecutor:
 
     def plan(self, problem: GemmProblem, solution: str, device: int) -> LtPlan | TritonPlan:
         if solution.startswith(TRITON_PREFIX):
-            return TritonPlan(problem, solution, device, self.triton_tuned)
+            check_stack(self.triton_tuned)  # a stale row is refused before a cache is made for it
+            if device not in self.kernel_caches:
+                self.kernel_caches[device] = kernel_cache(device_key(device))
+            return TritonPlan(problem, solution, device, self.triton_tuned, self.kernel_caches[device])
         return LtPlan(problem, solution, device, self)
 
     @staticmethod

@@ -7,16 +7,30 @@ runtime without Triton does the same (its import fails). The kernel writes a vec
 never accumulates onto its output, so torch's unfused ``addmm`` form (bias copied into the output first) falls
 back too (``accumulates``).
 
-A plan compiles its kernels when it is built (``Runner.prepare``: loaded from Triton's cache where an earlier
-process compiled them), and the router builds every Triton row's plan at install: a workload's GEMM calls meet
-no JIT. A config that does not compile or fit this device is refused there, and its row falls back."""
+A plan compiles its kernels when it is built (``Runner.prepare``), in a cache of this project's own keyed by
+everything that changes them (``kernel_cache``: under ``$GEMM_TUNE_CACHE``, else the user's cache directory),
+loading them where an earlier process compiled them; the router builds every Triton row's plan at install: a
+workload's GEMM calls meet no JIT. A config that does not compile or fit this device is refused there, and so
+is every Triton row where no cache directory can be written (``NoKernelCache``, naming ``GEMM_TUNE_CACHE``);
+such a row falls back."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 
 from ..backends.torch_gemm import torch_dtype
-from ..backends.triton_gemm import Runner, config_from_name, source_hash
+from ..backends.triton_gemm import (
+    CACHE_ENV,
+    Runner,
+    cache_dir,
+    cache_key,
+    config_from_name,
+    source_hash,
+    user_cache_root,
+)
 from ..problem import GemmProblem
 
 
@@ -48,6 +62,32 @@ def check_stack(tuned: dict | None) -> None:
         )
 
 
+class NoKernelCache(ValueError):
+    """No directory this process can write to compile the Triton rows' kernels in."""
+
+
+def device_key(device: int) -> dict:
+    """``triton_gemm.cache_key`` of ``device`` in this process: its GPU, Triton, torch and the kernel source."""
+    import triton
+
+    props = torch.cuda.get_device_properties(device)
+    return cache_key(props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0])
+
+
+def kernel_cache(key: dict, environ: Mapping[str, str] | None = None) -> Path:
+    """The directory kernels of ``key`` (``device_key``) compile in: ``triton_gemm.cache_dir`` under
+    ``user_cache_root`` (a directory from another key, or corrupt, is rebuilt). Raises ``NoKernelCache``
+    where it cannot be made."""
+    root = user_cache_root(environ)
+    try:
+        return cache_dir(root, key)
+    except OSError as err:
+        raise NoKernelCache(
+            f"no cache for the Triton kernels: {root}: {err.strerror or err}; set {CACHE_ENV} to a directory "
+            "this user can write"
+        ) from err
+
+
 class KernelUnfit(ValueError):
     """A Triton row whose kernel does not compile, or does not fit this device."""
 
@@ -59,11 +99,11 @@ class TritonPlan:
     __slots__ = ("_run", "calls", "device", "name", "out_dtype", "out_shape")
     accumulates = False
 
-    def __init__(self, problem: GemmProblem, solution: str, device: int, tuned: dict | None) -> None:
+    def __init__(self, problem: GemmProblem, solution: str, device: int, tuned: dict | None, cache: Path) -> None:
         check_stack(tuned)
         runner = Runner(config_from_name(solution))
         try:
-            runner.prepare(problem, device)
+            runner.prepare(problem, device, cache)
         except Exception as err:  # Triton's compile and resource errors have no common base
             raise KernelUnfit(f"{solution} does not compile or fit this device: {type(err).__name__}: {err}") from err
         self._run = runner.run
