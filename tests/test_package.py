@@ -327,8 +327,8 @@ def _copied_by_the_fragment(dockerfile: str, context: Path, root: Path) -> None:
             matches = sorted(glob.glob(str(context / source.rstrip("/"))))
             assert matches, f"COPY {source}: nothing in the build context matches"
             for match in map(Path, matches):
-                if match.is_dir():
-                    shutil.copytree(match, target / match.name, dirs_exist_ok=True)
+                if match.is_dir():  # a directory's contents go into the destination
+                    shutil.copytree(match, target, dirs_exist_ok=True)
                 else:
                     target.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(match, target / match.name)
@@ -352,3 +352,39 @@ def test_the_image_the_fragment_builds_holds_every_file_the_package_serves_from(
     readme = (out / "README.md").read_text()
     runtime_rows = manifest["serves"]["runtime_rows"]
     assert f"{runtime_rows} rows for `pipeline.runtime`** ({runtime_rows - 1} cuBLASLt algorithms, 1 Triton" in readme
+
+
+def test_the_runtime_the_fragment_installs_reads_the_package_in_a_bare_python(tmp_path):
+    """The fragment's RUN installs pipeline.runtime from the package's own wheel, offline: a Python that has
+    none of this project reads the rows from the image's copy (nvmath-python's install, from an index, and
+    torch, the image's own, are left out here)."""
+    import sys
+
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0"}, [CUBLASLT, TRITON])
+    write_package(run, tmp_path / "dist", STACK, devices=1)
+    out = tmp_path / "dist" / STACK.fingerprint
+    docker = (out / "Dockerfile").read_text()
+    image = tmp_path / "image"
+    _copied_by_the_fragment(docker, out, image)
+    install_cmd = _run_line(docker).split(" && ")[0]
+    assert install_cmd.startswith("python3 -m pip install --no-cache-dir --no-deps /opt/gemm-tune/")
+    assert "nvmath-python" in _run_line(docker)  # the cuBLASLt row needs it
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)  # pip from ensurepip
+    python = str(tmp_path / "venv" / "bin" / "python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    argv = install_cmd.split()
+    argv[0], argv[-1] = python, str(image / argv[-1].lstrip("/"))  # as printed, in the image's root
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIP_NO_INDEX": "1"}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    read = (
+        "import sys, pipeline; from pipeline.runtime.table import load_table; "
+        "assert 'luigi' not in sys.modules; print(pipeline.__file__, len(load_table(sys.argv[1])))"
+    )
+    install = image / f"opt/gemm-tune/{STACK.fingerprint}"
+    proc = subprocess.run([python, "-c", read, str(install)], capture_output=True, text=True, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    where, rows = proc.stdout.split()
+    assert where.startswith(site) and int(rows) == 2

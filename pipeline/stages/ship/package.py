@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import importlib.metadata
 import json
 import shutil
 from dataclasses import dataclass
@@ -36,8 +37,10 @@ from ..bench.tune import OVERRIDE
 from ..configs.render import TEMPLATES
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
+from .wheel import write_runtime_wheel
 
 INSTALL_ROOT = "/opt/gemm-tune"
+WHEELS = "wheels"  # the runtime's wheel, for an image to install pipeline.runtime from (``wheel.py``)
 
 
 def _sha256(path: Path) -> str:
@@ -83,6 +86,15 @@ def sort_rows(bundle: Path) -> Rows:
         else:
             servable.append(entry)
     return Rows(results.validators, platform, torch_version, servable, unservable, runtime_rows)
+
+
+def nvmath_requirement() -> str:
+    """nvmath-python as an image installs it for the cuBLASLt rows: the version this process runs (the one the
+    rows were tuned and validated with), or any 1.x where it has none."""
+    try:
+        return f"nvmath-python=={importlib.metadata.version('nvmath-python')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "nvmath-python>=1.0"
 
 
 def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -> dict[str, str]:
@@ -151,8 +163,10 @@ def write_package(
     with atomic_directory(target) as out:
         shutil.copytree(bundle / "logic", out / "logic")
         write_file(out / "tunableop_results.csv", rows.validators, rows.servable)
+        wheel = None
         if rows.runtime_rows:
             write_file(out / RUNTIME_RESULTS, rows.validators, rows.runtime_rows)
+            wheel = write_runtime_wheel(out / WHEELS).name
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
         override = (bundle / OVERRIDE).exists()
@@ -180,6 +194,9 @@ def write_package(
             "runtime_rows": len(rows.runtime_rows),
             "runtime_file": RUNTIME_RESULTS,
             "runtime_triton": sum((e.solution or "").startswith(TRITON) for e in rows.runtime_rows),
+            "wheels": WHEELS,
+            "wheel": wheel,
+            "nvmath": nvmath_requirement(),
         }
         templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
