@@ -17,7 +17,15 @@ from pipeline.cli import main
 from pipeline.errors import ToolError
 from pipeline.formats.logic import cublaslt_equality, dump_logic
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
-from pipeline.stages.accept.e2e import ab_test, consumer, runtime_command, runtime_consumer, skip_reason, summary_line
+from pipeline.stages.accept.e2e import (
+    TUNABLEOP_AND_RUNTIME,
+    ab_test,
+    consumer,
+    runtime_command,
+    runtime_consumer,
+    skip_reason,
+    summary_line,
+)
 from pipeline.stages.accept.gate import GateSettings, gate
 from pipeline.stages.accept.measured import MeasuredRow
 from pipeline.stages.accept.validate import run_worker
@@ -90,6 +98,43 @@ def test_runtime_consumer_and_skip_reasons():
     assert consumer({"platform": "cuda", "pt_version": "2.14.0"}) == consumer({"platform": "rocm"}) == "tunableop"
     assert runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"}, has_runtime=True) is None
     assert "nvmath-python" in runtime_consumer({"platform": "cuda", "pt_version": "2.11.0"}, has_runtime=False)
+
+
+def test_triton_rows_on_a_torch_with_cublaslt_solutions_take_tunableop_and_the_runtime():
+    """TunableOp (2.14+) runs torch's default for a Triton row: the tuned arm also runs under pipeline.runtime,
+    which then installs for the Triton rows alone, as the package deploys them."""
+    cuda14 = {"platform": "cuda", "pt_version": "2.14.0"}
+    assert consumer(cuda14, triton_rows=True) == TUNABLEOP_AND_RUNTIME
+    assert consumer({"platform": "cuda", "pt_version": "2.11.0"}, triton_rows=True) == "runtime"
+    assert consumer({"platform": "rocm", "pt_version": "2.14.0"}, triton_rows=True) == "tunableop"
+    why = runtime_consumer(cuda14, has_runtime=False, triton_rows=True)
+    assert "Triton kernels" in why and "nvmath-python" in why
+    assert skip_reason(cuda14, passed=True, has_workload=True, has_runtime=True, triton_rows=True) is None
+    assert runtime_consumer(cuda14, has_runtime=False) is None  # no Triton row: TunableOp alone
+
+
+def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp_path, monkeypatch):
+    import pipeline.stages.accept.e2e as e2e
+
+    wrapper = tmp_path / "runtime.py"  # stands for python -m pipeline.runtime --bundle DIR -- CMD
+    wrapper.write_text(
+        "import os, sys\nos.environ['UNDER_RUNTIME'] = sys.argv[1]\nos.execv(sys.argv[2], sys.argv[2:])\n"
+    )
+    monkeypatch.setattr(
+        e2e, "runtime_command", lambda cmd, bundle, status: [sys.executable, str(wrapper), str(bundle), *cmd]
+    )
+    script = tmp_path / "workload.py"
+    script.write_text(
+        "import os\nfile, runtime = os.environ.get('PYTORCH_TUNABLEOP_FILENAME'), os.environ.get('UNDER_RUNTIME')\n"
+        "assert (file is None) == (runtime is None), (file, runtime)\n"
+        "print('throughput: ' + ('1100.0' if runtime else '1000.0') + ' tokens/s')\n"
+    )
+    csv = tmp_path / "bundle" / "tunableop_results.csv"
+    csv.parent.mkdir()
+    csv.write_text("Validator,PT_VERSION,2.14.0\n")
+    out = ab_test([sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=60, via=TUNABLEOP_AND_RUNTIME)
+    assert out["tokens_speedup"] == pytest.approx(1.1) and out["via"] == TUNABLEOP_AND_RUNTIME
+    assert "TunableOp and, for the Triton rows, pipeline.runtime" in summary_line(out)
 
 
 def test_runtime_arm_runs_the_command_under_pipeline_runtime(tmp_path):

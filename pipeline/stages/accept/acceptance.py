@@ -79,12 +79,13 @@ def accept(
         bundle.write_bundle(
             run_dir, result, {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts}
         )
-    reason = e2e.skip_reason(runtime, result.passed, settings.has_workload)
+    triton_rows = result.passed and bundle.has_own_kernel_rows(layout.bundle_csv)
+    reason = e2e.skip_reason(runtime, result.passed, settings.has_workload, triton_rows=triton_rows)
     if reason:
         outcome: dict = {"skipped": reason}
     else:
         say("end-to-end A/B of the workload")
-        via = e2e.consumer(runtime)
+        via = e2e.consumer(runtime, triton_rows)
         with timings.timed(run_dir, "validate-e2e"):
             command = e2e_command(settings.workload_cmd, settings.embedded_args)
             outcome = e2e.ab_test(

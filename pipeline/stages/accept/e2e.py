@@ -2,8 +2,11 @@
 
 Who applies the bundle in the tuned runs: TunableOp (enabled, tuning off, the bundle's results file) on ROCm
 and on CUDA torch >= 2.14; on CUDA torch < 2.14, whose TunableOp knows only ``Default``, ``pipeline.runtime``
-(the tuned command is ``python -m pipeline.runtime --bundle DIR -- <command>``). Where neither can run the
-A/B is skipped with the reason rather than reporting noise as a result.
+(the tuned command is ``python -m pipeline.runtime --bundle DIR -- <command>``); on CUDA torch >= 2.14 with
+rows of this project's Triton kernels, which no TunableOp knows (it runs ``Default`` for them), both: TunableOp
+for the library's rows and the runtime for the Triton rows alone, as the package deploys them
+(``TUNABLEOP_AND_RUNTIME``). Where none can run the A/B is skipped with the reason rather than reporting
+noise as a result.
 
 Each arm compiles into its own Inductor cache (``TORCHINDUCTOR_CACHE_DIR`` under the scratch folder): a
 compiled workload's first run of an arm compiles as that arm would alone (Inductor benchmarks some choices,
@@ -29,16 +32,21 @@ from ..bench import registry
 from ..gather.collect import parse_tokens_per_s
 from .validate import tunableop_env
 
+TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
 
-def consumer(runtime: dict) -> str:
-    """``tunableop`` where torch applies the bundle itself, ``runtime`` where pipeline.runtime must."""
+
+def consumer(runtime: dict, triton_rows: bool = False) -> str:
+    """``tunableop`` where torch applies the bundle itself, ``runtime`` where pipeline.runtime must, and
+    ``TUNABLEOP_AND_RUNTIME`` where torch applies the library's rows and the runtime the Triton rows."""
     if runtime.get("platform", "cuda") != "cuda":
         return "tunableop"
     try:
         major, minor = (int(x) for x in runtime.get("pt_version", "").split(".")[:2])
     except ValueError:
         return "unknown"
-    return "tunableop" if (major, minor) >= (2, 14) else "runtime"
+    if (major, minor) < (2, 14):
+        return "runtime"
+    return TUNABLEOP_AND_RUNTIME if triton_rows else "tunableop"
 
 
 def has_nvmath() -> bool:
@@ -51,26 +59,33 @@ def has_nvmath() -> bool:
     return True
 
 
-def runtime_consumer(runtime: dict, has_runtime: bool | None = None) -> str | None:
+def runtime_consumer(runtime: dict, has_runtime: bool | None = None, triton_rows: bool = False) -> str | None:
     """Why the tuned bundle cannot be applied to the workload here (None when it can)."""
-    who = consumer(runtime)
+    who = consumer(runtime, triton_rows)
     if who == "unknown":
         return f"unknown torch version {runtime.get('pt_version')!r}"
-    if who == "runtime":
+    if who != "tunableop":
         has_runtime = has_nvmath() if has_runtime is None else has_runtime
         if not has_runtime:
+            why = (
+                "has no cuBLASLt solutions in TunableOp (2.14+)"
+                if who == "runtime"
+                else "runs torch's default for the rows of this project's Triton kernels"
+            )
             return (
-                f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA has no cuBLASLt solutions "
-                "in TunableOp (2.14+), and pipeline.runtime, which applies them, needs nvmath-python "
-                "(pip install -e '.[cuda]'); the GEMM-level figures are the result"
+                f"no runtime consumer here: torch {runtime.get('pt_version')} on CUDA {why}, and "
+                "pipeline.runtime, which applies them, needs nvmath-python (pip install -e '.[cuda]'); the "
+                "GEMM-level figures are the result"
             )
     return None
 
 
-def skip_reason(runtime: dict, passed: bool, has_workload: bool, has_runtime: bool | None = None) -> str | None:
+def skip_reason(
+    runtime: dict, passed: bool, has_workload: bool, has_runtime: bool | None = None, triton_rows: bool = False
+) -> str | None:
     """Why the end-to-end A/B does not run (None when it does): no runtime consumer, a refused bundle, or no
     workload command."""
-    reason = runtime_consumer(runtime, has_runtime)
+    reason = runtime_consumer(runtime, has_runtime, triton_rows)
     if reason is None and not passed:
         reason = "the bundle was refused"
     if reason is None and not has_workload:
@@ -109,15 +124,17 @@ def ab_test(
     via: str = "tunableop",
 ) -> dict:
     """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians and spread.
-    ``via``: ``tunableop`` points torch at the bundle's results, ``runtime`` runs under pipeline.runtime."""
+    ``via``: ``tunableop`` points torch at the bundle's results, ``runtime`` runs under pipeline.runtime, and
+    ``TUNABLEOP_AND_RUNTIME`` does both."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     status = scratch / "runtime.json"
-    if via == "runtime":
-        tuned_command, tuned_env = runtime_command(command, Path(bundle_csv).parent, status), base_env
-    else:
-        tuned_command, tuned_env = command, {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
+    tuned_command, tuned_env = command, base_env
+    if via != "runtime":
+        tuned_env = {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
+    if via != "tunableop":
+        tuned_command = runtime_command(command, Path(bundle_csv).parent, status)
     envs = {"baseline": base_env, "tuned": tuned_env}
     envs = {
         name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
@@ -153,7 +170,7 @@ def ab_test(
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
         spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
         out["noise"] = max(spreads) if spreads else None
-    if via == "runtime" and status.exists():
+    if via != "tunableop" and status.exists():
         out["runtime"] = json.loads(status.read_text())
         out.update(startup_figures(scratch, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
     return out
@@ -211,7 +228,10 @@ def summary_line(e2e: dict) -> str:
     if not e2e:
         return "not measured"
     how = f"medians of {e2e['reps']} alternating runs" + (
-        ", tuned through pipeline.runtime" if e2e.get("via") == "runtime" else ""
+        {
+            "runtime": ", tuned through pipeline.runtime",
+            TUNABLEOP_AND_RUNTIME: ", tuned by TunableOp and, for the Triton rows, pipeline.runtime",
+        }.get(e2e.get("via"), "")
     )
     if e2e.get("tokens_speedup"):
         noise = e2e.get("noise")
