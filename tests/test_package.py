@@ -388,3 +388,43 @@ def test_the_runtime_the_fragment_installs_reads_the_package_in_a_bare_python(tm
     assert proc.returncode == 0, proc.stderr
     where, rows = proc.stdout.split()
     assert where.startswith(site) and int(rows) == 2
+
+
+def _compiled_in_e2e(run: Path, key: dict) -> Path:
+    """What Validate's end-to-end A/B leaves: the runtime's kernel cache, named in validate/e2e.json."""
+    from pipeline.backends.triton_cache import cache_dir
+
+    kernels = run / "validate" / "e2e-runtime" / "kernels"
+    entry = cache_dir(kernels, key) / "ENTRY"
+    entry.mkdir()
+    (entry / "gemm.cubin").write_bytes(b"sass")
+    (entry / "__grp__gemm.json").write_text(json.dumps({"child_paths": {"gemm.cubin": str(entry / "gemm.cubin")}}))
+    (run / "validate" / "e2e.json").write_text(json.dumps({"via": "runtime", "kernels": str(kernels)}))
+    return kernels
+
+
+def test_a_package_ships_the_kernels_its_triton_rows_were_validated_with(tmp_path):
+    from pipeline.backends.triton_cache import cache_key, cache_name
+    from pipeline.backends.triton_gemm import source_hash
+
+    stack = Stack(STACK.fingerprint, {**STACK.facts, "triton": "3.6.0", "triton_kernels": source_hash()}, {})
+    run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0"}, [TRITON])
+    key = cache_key(STACK.facts["gpu"], "9.0", "3.6.0", "2.11.0")
+    _compiled_in_e2e(run, key)
+    other = _compiled_in_e2e(tmp_path / "other", {**key, "triton": "3.5.0"})  # another Triton's: never shipped
+    manifest = write_package(run, tmp_path / "dist", stack, devices=1)
+    out = tmp_path / "dist" / STACK.fingerprint
+    assert manifest["triton_kernels"]["entries"] == 1
+    group = json.loads((out / "kernels" / cache_name(key) / "ENTRY" / "__grp__gemm.json").read_text())
+    install = f"/opt/gemm-tune/{STACK.fingerprint}"
+    assert group["child_paths"]["gemm.cubin"] == f"{install}/kernels/{cache_name(key)}/ENTRY/gemm.cubin"
+    docker = (out / "Dockerfile").read_text()
+    assert f"COPY kernels/ {install}/kernels/" in docker and "loads the Triton rows' kernels" in docker
+    image = tmp_path / "image"
+    _copied_by_the_fragment(docker, out, image)
+    assert (image / install.lstrip("/") / "kernels" / cache_name(key) / "ENTRY" / "gemm.cubin").read_bytes() == b"sass"
+    # rows tuned with another Triton than the end-to-end run compiled with: nothing shipped, and the reason
+    (run / "validate" / "e2e.json").write_text(json.dumps({"kernels": str(other)}))
+    again = write_package(run, tmp_path / "dist2", stack, devices=1)
+    assert again["triton_kernels"]["entries"] == 0 and "none in" in again["triton_kernels"]["why"]
+    assert "COPY kernels/" not in (tmp_path / "dist2" / STACK.fingerprint / "Dockerfile").read_text()

@@ -5,15 +5,11 @@ reference, and a config that cannot run fails in the harness without failing the
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from pipeline.backends import triton_gemm as tg
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
-
-from .helpers import needs_torch
 
 
 def linear(n_out: int, tokens: int, k: int, **kw) -> GemmProblem:
@@ -79,85 +75,6 @@ def test_configs_fit_the_shape(problem):
     if skinny:
         assert any(c.split_k > 1 for c in found) == (-(-problem.m // 32) < 132)
         assert {c.num_stages for c in found if c.family == "skinny"} == {3, 4, 5}, "deep pipelines"
-
-
-def _key(**kw) -> dict:
-    return {**tg.cache_key("NVIDIA H100 80GB HBM3", "9.0", "3.6.0", "2.11.0"), **kw}
-
-
-def test_the_compile_cache_is_keyed_and_a_bad_one_rebuilt(tmp_path):
-    first = tg.cache_dir(tmp_path, _key())
-    (first / "kernel.cubin").write_bytes(b"compiled")
-    assert tg.cache_dir(tmp_path, _key()) == first and (first / "kernel.cubin").exists(), "reused as it is"
-    for other in (_key(triton="3.7.0"), _key(torch="2.12.0"), _key(source="0" * 16), _key(gpu="NVIDIA H200")):
-        assert tg.cache_dir(tmp_path, other) != first, other
-    assert len(tg.source_hash()) == 16 and tg.cache_key("g", "9.0", "t", "p")["source"] == tg.source_hash()
-    (first / "key.json").write_text("{torn")
-    assert tg.cache_dir(tmp_path, _key()) == first and not (first / "kernel.cubin").exists(), "corrupt: rebuilt"
-    (first / "kernel.cubin").write_bytes(b"compiled")
-    (first / "key.json").write_text(json.dumps(_key(triton="3.5.0")))  # copied in from another version
-    assert not (tg.cache_dir(tmp_path, _key()) / "kernel.cubin").exists()
-    assert json.loads((first / "key.json").read_text()) == _key()
-
-
-def _claim(root: str, key: dict, queue) -> None:
-    queue.put(str(tg.cache_dir(Path(root), key)))
-
-
-def test_processes_that_start_together_agree_on_one_cache(tmp_path):
-    """A torchrun's ranks or Bench's workers make the cache at once: each gets the same whole directory, none
-    deletes one another is compiling into, and no temporary is left behind."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    paths: set[str] = set()
-    for stale in (False, True):
-        if stale:  # a directory of another version in place: replaced once, by whichever process came first
-            (Path(paths.pop()) / "key.json").write_text(json.dumps(_key(triton="3.5.0")))
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=_claim, args=(str(tmp_path), _key(), queue)) for _ in range(6)]
-        for proc in procs:
-            proc.start()
-        paths = {queue.get(timeout=60) for _ in procs}
-        for proc in procs:
-            proc.join(timeout=60)
-        assert len(paths) == 1 and json.loads((Path(next(iter(paths))) / "key.json").read_text()) == _key()
-        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "temporaries left"
-
-
-def test_the_cache_root_is_the_users_unless_gemm_tune_cache_names_one(tmp_path):
-    assert tg.user_cache_root({"GEMM_TUNE_CACHE": str(tmp_path / "c")}) == tmp_path / "c"
-    assert tg.user_cache_root({"XDG_CACHE_HOME": str(tmp_path / "x")}) == tmp_path / "x" / "gemm-tune"
-    assert tg.user_cache_root({}) == Path.home().absolute() / ".cache" / "gemm-tune"
-    blocked = tmp_path / "a-file"
-    blocked.write_text("")
-    with pytest.raises(OSError):
-        tg.cache_dir(blocked / "cache", _key())
-
-
-@needs_torch("the runtime imports torch")
-def test_a_runtime_with_no_writable_cache_says_which_variable_to_set(tmp_path):
-    from pipeline.runtime.triton_plan import NoKernelCache, kernel_cache
-
-    blocked = tmp_path / "a-file"
-    blocked.write_text("")
-    with pytest.raises(NoKernelCache, match=rf"{blocked}/cache: .*set GEMM_TUNE_CACHE to a directory this user"):
-        kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(blocked / "cache")})
-    made = kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(tmp_path / "ok")})
-    assert made.parent == tmp_path / "ok" and json.loads((made / "key.json").read_text()) == _key()
-
-
-def test_kernels_compile_into_the_given_cache_and_tritons_own_is_left_as_it_was(tmp_path, monkeypatch):
-    triton = pytest.importorskip("triton", reason="Triton comes with the cuda extra's torch")
-    from triton import knobs
-
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tritons"))
-    with tg.compiling_into(tmp_path / "ours"):
-        assert knobs.cache.dir == str(tmp_path / "ours")
-        assert triton.runtime.cache.get_cache_manager("ab" * 16).cache_dir.startswith(str(tmp_path / "ours"))
-    assert knobs.cache.dir == str(tmp_path / "tritons") and os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "tritons")
-    with tg.compiling_into(None):
-        assert knobs.cache.dir == str(tmp_path / "tritons")
 
 
 GPU_PROBLEMS = [

@@ -126,7 +126,8 @@ def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp
     script = tmp_path / "workload.py"
     script.write_text(
         "import os\nfile, runtime = os.environ.get('PYTORCH_TUNABLEOP_FILENAME'), os.environ.get('UNDER_RUNTIME')\n"
-        "assert (file is None) == (runtime is None), (file, runtime)\n"
+        "assert (file is None) == (runtime is None) == ('GEMM_TUNE_CACHE' not in os.environ), (file, runtime)\n"
+        "if runtime: os.makedirs(os.environ['GEMM_TUNE_CACHE'], exist_ok=True)  # as the runtime compiles there\n"
         "print('throughput: ' + ('1100.0' if runtime else '1000.0') + ' tokens/s')\n"
     )
     csv = tmp_path / "bundle" / "tunableop_results.csv"
@@ -134,6 +135,7 @@ def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp
     csv.write_text("Validator,PT_VERSION,2.14.0\n")
     out = ab_test([sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=60, via=TUNABLEOP_AND_RUNTIME)
     assert out["tokens_speedup"] == pytest.approx(1.1) and out["via"] == TUNABLEOP_AND_RUNTIME
+    assert out["kernels"] == str((tmp_path / "s" / "kernels").absolute())  # what a package ships
     assert "TunableOp and, for the Triton rows, pipeline.runtime" in summary_line(out)
 
 

@@ -52,6 +52,8 @@ from .measure import (
     windowed_samples,
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
+from .triton_cache import cache_dir as triton_cache_dir
+from .triton_cache import cache_key
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -332,14 +334,14 @@ class CublasLtBackend(BackendBase):
         self.triton = triton_cache is not None  # --triton: this project's Triton kernels join the pool
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         if self.triton:
-            os.environ["TRITON_CACHE_DIR"] = str(triton_gemm.cache_dir(Path(triton_cache), self.triton_key()))
+            os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(Path(triton_cache), self.triton_key()))
 
     def triton_key(self) -> dict:
-        """What the Triton compile cache and a Triton row hold for (``triton_gemm.cache_key``)."""
+        """What the Triton compile cache and a Triton row hold for (``triton_cache.cache_key``)."""
         import triton
 
         props = torch.cuda.get_device_properties(self.device)
-        return triton_gemm.cache_key(
+        return cache_key(
             props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0]
         )
 

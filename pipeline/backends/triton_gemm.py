@@ -15,24 +15,18 @@ families share it:
 ``serves(problem)`` says why a problem is not served (None: it is); ``configs(problem, sms)`` are the configs
 worth timing for its shape; ``launcher(problem, config)`` runs one on an ``OperandSet``. A config that fails to
 compile or to launch raises where it runs: the timing harness scores it as failed, as Triton's autotuner scores
-such a config infinite time. ``cache_dir`` keys Triton's compile cache by every version that changes what it
-holds. Needs torch and triton (both with the ``cuda`` extra); ``serves``/``configs`` need neither.
+such a config infinite time. ``triton_cache`` keys Triton's compile cache by every version that changes what
+it holds. Needs torch and triton (both with the ``cuda`` extra); ``serves``/``configs`` need neither.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..atomic import atomic_write_json
 from ..problem import ROWWISE, GemmProblem, dtype_bytes
 
 SERVED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm")
@@ -44,7 +38,6 @@ SHARED_BYTES = 224 * 1024  # the pipeline's stages of X and Y tiles must fit the
 PREFIX = "triton_"  # every solution name of these kernels (``TritonConfig.name``): Bench, bundles, the runtime
 SOURCE = "triton"  # a saved config's ``"source"``, and the name of Bench's candidate that says why not served
 NOT_SERVED = "not served: "  # that candidate's error, before ``serves``' reason
-CACHE_ENV = "GEMM_TUNE_CACHE"  # the directory a workload's process compiles these kernels in (``user_cache_root``)
 
 
 def is_config(config: dict | None) -> bool:
@@ -165,78 +158,6 @@ def source_hash() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
-def cache_key(gpu: str, capability: str, triton_version: str, torch_version: str) -> dict:
-    """Everything that changes what a compiled kernel is, or how fast: the GPU, Triton, torch, the source."""
-    return {
-        "gpu": gpu,
-        "capability": capability,
-        "triton": triton_version,
-        "torch": torch_version,
-        "source": source_hash(),
-    }
-
-
-def cache_dir(root: Path, key: dict) -> Path:
-    """Triton's compile cache for ``key`` under ``root``: a directory of its own, named by the key's digest,
-    with the key beside its files. One whose key file is missing, unreadable or another key's (a crash while it
-    was made, a copy from elsewhere) is rebuilt, never trusted. Processes that start together (Bench's workers,
-    a torchrun's ranks) agree on one: a new directory is made whole under a temporary name and renamed into
-    place, and a process that finds another's in place uses it. Raises ``OSError`` where ``root`` cannot be
-    written."""
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(root).absolute()
-    path = root / f"triton-{digest}"
-    for _ in range(3):
-        if _holds(path, key):
-            return path
-        root.mkdir(parents=True, exist_ok=True)
-        fresh = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=root))
-        fresh.chmod(0o755)  # as a plain mkdir makes it: a package or an image's other users read it
-        atomic_write_json(fresh / "key.json", key)
-        try:
-            fresh.rename(path)  # atomic; refused where another process's (or a stale one) is in place
-            return path
-        except OSError:
-            shutil.rmtree(fresh, ignore_errors=True)
-        if not _holds(path, key):  # stale: moved aside at once (a rename), then deleted
-            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.stale.", dir=root))
-            with suppress(FileNotFoundError):  # another process moved it first
-                path.rename(aside / "old")
-            shutil.rmtree(aside, ignore_errors=True)
-    raise OSError(f"{path}: could not make a compile cache for {key} (other processes kept replacing it)")
-
-
-def _holds(path: Path, key: dict) -> bool:
-    try:
-        return json.loads((path / "key.json").read_text()) == key
-    except (OSError, ValueError):
-        return False
-
-
-def user_cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """Where a process of the workload compiles these kernels (``cache_dir`` under it): ``$GEMM_TUNE_CACHE``,
-    else ``$XDG_CACHE_HOME/gemm-tune``, else ``~/.cache/gemm-tune`` (docs/triton.md, "In the runtime")."""
-    env = os.environ if environ is None else environ
-    if env.get(CACHE_ENV):
-        return Path(env[CACHE_ENV]).absolute()
-    base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base.absolute() / "gemm-tune"
-
-
-@contextmanager
-def compiling_into(cache: Path | None) -> Iterator[None]:
-    """Triton compiles (and loads what it compiled before) in ``cache`` within the block, wherever its own cache
-    is (``~/.triton/cache``, ``TRITON_CACHE_DIR``): Triton's cache knobs are scoped to the block. None: Triton's."""
-    if cache is None:
-        yield
-        return
-    from triton import knobs
-
-    with knobs.cache.scope():
-        knobs.cache.dir = str(cache)
-        yield
-
-
 NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)")
 
 
@@ -345,6 +266,8 @@ class Runner:
         bias = out_type if problem.has_bias else None  # a bias of the output's type (``serves``)
         scales = (torch.float32, torch.float32) if scaled else (None, None)
         c = self.config
+        from .triton_cache import compiling_into
+
         with torch.cuda.device(device), compiling_into(cache):
             frame = Frame.of_problem(problem)
             grid, args, reduce_grid, reduce_args = self._args(frame, x_type, x_type, out_type, bias, *scales, device)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..formats.tunableop import release
-from .table import TunedTable, key_text, load_table, tuned_device
+from .table import KERNELS, TunedTable, key_text, load_table, tuned_device
 
 __all__ = ["Runtime", "install", "installed", "tunableop_consumes", "uninstall"]
 
@@ -119,7 +119,9 @@ def install(
         from .cublaslt import DEFAULT_WORKSPACE, CublasLtExecutor
         from .triton_plan import tuned_with
 
-        executor = CublasLtExecutor(workspace_bytes or DEFAULT_WORKSPACE, tuned_with(table.meta))
+        executor = CublasLtExecutor(
+            workspace_bytes or DEFAULT_WORKSPACE, tuned_with(table.meta), Path(table.source).parent / KERNELS
+        )
     runtime = Runtime(table, executor=executor)
     tuned_on, here = tuned_device(table.meta), executor.device_name(executor.current_device())
     if tuned_on and tuned_on != here:

@@ -22,6 +22,7 @@ from ..formats.tunableop import DEFAULT, format_key, read_file
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
+KERNELS = "kernels"  # a package's compiled Triton kernels, by cache key (``triton_cache``), beside its rows
 RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")

@@ -22,15 +22,8 @@ from pathlib import Path
 import torch
 
 from ..backends.torch_gemm import torch_dtype
-from ..backends.triton_gemm import (
-    CACHE_ENV,
-    Runner,
-    cache_dir,
-    cache_key,
-    config_from_name,
-    source_hash,
-    user_cache_root,
-)
+from ..backends.triton_cache import CACHE_ENV, cache_dir, cache_key, cache_name, holds, seed, user_cache_root
+from ..backends.triton_gemm import Runner, config_from_name, source_hash
 from ..problem import GemmProblem
 
 
@@ -67,25 +60,33 @@ class NoKernelCache(ValueError):
 
 
 def device_key(device: int) -> dict:
-    """``triton_gemm.cache_key`` of ``device`` in this process: its GPU, Triton, torch and the kernel source."""
+    """``triton_cache.cache_key`` of ``device`` in this process: its GPU, Triton, torch and the kernel source."""
     import triton
 
     props = torch.cuda.get_device_properties(device)
     return cache_key(props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0])
 
 
-def kernel_cache(key: dict, environ: Mapping[str, str] | None = None) -> Path:
-    """The directory kernels of ``key`` (``device_key``) compile in: ``triton_gemm.cache_dir`` under
-    ``user_cache_root`` (a directory from another key, or corrupt, is rebuilt). Raises ``NoKernelCache``
-    where it cannot be made."""
+def kernel_cache(key: dict, environ: Mapping[str, str] | None = None, shipped: Path | None = None) -> Path:
+    """The directory kernels of ``key`` (``device_key``) compile in: ``triton_cache.cache_dir`` under
+    ``user_cache_root`` (a directory from another key, or corrupt, is rebuilt), first seeded with what a
+    package compiled for the same key (``shipped``: its ``kernels/`` directory) so that those load rather than
+    compile. Where no such directory can be made, the package's own (read where it is installed; a kernel it
+    lacks does not compile there), else ``NoKernelCache``."""
     root = user_cache_root(environ)
+    packaged = None if shipped is None else Path(shipped) / cache_name(key)
     try:
-        return cache_dir(root, key)
+        cache = cache_dir(root, key)
     except OSError as err:
+        if packaged is not None and holds(packaged, key):
+            return packaged
         raise NoKernelCache(
             f"no cache for the Triton kernels: {root}: {err.strerror or err}; set {CACHE_ENV} to a directory "
             "this user can write"
         ) from err
+    if packaged is not None and holds(packaged, key):
+        seed(packaged, cache)
+    return cache
 
 
 class KernelUnfit(ValueError):

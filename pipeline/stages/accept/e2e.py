@@ -26,7 +26,9 @@ from pathlib import Path
 
 from ... import procs
 from ...backends.base import ToolMissing
+from ...backends.triton_cache import CACHE_ENV
 from ...errors import ToolError
+from ...runtime.table import KERNELS
 from ...stats import round_order
 from ..bench import registry
 from ..gather.collect import parse_tokens_per_s
@@ -133,8 +135,10 @@ def ab_test(
     tuned_command, tuned_env = command, base_env
     if via != "runtime":
         tuned_env = {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
+    kernels = (scratch / KERNELS).absolute()  # the runtime compiles the Triton rows' kernels here: a package ships them
     if via != "tunableop":
         tuned_command = runtime_command(command, Path(bundle_csv).parent, status)
+        tuned_env = {**tuned_env, CACHE_ENV: str(kernels)}
     envs = {"baseline": base_env, "tuned": tuned_env}
     envs = {
         name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
@@ -170,6 +174,8 @@ def ab_test(
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
         spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
         out["noise"] = max(spreads) if spreads else None
+    if via != "tunableop" and kernels.is_dir():
+        out["kernels"] = str(kernels)
     if via != "tunableop" and status.exists():
         out["runtime"] = json.loads(status.read_text())
         out.update(startup_figures(scratch, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))

@@ -29,10 +29,12 @@ from pathlib import Path
 import jinja2
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
+from ...backends.triton_cache import KEY_FILE, seed
+from ...backends.triton_cache import cache_dir as triton_cache_dir
 from ...backends.triton_gemm import PREFIX as TRITON
 from ...formats.logic import RECORD_BACKENDS, load_logic
 from ...formats.tunableop import read_file, unknown_solution, validators_platform, write_file
-from ...runtime.table import RUNTIME_RESULTS
+from ...runtime.table import KERNELS, RUNTIME_RESULTS
 from ..bench.tune import OVERRIDE
 from ..configs.render import TEMPLATES
 from ..run.fingerprint import Stack
@@ -97,6 +99,27 @@ def nvmath_requirement() -> str:
         return "nvmath-python>=1.0"
 
 
+def ship_kernels(run_dir: Path, stack: Stack, dest: Path, installed_at: str) -> dict | None:
+    """Copy the Triton rows' compiled kernels into ``dest`` (``triton_cache.seed``, their paths rewritten to
+    ``installed_at``, where the image holds them): those the runtime compiled in Validate's end-to-end A/B, for
+    the Triton and kernel source the rows were tuned with. None where the rows have no Triton kernel; else what
+    was shipped, or why nothing was (the runtime then compiles them as it starts)."""
+    if not stack.facts.get("triton_kernels"):
+        return None
+    e2e = RunLayout.of(run_dir).e2e
+    compiled = json.loads(e2e.read_text()).get("kernels") if e2e.exists() else None
+    if not compiled or not Path(compiled).is_dir():
+        return {"entries": 0, "why": "no end-to-end run compiled them (no workload, or TunableOp alone applied it)"}
+    entries = 0
+    for source in sorted(Path(compiled).glob("triton-*")):
+        key = json.loads((source / KEY_FILE).read_text()) if (source / KEY_FILE).is_file() else {}
+        if (key.get("triton"), key.get("source")) != (stack.facts.get("triton"), stack.facts["triton_kernels"]):
+            continue  # another Triton's or kernel source's: not what the rows were tuned with
+        target = triton_cache_dir(dest, key)
+        entries += seed(source, target, named_at=Path(installed_at) / target.name)
+    return {"entries": entries, "from": compiled} if entries else {"entries": 0, "why": f"none in {compiled}"}
+
+
 def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -> dict[str, str]:
     """Step 2: the variables the image sets (TunableOp only where the target torch has rows to read)."""
     env = {}
@@ -114,7 +137,16 @@ def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -
     return env
 
 
-def manifest(out: Path, run_dir: Path, bundle: Path, stack: Stack, rows: Rows, env: dict, compile_logic: bool) -> dict:
+def manifest(
+    out: Path,
+    run_dir: Path,
+    bundle: Path,
+    stack: Stack,
+    rows: Rows,
+    env: dict,
+    compile_logic: bool,
+    kernels: dict | None,
+) -> dict:
     """Step 3: what the package is (fingerprint, inputs, what it serves, the sha256 of every file), written last."""
     bundle_manifest = (bundle / "manifest.json").read_text()
     data = {
@@ -139,6 +171,7 @@ def manifest(out: Path, run_dir: Path, bundle: Path, stack: Stack, rows: Rows, e
         "unservable": rows.unservable,
         "environment": env,
         "compile_logic": compile_logic,
+        "triton_kernels": kernels,
         "key_figures": {k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")},
         "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
     }
@@ -163,10 +196,11 @@ def write_package(
     with atomic_directory(target) as out:
         shutil.copytree(bundle / "logic", out / "logic")
         write_file(out / "tunableop_results.csv", rows.validators, rows.servable)
-        wheel = None
+        wheel, kernels = None, None
         if rows.runtime_rows:
             write_file(out / RUNTIME_RESULTS, rows.validators, rows.runtime_rows)
             wheel = write_runtime_wheel(out / WHEELS).name
+            kernels = ship_kernels(run_dir, stack, out / KERNELS, f"{install}/{KERNELS}")
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
         override = (bundle / OVERRIDE).exists()
@@ -197,6 +231,7 @@ def write_package(
             "wheels": WHEELS,
             "wheel": wheel,
             "nvmath": nvmath_requirement(),
+            "kernels": KERNELS if kernels and kernels.get("entries") else None,
         }
         templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
@@ -208,7 +243,7 @@ def write_package(
         ):
             atomic_write_text(out / name, templates.get_template(template).render(context))
         (out / "env.sh").chmod(0o755)
-        data = manifest(out, run_dir, bundle, stack, rows, env, compile_logic)
+        data = manifest(out, run_dir, bundle, stack, rows, env, compile_logic, kernels)
         make_readable(out)  # an image's non-root user reads it (Docker's COPY keeps modes)
     return data
 
