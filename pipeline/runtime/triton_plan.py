@@ -16,6 +16,7 @@ such a row falls back."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from ..backends.torch_gemm import torch_dtype
 from ..backends.triton_cache import CACHE_ENV, cache_dir, cache_key, cache_name, holds, seed, user_cache_root
 from ..backends.triton_gemm import Runner, config_from_name, source_hash
 from ..problem import GemmProblem
+
+log = logging.getLogger("pipeline")
 
 
 class StaleTriton(ValueError):
@@ -85,7 +88,10 @@ def kernel_cache(key: dict, environ: Mapping[str, str] | None = None, shipped: P
             "this user can write"
         ) from err
     if packaged is not None and holds(packaged, key):
-        seed(packaged, cache)
+        try:
+            seed(packaged, cache)
+        except OSError as err:  # a full disk, say: the kernels compile instead, as without a package
+            log.warning("gemm-tune runtime: could not copy %s into %s (%s): compiling instead", packaged, cache, err)
     return cache
 
 
