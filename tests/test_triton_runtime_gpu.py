@@ -114,6 +114,46 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
     assert sorted(k.split(" ", 1)[0] for k in status["tuned_calls"]) == sorted(chosen.values()), status
 
 
+def test_a_packages_kernels_load_in_a_fresh_process_without_compiling(tmp_path):
+    """What a package ships (``triton_cache.seed`` of the runtime's cache, paths rewritten) is what a fresh
+    process of an image loads: its own cache seeded from the package, nothing compiled or written again."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from pipeline.backends import triton_cache as tc
+    from pipeline.runtime.table import KERNELS
+
+    package = tmp_path / "package"
+    package.mkdir()
+    rows = package / "runtime_results.csv"
+    chosen = _rows(rows, [_linear(False), _linear(True)])
+    install = (
+        "import sys, pipeline.runtime as rt\nrt.install(sys.argv[1])\n"  # a process of its own: no kernel in memory
+    )
+    env = {**os.environ, "GEMM_TUNE_CACHE": str(tmp_path / "validated")}
+    subprocess.run([sys.executable, "-c", install, str(rows)], check=True, env=env)  # as Validate's e2e compiles
+    (compiled,) = (tmp_path / "validated").glob("triton-*")
+    key = json.loads((compiled / "key.json").read_text())
+    assert tc.seed(compiled, tc.cache_dir(package / KERNELS, key)) >= 2  # the package step's copy
+    shutil.rmtree(tmp_path / "validated")  # what the package holds must stand alone
+    load = (  # a fresh process, as an image's first: every file Triton writes to a cache is recorded
+        "import json, sys\nfrom triton.runtime import cache\nputs = []\nput = cache.FileCacheManager.put\n"
+        "cache.FileCacheManager.put = lambda self, d, name, b=True: puts.append(name) or put(self, d, name, b)\n"
+        "import pipeline.runtime as rt\nruntime = rt.install(sys.argv[1])\n"
+        "built = sorted(p.name for p in runtime.router._built.values())\n"
+        "print(json.dumps({'rejected': runtime.status()['rows_rejected'], 'built': built, 'puts': puts}))\n"
+    )
+    env = {**os.environ, "GEMM_TUNE_CACHE": str(tmp_path / "image-user")}
+    proc = subprocess.run([sys.executable, "-c", load, str(rows)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["rejected"] == {} and result["built"] == sorted(chosen.values())
+    # Triton's own driver module (cuda_utils) is built once per process wherever Triton first ran: not a kernel
+    assert [name for name in result["puts"] if not name.startswith("cuda_utils")] == [], result["puts"]
+
+
 def test_a_captured_graph_replays_the_triton_kernel(tmp_path, weights):
     import torch
     import torch.nn.functional as F
