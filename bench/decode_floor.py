@@ -147,12 +147,33 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
+    def tma(problem: GemmProblem, c: tg.TritonConfig):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        def launch(ops) -> None:
+            x, y, out = torch_views(problem, ops)
+            (rows, k), cols = x.shape, y.shape[1]
+            w = y.t()  # [C, K], K contiguous: the weight as F.linear holds it
+            scaled = ops.scale_a is not None
+            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            w_desc = TensorDescriptor.from_tensor(w, [c.block_c, c.block_k])
+            grid = (triton.cdiv(cols, c.block_c),)
+            if c.block_r == 1:
+                fk.gemv_tma[grid](x, w_desc, out, sx, sy, cols, k, scaled, c.block_c, c.block_k,
+                                  num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
+            else:
+                x_desc = TensorDescriptor.from_tensor(x, [c.block_r, c.block_k])
+                fk.skinny_tma[grid](x_desc, w_desc, out, sx, sy, rows, cols, k, out.stride(0), scaled, c.block_r,
+                                    c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
+
+        return launch
+
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     limit = bandwidth(device)
     record = {"date": time.strftime("%Y-%m-%d"), "device": device_info(device), "triton": triton.__version__,
               "copy_bandwidth_bytes_per_s": limit, "args": vars(args), "floors": [], "rows": []}  # fmt: skip
-    for size in args.sizes:
+    for size in [] if args.no_floors else args.sizes:
         record["floors"].append(read_floor(size, device, limit, args.programs))
         print(record["floors"][-1], flush=True)
     for dtype in args.dtypes:
@@ -170,10 +191,12 @@ def measure(args: argparse.Namespace) -> dict:
                 candidates |= {c.name: tg.launcher(problem, c) for c in product}
                 candidates |= {"wider:" + c.name: tg.launcher(problem, c) for c in wider}
                 candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
+                if args.tma:
+                    candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]
-                for family in ("triton_", "wider:", "fixup:"):  # the product's space, the wider one, fixup
+                for family in ("triton_", "wider:", "fixup:", "tma:"):  # the product's space, the wider one, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
                 errors = {}
                 for n in finalists:
@@ -212,6 +235,25 @@ def wider_configs(problem) -> list:
     ]  # fmt: skip
 
 
+def tma_configs(problem) -> list:
+    """Configs of ``floor_kernels``' tensor-descriptor kernels (K a multiple of the K tile, no split): the
+    one-token kernel at T = 1, the skinny tile above, their stages within the shared memory."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+
+    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
+    if problem.n == 1:
+        return [
+            TritonConfig(1, c, bk, 1, 1, w, st)
+            for c in (4, 8, 16) for bk in (512, 1024, 2048) for w in (4, 8) for st in (2, 3, 4)
+            if k % bk == 0 and st * c * bk * operand <= SHARED_BYTES and c * bk >= w * 32 * 8
+        ]  # fmt: skip
+    return [
+        TritonConfig(16, c, bk, 1, 1, w, st)
+        for c in (16, 32, 64) for bk in (128, 256, 512) for w in (2, 4) for st in (3, 4, 6)
+        if k % bk == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES and w * 64 <= 32 * c
+    ]  # fmt: skip
+
+
 def fixup_configs(problem) -> list:
     """Split-K configs for ``floor_kernels``' one-launch reduction (split 2 and 4, the sizes the product splits)."""
     from pipeline.backends.triton_gemm import TritonConfig
@@ -236,6 +278,8 @@ def main() -> None:
     run.add_argument("--dtypes", nargs="+", default=["bf16", "fp8"], choices=["bf16", "fp8"])
     run.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
     run.add_argument("--programs", nargs="+", type=int, default=list(PROGRAMS))
+    run.add_argument("--tma", action="store_true", help="also the tensor-descriptor (TMA) kernels (tma_configs)")
+    run.add_argument("--no-floors", action="store_true", help="the config probe alone")
     check = sub.add_parser("analyse")
     check.add_argument("floors")
     check.add_argument("decode_hbm")

@@ -80,3 +80,36 @@ def gemv_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sx
             total *= tl.load(scale_x) * tl.load(scale_y)
         tl.store(out + cols * soc, total.to(out.dtype.element_ty), mask=inside)
         tl.atomic_xchg(count + pc, 0)
+
+
+@triton.jit
+def skinny_tma(x_desc, w_desc, out, scale_x, scale_y, R, C, K, sor,
+               SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):  # fmt: skip
+    # the product's skinny tile (one BR-row tile holds every token) with both operands loaded through tensor
+    # descriptors (Hopper's TMA: one bulk copy per tile, rows past R zero-filled), W read as [BC, BK] along K
+    pc = tl.program_id(0)
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(x_desc.load([0, k]), w_desc.load([pc * BC, k]).T, acc)
+    if SCALED:
+        acc *= tl.load(scale_x) * tl.load(scale_y)
+    rows = tl.arange(0, BR)
+    cols = pc * BC + tl.arange(0, BC)
+    tl.store(out + rows[:, None] * sor + cols[None, :], acc.to(out.dtype.element_ty),
+             mask=(rows[:, None] < R) & (cols[None, :] < C))  # fmt: skip
+
+
+@triton.jit
+def gemv_tma(x, w_desc, out, scale_x, scale_y, C, K,
+             SCALED: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):  # fmt: skip
+    # the product's one-token kernel with the weight tile [BC, BK] loaded through a tensor descriptor
+    pc = tl.program_id(0)
+    ks = tl.arange(0, BK)
+    acc = tl.zeros((BC, BK), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc += w_desc.load([pc * BC, k]).to(tl.float32) * tl.load(x + k + ks).to(tl.float32)[None, :]
+    total = tl.sum(acc, axis=1)
+    if SCALED:
+        total *= tl.load(scale_x) * tl.load(scale_y)
+    cols = pc * BC + tl.arange(0, BC)
+    tl.store(out + cols, total.to(out.dtype.element_ty), mask=cols < C)
