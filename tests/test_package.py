@@ -86,6 +86,7 @@ def test_a_cuda_package_for_torch_before_2_14_leaves_out_what_it_cannot_dispatch
     assert "Serves torch 2.11.0" in readme
     # ... and hands them to pipeline.runtime, which applies them in that torch
     assert manifest["serves"]["runtime_rows"] == 2 and len(read_file(out / "runtime_results.csv").entries) == 2
+    assert manifest["triton_kernels"] is None  # no Triton row: no kernels to ship, and nothing said of them
     assert f"python -m pipeline.runtime --bundle /opt/gemm-tune/{STACK.fingerprint}" in readme
     from pipeline.runtime.table import load_table
 

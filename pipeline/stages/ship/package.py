@@ -102,10 +102,10 @@ def nvmath_requirement() -> str:
 def ship_kernels(run_dir: Path, stack: Stack, dest: Path, installed_at: str) -> dict | None:
     """Copy the Triton rows' compiled kernels into ``dest`` (``triton_cache.seed``, their paths rewritten to
     ``installed_at``, where the image holds them): those the runtime compiled in Validate's end-to-end A/B, for
-    the Triton and kernel source the rows were tuned with. None where the rows have no Triton kernel; else what
-    was shipped, or why nothing was (the runtime then compiles them as it starts)."""
+    the Triton and kernel source the rows were tuned with. Returns what was shipped, or why nothing was (the
+    runtime then compiles them as it starts)."""
     if not stack.facts.get("triton_kernels"):
-        return None
+        return {"entries": 0, "why": "the stack records no Triton kernel source"}
     e2e = RunLayout.of(run_dir).e2e
     compiled = json.loads(e2e.read_text()).get("kernels") if e2e.exists() else None
     if not compiled or not Path(compiled).is_dir():
@@ -200,7 +200,8 @@ def write_package(
         if rows.runtime_rows:
             write_file(out / RUNTIME_RESULTS, rows.validators, rows.runtime_rows)
             wheel = write_runtime_wheel(out / WHEELS).name
-            kernels = ship_kernels(run_dir, stack, out / KERNELS, f"{install}/{KERNELS}")
+            if any((e.solution or "").startswith(TRITON) for e in rows.runtime_rows):
+                kernels = ship_kernels(run_dir, stack, out / KERNELS, f"{install}/{KERNELS}")
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
         override = (bundle / OVERRIDE).exists()
