@@ -43,7 +43,7 @@ def test_processes_that_start_together_agree_on_one_cache(tmp_path):
     deletes one another is compiling into, and no temporary is left behind."""
     import multiprocessing
 
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")  # no re-import per process: the race is in cache_dir alone
     paths: set[str] = set()
     for stale in (False, True):
         if stale:  # a directory of another version in place: replaced once, by whichever process came first
