@@ -126,20 +126,34 @@ def test_seeding_copies_missing_entries_with_their_paths_where_they_will_be_read
 
 @needs_torch("the runtime imports torch")
 def test_the_runtime_seeds_its_cache_from_the_package_and_reads_the_package_where_it_can_write_none(tmp_path):
+    import hashlib
+
     from pipeline.runtime.triton_plan import NoKernelCache, kernel_cache
 
-    shipped = tmp_path / "package" / "kernels"
+    package = tmp_path / "package"
+    shipped = package / "kernels"
     packaged = tc.cache_dir(shipped, _key())
     _entry(packaged, "A", {"gemm.cubin": b"a"})
-    cache = kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(tmp_path / "user")}, shipped)
+    _entry(packaged, "B", {"gemm.cubin": b"b"})
+    digests = {  # the package manifest's ``files``
+        p.relative_to(package).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in package.rglob("*")
+        if p.is_file()
+    }
+    (packaged / "B" / "gemm.cubin").write_bytes(b"corrupted after packaging")
+    user = {"GEMM_TUNE_CACHE": str(tmp_path / "user")}
+    cache = kernel_cache(_key(), user, shipped, digests)
     assert cache.parent == tmp_path / "user" and (cache / "A" / "gemm.cubin").read_bytes() == b"a"
+    assert not (cache / "B").exists(), "a kernel whose files are not what the package listed is compiled instead"
+    assert not (kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(tmp_path / "u3")}, shipped, None) / "A").exists()
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     no_home = {"GEMM_TUNE_CACHE": str(blocked / "cache")}
-    assert kernel_cache(_key(), no_home, shipped) == packaged  # read where it is installed
-    assert kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(tmp_path / "u2")}, tmp_path / "none").parent == tmp_path / "u2"
+    assert kernel_cache(_key(), no_home, shipped, digests) == packaged  # read where it is installed
+    elsewhere = kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(tmp_path / "u2")}, tmp_path / "none", digests)
+    assert elsewhere.parent == tmp_path / "u2"
     with pytest.raises(NoKernelCache):
-        kernel_cache(_key(triton="3.7.0"), no_home, shipped)  # the package's kernels are another key's
+        kernel_cache(_key(triton="3.7.0"), no_home, shipped, digests)  # the package's kernels are another key's
 
 
 def test_a_seeded_copy_of_a_tritons_cache_loads_what_the_original_compiled(tmp_path):

@@ -117,6 +117,7 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
 def test_a_packages_kernels_load_in_a_fresh_process_without_compiling(tmp_path):
     """What a package ships (``triton_cache.seed`` of the runtime's cache, paths rewritten) is what a fresh
     process of an image loads: its own cache seeded from the package, nothing compiled or written again."""
+    import hashlib
     import os
     import shutil
     import subprocess
@@ -138,6 +139,9 @@ def test_a_packages_kernels_load_in_a_fresh_process_without_compiling(tmp_path):
     key = json.loads((compiled / "key.json").read_text())
     assert tc.seed(compiled, tc.cache_dir(package / KERNELS, key)) >= 2  # the package step's copy
     shutil.rmtree(tmp_path / "validated")  # what the package holds must stand alone
+    files = {p.relative_to(package).as_posix(): p for p in package.rglob("*") if p.is_file()}
+    digests = {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in files.items()}
+    (package / "manifest.json").write_text(json.dumps({"files": digests}))  # as the package's manifest lists them
     load = (  # a fresh process, as an image's first: every file Triton writes to a cache is recorded
         "import json, sys\nfrom triton.runtime import cache\nputs = []\nput = cache.FileCacheManager.put\n"
         "cache.FileCacheManager.put = lambda self, d, name, b=True: puts.append(name) or put(self, d, name, b)\n"

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -110,31 +110,31 @@ def compiling_into(cache: Path | None) -> Iterator[None]:
         yield
 
 
-def seed(source: Path, dest: Path, named_at: Path | None = None) -> int:
+def seed(
+    source: Path, dest: Path, named_at: Path | None = None, trusted: Callable[[Path, bytes], bool] | None = None
+) -> int:
     """Copy the entries of cache directory ``source`` that ``dest`` lacks into ``dest`` (both of one key), each
     whole under a temporary name and renamed into place (a process that seeds the same entry first wins), with
     every ``__grp__`` file's paths rewritten to where the entry is read from: ``named_at`` (the directory
-    ``dest`` will be installed as), else ``dest``. Returns how many entries were copied."""
+    ``dest`` will be installed as), else ``dest``. With ``trusted`` (a file's path and bytes: whether they are
+    what was shipped), an entry holding any other file is left out, to be compiled. Returns how many entries
+    were copied."""
     source, dest = Path(source), Path(dest)
     named_at = Path(named_at or dest).absolute()
     copied = 0
     for entry in sorted(p for p in source.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if (dest / entry.name).exists():
             continue
+        files = {path.name: path.read_bytes() for path in sorted(entry.iterdir()) if path.is_file()}
+        if trusted is not None and not all(trusted(entry / name, data) for name, data in files.items()):
+            continue
         fresh = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=dest))
         try:
-            for path in sorted(entry.iterdir()):
-                if not path.is_file():
-                    continue
-                if path.name.startswith(GROUP_PREFIX):
-                    group = json.loads(path.read_text())
-                    group["child_paths"] = {
-                        name: str(named_at / entry.name / Path(old).name) for name, old in group["child_paths"].items()
-                    }
-                    (fresh / path.name).write_text(json.dumps(group))
-                else:
-                    shutil.copyfile(path, fresh / path.name)
-                (fresh / path.name).chmod(0o644)
+            for name, data in files.items():
+                if name.startswith(GROUP_PREFIX):
+                    data = _relocated(data, named_at / entry.name)
+                (fresh / name).write_bytes(data)
+                (fresh / name).chmod(0o644)
             fresh.chmod(0o755)
             fresh.rename(dest / entry.name)
             copied += 1
@@ -144,3 +144,10 @@ def seed(source: Path, dest: Path, named_at: Path | None = None) -> int:
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
     return copied
+
+
+def _relocated(group_file: bytes, place: Path) -> bytes:
+    """A ``__grp__`` file naming its kernel's files in ``place`` (Triton's lookup keeps only paths that exist)."""
+    group = json.loads(group_file)
+    group["child_paths"] = {child: str(place / Path(old).name) for child, old in group["child_paths"].items()}
+    return json.dumps(group).encode()

@@ -120,7 +120,10 @@ def install(
         from .triton_plan import tuned_with
 
         executor = CublasLtExecutor(
-            workspace_bytes or DEFAULT_WORKSPACE, tuned_with(table.meta), Path(table.source).parent / KERNELS
+            workspace_bytes or DEFAULT_WORKSPACE,
+            tuned_with(table.meta),
+            Path(table.source).parent / KERNELS,
+            table.meta.get("files"),  # a package's manifest: what its kernels must hash to
         )
     runtime = Runtime(table, executor=executor)
     tuned_on, here = tuned_device(table.meta), executor.device_name(executor.current_device())

@@ -146,7 +146,11 @@ class CublasLtExecutor:
     errors = (lt.cuBLASLtError, ValueError, ScaleModeUnsupported, ImportError)  # ImportError: a Triton row, no Triton
 
     def __init__(
-        self, workspace_bytes: int = DEFAULT_WORKSPACE, triton_tuned: dict | None = None, shipped: Path | None = None
+        self,
+        workspace_bytes: int = DEFAULT_WORKSPACE,
+        triton_tuned: dict | None = None,
+        shipped: Path | None = None,
+        digests: dict | None = None,
     ) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError(
@@ -160,6 +164,7 @@ class CublasLtExecutor:
         self.triton_tuned = triton_tuned  # the Triton and kernel source the Triton rows hold for
         self.kernel_caches: dict[int, Path] = {}  # per device, where the Triton rows' kernels compile
         self.shipped = shipped  # a package's compiled kernels (``triton_plan.kernel_cache`` seeds from them)
+        self.digests = digests  # the sha256 of the package's files, by path (its manifest's ``files``)
 
     def handle(self, device: int) -> int:
         if device not in self._handles:
@@ -186,7 +191,7 @@ class CublasLtExecutor:
         if solution.startswith(TRITON_PREFIX):
             check_stack(self.triton_tuned)  # a stale row is refused before a cache is made for it
             if device not in self.kernel_caches:
-                self.kernel_caches[device] = kernel_cache(device_key(device), shipped=self.shipped)
+                self.kernel_caches[device] = kernel_cache(device_key(device), None, self.shipped, self.digests)
             return TritonPlan(problem, solution, device, self.triton_tuned, self.kernel_caches[device])
         return LtPlan(problem, solution, device, self)
 

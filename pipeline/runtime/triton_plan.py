@@ -16,6 +16,7 @@ such a row falls back."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,12 +71,19 @@ def device_key(device: int) -> dict:
     return cache_key(props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0])
 
 
-def kernel_cache(key: dict, environ: Mapping[str, str] | None = None, shipped: Path | None = None) -> Path:
+def kernel_cache(
+    key: dict,
+    environ: Mapping[str, str] | None = None,
+    shipped: Path | None = None,
+    digests: Mapping[str, str] | None = None,
+) -> Path:
     """The directory kernels of ``key`` (``device_key``) compile in: ``triton_cache.cache_dir`` under
     ``user_cache_root`` (a directory from another key, or corrupt, is rebuilt), first seeded with what a
-    package compiled for the same key (``shipped``: its ``kernels/`` directory) so that those load rather than
-    compile. Where no such directory can be made, the package's own (read where it is installed; a kernel it
-    lacks does not compile there), else ``NoKernelCache``."""
+    package compiled for the same key (``shipped``: its ``kernels/`` directory), each file checked against the
+    sha256 the package's manifest lists (``digests``, by path in the package; a kernel whose files differ, or
+    with no digests at all, is compiled instead), so that those load rather than compile. Where no such
+    directory can be made, the package's own as it is installed (a kernel it lacks does not compile there),
+    else ``NoKernelCache``."""
     root = user_cache_root(environ)
     packaged = None if shipped is None else Path(shipped) / cache_name(key)
     try:
@@ -87,9 +95,14 @@ def kernel_cache(key: dict, environ: Mapping[str, str] | None = None, shipped: P
             f"no cache for the Triton kernels: {root}: {err.strerror or err}; set {CACHE_ENV} to a directory "
             "this user can write"
         ) from err
-    if packaged is not None and holds(packaged, key):
+    if packaged is not None and digests and holds(packaged, key):
+        package = Path(shipped).parent
+
+        def trusted(path: Path, data: bytes) -> bool:
+            return digests.get(path.relative_to(package).as_posix()) == hashlib.sha256(data).hexdigest()
+
         try:
-            seed(packaged, cache)
+            seed(packaged, cache, trusted=trusted)
         except OSError as err:  # a full disk, say: the kernels compile instead, as without a package
             log.warning("gemm-tune runtime: could not copy %s into %s (%s): compiling instead", packaged, cache, err)
     return cache
