@@ -149,6 +149,9 @@ def test_the_runtime_seeds_its_cache_from_the_package_and_reads_the_package_wher
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     no_home = {"GEMM_TUNE_CACHE": str(blocked / "cache")}
+    with pytest.raises(NoKernelCache):  # B differs from the manifest: the package's copy is not read in place
+        kernel_cache(_key(), no_home, shipped, digests)
+    (packaged / "B" / "gemm.cubin").write_bytes(b"b")
     assert kernel_cache(_key(), no_home, shipped, digests) == packaged  # read where it is installed
     elsewhere = kernel_cache(_key(), {"GEMM_TUNE_CACHE": str(tmp_path / "u2")}, tmp_path / "none", digests)
     assert elsewhere.parent == tmp_path / "u2"

@@ -86,21 +86,22 @@ def kernel_cache(
     else ``NoKernelCache``."""
     root = user_cache_root(environ)
     packaged = None if shipped is None else Path(shipped) / cache_name(key)
+    usable = packaged is not None and bool(digests) and holds(packaged, key)
+
+    def trusted(path: Path, data: bytes) -> bool:
+        name = path.relative_to(Path(shipped).parent).as_posix()
+        return digests.get(name) == hashlib.sha256(data).hexdigest()
+
     try:
         cache = cache_dir(root, key)
     except OSError as err:
-        if packaged is not None and holds(packaged, key):
+        if usable and all(trusted(p, p.read_bytes()) for p in packaged.rglob("*") if p.is_file()):
             return packaged
         raise NoKernelCache(
             f"no cache for the Triton kernels: {root}: {err.strerror or err}; set {CACHE_ENV} to a directory "
             "this user can write"
         ) from err
-    if packaged is not None and digests and holds(packaged, key):
-        package = Path(shipped).parent
-
-        def trusted(path: Path, data: bytes) -> bool:
-            return digests.get(path.relative_to(package).as_posix()) == hashlib.sha256(data).hexdigest()
-
+    if usable:
         try:
             seed(packaged, cache, trusted=trusted)
         except OSError as err:  # a full disk, say: the kernels compile instead, as without a package
