@@ -350,6 +350,7 @@ def test_the_image_the_fragment_builds_holds_every_file_the_package_serves_from(
     # the runtime the README prints finds in the image the rows it finds in the package
     assert len(load_table(install)) == len(load_table(out)) == manifest["serves"]["runtime_rows"]
     assert "ENV GEMM_TUNE_CACHE=/tmp/gemm-tune" in (out / "Dockerfile").read_text()  # the Triton row compiles there
+    assert "nvmath-python" in _run_line((out / "Dockerfile").read_text())  # the runtime loads it, Triton rows alone too
     readme = (out / "README.md").read_text()
     runtime_rows = manifest["serves"]["runtime_rows"]
     assert f"{runtime_rows} rows for `pipeline.runtime`** ({runtime_rows - 1} cuBLASLt algorithms, 1 Triton" in readme
