@@ -4,7 +4,9 @@ It holds the gated bundle of one fingerprint only: the merged logic tree, ``tuna
 to the rows the target torch can dispatch (a solution name torch <= 2.13 does not know is a hard error at
 dispatch, docs/tunableop.md section 2, "Reading") plus one copy per device ordinal (torch always splices the ordinal
 into ``PYTORCH_TUNABLEOP_FILENAME``), the hipBLASLt override file where one exists, ``env.sh``, a
-``Dockerfile`` fragment, a README and ``manifest.json`` (sha256 of every file; written last).
+``Dockerfile`` fragment, a README and ``manifest.json`` (sha256 of every file; written last). Where rows need
+``pipeline.runtime`` (cuBLASLt rows for a torch without them, Triton rows), ``runtime_results.csv``, the runtime
+as a wheel (``wheels/``, ``wheel.py``) and the Triton rows' compiled kernels (``kernels/``, ``ship_kernels``).
 
 Logic YAMLs only take effect once compiled into a device library; the fragment carries that build stage
 when the logic is TensileLite's own (find_exact, tensile backends):
@@ -91,7 +93,7 @@ def sort_rows(bundle: Path) -> Rows:
 
 
 def nvmath_requirement() -> str:
-    """nvmath-python as an image installs it for the cuBLASLt rows: the version this process runs (the one the
+    """nvmath-python as an image installs it for pipeline.runtime: the version this process runs (the one the
     rows were tuned and validated with), or any 1.x where it has none."""
     try:
         return f"nvmath-python=={importlib.metadata.version('nvmath-python')}"
@@ -99,7 +101,7 @@ def nvmath_requirement() -> str:
         return "nvmath-python>=1.0"
 
 
-def ship_kernels(run_dir: Path, stack: Stack, dest: Path, installed_at: str) -> dict | None:
+def ship_kernels(run_dir: Path, stack: Stack, dest: Path, installed_at: str) -> dict:
     """Copy the Triton rows' compiled kernels into ``dest`` (``triton_cache.seed``, their paths rewritten to
     ``installed_at``, where the image holds them): those the runtime compiled in Validate's end-to-end A/B, for
     the Triton and kernel source the rows were tuned with. Returns what was shipped, or why nothing was (the
