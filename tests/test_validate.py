@@ -84,6 +84,52 @@ def test_gate_refuses_regressions_and_low_speedup():
     )
 
 
+def _row(first: float, confirmed: float | None) -> MeasuredRow:
+    """A non-default row whose pairs measured these speedups (baseline 100 us, tight rounds)."""
+    from pipeline.stages.accept.measured import Pair
+    from pipeline.stats import Stats
+
+    def pair(speedup: float) -> Pair:
+        return Pair(
+            Stats(100.0, 99.9, 100.1, 99.8, 21), Stats(100.0 / speedup, 99.9 / speedup, 100.1 / speedup, 99.0, 21)
+        )
+
+    problem = parse_key("GemmTunableOp_BFloat16_TN", "tn_14336_128_4096_ld_4096_4096_14336")
+    key = "GemmTunableOp_BFloat16_TN,tn_14336_128_4096_ld_4096_4096_14336"
+    return MeasuredRow.of(
+        problem, key, "Gemm_Cublaslt_x", 1, 1.0, 1.0, pair(first), pair(confirmed) if confirmed else None
+    )
+
+
+def test_a_first_pair_near_the_baseline_gets_a_second_and_the_gate_decides_on_both():
+    from pipeline.stages.accept.validate import measure_rows, second_look
+
+    assert second_look(1.019, 0.02) and second_look(0.985, 0.02) and not second_look(0.975, 0.02)
+    kept = gate([_row(1.015, 1.04)], GateSettings())  # pooled x1.027: the first pair alone had dropped it
+    assert [r.key for r in kept.kept] == [_row(1.0, None).key] and kept.weighted_speedup == pytest.approx(1.04)
+    for first, confirmed in ((1.015, 1.02), (0.995, 1.06)):  # pooled under the margin; one pair slower
+        dropped = gate([_row(first, confirmed)], GateSettings())
+        assert not dropped.kept and "over both pairs does not beat the baseline by 2%" in dropped.dropped[0][1]
+
+    class Timer:
+        device_name = "NVIDIA H100 80GB HBM3"
+
+        def __init__(self, speedups):
+            self.speedups, self.fresh = list(speedups), []
+
+        def pair(self, row, fresh):
+            self.fresh.append(fresh)
+            return _row(self.speedups.pop(0), None).measured, None
+
+    from pipeline.stages.accept.validate import MergedRow
+
+    merged = MergedRow(_row(1, None).key, parse_key(*_row(1, None).key.split(",", 1)), "Gemm_Cublaslt_x", 1, 1.0)
+    for speedups, fresh in (([0.99, 1.05], [False, True]), ([0.97], [False]), ([1.03, 1.02], [False, True])):
+        timer = Timer(speedups)
+        (measured,) = measure_rows([merged], timer, 0.02)
+        assert timer.fresh == fresh and (measured.confirm is not None) == (len(fresh) == 2)
+
+
 def test_runtime_consumer_and_skip_reasons():
     assert skip_reason({"platform": "rocm", "pt_version": "2.11.0"}, passed=True, has_workload=True) is None
     assert skip_reason({"platform": "rocm", "pt_version": "2.11.0"}, passed=False, has_workload=True) == (

@@ -3,25 +3,24 @@ measured for the same row, and how far the two agree.
 
 Bench's figure is its verdict: the winner re-timed alone against torch's default on operands no earlier
 measurement used (``backends/cublaslt.py``). Validate's figure is its estimate from every pair it measured
-of the row: the first pair, and for a row that passed the margin the confirmation on other operands too (the
-gate keeps such a row at its confirmed speed), pooled as the geometric mean of the two speedups (each from
-the same number of rounds); one pair is as much a draw as one verdict (on the H100 a first pair strayed 3%
-from its own confirmation where the confirmation agreed with Bench: docs/cublaslt.md section 3). A row agrees
-when the two speedups differ by at most ``band`` (2% by default, of the predicted one). The confirmation
-against the first pair says how far any prediction can agree. Rows Bench did not name (the default, a
-``--results`` file, a re-timed winner of an earlier stack whose prediction is gone) have no prediction and
-are not counted.
+of the row: the first pair, and for a row whose first pair came within the margin of the baseline or beat it
+the confirmation on other operands too (the gate keeps such a row at its confirmed speed), pooled as the
+geometric mean of the two speedups (``measured.pooled``); one pair is as much a draw as one verdict (on the
+H100 a first pair strayed 3% from its own confirmation where the confirmation agreed with Bench:
+docs/cublaslt.md section 3). A row agrees when the two speedups differ by at most ``band`` (2% by default,
+of the predicted one). The confirmation against the first pair says how far any prediction can agree. Rows
+Bench did not name (the default, a ``--results`` file, a re-timed winner of an earlier stack whose prediction
+is gone) have no prediction and are not counted.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from ...backends.base import DEFAULT, ProblemResult
 from ...formats.tunableop import parse_key
 from ...problem import GemmProblem
-from .measured import MeasuredRow
+from .measured import MeasuredRow, pooled
 
 BAND = 0.02
 
@@ -29,12 +28,6 @@ BAND = 0.02
 def predictions(results: Iterable[ProblemResult]) -> dict[tuple[GemmProblem, str], float]:
     """Bench's predicted speedup of each winner it named, by (problem, solution)."""
     return {(r.problem, r.winner): r.speedup for r in results if r.has_winner and r.speedup}
-
-
-def pooled(first: float, confirmed: float | None) -> float:
-    """Validate's speedup of a row over its pairs: the geometric mean of the first pair's and the
-    confirmation's, or the first alone where there was no confirmation."""
-    return first if confirmed is None else math.sqrt(first * confirmed)
 
 
 def compared_row(key: str, solution: str, predicted: float, first: float, confirmed: float | None, noise: float,

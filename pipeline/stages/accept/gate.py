@@ -1,8 +1,10 @@
 """The gate: which validated rows the bundle keeps, and whether the bundle may ship at all.
 
 A row is kept when its tuned time beats the baseline by ``margin`` (medians of interleaved rounds) and a
-second measurement on fresh operand buffers (``confirm``) does not find it slower; the others are
-dropped and listed (a dropped row that measured slower beyond noise is marked, but ships nothing). The
+second measurement on fresh operand buffers (``confirm``) does not find it slower, or, where its first pair
+fell short of the margin but not of the baseline by more than it (``validate.second_look``), when both pairs
+are faster than the baseline and pooled (``measured.pooled``) beat the margin; the others are dropped and
+listed (a dropped row that measured slower beyond noise is marked, but ships nothing). The
 bundle is refused when a row that passed the margin regresses in its confirmation beyond the measured
 noise, or when the weighted GEMM speedup is under ``min_speedup``. That speedup is the workload's GEMM time
 before over after: each row weighs its ``time_share`` of the workload's baseline GEMM time (collection
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...backends.base import DEFAULT
 from ...errors import Refused
-from .measured import MeasuredRow
+from .measured import MeasuredRow, pooled
 
 
 class GateRefused(Refused):
@@ -78,6 +80,7 @@ def gate(rows: Sequence[MeasuredRow], settings: GateSettings) -> GateResult:
     shares, tuned_total, result.weight_basis = weights(rows)
     for row, share in zip(rows, shares, strict=True):
         pair, confirm, kept = row.measured, row.confirm, False
+        both = pooled(pair.speedup, confirm.speedup if confirm else None)
         if row.solution == DEFAULT:
             result.dropped.append((row, "the default already is the best: nothing to ship"))
         elif pair.speedup >= 1 + settings.margin and (not confirm or confirm.speedup >= 1.0):
@@ -89,8 +92,13 @@ def gate(rows: Sequence[MeasuredRow], settings: GateSettings) -> GateResult:
             if confirm.regressed(spread):
                 result.regressions.append((row, f"{detail}, beyond the {spread:.1%} measured noise"))
             result.dropped.append((row, f"x{pair.speedup:.3f} not confirmed: {detail}"))
+        elif confirm and min(pair.speedup, confirm.speedup) >= 1.0 and both >= 1 + settings.margin:
+            result.kept.append(row)  # the first pair fell short; both pairs together clear the margin
+            pair, kept = confirm, True
         else:
             why = f"x{pair.speedup:.3f} does not beat the baseline by {settings.margin:.0%}"
+            if confirm:
+                why = f"x{both:.3f} over both pairs does not beat the baseline by {settings.margin:.0%}"
             result.dropped.append((row, why + (" (regressed beyond noise)" if pair.regressed() else "")))
         tuned_total += share * (1 / pair.speedup if kept else 1.0)
     # nothing kept is exactly x1 (a sum of float shares is not); a bundle never fails the bar by rounding

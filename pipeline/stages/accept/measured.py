@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from ...problem import GemmProblem
@@ -37,6 +38,12 @@ class Pair:
         return cls(Stats.from_json(data["baseline"]), Stats.from_json(data["tuned"]))
 
 
+def pooled(first: float, confirmed: float | None) -> float:
+    """A row's speedup over its pairs: the geometric mean of the first pair's and the confirmation's (each
+    from the same number of rounds), or the first alone where there was no confirmation."""
+    return first if confirmed is None else math.sqrt(first * confirmed)
+
+
 @dataclass(frozen=True)
 class Padded:
     """The same GEMM at the leading dimensions the configs stage padded it to, at baseline."""
@@ -55,7 +62,7 @@ class Padded:
 @dataclass(frozen=True)
 class MeasuredRow:
     """A merged results row as Validate measured it; ``confirm`` is the second pair, on fresh buffers, of a
-    row that beat the margin."""
+    row whose first pair came within the margin of the baseline or beat it (``validate.second_look``)."""
 
     key: str
     op: str
