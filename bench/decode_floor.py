@@ -217,15 +217,17 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def wider_configs(problem) -> list:
-    """Configs beyond the product's space: one-token ``gemv`` with pipelined loads (2-3 stages) and 2048-long
-    K tiles; skinny tiles 16 and 32 wide, K tiles to 512, one warp."""
+    """Configs beyond the product's space: one-token ``gemv`` with pipelined loads (2-3 stages), 2048-long K
+    tiles and one or two columns a program (as a reduction kernel of Inductor's tiles a one-row product; added
+    after the 2026-11-26 runs); skinny tiles 16 and 32 wide, K tiles to 512, one warp."""
     from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
 
     k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
     if problem.n == 1:
         return [
             TritonConfig(1, c, bk, split, 1, w, st)
-            for c in (4, 8, 16, 32) for bk in (512, 1024, 2048) for split in (1, 2) for w in (4, 8) for st in (2, 3)
+            for c in (1, 2, 4, 8, 16, 32) for bk in (512, 1024, 2048) for split in (1, 2)
+            for w in (4, 8) for st in (2, 3)
             if bk <= k and k // split >= bk and c * bk >= w * 32 * 8
         ]  # fmt: skip
     return [
