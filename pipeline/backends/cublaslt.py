@@ -53,7 +53,7 @@ from .measure import (
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 from .triton_cache import cache_dir as triton_cache_dir
-from .triton_cache import cache_key
+from .triton_cache import device_key
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -337,13 +337,8 @@ class CublasLtBackend(BackendBase):
             os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(Path(triton_cache), self.triton_key()))
 
     def triton_key(self) -> dict:
-        """What the Triton compile cache and a Triton row hold for (``triton_cache.cache_key``)."""
-        import triton
-
-        props = torch.cuda.get_device_properties(self.device)
-        return cache_key(
-            props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0]
-        )
+        """What the Triton compile cache and a Triton row hold for (``triton_cache.device_key``)."""
+        return device_key(self.device.index)
 
     @property
     def limits(self) -> DeviceLimits:

@@ -2,6 +2,7 @@
 compiled kernel is (docs/triton.md, "The compile cache").
 
     cache_key(gpu, capability, triton, torch)   the key: the GPU, Triton's and torch's versions, the kernel source
+    device_key(device)                          that key for a CUDA device of this process
     cache_dir(root, key)                        the key's directory under root, made whole or rebuilt, never trusted
     user_cache_root()                           $GEMM_TUNE_CACHE, else the user's cache directory
     compiling_into(cache)                       Triton compiles into ``cache`` within the block
@@ -42,6 +43,16 @@ def cache_key(gpu: str, capability: str, triton_version: str, torch_version: str
         "torch": torch_version,
         "source": source_hash(),
     }
+
+
+def device_key(device: int) -> dict:
+    """``cache_key`` of CUDA device ``device`` in this process (imports torch and triton): what Bench's compile
+    cache, a Triton row and the runtime's cache hold for."""
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(device)
+    return cache_key(props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0])
 
 
 def cache_name(key: dict) -> str:

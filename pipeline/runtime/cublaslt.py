@@ -15,9 +15,10 @@ from ..backends.base import TuneSettings
 from ..backends.cublaslt import LtGemm, ScaleModeUnsupported, lt, record_from_config
 from ..backends.cublaslt_algo import config_from_name, read_config
 from ..backends.torch_gemm import torch_dtype
+from ..backends.triton_cache import device_key
 from ..backends.triton_gemm import PREFIX as TRITON_PREFIX
 from ..problem import GemmProblem
-from .triton_plan import TritonPlan, check_stack, device_key, kernel_cache
+from .triton_plan import TritonPlan, check_stack, kernel_cache
 
 DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it
 # Workspaces outlive their executor: a CUDA graph captured under the runtime keeps launching into them.

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..backends.torch_gemm import torch_dtype
-from ..backends.triton_cache import CACHE_ENV, cache_dir, cache_key, cache_name, holds, seed, user_cache_root
+from ..backends.triton_cache import CACHE_ENV, cache_dir, cache_name, holds, seed, user_cache_root
 from ..backends.triton_gemm import Runner, config_from_name, source_hash
 from ..problem import GemmProblem
 
@@ -63,21 +63,13 @@ class NoKernelCache(ValueError):
     """No directory this process can write to compile the Triton rows' kernels in."""
 
 
-def device_key(device: int) -> dict:
-    """``triton_cache.cache_key`` of ``device`` in this process: its GPU, Triton, torch and the kernel source."""
-    import triton
-
-    props = torch.cuda.get_device_properties(device)
-    return cache_key(props.name, f"{props.major}.{props.minor}", triton.__version__, torch.__version__.split("+")[0])
-
-
 def kernel_cache(
     key: dict,
     environ: Mapping[str, str] | None = None,
     shipped: Path | None = None,
     digests: Mapping[str, str] | None = None,
 ) -> Path:
-    """The directory kernels of ``key`` (``device_key``) compile in: ``triton_cache.cache_dir`` under
+    """The directory kernels of ``key`` (``triton_cache.device_key``) compile in: ``triton_cache.cache_dir`` under
     ``user_cache_root`` (a directory from another key, or corrupt, is rebuilt), first seeded with what a
     package compiled for the same key (``shipped``: its ``kernels/`` directory), each file checked against the
     sha256 the package's manifest lists (``digests``, by path in the package; a kernel whose files differ, or

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...atomic import atomic_write_json
 from ...backends.slots import gpu_count
+from ...backends.triton_gemm import PREFIX as TRITON
 from ...errors import Refused
 from ..gather.collect import embedded_command
 from ..run import timings
@@ -79,7 +80,7 @@ def accept(
         bundle.write_bundle(
             run_dir, result, {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts}
         )
-    triton_rows = result.passed and bundle.has_own_kernel_rows(layout.bundle_csv)
+    triton_rows = result.passed and any(r.solution.startswith(TRITON) for r in result.kept)  # the bundle's rows
     reason = e2e.skip_reason(runtime, result.passed, settings.has_workload, triton_rows=triton_rows)
     if reason:
         outcome: dict = {"skipped": reason}

@@ -26,11 +26,6 @@ from .gate import GateResult
 MANIFEST = "manifest.json"
 
 
-def has_own_kernel_rows(results_csv: Path) -> bool:
-    """Whether a bundle's results name a winner of this project's kernels (which only pipeline.runtime runs)."""
-    return any((e.solution or "").startswith(triton_gemm.PREFIX) for e in read_file(results_csv).entries)
-
-
 def own_kernel_rows(run_dir: Path, entries: Sequence[TunableOpEntry]) -> list[dict]:
     """The kept rows whose winner is one of this project's kernels, each with its config and the numerics
     figures Bench checked it with (from Bench's results): what a reader of the manifest needs to trust it."""

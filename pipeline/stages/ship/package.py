@@ -199,11 +199,12 @@ def write_package(
         shutil.copytree(bundle / "logic", out / "logic")
         write_file(out / "tunableop_results.csv", rows.validators, rows.servable)
         wheel, kernels = None, None
+        runtime_triton = sum((e.solution or "").startswith(TRITON) for e in rows.runtime_rows)
         if rows.runtime_rows:
             write_file(out / RUNTIME_RESULTS, rows.validators, rows.runtime_rows)
             wheel = write_runtime_wheel(out / WHEELS).name
-            if any((e.solution or "").startswith(TRITON) for e in rows.runtime_rows):
-                kernels = ship_kernels(run_dir, stack, out / KERNELS, f"{install}/{KERNELS}")
+        if runtime_triton:
+            kernels = ship_kernels(run_dir, stack, out / KERNELS, f"{install}/{KERNELS}")
         for ordinal in range(devices):
             shutil.copyfile(out / "tunableop_results.csv", out / f"tunableop_results{ordinal}.csv")
         override = (bundle / OVERRIDE).exists()
@@ -230,7 +231,7 @@ def write_package(
             "hipblaslt_git": stack.facts.get("hipblaslt_git"),
             "runtime_rows": len(rows.runtime_rows),
             "runtime_file": RUNTIME_RESULTS,
-            "runtime_triton": sum((e.solution or "").startswith(TRITON) for e in rows.runtime_rows),
+            "runtime_triton": runtime_triton,
             "wheels": WHEELS,
             "wheel": wheel,
             "nvmath": nvmath_requirement(),

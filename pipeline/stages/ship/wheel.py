@@ -5,8 +5,9 @@ A wheel is a zip of the package's files and a ``<name>-<version>.dist-info`` dir
 ``WHEEL`` and ``RECORD`` (every file with its sha256, urlsafe base64 without padding, and its size; RECORD's
 own line empty): the binary distribution format, PyPA's "Binary distribution format" specification (PEP 427).
 Its name is ``{distribution}-{version}-py3-none-any.whl`` with ``-`` in the distribution written ``_``. No
-dependency is declared: the runtime needs torch (the image's own), numpy, and nvmath-python for cuBLASLt rows,
-which the Dockerfile fragment installs at the version tuned with. Entries are sorted and dated 1980-01-01,
+dependency is declared: the runtime needs torch (the image's own) and nvmath-python (its executor loads
+cuBLASLt through it, for Triton rows alone too; numpy comes with it), which the Dockerfile fragment installs at
+the version tuned with. Entries are sorted and dated 1980-01-01,
 so one source gives one wheel, byte for byte.
 """
 
