@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -116,6 +115,8 @@ def main() -> None:
         key, solution, screen, seed = args.worker
         print(json.dumps(worker(key, solution, args.windows, screen == "1", int(seed))))
         return
+    from pipeline import procs
+
     problems = dict(p.split("=", 1) for p in args.problems) if args.problems else PROBLEMS
     record = {"date": time.strftime("%Y-%m-%d"), "processes": args.processes, "windows": args.windows, "rows": []}
     for key, solution in problems.items():
@@ -123,7 +124,9 @@ def main() -> None:
         for index in range(args.processes):
             argv = [sys.executable, __file__, "--windows", str(args.windows), "--worker", key, solution,
                     "1" if index == 0 else "0", str(7919 * (index + 1))]  # fmt: skip
-            proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+            proc = procs.run(argv)  # a worker dies with this script, even on kill -9 (pipeline.procs)
+            if proc.returncode != 0:
+                raise SystemExit(f"worker {index} of {key}: exit {proc.returncode}: {proc.stderr[-2000:]}")
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         speedups = [[w["speedup"] for w in run["windows"]] for run in runs]
         row = {"key": key, "solution": solution, "processes": runs, **split_variance(speedups)}
