@@ -429,4 +429,7 @@ def test_a_package_ships_the_kernels_its_triton_rows_were_validated_with(tmp_pat
     (run / "validate" / "e2e.json").write_text(json.dumps({"kernels": str(other)}))
     again = write_package(run, tmp_path / "dist2", stack, devices=1)
     assert again["triton_kernels"]["entries"] == 0 and "none in" in again["triton_kernels"]["why"]
+    (run / "validate" / "e2e.json").write_text("{torn")
+    with pytest.raises(ValueError, match=r"e2e\.json: not the end-to-end record Validate writes"):
+        write_package(run, tmp_path / "dist3", stack, devices=1)
     assert "COPY kernels/" not in (tmp_path / "dist2" / STACK.fingerprint / "Dockerfile").read_text()

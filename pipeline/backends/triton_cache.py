@@ -60,12 +60,18 @@ def cache_name(key: dict) -> str:
     return "triton-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def key_of(path: Path) -> dict | None:
+    """The key a cache directory holds for (None: its key file is missing or unreadable, never trusted)."""
+    try:
+        key = json.loads((Path(path) / KEY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return key if isinstance(key, dict) else None
+
+
 def holds(path: Path, key: dict) -> bool:
     """Whether ``path`` is a cache directory of ``key`` (its key file reads back as ``key``)."""
-    try:
-        return json.loads((Path(path) / KEY_FILE).read_text()) == key
-    except (OSError, ValueError):
-        return False
+    return key_of(path) == key
 
 
 def cache_dir(root: Path, key: dict) -> Path:

@@ -31,8 +31,8 @@ from pathlib import Path
 import jinja2
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
-from ...backends.triton_cache import KEY_FILE, seed
 from ...backends.triton_cache import cache_dir as triton_cache_dir
+from ...backends.triton_cache import key_of, seed
 from ...backends.triton_gemm import PREFIX as TRITON
 from ...formats.logic import RECORD_BACKENDS, load_logic
 from ...formats.tunableop import read_file, unknown_solution, validators_platform, write_file
@@ -109,12 +109,15 @@ def ship_kernels(run_dir: Path, stack: Stack, dest: Path, installed_at: str) -> 
     if not stack.facts.get("triton_kernels"):
         return {"entries": 0, "why": "the stack records no Triton kernel source"}
     e2e = RunLayout.of(run_dir).e2e
-    compiled = json.loads(e2e.read_text()).get("kernels") if e2e.exists() else None
+    try:
+        compiled = json.loads(e2e.read_text()).get("kernels") if e2e.exists() else None
+    except ValueError as err:
+        raise ValueError(f"{e2e}: not the end-to-end record Validate writes ({err})") from err
     if not compiled or not Path(compiled).is_dir():
         return {"entries": 0, "why": "no end-to-end run compiled them (no workload, or TunableOp alone applied it)"}
     entries = 0
     for source in sorted(Path(compiled).glob("triton-*")):
-        key = json.loads((source / KEY_FILE).read_text()) if (source / KEY_FILE).is_file() else {}
+        key = key_of(source) or {}  # a torn or missing key file: never shipped
         if (key.get("triton"), key.get("source")) != (stack.facts.get("triton"), stack.facts["triton_kernels"]):
             continue  # another Triton's or kernel source's: not what the rows were tuned with
         target = triton_cache_dir(dest, key)
