@@ -5,13 +5,13 @@ For each problem and its tuned solution (a cuBLASLt algorithm's or a Triton conf
 fresh worker processes run one after another; each times the solution against torch's default in ``--windows``
 windows (``measure.windowed_samples`` with one window at a time: fresh operand copies at their own addresses,
 warm-up, interleaved rounds), and records each window's median per-round speedup, both medians and the SM
-clock. The first
-worker screens the problem with the product's search before its windows (``CublasLtBackend.tune_one``, as
-Bench's worker has screened hundreds of configs before its verdict) and records Bench's own figure. The report
-splits the variance of the window speedups into within-process and between-process parts.
+clock. One worker (the first; ``--screen-in``) screens the problem with the product's search before its windows
+(``CublasLtBackend.tune_one``, as Bench's worker has screened hundreds of configs before its verdict) and
+records Bench's own figure. The report splits the variance of the window speedups into within-process and
+between-process parts.
 
     python bench/window_variance.py --out bench/results/window_variance_<gpu>_<date>.json \\
-        [--processes 4] [--windows 6] [--problems KEY=SOLUTION ...]
+        [--processes 4] [--windows 6] [--problems KEY=SOLUTION ...] [--screen-in 0]
 """
 
 from __future__ import annotations
@@ -109,6 +109,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--windows", type=int, default=6)
     parser.add_argument("--problems", nargs="+", help="KEY=SOLUTION (default: the three of the 2026-11-25 runs)")
+    parser.add_argument(
+        "--screen-in", type=int, default=0, help="which process (from 0) screens before its windows; -1: none"
+    )
     parser.add_argument("--worker", nargs=4, metavar=("KEY", "SOLUTION", "SCREEN", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -118,12 +121,13 @@ def main() -> None:
     from pipeline import procs
 
     problems = dict(p.split("=", 1) for p in args.problems) if args.problems else PROBLEMS
-    record = {"date": time.strftime("%Y-%m-%d"), "processes": args.processes, "windows": args.windows, "rows": []}
+    record = {"date": time.strftime("%Y-%m-%d"), "processes": args.processes, "windows": args.windows,
+              "screen_in": args.screen_in, "rows": []}  # fmt: skip
     for key, solution in problems.items():
         runs = []
         for index in range(args.processes):
             argv = [sys.executable, __file__, "--windows", str(args.windows), "--worker", key, solution,
-                    "1" if index == 0 else "0", str(7919 * (index + 1))]  # fmt: skip
+                    "1" if index == args.screen_in else "0", str(7919 * (index + 1))]  # fmt: skip
             proc = procs.run(argv)  # a worker dies with this script, even on kill -9 (pipeline.procs)
             if proc.returncode != 0:
                 raise SystemExit(f"worker {index} of {key}: exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -131,7 +135,9 @@ def main() -> None:
         speedups = [[w["speedup"] for w in run["windows"]] for run in runs]
         row = {"key": key, "solution": solution, "processes": runs, **split_variance(speedups)}
         record["rows"].append(row)
-        print(key.split(",")[1][:40], {k: v for k, v in row.items() if k.endswith("sd")}, runs[0]["screened"])
+        screened = next((run["screened"] for run in runs if run["screened"]), None)
+        figures = {k: v for k, v in row.items() if k.endswith("sd") or k == "process_means"}
+        print(key.split(",")[1][:40], figures, screened)
         if args.out:
             from pipeline.atomic import atomic_write_json
 

@@ -63,6 +63,7 @@ def test_configs_fit_the_shape(problem):
         if c.family == "gemv":  # a few columns per program: K split only where they leave the GPU short
             programs = -(-problem.m // c.block_c)
             assert c.split_k == 1 or (programs < 2 * 132 and problem.k // c.split_k >= c.block_k)
+            assert c.block_c > 1 or (c.split_k == 1 and c.num_stages == 2 and programs >= 2 * 132)
             continue
         tiles = -(-problem.n // c.block_r) * -(-problem.m // c.block_c)
         assert problem.k // c.split_k >= c.block_k, "a K slice holds at least one K tile"
@@ -95,6 +96,17 @@ GPU_PROBLEMS = [
 ]
 
 
+def test_one_token_over_many_columns_also_gets_a_column_per_program():
+    one = {c for c in tg.configs(linear(6144, 1, 4096), sms=132) if c.block_c == 1}
+    assert {(c.block_k, c.num_warps) for c in one} == {
+        (512, 2), (512, 4), (512, 8), (1024, 2), (1024, 4), (1024, 8), (1024, 16), (2048, 4), (2048, 8), (2048, 16)
+    }  # fmt: skip
+    assert {(c.split_k, c.num_stages) for c in one} == {(1, 2)}
+    assert not [c for c in tg.configs(linear(256, 1, 4096), sms=132) if c.block_c == 1], "256 programs leave SMs idle"
+    assert {c.block_k for c in tg.configs(linear(6144, 1, 1024), sms=132) if c.block_c == 1} == {512, 1024}
+    assert not [c for c in tg.configs(linear(6144, 4, 4096), sms=132) if c.block_c == 1], "one token alone"
+
+
 @pytest.mark.parametrize(
     "problem",
     [pytest.param(p, marks=pytest.mark.xdist_group(f"triton-{i}")) for i, p in enumerate(GPU_PROBLEMS)],
@@ -115,7 +127,8 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     assert offered
     found = offered[:: max(1, len(offered) // 3)]  # a spread of tiles and splits: each compiles for a second
     gemv = [c for c in offered if c.family == "gemv"]
-    found += [c for c in (gemv[:1] + gemv[-1:]) if c not in found]  # the one-token kernel, unsplit and split
+    picks = gemv[:1] + [c for c in gemv if c.split_k > 1][-1:] + [c for c in gemv if c.num_stages > 1][-1:]
+    found += [c for c in picks if c not in found]  # the one-token kernel: unsplit, split, pipelined
     errors = {c.name: check_numerics(problem, tg.launcher(problem, c), ops, ref) for c in found}  # raises if off
     assert max(errors.values()) > 0, "an exact match on random data means the output was not computed"
     print(f"\n{problem.op} {problem.m}x{problem.n}x{problem.k}: {len(found)} configs, worst {max(errors.values()):.2e}")

@@ -137,7 +137,8 @@ def configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
 
 def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
     """One token: the ``gemv`` kernel, a few columns per program over a long K tile, K split where the
-    column blocks alone leave the GPU short of programs."""
+    column blocks alone leave the GPU short of programs; and one column per program, unsplit (a program per
+    column fills the GPU), over a 512-2048-long K tile held by 2-16 warps, two pipeline stages."""
     found = []
     for c in (4, 8, 16):
         programs = -(-problem.m // c) * problem.batch
@@ -148,6 +149,13 @@ def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
                 if split > 1 and (problem.k // split < bk or programs >= 2 * sms):
                     continue
                 found += [TritonConfig(1, c, bk, split, 1, w, 1) for w in (4, 8) if c * bk >= w * 32 * 8]
+    if problem.m * problem.batch >= 2 * sms:  # a column per program, as Inductor's reductions tile a one-row product
+        found += [
+            TritonConfig(1, 1, bk, 1, 1, w, 2)
+            for bk in (512, 1024, 2048)
+            for w in (2, 4, 8, 16)
+            if bk <= problem.k and 2 * w * 32 <= bk <= 16 * w * 32  # 2 to 16 elements a thread
+        ]
     return found
 
 
