@@ -18,6 +18,7 @@ import json
 import os
 import tempfile
 import time
+from pathlib import Path
 
 SHAPES = {"qwen2-7b o": (3584, 3584), "qwen2-7b qkv": (4608, 3584), "qwen2-7b gate_up": (37888, 3584),
           "llama3-8b o": (4096, 4096)}  # fmt: skip
@@ -40,7 +41,8 @@ def inductor_pick(cache: str, compile_call) -> list[dict]:
     before = set(glob.glob(f"{cache}/**/*.best_config", recursive=True))
     compile_call()
     found = sorted(set(glob.glob(f"{cache}/**/*.best_config", recursive=True)) - before)
-    return [{k: v for k, v in json.load(open(f)).items() if k.isupper() or k.startswith("num_")} for f in found]
+    picks = [json.loads(Path(f).read_text()) for f in found]
+    return [{k: v for k, v in pick.items() if k.isupper() or k.startswith("num_")} for pick in picks]
 
 
 def main() -> None:
