@@ -4,9 +4,11 @@
         --out bench/results/bench_agreement_<gpu>_<date>.json
 
 Each argument is a run directory whose report was written (``report/summary.json``: its ``bench_agreement``,
-``pipeline/stages/accept/agreement.py``). Over all of them: how many winners Bench named and Validate measured,
-the fraction whose validated speedup is within 2% of the predicted one (target >= 95%), and the worst
-validated speedup of a Bench winner (target >= x0.99). A run whose report is missing is an error.
+``pipeline/stages/accept/agreement.py``), or a file this script wrote (its runs join, so runs made on separate
+machines of one kind combine: ``bench_agreement.py a.json b.json --out all.json``; devices must match).
+Over all of them: how many winners Bench named and Validate measured, the fraction whose validated speedup is
+within 2% of the predicted one (target >= 95%), and the worst validated speedup of a Bench winner (target >=
+x0.99). A run whose report is missing is an error.
 """
 
 from __future__ import annotations
@@ -25,21 +27,34 @@ from pipeline.stages.accept import agreement
 TARGET_FRACTION, TARGET_WORST = 0.95, 0.99
 
 
+def run_entries(path: Path) -> list[tuple[dict, str]]:
+    """The run(s) ``path`` holds, each with its device: a run directory's report, or an earlier output's runs."""
+    if path.is_file():
+        earlier = json.loads(path.read_text())
+        if "runs" not in earlier or "device" not in earlier:
+            raise SystemExit(f"{path}: not a file bench_agreement.py wrote (no 'runs' and 'device')")
+        return [(run, earlier["device"]) for run in earlier["runs"]]
+    summary_path = path / "report" / "summary.json"
+    if not summary_path.exists():
+        raise SystemExit(f"{summary_path}: no report summary; run TuneWorkload (or gemm-tune report) on {path} first")
+    summary = json.loads(summary_path.read_text())
+    agreed = summary.get("bench_agreement")
+    if agreed is None:
+        raise SystemExit(f"{summary_path}: written before reports compared Bench with Validate; rebuild the report")
+    agreed = agreement.upgraded(agreed)  # one written before Validate's pairs were pooled: from its figures
+    return [({"run": str(path), "passed": summary["passed"], **agreed}, summary["device"])]
+
+
 def collect(runs: list[Path]) -> dict:
     """Every run's agreement and the figures over all of them."""
     per_run, rows, device = [], [], None
     for run in runs:
-        path = run / "report" / "summary.json"
-        if not path.exists():
-            raise SystemExit(f"{path}: no report summary; run TuneWorkload (or gemm-tune report) on {run} first")
-        summary = json.loads(path.read_text())
-        agreed = summary.get("bench_agreement")
-        if agreed is None:
-            raise SystemExit(f"{path}: written before reports compared Bench with Validate; rebuild the report")
-        agreed = agreement.upgraded(agreed)  # one written before Validate's pairs were pooled: from its figures
-        device = device or summary["device"]
-        per_run.append({"run": str(run), "passed": summary["passed"], **agreed})
-        rows += [{"run": run.name, **row} for row in agreed["rows"]]
+        for entry, run_device in run_entries(run):
+            if device is not None and run_device != device:
+                raise SystemExit(f"{run}: measured on {run_device}, not {device}; combine runs of one device only")
+            device = run_device
+            per_run.append(entry)
+            rows += [{"run": Path(entry["run"]).name, **row} for row in entry["rows"]]
     agreeing = sum(r["agrees"] for r in rows)
     worst = min(rows, key=lambda r: r["validated"], default=None)
     return {

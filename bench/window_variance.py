@@ -7,8 +7,9 @@ windows (``measure.windowed_samples`` with one window at a time: fresh operand c
 warm-up, interleaved rounds), and records each window's median per-round speedup, both medians and the SM
 clock. One worker (the first; ``--screen-in``) screens the problem with the product's search before its windows
 (``CublasLtBackend.tune_one``, as Bench's worker has screened hundreds of configs before its verdict) and
-records Bench's own figure. The report splits the variance of the window speedups into within-process and
-between-process parts.
+records Bench's own figure, then the solution's verdict timed again as Bench times it, at once and after the
+GPU idled 2 and 8 s (``settled``), with the SM clock. The report splits the variance of the window speedups
+into within-process and between-process parts.
 
     python bench/window_variance.py --out bench/results/window_variance_<gpu>_<date>.json \\
         [--processes 4] [--windows 6] [--problems KEY=SOLUTION ...] [--screen-in 0]
@@ -20,7 +21,9 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 # the three rows of bench_agreement_h100_2026-11-25_triton_default.json: two that disagreed, one that agreed
 PROBLEMS = {
@@ -49,7 +52,7 @@ def worker(key: str, solution: str, windows: int, screen: bool, seed: int) -> di
     from pipeline.stages.accept.validate import solution_config
 
     problem = parse_key(*key.split(",", 1))
-    backend = CublasLtBackend(0)
+    backend = CublasLtBackend(0, triton_cache=str(Path(tempfile.gettempdir()) / "window-variance-triton"))
     out: dict = {"screened": None, "windows": []}
     if screen:
         start = time.monotonic()
@@ -57,6 +60,7 @@ def worker(key: str, solution: str, windows: int, screen: bool, seed: int) -> di
         out["screened"] = {
             "winner": result.winner, "speedup": result.speedup, "s": round(time.monotonic() - start, 1),
             "verdict_low": next((c.verdict_low for c in result.candidates if c.name == result.winner), None),
+            "sm_clock_mhz": clock(), "settled": settled_verdicts(backend, problem, solution_config(solution), seed),
         }  # fmt: skip
     workspace = torch.empty(TuneSettings().workspace_bytes, dtype=torch.uint8, device=backend.device)
     tuned, closer = backend.launcher_for(problem, solution_config(solution), workspace)
@@ -73,6 +77,30 @@ def worker(key: str, solution: str, windows: int, screen: bool, seed: int) -> di
     finally:
         if closer:
             closer.close()
+        backend.close()
+    return out
+
+
+SETTLE_S = (0.0, 2.0, 8.0)
+
+
+def settled_verdicts(backend, problem, config: dict, seed: int) -> list[dict]:
+    """``config`` against the default as Bench's verdict times it (``verdict_samples``: the verdict process, its
+    rounds), right after the search and again after the GPU idled ``SETTLE_S`` seconds: does the figure move
+    with the state the search left the GPU in?"""
+    from pipeline.backends.base import TuneSettings
+    from pipeline.backends.cublaslt import VERDICT_PAIR
+    from pipeline.backends.measure import TimingSettings
+
+    out = []
+    for settle in SETTLE_S:
+        time.sleep(settle)
+        before = clock()
+        timing = TimingSettings(seed=seed + 3 + int(settle))
+        samples = backend.verdict_samples(problem, config, timing, 2 * timing.rounds, TuneSettings().workspace_bytes)
+        ratios = [d / w for d, w in zip(*(samples[name] for name in VERDICT_PAIR), strict=True)]
+        out.append({"settle_s": settle, "speedup": statistics.median(ratios), "sm_clock_before": before,
+                    "sm_clock_after": clock()})  # fmt: skip
     return out
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+
+import pytest
 
 from pipeline.backends.base import DEFAULT, ProblemResult, WinnerRecord
 from pipeline.formats.tunableop import parse_key
@@ -80,3 +83,33 @@ def test_validate_s_figure_pools_its_pairs_and_a_summary_written_before_is_recom
     old["agreeing_fraction"] = 0.0
     assert agreement.upgraded(old) == summary
     assert agreement.upgraded(summary) == summary
+
+
+def test_bench_agreement_combines_its_own_outputs_of_one_device_and_refuses_two(tmp_path):
+    """Runs measured in separate device calls combine from the files the script wrote for each."""
+    from .helpers import bench_module
+
+    script = bench_module("bench_agreement")
+
+    def output(name: str, device: str, agrees: list[bool], validated: list[float]) -> Path:
+        rows = [
+            {"key": f"k{i}", "solution": "s", "predicted": 1.05, "validated": v, "agrees": a}
+            for i, (a, v) in enumerate(zip(agrees, validated, strict=True))
+        ]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"device": device, "runs": [{"run": f"workdir/{name}", "rows": rows}]}))
+        return path
+
+    first = output("readme", "H100", [True, True, False], [1.04, 1.05, 1.0])
+    second = output("fp8", "H100", [True], [0.995])
+    combined = script.collect([first, second])
+    assert combined["predicted_rows"] == 4 and combined["agreeing_fraction"] == 0.75
+    assert combined["worst_validated"] == 0.995 and combined["worst"]["run"] == "fp8"
+    again = tmp_path / "all.json"
+    again.write_text(json.dumps(combined))
+    assert script.collect([again])["predicted_rows"] == 4, "a combined file combines again"
+    with pytest.raises(SystemExit, match="not H100"):
+        script.collect([first, output("other", "H200", [True], [1.02])])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"bad\.json: not a file bench_agreement\.py wrote"):
+        script.collect([tmp_path / "bad.json"])

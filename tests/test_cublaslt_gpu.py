@@ -260,3 +260,42 @@ def test_solution_names_with_signed_attributes_parse():
     assert config["SplitK"] == -1 and config["AlgoId"] == 12 and solution_name(config) == name
     with pytest.raises(ValueError, match="is not a Gemm_Cublaslt_id_"):
         config_from_name("Gemm_Cublaslt_id_12_tile_0_stages_0_splitk_--1_red_2_swizzle_0_custom_0")
+
+
+def test_the_verdict_is_timed_in_a_child_that_never_searched():
+    """``prepare()`` starts one verdict process; it times verdicts (its stdout nothing but the protocol, though
+    torch and nvmath print), answers a config cuBLASLt refuses with an error that names it and exits, and the
+    next verdict starts a new one; ``close()`` ends it."""
+    import os
+
+    import torch
+
+    from pipeline.backends.cublaslt import VERDICT_PAIR, CublasLtBackend, LtGemm
+    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.backends.measure import TimingSettings
+    from pipeline.backends.verdict_child import VerdictChildError
+
+    backend = CublasLtBackend(0)
+    problem, timing = PROBLEMS[0], TimingSettings(windows=2)
+    workspace = torch.empty(QUICK.workspace_bytes, dtype=torch.uint8, device="cuda")
+    gemm = LtGemm(problem, backend.handle, workspace)
+    config = read_config(gemm.heuristic(1)[0])
+    gemm.close()
+    backend.prepare()
+    try:
+        assert backend.verdicts.proc is not None and backend.verdicts.proc.poll() is None
+        samples = backend.verdict_samples(problem, config, timing, 5, QUICK.workspace_bytes)
+        assert set(samples) == set(VERDICT_PAIR) and all(len(v) == 2 * 5 for v in samples.values())
+        assert all(v > 0 for values in samples.values() for v in values)
+        child = backend.verdicts.proc.pid
+        assert child != os.getpid()
+        refused = {**config, "AlgoId": 100_000, "AlgoBytes": ""}
+        with pytest.raises(VerdictChildError, match="refused it"):
+            backend.verdict_samples(problem, refused, timing, 5, QUICK.workspace_bytes)
+        again = backend.verdict_samples(problem, config, timing, 3, QUICK.workspace_bytes)
+        assert len(again[VERDICT_PAIR[1]]) == 2 * 3 and backend.verdicts.started == 2
+        result = next(iter(tune(backend, [problem], QUICK)))
+        assert not result.errors and backend.verdicts.started == 2, "tuning's verdict went to the same child"
+    finally:
+        backend.close()
+    assert backend.verdicts.proc is None

@@ -207,6 +207,9 @@ class BackendBase:
     def prepare(self) -> None:
         """Once-per-process measurements, taken before the first problem so no problem's time carries them."""
 
+    def close(self) -> None:
+        """Stop whatever ``prepare()`` started (a child process)."""
+
     def runtime(self) -> dict:
         """What the run's ``bench/runtime.json`` records of the library and device (empty: nothing)."""
         return {}

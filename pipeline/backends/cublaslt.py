@@ -54,8 +54,10 @@ from .measure import (
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
 from .triton_cache import cache_dir as triton_cache_dir
 from .triton_cache import device_key
+from .verdict_child import VerdictChild, VerdictChildError, request_of
 
 CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
+VERDICT_PAIR = ("default", "winner")  # the two a verdict times, as its samples name them
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 
 
@@ -325,7 +327,15 @@ class CublasLtBackend(BackendBase):
 
     name = "cublaslt"
 
-    def __init__(self, device: int = 0, timing: TimingSettings | None = None, triton_cache: str | None = None) -> None:
+    def __init__(
+        self,
+        device: int = 0,
+        timing: TimingSettings | None = None,
+        triton_cache: str | None = None,
+        verdict_process: bool = True,
+    ) -> None:
+        """``verdict_process``: time verdicts and re-timings in a child that never searches (``verdict_child``),
+        started by ``prepare()`` or the first verdict; False times them in this process."""
         self.device = torch.device("cuda", device)
         torch.cuda.set_device(self.device)
         self.timing = timing or TimingSettings()
@@ -333,6 +343,7 @@ class CublasLtBackend(BackendBase):
         self._limits: DeviceLimits | None = None
         self.triton = triton_cache is not None  # --triton: this project's Triton kernels join the pool
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.verdicts = VerdictChild.for_gpu(self.device.index) if verdict_process else None
         if self.triton:
             os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(Path(triton_cache), self.triton_key()))
 
@@ -348,8 +359,16 @@ class CublasLtBackend(BackendBase):
         return self._limits
 
     def prepare(self) -> None:
-        """Measure the device's limits now rather than inside the first problem's tuning time."""
+        """Measure the device's limits now rather than inside the first problem's tuning time, then start the
+        verdict process (its start-up overlaps the first search)."""
         _ = self.limits
+        if self.verdicts is not None:
+            self.verdicts.start()
+
+    def close(self) -> None:
+        """Stop the verdict process."""
+        if self.verdicts is not None:
+            self.verdicts.close()
 
     def runtime(self) -> dict:
         """What the results are valid for: device, torch (TunableOp's PT_VERSION) and cuBLASLt versions."""
@@ -464,8 +483,8 @@ class CublasLtBackend(BackendBase):
 
     def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
         """The previous winner, rebuilt from its config under this cuBLASLt (an error where it no longer
-        passes cublasLtMatmulAlgoCheck) or, a Triton config, compiled under this Triton, interleaved with
-        torch's default."""
+        passes cublasLtMatmulAlgoCheck) or, a Triton config, compiled under this Triton, checked here and
+        timed against torch's default as a verdict is (``verdict_samples``)."""
         problem, name = previous.problem, previous.winner
         with self._prepared(problem, settings) as (gemm, sets):
             solution = previous.record.solution if previous.record else {}
@@ -477,13 +496,12 @@ class CublasLtBackend(BackendBase):
                 winner = gemm.launcher(record)
             else:
                 config = dict(solution)
-            launchers = {DEFAULT: torch_launcher(problem), name: winner}
-            numerics = {DEFAULT: check_numerics(problem, launchers[DEFAULT], sets[0], ref)}
+            numerics = {DEFAULT: check_numerics(problem, torch_launcher(problem), sets[0], ref)}
             numerics[name], figures = checked(problem, winner, sets[0], ref, triton_gemm.is_config(solution))
             if figures is not None:
                 config["numerics"] = figures
-            samples = windowed_samples(problem, launchers, self.device, self.timing, rounds=self.timing.rounds)
-            verdict = Verdict.of(samples, DEFAULT, name)
+            samples = self.verdict_samples(problem, solution, self.timing, self.timing.rounds, settings.workspace_bytes)
+            verdict = Verdict.of(samples, *VERDICT_PAIR)
             base, tuned = verdict.default_us, verdict.winner_us
             result = ProblemResult(
                 problem,
@@ -541,8 +559,9 @@ class CublasLtBackend(BackendBase):
         """Interleave the default and the finalists; those within ``confirm_band`` of the best are judged again
         with the default in twice the rounds on other fresh buffers (the winner of many near-equal medians is
         the luckiest as often as the fastest). The fastest there is re-timed alone against the default on a
-        third fresh set (the verdict): the best of several noisy medians is optimistic, so the figure Bench
-        reports, and the ``margin`` it must beat, come from a measurement that did not choose it."""
+        third fresh set (the verdict, ``_verdict``: in a process that never searched, in as many windows as
+        Validate pools): the best of several noisy medians is optimistic, so the figure Bench reports, and the
+        ``margin`` it must beat, come from a measurement that did not choose it."""
         start = time.monotonic()
         default_us = self._judge(problem, pool, finalists, rounds, 1)
         ranked = sorted(finalists, key=lambda c: c.final_us)
@@ -562,7 +581,11 @@ class CublasLtBackend(BackendBase):
         best = min(close or finalists, key=lambda c: c.final_us, default=None)
         result.winner_us = result.default_us
         if best is not None and result.default_us / best.final_us >= 1 + settings.margin:
-            verdict = self._verdict(problem, pool, best.name, 2 * rounds, settings.workspace_bytes)
+            try:
+                verdict = self._verdict(problem, pool, best.name, rounds, settings.workspace_bytes)
+            except VerdictChildError as err:  # refused (or the process died): not crowned, the run goes on
+                best.error = f"{type(err).__name__}: {err}"
+                verdict = Verdict(result.default_us, math.inf, 0.0)
             result.default_us, best.verdict_us, best.verdict_low = verdict.default_us, verdict.winner_us, verdict.low
             result.winner_us = result.default_us
             if verdict.wins(settings.margin):
@@ -600,28 +623,47 @@ class CublasLtBackend(BackendBase):
         return final[DEFAULT].median
 
     def _verdict(self, problem: GemmProblem, pool: Pool, name: str, rounds: int, workspace_bytes: int) -> Verdict:
-        """``name`` against the default from interleaved rounds of the two alone, in ``windowed`` windows on
-        operand buffers no earlier measurement used (seed + 3); ``name``'s time is infinite where it falls under
-        the device's floor. ``name`` runs as Validate and the runtime run it: rebuilt from its saved config on a
-        workspace of its own, not the pool's launcher that screening used (on the H100 the pool's read up to 4%
-        high on some rows, bench/README.md "Does Bench predict what ships?")."""
-        timing = dataclasses.replace(self.timing, seed=self.timing.seed + 3)
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=self.device)
-        winner, gemm = self.launcher_for(problem, pool.configs[name], workspace)
-        try:
-            samples = windowed_samples(
-                problem, {DEFAULT: pool.launchers[DEFAULT], name: winner}, self.device, timing, rounds
-            )
-        finally:
-            if gemm is not None:  # None: a Triton config, no cuBLASLt descriptors to free
-                gemm.close()
-        verdict = Verdict.of(samples, DEFAULT, name)
+        """``name`` against the default from interleaved rounds of the two alone (``verdict_samples``: in the
+        verdict process, on operand buffers no earlier measurement used, seed + 3), in twice ``windows`` windows
+        of ``rounds`` rounds: as many as Validate pools over a row's two pairs. Where each window's buffers land
+        moves a decode GEMM's speedup by about 1% (sd) on the H100, more than its rounds do, so windows, not
+        rounds, are what make the figure repeat (``bench/README.md``, "Does Bench predict what ships?").
+        ``name``'s time is infinite where it falls under the device's floor."""
+        timing = dataclasses.replace(self.timing, seed=self.timing.seed + 3, windows=2 * self.timing.windows)
+        samples = self.verdict_samples(problem, pool.configs[name], timing, rounds, workspace_bytes)
+        verdict = Verdict.of(samples, *VERDICT_PAIR)
         self.limits.check(problem, verdict.default_us, "torch's default")
         try:
             self.limits.check(problem, verdict.winner_us, name)
         except BelowFloor:
             return dataclasses.replace(verdict, winner_us=math.inf, low=0.0)
         return verdict
+
+    def verdict_samples(
+        self, problem: GemmProblem, config: dict, timing: TimingSettings, rounds: int, workspace_bytes: int
+    ) -> dict[str, list[float]]:
+        """``time_verdict``'s samples, timed in the verdict process where this backend has one
+        (``VerdictChildError`` where it could not time them)."""
+        if self.verdicts is None:
+            return self.time_verdict(problem, config, timing, rounds, workspace_bytes)
+        return self.verdicts.ask(request_of(problem, config, timing, rounds, workspace_bytes))["samples"]
+
+    def time_verdict(
+        self, problem: GemmProblem, config: dict, timing: TimingSettings, rounds: int, workspace_bytes: int
+    ) -> dict[str, list[float]]:
+        """Per-call µs of torch's default and ``config`` (``VERDICT_PAIR``) from the same rounds, in ``windowed``
+        windows. ``config`` runs as Validate and the runtime run it: rebuilt from its saved form on a workspace
+        of its own, not the launcher screening used (the pool's read up to 4% high on some rows on the H100,
+        ``bench/README.md``, "Does Bench predict what ships?")."""
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=self.device)
+        winner, gemm = self.launcher_for(problem, config, workspace)
+        try:
+            launchers = dict(zip(VERDICT_PAIR, (torch_launcher(problem), winner), strict=True))
+            return windowed_samples(problem, launchers, self.device, timing, rounds)
+        finally:
+            if gemm is not None:  # None: a Triton config, no cuBLASLt descriptors to free
+                gemm.close()
+            del workspace
 
     def launcher_for(
         self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor

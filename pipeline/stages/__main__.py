@@ -4,6 +4,7 @@
     python -m pipeline.stages validate RUN_DIR --gpus 0,1 --rounds 7 --margin 0.02
     python -m pipeline.stages call-weights COLLECT_DIR --gpus 0,1 --rounds 3
     python -m pipeline.stages stack-probe [--bench PATH]
+    python -m pipeline.stages verdict-child --gpu 0        (a cuBLASLt Bench worker's own child: its pipe)
 
 One entry point that the Luigi tasks never import, so a worker's module is imported once, not also run.
 """
@@ -39,11 +40,18 @@ def _stack_probe(argv: Sequence[str]) -> int:
     return fingerprint.main(argv)
 
 
+def _verdict_child(argv: Sequence[str]) -> int:
+    from ..backends import verdict_child
+
+    return verdict_child.main(argv)
+
+
 WORKERS = {  # each imports its own module only: a worker starts without the others' imports
     "bench-worker": _bench_worker,
     "validate": _validate,
     "call-weights": _call_weights,
     "stack-probe": _stack_probe,
+    "verdict-child": _verdict_child,
 }
 
 

@@ -59,6 +59,38 @@ def claimed_problem(out_dir: Path, problem: GemmProblem) -> Iterator[bool]:
         yield True
 
 
+def work(
+    backend: BackendBase,
+    problems: list[GemmProblem],
+    out_dir: Path,
+    spec: dict,
+    settings: TuneSettings,
+    previous: dict[GemmProblem, ProblemResult],
+    gpu: int,
+) -> int:
+    """Tune each problem no other worker has claimed, writing each result as it finishes; how many it tuned."""
+    tuned = 0
+    for problem in problems:
+        with claimed_problem(out_dir, problem) as mine:
+            if not mine or result_path(out_dir, problem).exists():
+                continue
+            for result in tune(backend, [problem], settings, previous, spec.get("previous_from") or ""):
+                result.timeline.update(gpu=gpu, pid=os.getpid())
+                atomic_write_json(result_path(out_dir, result.problem), result.to_json())
+                tuned += 1
+                speed = f" x{result.speedup:.3f}" if result.speedup else ""
+                status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
+                log.info(
+                    "%s %sx%sx%s: %s",
+                    result.problem.op,
+                    result.problem.m,
+                    result.problem.n,
+                    result.problem.k,
+                    status,
+                )
+    return tuned
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("shard")
@@ -86,25 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if runtime:
             atomic_write_json(out_dir / RUNTIME, runtime)
         backend.prepare()
-        marks["prepared"], tuned = time.time(), 0
-        for problem in problems:
-            with claimed_problem(out_dir, problem) as mine:
-                if not mine or result_path(out_dir, problem).exists():
-                    continue
-                for result in tune(backend, [problem], settings, previous, spec.get("previous_from") or ""):
-                    result.timeline.update(gpu=gpu, pid=os.getpid())
-                    atomic_write_json(result_path(out_dir, result.problem), result.to_json())
-                    tuned += 1
-                    speed = f" x{result.speedup:.3f}" if result.speedup else ""
-                    status = result.skipped or (result.errors[0] if result.errors else f"{result.winner}{speed}")
-                    log.info(
-                        "%s %sx%sx%s: %s",
-                        result.problem.op,
-                        result.problem.m,
-                        result.problem.n,
-                        result.problem.k,
-                        status,
-                    )
+        marks["prepared"] = time.time()
+        try:
+            tuned = work(backend, problems, out_dir, spec, settings, previous, gpu)
+        finally:
+            backend.close()
     atomic_write_json(
         Path(args.shard).with_name(f"{args.name}.timeline.json"),
         {"gpu": gpu, "pid": os.getpid(), "problems": tuned, **marks, "done": time.time()},
