@@ -125,19 +125,25 @@ def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: 
                 notes[f"{method}_tuned_calls"] = sum(runtime.status()["tuned_calls"].values())
         finally:
             rt.uninstall()
-    times = {m: [] for m in METHODS}
+    us = replayed_us(graphs, calls)
+    del graphs
+    return us | notes
+
+
+def replayed_us(graphs: dict[str, torch.cuda.CUDAGraph], calls: int, rounds: int = ROUNDS) -> dict[str, float]:
+    """Median microseconds per call of each graph of ``calls`` calls, its replays interleaved over ``rounds``."""
     for graph in graphs.values():
         graph.replay()
-    for r in range(ROUNDS):
-        for method in round_order(METHODS, r):
+    times: dict[str, list[float]] = {name: [] for name in graphs}
+    for r in range(rounds):
+        for name in round_order(list(graphs), r):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            graphs[method].replay()
+            graphs[name].replay()
             end.record()
             end.synchronize()
-            times[method].append(start.elapsed_time(end) * 1e3 / calls)
-    del graphs
-    return {m: statistics.median(v) for m, v in times.items()} | notes
+            times[name].append(start.elapsed_time(end) * 1e3 / calls)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def main() -> None:

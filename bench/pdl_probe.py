@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,8 +34,10 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from decode_hbm import replayed_us  # bench/ is the script's path
+
 from pipeline.backends.measure import bandwidth
-from pipeline.stats import geomean, round_order
+from pipeline.stats import geomean
 
 GEMMS = (  # Llama-3-8B at one token: (name, outputs, K, fp8)
     ("fp8 qkv", 6144, 4096, True),
@@ -140,22 +141,6 @@ def graph_of(ops: Operands, call, after_copy: bool, calls: int = CALLS) -> torch
     return graph
 
 
-def timed(graphs: dict[str, torch.cuda.CUDAGraph]) -> dict[str, float]:
-    """Median microseconds per call of each graph, replays interleaved."""
-    for graph in graphs.values():
-        graph.replay()
-    samples: dict[str, list[float]] = {name: [] for name in graphs}
-    for r in range(ROUNDS):
-        for name in round_order(list(graphs), r):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[name].replay()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) * 1e3 / CALLS)
-    return {name: statistics.median(v) for name, v in samples.items()}
-
-
 def error_of(ops: Operands, call) -> float:
     """The largest relative error against the fp32 reference of one call per copy, each right after the copy
     that writes its activation, on activations and outputs wiped first (a GEMM that read its activation before
@@ -183,7 +168,7 @@ def probe(name: str, n_out: int, k: int, fp8: bool, l2: int, limit: float) -> di
         graphs = {label: graph_of(ops, call, setting == "after_copy") for label, call in candidates.items()}
         if setting == "after_copy":
             graphs["copy alone"] = graph_of(ops, None, True)
-        us = timed(graphs)
+        us = replayed_us(graphs, CALLS, ROUNDS)
         copy_us = us.pop("copy alone", 0.0)
         best = {"default": ("default", us["default"] - copy_us)}
         for form in FORMS:
