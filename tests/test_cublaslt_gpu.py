@@ -161,6 +161,10 @@ def test_tune_workload_dag_through_bench(tmp_path):
     proc = subprocess.run(
         luigi_argv(
             "TuneWorkload",
+            # the end-to-end gate's verdict is not this test's subject (test_e2e_gate has it): two runs each way of
+            # a host-bound eager decode, while the other test processes load the CPU, read x0.879 at 5.8% spread
+            # in the README's test command on the H100 (2026-11-26) and refused the bundle
+            "--allow-e2e-regression",
             workdir=str(tmp_path),
             run_name="gpu",
             time_budget="1",
