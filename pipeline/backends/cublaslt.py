@@ -663,7 +663,6 @@ class CublasLtBackend(BackendBase):
         finally:
             if gemm is not None:  # None: a Triton config, no cuBLASLt descriptors to free
                 gemm.close()
-            del workspace
 
     def launcher_for(
         self, problem: GemmProblem, config: dict | None, workspace: torch.Tensor

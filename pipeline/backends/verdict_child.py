@@ -1,10 +1,11 @@
 """Bench's verdict, timed in a process that never searched.
 
-On the H100 the process that screened and judged a pool read its winner about 4% fast against torch's default
-on some rows, wherever it ran in the order, where fresh processes (as Validate's and the workload's are)
-agreed with each other (``bench/README.md``, "Does Bench predict what ships?"). So a cuBLASLt backend keeps one
-child process that does nothing but time verdicts: started by ``prepare()`` so its start-up overlaps the first
-search, asked one verdict at a time over a pipe, killed by ``close()`` or, like every child, with the run
+A cuBLASLt backend keeps one child process that does nothing but time verdicts, as Validate and the workload
+time in processes of their own: nothing the search left behind (its pool's launchers and workspaces, its
+allocations, a kernel that broke the CUDA context) reaches the figure Bench reports. On the H100 the process
+alone did not close the gap to Validate (94% of rows within 2%); pooling six windows did (98%; ``bench/README.md``,
+"Does Bench predict what ships?"). The child is started by ``prepare()`` so its start-up overlaps the first
+search, asked one verdict at a time over a pipe, and killed by ``close()`` or, like every child, with the run
 (``procs``).
 
 The protocol is one JSON object a line. Once its CUDA context is up the child writes ``{"ready": PID}``; to
@@ -30,7 +31,7 @@ from typing import Any
 from .. import procs
 
 READY_TIMEOUT_S = 300.0  # import torch, make a CUDA context: seconds; minutes on a loaded machine
-ANSWER_TIMEOUT_S = 600.0  # one verdict is three windows of a few dozen graph replays: seconds
+ANSWER_TIMEOUT_S = 600.0  # one verdict is six windows of a few dozen graph replays: seconds
 
 
 class VerdictChildError(RuntimeError):

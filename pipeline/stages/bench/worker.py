@@ -63,9 +63,9 @@ def work(
     backend: BackendBase,
     problems: list[GemmProblem],
     out_dir: Path,
-    spec: dict,
     settings: TuneSettings,
     previous: dict[GemmProblem, ProblemResult],
+    previous_from: str,
     gpu: int,
 ) -> int:
     """Tune each problem no other worker has claimed, writing each result as it finishes; how many it tuned."""
@@ -74,7 +74,7 @@ def work(
         with claimed_problem(out_dir, problem) as mine:
             if not mine or result_path(out_dir, problem).exists():
                 continue
-            for result in tune(backend, [problem], settings, previous, spec.get("previous_from") or ""):
+            for result in tune(backend, [problem], settings, previous, previous_from):
                 result.timeline.update(gpu=gpu, pid=os.getpid())
                 atomic_write_json(result_path(out_dir, result.problem), result.to_json())
                 tuned += 1
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.prepare()
         marks["prepared"] = time.time()
         try:
-            tuned = work(backend, problems, out_dir, spec, settings, previous, gpu)
+            tuned = work(backend, problems, out_dir, settings, previous, spec.get("previous_from") or "", gpu)
         finally:
             backend.close()
     atomic_write_json(
