@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decode_hbm import replayed_us  # bench/ is the script's path
 
+from pipeline.atomic import atomic_write_json
 from pipeline.backends.measure import bandwidth
 from pipeline.stats import geomean
 
@@ -201,7 +202,7 @@ def main() -> None:
         record[f"geomean_hbm_{setting}"] = {
             form: geomean(r[setting][form]["hbm"] for r in record["rows"]) for form in ("default", *FORMS)
         }
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    atomic_write_json(args.out, record)
     print(json.dumps({k: v for k, v in record.items() if k.startswith("geomean")}))
 
 
