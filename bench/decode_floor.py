@@ -8,9 +8,14 @@ fraction is what "fraction of the HBM limit" can mean at that size.
 Llama ones as FP8 too), whether a wider config space or split-K reduced in the same launch
 (``floor_kernels.gemm_fixup``) beats the product's config space (``triton_gemm.configs``): every config is
 screened, the best three of each family and torch's default are timed in 15 interleaved rounds, and each is
-checked against the fp32 reference. ``analyse`` (CPU) puts ``decode_hbm.py``'s rows against the floors.
+checked against the fp32 reference. ``--families`` picks the families (``rows``: ``floor_kernels.gemv_rows``,
+T tokens multiplied by each weight tile elementwise), ``--gemms`` and ``--tokens`` the GEMMs (``SMALL`` and
+``LARGE``); ``--evict`` times the product's best three configs again with its kernel's loads given Inductor's
+eviction policies and stripped of any (``with_policies``). ``analyse`` (CPU) puts ``decode_hbm.py``'s rows
+against the floors.
 
     python bench/decode_floor.py measure --out FLOORS.json [--dtypes bf16 fp8] [--sizes B ...] [--programs P ...]
+        [--no-floors] [--tma] [--families F ...] [--gemms MODEL:GEMM ...] [--tokens T ...] [--evict]
     python bench/decode_floor.py analyse FLOORS.json DECODE_HBM.json [--out ANALYSIS.json]
 """
 
@@ -27,7 +32,11 @@ SIZES = (16_801_792, 25_202_688, 33_595_392, 50_380_800, 117_497_856)  # FP8 o/q
 PROGRAMS = (528, 1056, 2112, 4224)
 SMALL = (("llama3-8b", "qkv", 6144, 4096), ("llama3-8b", "o", 4096, 4096), ("qwen2-7b", "qkv", 4608, 3584),
          ("qwen2-7b", "o", 3584, 3584))  # fmt: skip
+LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 14336),
+         ("llama3-8b", "lm_head", 128256, 4096), ("qwen2-7b", "gate_up", 37888, 3584),
+         ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
 FP8_MODELS = ("llama3-8b",)
+FAMILIES = ("product", "wider", "fixup", "tma", "rows")
 
 
 def floor_at(floors: list[dict], size: float) -> float:
@@ -175,6 +184,18 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
+    def rows(problem: GemmProblem, c: tg.TritonConfig, evict: bool):
+        def launch(ops) -> None:
+            x, y, out = torch_views(problem, ops)
+            (r, k), cols = x.shape, y.shape[1]
+            scaled = ops.scale_a is not None
+            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            fk.gemv_rows[(triton.cdiv(cols, c.block_c),)](
+                x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled, evict, c.block_r,
+                c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
+
+        return launch
+
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     limit = bandwidth(device)
@@ -183,11 +204,13 @@ def measure(args: argparse.Namespace) -> dict:
     for size in [] if args.no_floors else args.sizes:
         record["floors"].append(read_floor(size, device, limit, args.programs))
         print(record["floors"][-1], flush=True)
+    families = set(args.families) | ({"tma"} if args.tma else set())
+    shapes = [s for s in SMALL + LARGE if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
     for dtype in args.dtypes:
-        for model, name, n_out, k in SMALL:
+        for model, name, n_out, k in shapes:
             if dtype == "fp8" and model not in FP8_MODELS:
                 continue
-            for tokens in (1, 4, 8):
+            for tokens in args.tokens:
                 op, fields = ("scaled_gemm", TENSORWISE_E4M3) if dtype == "fp8" else ("gemm", {})
                 problem = GemmProblem(op, "T", "N", n_out, tokens, k, k, k, n_out, **fields)
                 sets = rotating_operands(problem, device, TimingSettings())
@@ -195,16 +218,27 @@ def measure(args: argparse.Namespace) -> dict:
                 product = tg.configs(problem, sms)
                 wider = [c for c in wider_configs(problem) if c not in set(product)]
                 candidates = {"default": torch_launcher(problem)}
-                candidates |= {c.name: tg.launcher(problem, c) for c in product}
-                candidates |= {"wider:" + c.name: tg.launcher(problem, c) for c in wider}
-                candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
-                if args.tma:
+                if "product" in families:
+                    candidates |= {c.name: tg.launcher(problem, c) for c in product}
+                if "wider" in families:
+                    candidates |= {"wider:" + c.name: tg.launcher(problem, c) for c in wider}
+                if "fixup" in families:
+                    candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
+                if "tma" in families:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
+                if "rows" in families:
+                    candidates |= {"rows:" + c.name: rows(problem, c, False) for c in rows_configs(problem)}
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]
-                for family in ("triton_", "wider:", "fixup:", "tma:"):  # the product's space, the wider one, ...
+                for family in ("triton_", "wider:", "fixup:", "tma:", "rows:"):  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
+                if args.evict:  # the product's best three again, its kernel's loads with and without policies
+                    for n in evict_finalists(ranked):
+                        c = tg.config_from_name(n)
+                        candidates["plain:" + c.name] = policy_launcher(problem, c, False)
+                        candidates["evict:" + c.name] = policy_launcher(problem, c, True)
+                        finalists += ["plain:" + c.name, "evict:" + c.name]
                 errors = {}
                 for n in finalists:  # recorded, not refused: each on a poisoned output against the fp32 reference
                     poison(sets[:1])
@@ -263,6 +297,70 @@ def tma_configs(problem) -> list:
     ]  # fmt: skip
 
 
+def with_policies(source: str, kernel: str, policies: bool) -> str:
+    """``source`` (``triton_kernels.py``'s text) with ``kernel``'s loads of X and Y given Inductor's policies
+    (weights ``evict_first``, activation ``evict_last``; docs/triton.md) or stripped of any; the rest as it is."""
+    import re
+
+    parts = source.split("@triton.jit\n")
+    at = next(i for i, part in enumerate(parts) if part.startswith(f"def {kernel}("))
+    text = re.sub(r', eviction_policy="evict_\w+"', "", parts[at])
+    for operand, policy in (("yp", "evict_first"), ("xp", "evict_last")) if policies else ():
+        text = text.replace(f"tl.load({operand})", f'tl.load({operand}, eviction_policy="{policy}")')
+        text = text.replace(f"tl.load({operand}, mask=", f'tl.load({operand}, eviction_policy="{policy}", mask=')
+    parts[at] = text
+    return "@triton.jit\n".join(parts)
+
+
+def policy_launcher(problem, config, policies: bool):
+    """``triton_gemm.launcher`` with its kernel (``gemv`` at one row, else ``gemm``) as ``with_policies`` makes it,
+    written to a file of its own (Triton reads a kernel's source) and launched by the product's ``Runner``."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    from pipeline.backends import triton_gemm as tg
+    from pipeline.backends.torch_gemm import torch_views
+
+    name = "gemv" if config.block_r == 1 else "gemm"
+    source = Path(tg.__file__).with_name("triton_kernels.py").read_text()
+    path = Path(tempfile.mkdtemp(prefix="policies-")) / "policy_kernels.py"
+    path.write_text(with_policies(source, name, policies))
+    spec = importlib.util.spec_from_file_location("policy_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runner = tg.Runner(config, problem)
+    runner._gemm = getattr(module, name)  # before its first call, which compiles
+
+    def launch(ops) -> None:
+        x, y, out = torch_views(problem, ops)
+        scaled = ops.scale_a is not None
+        runner.run(x, y, out, ops.bias, ops.scale_b if scaled else None, ops.scale_a if scaled else None)
+
+    return launch
+
+
+def evict_finalists(ranked: list[str]) -> list[str]:
+    """The product's best three (of ``ranked``), to time again with and without the load policies."""
+    return [n for n in ranked if n.startswith("triton_")][:3]
+
+
+def rows_configs(problem) -> list:
+    """Configs of ``floor_kernels.gemv_rows`` at T > 1 (K a multiple of the K tile, no split): every token in one
+    row tile of the next power of two, 1-16 columns a program (two stages for one column, as the product's), a
+    weight tile of 2-16 elements a thread and an accumulator of at most 64 a thread."""
+    from pipeline.backends.triton_gemm import TritonConfig
+
+    if problem.n == 1:
+        return []
+    br = 1 << (problem.n - 1).bit_length()
+    return [
+        TritonConfig(br, c, bk, 1, 1, w, st)
+        for c in (1, 2, 4, 8, 16) for bk in (256, 512, 1024) for w in (2, 4, 8) for st in ((2,) if c == 1 else (1,))
+        if problem.k % bk == 0 and 2 * 32 * w <= c * bk <= 16 * 32 * w and br * c * bk <= 64 * 32 * w
+    ]  # fmt: skip
+
+
 def fixup_configs(problem) -> list:
     """Split-K configs for ``floor_kernels``' one-launch reduction (split 2 and 4, the sizes the product splits)."""
     from pipeline.backends.triton_gemm import TritonConfig
@@ -289,6 +387,15 @@ def main() -> None:
     run.add_argument("--programs", nargs="+", type=int, default=list(PROGRAMS))
     run.add_argument("--tma", action="store_true", help="also the tensor-descriptor (TMA) kernels (tma_configs)")
     run.add_argument("--no-floors", action="store_true", help="the config probe alone")
+    run.add_argument("--tokens", nargs="+", type=int, default=[1, 4, 8])
+    run.add_argument("--gemms", nargs="+", help="model:gemm of SMALL and LARGE (default: SMALL)")
+    run.add_argument("--families", nargs="+", default=["product", "wider", "fixup"], choices=FAMILIES)
+    run.add_argument(
+        "--evict",
+        action="store_true",
+        help="the product's best three configs again, with Inductor's load policies (weights evict_first, "
+        "activation evict_last) and without",
+    )
     check = sub.add_parser("analyse")
     check.add_argument("floors")
     check.add_argument("decode_hbm")

@@ -59,3 +59,81 @@ def test_the_analysis_divides_each_method_by_the_floor_at_its_bytes(floor, runs)
             assert row["of_floor"][method] == pytest.approx(fraction / expected, abs=2e-4)
     models = {r["model"] for r in decode}
     assert set(report["geomean"]) == {"all", *models}
+
+
+KERNELS = ROOT / "pipeline" / "backends" / "triton_kernels.py"
+
+
+def _loads(source: str, kernel: str) -> list[str]:
+    """The X and Y load lines of ``kernel`` in ``source``."""
+    body = next(part for part in source.split("@triton.jit\n") if part.startswith(f"def {kernel}("))
+    return [line.strip() for line in body.splitlines() if "tl.load(xp" in line or "tl.load(yp" in line]
+
+
+def test_the_shipped_gemv_streams_its_weights_evict_first_and_keeps_the_activation(floor):
+    source = KERNELS.read_text()
+    gemv = _loads(source, "gemv")
+    assert len(gemv) == 4  # whole K tiles and the masked last one
+    assert all('eviction_policy="evict_first"' in line for line in gemv if "tl.load(yp" in line)
+    assert all('eviction_policy="evict_last"' in line for line in gemv if "tl.load(xp" in line)
+    assert not any("eviction_policy" in line for line in _loads(source, "gemm"))  # measured: no gain there
+    assert floor.with_policies(source, "gemv", True) == source  # the probe's "with" is what ships
+
+
+def test_the_probe_strips_or_adds_the_policies_of_one_kernel_alone(floor):
+    source = KERNELS.read_text()
+    plain = floor.with_policies(source, "gemv", False)
+    assert not any("eviction_policy" in line for line in _loads(plain, "gemv"))
+    assert _loads(plain, "gemm") == _loads(source, "gemm")
+    gemm = floor.with_policies(source, "gemm", True)
+    assert [line for line in _loads(gemm, "gemm") if "evict_first" in line and "tl.load(yp" in line]
+    assert [line for line in _loads(gemm, "gemm") if "evict_last" in line and "tl.load(xp" in line]
+    assert _loads(gemm, "gemv") == _loads(source, "gemv")
+    compile(floor.with_policies(source, "gemm", True), "policy_kernels.py", "exec")  # still Python
+
+
+def test_rows_configs_hold_every_token_in_one_row_tile(floor):
+    from pipeline.problem import GemmProblem
+
+    assert floor.rows_configs(GemmProblem("gemm", "T", "N", 4096, 1, 4096, 4096, 4096, 4096)) == []
+    for tokens, tile in ((3, 4), (4, 4), (5, 8), (8, 8)):
+        problem = GemmProblem("gemm", "T", "N", 3584, tokens, 3584, 3584, 3584, 3584)
+        found = floor.rows_configs(problem)
+        assert found
+        for c in found:
+            assert c.block_r == tile and c.split_k == 1 and 3584 % c.block_k == 0
+            threads = 32 * c.num_warps
+            assert 2 * threads <= c.block_c * c.block_k <= 16 * threads
+            assert c.block_r * c.block_c * c.block_k <= 64 * threads
+
+
+def test_the_load_policy_records_time_each_config_with_and_without(floor):
+    for name in ("decode_floor_evict_t1_h100_2026-11-26.json", "decode_floor_evict_t48_h100_2026-11-26.json"):
+        record = json.loads((ROOT / "bench" / "results" / name).read_text())
+        assert record["args"]["evict"] and record["rows"]
+        for row in record["rows"]:
+            plain = [n.removeprefix("plain:") for n in row["fraction"] if n.startswith("plain:")]
+            assert len(plain) == 3
+            assert all("evict:" + n in row["fraction"] for n in plain)
+            assert all(n in row["fraction"] for n in plain)  # each is one of the product's own finalists
+
+
+def test_the_decode_hbm_record_of_all_45_holds_its_geomeans_and_misses():
+    from pipeline.stats import geomean
+
+    record = json.loads((ROOT / "bench" / "results" / "decode_hbm_h100_2026-11-26.json").read_text())
+    rows = record["rows"]
+    assert len({(r["model"], r["gemm"], r["tokens"]) for r in rows}) == len(rows) == 45
+    assert sum(part["rows"] for part in record["parts"]) == 45
+    for method, value in record["geomean_hbm_fraction"]["all"].items():
+        assert value == pytest.approx(geomean(r["hbm"][method] for r in rows), abs=1e-4)
+    fp8 = [r for r in rows if r["model"].endswith("-fp8")]
+    assert record["geomean_hbm_fraction"]["llama3-8b-fp8"]["product"] == pytest.approx(
+        geomean(r["hbm"]["product"] for r in fp8), abs=1e-4
+    )
+    misses = [
+        f"{r['model']} {r['gemm']} T={r['tokens']}"
+        for r in rows
+        if r["hbm"]["product"] < 0.99 * max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"])
+    ]
+    assert record["product_below_best_rival_by_1pct"] == misses

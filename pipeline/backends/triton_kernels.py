@@ -66,13 +66,13 @@ def gemv(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
     yp = y + b * syb + (k0 + ks)[None, :] * syk + (cols % C)[:, None] * syc  # [BC, BK]: along K per column
     acc = tl.zeros((BC, BK), dtype=tl.float32)
     for k in range(k0, k_end, BK):
-        if EVEN_K:
-            a = tl.load(xp)
-            w = tl.load(yp)
+        if EVEN_K:  # the weights stream through once, the activation is every program's: docs/triton.md
+            a = tl.load(xp, eviction_policy="evict_last")
+            w = tl.load(yp, eviction_policy="evict_first")
         else:
             kk = k + ks
-            a = tl.load(xp, mask=kk < k_end, other=0.0)
-            w = tl.load(yp, mask=kk[None, :] < k_end, other=0.0)
+            a = tl.load(xp, eviction_policy="evict_last", mask=kk < k_end, other=0.0)
+            w = tl.load(yp, eviction_policy="evict_first", mask=kk[None, :] < k_end, other=0.0)
         acc += w.to(tl.float32) * a.to(tl.float32)[None, :]
         xp += BK * sxk
         yp += BK * syk
