@@ -11,11 +11,13 @@ screened, the best three of each family and torch's default are timed in 15 inte
 checked against the fp32 reference. ``--families`` picks the families (``rows``: ``floor_kernels.gemv_rows``,
 T tokens multiplied by each weight tile elementwise), ``--gemms`` and ``--tokens`` the GEMMs (``SMALL`` and
 ``LARGE``); ``--evict`` times the product's best three configs again with its kernel's loads given Inductor's
-eviction policies and stripped of any (``with_policies``). ``analyse`` (CPU) puts ``decode_hbm.py``'s rows
+eviction policies and stripped of any (``with_policies``); ``--constant-k`` its best three one-token configs
+compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts ``decode_hbm.py``'s rows
 against the floors.
 
     python bench/decode_floor.py measure --out FLOORS.json [--dtypes bf16 fp8] [--sizes B ...] [--programs P ...]
         [--no-floors] [--tma] [--families F ...] [--gemms MODEL:GEMM ...] [--tokens T ...] [--evict]
+        [--constant-k]
     python bench/decode_floor.py analyse FLOORS.json DECODE_HBM.json [--out ANALYSIS.json]
 """
 
@@ -27,6 +29,7 @@ import json
 import math
 import statistics
 import time
+from pathlib import Path
 
 SIZES = (16_801_792, 25_202_688, 33_595_392, 50_380_800, 117_497_856)  # FP8 o/qkv, bf16 o, qkv, down
 PROGRAMS = (528, 1056, 2112, 4224)
@@ -233,12 +236,24 @@ def measure(args: argparse.Namespace) -> dict:
                 finalists = ["default"]
                 for family in ("triton_", "wider:", "fixup:", "tma:", "rows:"):  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
+                source = Path(tg.__file__).with_name("triton_kernels.py").read_text()
+                kernel = "gemv" if tokens == 1 else "gemm"
                 if args.evict:  # the product's best three again, its kernel's loads with and without policies
                     for n in evict_finalists(ranked):
                         c = tg.config_from_name(n)
-                        candidates["plain:" + c.name] = policy_launcher(problem, c, False)
-                        candidates["evict:" + c.name] = policy_launcher(problem, c, True)
+                        candidates["plain:" + c.name] = variant_launcher(
+                            problem, c, with_policies(source, kernel, False)
+                        )
+                        candidates["evict:" + c.name] = variant_launcher(
+                            problem, c, with_policies(source, kernel, True)
+                        )
                         finalists += ["plain:" + c.name, "evict:" + c.name]
+                if args.constant_k and tokens == 1:  # the product's best three one-token configs, K a constant
+                    for n in [n for n in ranked if n.startswith("triton_") and tg.config_from_name(n).block_r == 1][:3]:
+                        c = tg.config_from_name(n)
+                        candidates["kconst:" + c.name] = variant_launcher(problem, c, with_constant_k(source))
+                        finalists += [n, "kconst:" + c.name]
+                finalists = list(dict.fromkeys(finalists))
                 errors = {}
                 for n in finalists:  # recorded, not refused: each on a poisoned output against the fp32 reference
                     poison(sets[:1])
@@ -312,9 +327,22 @@ def with_policies(source: str, kernel: str, policies: bool) -> str:
     return "@triton.jit\n".join(parts)
 
 
-def policy_launcher(problem, config, policies: bool):
-    """``triton_gemm.launcher`` with its kernel (``gemv`` at one row, else ``gemm``) as ``with_policies`` makes it,
-    written to a file of its own (Triton reads a kernel's source) and launched by the product's ``Runner``."""
+def with_constant_k(source: str) -> str:
+    """``source`` (``triton_kernels.py``'s text) with ``gemv`` compiled for one ``K``: ``K`` and ``K_PER``
+    compile-time constants and an unsplit program's K slice starting at 0, so its loop's trip count and masks
+    are known when it compiles (Inductor's kernels are specialised on every size)."""
+    parts = source.split("@triton.jit\n")
+    at = next(i for i, part in enumerate(parts) if part.startswith("def gemv("))
+    text = parts[at].replace("R, C, K, K_PER,", "R, C, K: tl.constexpr, K_PER: tl.constexpr,", 1)
+    text = text.replace("    k0 = pk * K_PER\n", "    k0 = pk * K_PER if SPLIT > 1 else 0\n", 1)
+    parts[at] = text
+    return "@triton.jit\n".join(parts)
+
+
+def variant_launcher(problem, config, source: str):
+    """``triton_gemm.launcher`` with its kernel (``gemv`` at one row, else ``gemm``) taken from ``source``, a
+    variant of ``triton_kernels.py`` written to a file of its own (Triton reads a kernel's source) and launched
+    by the product's ``Runner``."""
     import importlib.util
     import tempfile
     from pathlib import Path
@@ -322,15 +350,13 @@ def policy_launcher(problem, config, policies: bool):
     from pipeline.backends import triton_gemm as tg
     from pipeline.backends.torch_gemm import torch_views
 
-    name = "gemv" if config.block_r == 1 else "gemm"
-    source = Path(tg.__file__).with_name("triton_kernels.py").read_text()
-    path = Path(tempfile.mkdtemp(prefix="policies-")) / "policy_kernels.py"
-    path.write_text(with_policies(source, name, policies))
-    spec = importlib.util.spec_from_file_location("policy_kernels", path)
+    path = Path(tempfile.mkdtemp(prefix="variant-")) / "variant_kernels.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("variant_kernels", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     runner = tg.Runner(config, problem)
-    runner._gemm = getattr(module, name)  # before its first call, which compiles
+    runner._gemm = getattr(module, "gemv" if config.block_r == 1 else "gemm")  # before its first call, which compiles
 
     def launch(ops) -> None:
         x, y, out = torch_views(problem, ops)
@@ -390,6 +416,11 @@ def main() -> None:
     run.add_argument("--tokens", nargs="+", type=int, default=[1, 4, 8])
     run.add_argument("--gemms", nargs="+", help="model:gemm of SMALL and LARGE (default: SMALL)")
     run.add_argument("--families", nargs="+", default=["product", "wider", "fixup"], choices=FAMILIES)
+    run.add_argument(
+        "--constant-k",
+        action="store_true",
+        help="at one token, the product's best three gemv configs again compiled for the call's K (with_constant_k)",
+    )
     run.add_argument(
         "--evict",
         action="store_true",

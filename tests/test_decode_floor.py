@@ -137,3 +137,14 @@ def test_the_decode_hbm_record_of_all_45_holds_its_geomeans_and_misses():
         if r["hbm"]["product"] < 0.99 * max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"])
     ]
     assert record["product_below_best_rival_by_1pct"] == misses
+
+
+def test_the_constant_k_variant_compiles_gemv_alone_for_one_k(floor):
+    source = KERNELS.read_text()
+    variant = floor.with_constant_k(source)
+    gemv = next(part for part in variant.split("@triton.jit\n") if part.startswith("def gemv("))
+    assert "K: tl.constexpr, K_PER: tl.constexpr," in gemv
+    assert "k0 = pk * K_PER if SPLIT > 1 else 0" in gemv
+    gemm = next(part for part in variant.split("@triton.jit\n") if part.startswith("def gemm("))
+    assert gemm in source  # the other kernels as they ship
+    compile(variant, "variant_kernels.py", "exec")
