@@ -318,7 +318,7 @@ def with_policies(source: str, kernel: str, policies: bool) -> str:
     import re
 
     parts = source.split("@triton.jit\n")
-    at = next(i for i, part in enumerate(parts) if part.startswith(f"def {kernel}("))
+    at = _kernel_at(parts, kernel)
     text = re.sub(r', eviction_policy="evict_\w+"', "", parts[at])
     for operand, policy in (("yp", "evict_first"), ("xp", "evict_last")) if policies else ():
         text = text.replace(f"tl.load({operand})", f'tl.load({operand}, eviction_policy="{policy}")')
@@ -332,11 +332,23 @@ def with_constant_k(source: str) -> str:
     compile-time constants and an unsplit program's K slice starting at 0, so its loop's trip count and masks
     are known when it compiles (Inductor's kernels are specialised on every size)."""
     parts = source.split("@triton.jit\n")
-    at = next(i for i, part in enumerate(parts) if part.startswith("def gemv("))
-    text = parts[at].replace("R, C, K, K_PER,", "R, C, K: tl.constexpr, K_PER: tl.constexpr,", 1)
-    text = text.replace("    k0 = pk * K_PER\n", "    k0 = pk * K_PER if SPLIT > 1 else 0\n", 1)
+    at = _kernel_at(parts, "gemv")
+    text = parts[at]
+    for old, new in (("R, C, K, K_PER,", "R, C, K: tl.constexpr, K_PER: tl.constexpr,"),
+                     ("    k0 = pk * K_PER\n", "    k0 = pk * K_PER if SPLIT > 1 else 0\n")):  # fmt: skip
+        if old not in text:
+            raise ValueError(f"gemv no longer has {old.strip()!r}: with_constant_k needs updating")
+        text = text.replace(old, new, 1)
     parts[at] = text
     return "@triton.jit\n".join(parts)
+
+
+def _kernel_at(parts: list[str], kernel: str) -> int:
+    """The index of ``kernel``'s definition among the ``@triton.jit``-separated parts of a kernels file."""
+    found = [i for i, part in enumerate(parts) if part.startswith(f"def {kernel}(")]
+    if len(found) != 1:
+        raise ValueError(f"{kernel}: {len(found)} Triton kernels of that name in triton_kernels.py, not one")
+    return found[0]
 
 
 def variant_launcher(problem, config, source: str):
@@ -345,7 +357,6 @@ def variant_launcher(problem, config, source: str):
     by the product's ``Runner``."""
     import importlib.util
     import tempfile
-    from pathlib import Path
 
     from pipeline.backends import triton_gemm as tg
     from pipeline.backends.torch_gemm import torch_views
@@ -414,7 +425,7 @@ def main() -> None:
     run.add_argument("--tma", action="store_true", help="also the tensor-descriptor (TMA) kernels (tma_configs)")
     run.add_argument("--no-floors", action="store_true", help="the config probe alone")
     run.add_argument("--tokens", nargs="+", type=int, default=[1, 4, 8])
-    run.add_argument("--gemms", nargs="+", help="model:gemm of SMALL and LARGE (default: SMALL)")
+    run.add_argument("--gemms", nargs="+", choices=[f"{m}:{g}" for m, g, *_ in SMALL + LARGE], help="default: SMALL")
     run.add_argument("--families", nargs="+", default=["product", "wider", "fixup"], choices=FAMILIES)
     run.add_argument(
         "--constant-k",

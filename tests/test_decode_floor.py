@@ -148,3 +148,10 @@ def test_the_constant_k_variant_compiles_gemv_alone_for_one_k(floor):
     gemm = next(part for part in variant.split("@triton.jit\n") if part.startswith("def gemm("))
     assert gemm in source  # the other kernels as they ship
     compile(variant, "variant_kernels.py", "exec")
+
+
+def test_a_variant_of_a_kernel_that_changed_is_an_error_not_the_source_again(floor):
+    with pytest.raises(ValueError, match="with_constant_k needs updating"):
+        floor.with_constant_k("@triton.jit\ndef gemv(x, K):\n    pass\n")
+    with pytest.raises(ValueError, match="gemm: 0 Triton kernels"):
+        floor.with_policies("@triton.jit\ndef gemv(x):\n    pass\n", "gemm", True)
