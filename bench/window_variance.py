@@ -50,6 +50,7 @@ def worker(key: str, solution: str, windows: int, screen: bool, seed: int) -> di
     from pipeline.backends.torch_gemm import torch_launcher
     from pipeline.formats.tunableop import parse_key
     from pipeline.stages.accept.validate import solution_config
+    from pipeline.stats import round_speedups
 
     problem = parse_key(*key.split(",", 1))
     backend = CublasLtBackend(0, triton_cache=str(Path(tempfile.gettempdir()) / "window-variance-triton"))
@@ -69,7 +70,7 @@ def worker(key: str, solution: str, windows: int, screen: bool, seed: int) -> di
         for window in range(windows):
             settings = TimingSettings(windows=1, seed=seed + 1000 * window)
             samples = windowed_samples(problem, launchers, backend.device, settings)
-            ratios = [b / t for b, t in zip(samples["baseline"], samples["tuned"], strict=True)]
+            ratios = round_speedups(samples, "baseline", "tuned")
             out["windows"].append({
                 "speedup": statistics.median(ratios), "baseline_us": statistics.median(samples["baseline"]),
                 "tuned_us": statistics.median(samples["tuned"]), "rounds": len(ratios), "sm_clock_mhz": clock(),
@@ -91,6 +92,7 @@ def settled_verdicts(backend, problem, config: dict, seed: int) -> list[dict]:
     from pipeline.backends.base import TuneSettings
     from pipeline.backends.cublaslt import VERDICT_PAIR
     from pipeline.backends.measure import TimingSettings
+    from pipeline.stats import round_speedups
 
     out = []
     for settle in SETTLE_S:
@@ -98,9 +100,8 @@ def settled_verdicts(backend, problem, config: dict, seed: int) -> list[dict]:
         before = clock()
         timing = TimingSettings(seed=seed + 3 + int(settle))
         samples = backend.verdict_samples(problem, config, timing, 2 * timing.rounds, TuneSettings().workspace_bytes)
-        ratios = [d / w for d, w in zip(*(samples[name] for name in VERDICT_PAIR), strict=True)]
-        out.append({"settle_s": settle, "speedup": statistics.median(ratios), "sm_clock_before": before,
-                    "sm_clock_after": clock()})  # fmt: skip
+        speedup = statistics.median(round_speedups(samples, *VERDICT_PAIR))
+        out.append({"settle_s": settle, "speedup": speedup, "sm_clock_before": before, "sm_clock_after": clock()})
     return out
 
 

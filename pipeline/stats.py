@@ -77,6 +77,12 @@ def round_order(names: Sequence[str], r: int) -> list[str]:
     return order if row < n else order[::-1]
 
 
+def round_speedups(samples: dict[str, list[float]], default: str, name: str) -> list[float]:
+    """``default``'s time over ``name``'s within each round of interleaved ``samples`` (a clock that drifts
+    between rounds moves both)."""
+    return [d / w for d, w in zip(samples[default], samples[name], strict=True)]
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A candidate against the default from the same interleaved rounds: both medians, and the lower bound of
@@ -89,8 +95,7 @@ class Verdict:
 
     @classmethod
     def of(cls, samples: dict[str, list[float]], default: str, name: str) -> Verdict:
-        ratios = [d / w for d, w in zip(samples[default], samples[name], strict=True)]
-        low = median_bounds(ratios)[0]
+        low = median_bounds(round_speedups(samples, default, name))[0]
         return cls(statistics.median(samples[default]), statistics.median(samples[name]), low)
 
     def wins(self, margin: float) -> bool:
