@@ -105,8 +105,9 @@ def read_floor(size: int, device, limit: float, programs=PROGRAMS) -> dict:
     import torch
     import triton
 
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size
-    copies = max(2, math.ceil(3 * l2 / size))
+    from pipeline.backends.measure import TimingSettings, copies_of, l2_bytes
+
+    copies = copies_of(size, l2_bytes(device), TimingSettings().l2_factor)
     srcs = [torch.empty(size, dtype=torch.uint8, device=device).random_() for _ in range(copies)]
     dsts = [torch.empty_like(s) for s in srcs]
     sums = torch.empty(1 << 16, dtype=torch.int32, device=device)
@@ -187,14 +188,14 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
-    def rows(problem: GemmProblem, c: tg.TritonConfig, evict: bool):
+    def rows(problem: GemmProblem, c: tg.TritonConfig):
         def launch(ops) -> None:
             x, y, out = torch_views(problem, ops)
             (r, k), cols = x.shape, y.shape[1]
             scaled = ops.scale_a is not None
             sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
             fk.gemv_rows[(triton.cdiv(cols, c.block_c),)](
-                x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled, evict, c.block_r,
+                x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled, c.block_r,
                 c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
 
         return launch
@@ -207,6 +208,13 @@ def measure(args: argparse.Namespace) -> dict:
     for size in [] if args.no_floors else args.sizes:
         record["floors"].append(read_floor(size, device, limit, args.programs))
         print(record["floors"][-1], flush=True)
+    source = Path(tg.__file__).with_name("triton_kernels.py").read_text()
+    variants = {}  # the product's kernels as --evict and --constant-k change them, each loaded once
+    if args.evict:
+        for label, policies in (("plain", False), ("evict", True)):
+            variants[label] = load_kernels(with_policies(with_policies(source, "gemv", policies), "gemm", policies))
+    if args.constant_k:
+        variants["kconst"] = load_kernels(with_constant_k(source))
     families = set(args.families) | ({"tma"} if args.tma else set())
     shapes = [s for s in SMALL + LARGE if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
     for dtype in args.dtypes:
@@ -230,28 +238,22 @@ def measure(args: argparse.Namespace) -> dict:
                 if "tma" in families:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "rows" in families:
-                    candidates |= {"rows:" + c.name: rows(problem, c, False) for c in rows_configs(problem)}
+                    candidates |= {"rows:" + c.name: rows(problem, c) for c in rows_configs(problem)}
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]
                 for family in ("triton_", "wider:", "fixup:", "tma:", "rows:"):  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
-                source = Path(tg.__file__).with_name("triton_kernels.py").read_text()
-                kernel = "gemv" if tokens == 1 else "gemm"
                 if args.evict:  # the product's best three again, its kernel's loads with and without policies
                     for n in evict_finalists(ranked):
                         c = tg.config_from_name(n)
-                        candidates["plain:" + c.name] = variant_launcher(
-                            problem, c, with_policies(source, kernel, False)
-                        )
-                        candidates["evict:" + c.name] = variant_launcher(
-                            problem, c, with_policies(source, kernel, True)
-                        )
-                        finalists += ["plain:" + c.name, "evict:" + c.name]
+                        for label in ("plain", "evict"):
+                            candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
+                            finalists.append(f"{label}:{c.name}")
                 if args.constant_k and tokens == 1:  # the product's best three one-token configs, K a constant
                     for n in [n for n in ranked if n.startswith("triton_") and tg.config_from_name(n).block_r == 1][:3]:
                         c = tg.config_from_name(n)
-                        candidates["kconst:" + c.name] = variant_launcher(problem, c, with_constant_k(source))
+                        candidates["kconst:" + c.name] = variant_launcher(problem, c, variants["kconst"])
                         finalists += [n, "kconst:" + c.name]
                 finalists = list(dict.fromkeys(finalists))
                 errors = {}
@@ -351,23 +353,28 @@ def _kernel_at(parts: list[str], kernel: str) -> int:
     return found[0]
 
 
-def variant_launcher(problem, config, source: str):
-    """``triton_gemm.launcher`` with its kernel (``gemv`` at one row, else ``gemm``) taken from ``source``, a
-    variant of ``triton_kernels.py`` written to a file of its own (Triton reads a kernel's source) and launched
-    by the product's ``Runner``."""
+def load_kernels(source: str):
+    """A variant of ``triton_kernels.py``'s text as a module of its own, in a file of its own (Triton reads a
+    kernel's source from its file)."""
     import importlib.util
     import tempfile
-
-    from pipeline.backends import triton_gemm as tg
-    from pipeline.backends.torch_gemm import torch_views
 
     path = Path(tempfile.mkdtemp(prefix="variant-")) / "variant_kernels.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("variant_kernels", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def variant_launcher(problem, config, kernels):
+    """``triton_gemm.launcher`` with its kernel (``gemv`` at one row, else ``gemm``) taken from ``kernels`` (a
+    module of ``load_kernels``), launched by the product's ``Runner``."""
+    from pipeline.backends import triton_gemm as tg
+    from pipeline.backends.torch_gemm import torch_views
+
     runner = tg.Runner(config, problem)
-    runner._gemm = getattr(module, "gemv" if config.block_r == 1 else "gemm")  # before its first call, which compiles
+    runner._gemm = getattr(kernels, "gemv" if config.block_r == 1 else "gemm")  # before its first call, which compiles
 
     def launch(ops) -> None:
         x, y, out = torch_views(problem, ops)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -37,7 +36,7 @@ from triton_decode import MODELS, write_record  # the same projections
 import pipeline.runtime as rt
 from pipeline.backends.base import TuneSettings
 from pipeline.backends.cublaslt import CublasLtBackend
-from pipeline.backends.measure import bandwidth
+from pipeline.backends.measure import TimingSettings, bandwidth, copies_of
 from pipeline.backends.triton_gemm import PREFIX as TRITON
 from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.problem import GemmProblem
@@ -53,7 +52,7 @@ class Case:
 
     def __init__(self, n_out: int, k: int, tokens: int, fp8: bool, l2: int) -> None:
         weight_bytes = n_out * k * (1 if fp8 else 2)
-        self.copies = max(2, math.ceil(3 * l2 / weight_bytes))
+        self.copies = copies_of(weight_bytes, l2, TimingSettings().l2_factor)
         self.fp8 = fp8
         gen = torch.Generator(device="cuda").manual_seed(0)
         ws, xs = [], []

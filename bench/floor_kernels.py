@@ -117,53 +117,24 @@ def gemv_tma(x, w_desc, out, scale_x, scale_y, C, K,
 
 
 @triton.jit
-def _operands(xp, yp, EVICT: tl.constexpr):
-    # (activation, weights) at xp and yp, with Inductor's policies where EVICT: weights streamed once evict_first,
-    # the activation every program reads evict_last
-    if EVICT:
-        a = tl.load(xp, eviction_policy="evict_last")
-        w = tl.load(yp, eviction_policy="evict_first")
-    else:
-        a = tl.load(xp)
-        w = tl.load(yp)
-    return a, w
-
-
-@triton.jit
 def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc,
-              SCALED: tl.constexpr, EVICT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
-              BK: tl.constexpr):  # fmt: skip
-    # the product's one-token kernel (triton_kernels.gemv; K a multiple of BK, no split) for up to BR token rows
-    # at once: a program loads each [BC, BK] weight tile once and multiplies it by every row elementwise into a
-    # [BR, BC, BK] fp32 accumulator, no tl.dot (BR == 1: the product's own 2-D form); EVICT as _operands
+              SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):  # fmt: skip
+    # the product's one-token kernel (triton_kernels.gemv; K a multiple of BK, no split) for up to BR > 1 token
+    # rows at once: a program loads each [BC, BK] weight tile once and multiplies it by every row elementwise
+    # into a [BR, BC, BK] fp32 accumulator, no tl.dot
     pc = tl.program_id(0)
     cols = pc * BC + tl.arange(0, BC)
     ks = tl.arange(0, BK)
-    if BR == 1:
-        xp = x + ks * sxk
-        yp = y + ks[None, :] * syk + (cols % C)[:, None] * syc
-        acc = tl.zeros((BC, BK), dtype=tl.float32)
-        for _ in range(0, K, BK):
-            a, w = _operands(xp, yp, EVICT)
-            acc += w.to(tl.float32) * a.to(tl.float32)[None, :]
-            xp += BK * sxk
-            yp += BK * syk
-        total = tl.sum(acc, axis=1)
-        if SCALED:
-            total *= tl.load(scale_x) * tl.load(scale_y)
-        tl.store(out + cols * soc, total.to(out.dtype.element_ty), mask=cols < C)
-    else:
-        rows = tl.arange(0, BR)
-        xp = x + (rows % R)[:, None, None] * sxr + ks[None, None, :] * sxk  # [BR, 1, BK]
-        yp = y + ks[None, None, :] * syk + (cols % C)[None, :, None] * syc  # [1, BC, BK]
-        acc = tl.zeros((BR, BC, BK), dtype=tl.float32)
-        for _ in range(0, K, BK):
-            a, w = _operands(xp, yp, EVICT)
-            acc += w.to(tl.float32) * a.to(tl.float32)
-            xp += BK * sxk
-            yp += BK * syk
-        total = tl.sum(acc, axis=2)  # [BR, BC]
-        if SCALED:
-            total *= tl.load(scale_x) * tl.load(scale_y)
-        inside = (rows[:, None] < R) & (cols[None, :] < C)
-        tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)
+    rows = tl.arange(0, BR)
+    xp = x + (rows % R)[:, None, None] * sxr + ks[None, None, :] * sxk  # [BR, 1, BK]
+    yp = y + ks[None, None, :] * syk + (cols % C)[None, :, None] * syc  # [1, BC, BK]
+    acc = tl.zeros((BR, BC, BK), dtype=tl.float32)
+    for _ in range(0, K, BK):
+        acc += tl.load(yp).to(tl.float32) * tl.load(xp).to(tl.float32)
+        xp += BK * sxk
+        yp += BK * syk
+    total = tl.sum(acc, axis=2)  # [BR, BC]
+    if SCALED:
+        total *= tl.load(scale_x) * tl.load(scale_y)
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from decode_hbm import replayed_us  # bench/ is the script's path
 
 from pipeline.atomic import atomic_write_json
-from pipeline.backends.measure import bandwidth
+from pipeline.backends.measure import TimingSettings, bandwidth, copies_of
 from pipeline.stats import geomean
 
 GEMMS = (  # Llama-3-8B at one token: (name, outputs, K, fp8)
@@ -87,7 +86,7 @@ class Operands:
 
     def __init__(self, n_out: int, k: int, fp8: bool, l2: int) -> None:
         dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
-        self.copies = max(2, math.ceil(3 * l2 / (n_out * k * (1 if fp8 else 2))))
+        self.copies = copies_of(n_out * k * (1 if fp8 else 2), l2, TimingSettings().l2_factor)
         gen = torch.Generator(device="cuda").manual_seed(0)
         self.ws = [(torch.randn(n_out, k, device="cuda", generator=gen) / k**0.5).to(dtype) for _ in range(self.copies)]
         self.srcs = [torch.randn(1, k, device="cuda", generator=gen).to(dtype) for _ in range(self.copies)]

@@ -89,12 +89,14 @@ def test_floor_is_bytes_over_bandwidth_or_flops_over_peak():
 
 @needs
 def test_operands_rotate_through_at_least_two_copies():
-    from pipeline.backends.measure import copies_needed
+    from pipeline.backends.measure import copies_needed, copies_of
 
     lm_head = GemmProblem("gemm", "T", "N", 128256, 1, 4096, 4096, 4096, 128256)  # 1 GB: over 3x L2 alone
     small = GemmProblem("gemm", "T", "N", 4096, 8, 4096, 4096, 4096, 4096)
     assert copies_needed(lm_head, 50 << 20, 3.0) == 2
     assert copies_needed(small, 50 << 20, 3.0) == 5
+    assert copies_of(16_801_792, 50 << 20, 3.0) == 10  # the benchmarks' FP8 o weights alone
+    assert copies_of(1, 50 << 20, 3.0) == 64  # capped
 
 
 @needs

@@ -73,9 +73,14 @@ def l2_bytes(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).L2_cache_size
 
 
+def copies_of(nbytes: int, l2: int, l2_factor: float) -> int:
+    """Copies of ``nbytes`` that total ``l2_factor`` x L2, at least two whatever the size, at most ``MAX_COPIES``."""
+    return max(MIN_COPIES, min(math.ceil(l2_factor * l2 / max(nbytes, 1)), MAX_COPIES))
+
+
 def copies_needed(problem: GemmProblem, l2: int, l2_factor: float) -> int:
-    """Operand copies that total ``l2_factor`` x L2, at least two whatever the size, at most ``MAX_COPIES``."""
-    return max(MIN_COPIES, min(math.ceil(l2_factor * l2 / max(set_bytes(problem), 1)), MAX_COPIES))
+    """Copies of ``problem``'s operand set (``copies_of``)."""
+    return copies_of(set_bytes(problem), l2, l2_factor)
 
 
 def rotating_operands(problem: GemmProblem, device: torch.device, settings: TimingSettings) -> list[OperandSet]:
