@@ -4,11 +4,14 @@ upgrade and the drift report, on CPU with the hipblaslt backend against the benc
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from pipeline import procs
 from pipeline.stages.bench.tuned_cache import TUNED
 from pipeline.stages.run import fingerprint as fpmod
 
@@ -180,3 +183,21 @@ def test_drift_names_what_changed_and_why_a_row_was_dropped(tmp_path):
     upgraded = compare(_drift_run(tmp_path, "night3", "fp2", [a], {a: 1.19, b: 1.0}), before)
     assert upgraded["speedups_shrank"] == [] and "library caught up" in upgraded["dropped"][0]["why"]
     assert compare(_drift_run(tmp_path, "night4", "fp2", [], {a: 1.0}), before)["gone_shapes"] == [b]
+
+
+@pytest.mark.parametrize(("cuda", "imported"), [(None, False), ("13.0", True)])
+def test_the_probe_imports_torch_only_for_a_build_that_can_see_a_gpu(tmp_path, cuda, imported):
+    # a torch whose import fails loudly: the probe reads a CPU-only build from its version.py and must import a
+    # CUDA one (where it asks the GPU)
+    package = tmp_path / "site" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the probe imported torch')\n")
+    (package / "version.py").write_text(f"__version__ = '9.9.0+test'\ncuda: Optional[str] = {cuda!r}\nhip = None\n")
+    env = procs.with_package_on_path({**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    out = subprocess.run(procs.worker_argv("stack-probe"), capture_output=True, text=True, env=env)
+    if imported:
+        assert out.returncode != 0 and "the probe imported torch" in out.stderr
+    else:
+        assert out.returncode == 0, out.stderr
+        facts = json.loads(out.stdout.splitlines()[-1])
+        assert (facts["platform"], facts["torch"], facts["cuda"], facts["hip"]) == ("cpu", "9.9.0+test", None, None)

@@ -5,7 +5,8 @@ driver, tuning settings; with ``--triton`` also Triton's version and the kernels
 about another, so every stage from Bench on records the fingerprint it ran under (``<stage>/stack.json``) and
 is complete only under the same one; results are cached per fingerprint and re-timed after an upgrade.
 
-Probing the stack means importing torch and touching the GPU (seconds), so the facts are cached under a
+Probing the stack means importing a GPU build of torch and touching the GPU (seconds; a CPU-only build,
+which can see no GPU, is read from its ``version.py`` instead), so the facts are cached under a
 cheap signature (package versions, library files' sizes and times, driver version, the environment that
 steers the libraries), which is read without importing torch: a rerun with nothing changed costs a few
 file stats.
@@ -213,7 +214,8 @@ def probe_here(bench: str | None = None) -> dict:
     facts: dict = {"platform": "cpu", "torch": None, "driver": driver_version(), "gpu_count": 0}
     build = torch_build()
     torch = None
-    if build is not None and (bench is None or build["hip"]):  # an AMD tool's stack is ROCm's: no CUDA torch
+    gpu_build = build is not None and bool(build["cuda"] or build["hip"])  # a CPU build sees no GPU: no import
+    if gpu_build and (bench is None or build["hip"]):  # an AMD tool's stack is ROCm's: no CUDA torch
         import torch
     elif build is not None:
         facts.update(build)
