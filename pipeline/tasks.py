@@ -638,7 +638,7 @@ class Bench(StackBound):
         """Tune ``problems`` on this host's GPUs through the fingerprint's cache (``tuned_cache``)."""
         gpus, settings = self.gpu_indices("Bench"), self.tune_settings()
 
-        def tune_pending(previous: dict, previous_fp: str | None) -> None:
+        def tune_pending(previous: dict, sources: dict) -> None:
             bench.run_shards(
                 problems,
                 self.layout().bench,
@@ -648,7 +648,7 @@ class Bench(StackBound):
                 progress,
                 options,
                 previous,
-                previous_fp,
+                sources,
                 name=name,
             )
 

@@ -30,6 +30,13 @@ def _bench_runs(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+def _pid(result: dict) -> str:
+    from pipeline.problem import GemmProblem
+    from pipeline.stages.bench.tune import problem_id
+
+    return problem_id(GemmProblem.from_dict(result["problem"]))
+
+
 def _summary(tmp_path: Path, run: str) -> dict:
     return json.loads((tmp_path / "w" / run / "bench" / "summary.json").read_text())
 
@@ -85,12 +92,29 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
         and "ran successfully" not in proc.stderr + proc.stdout
     )
 
-    # a new run of the same stack takes every tuned problem from the fingerprint's cache
+    # a new run of the same stack takes every tuned problem from the fingerprint's cache, and re-times each
+    # cached winner against the default in this run (no search where it still wins): its figure is this run's
+    first_winners = {
+        r["problem"]["m"] for r in json.loads((tmp_path / "w" / "night1" / "bench" / "results.json").read_text())
+        if r["winner"] != "Default"
+    }  # fmt: skip
+    assert first_winners, "the double's first build has winners to re-time"
+    runs_before = len(_bench_runs(tmp_path))
     _run(tmp_path, "night2", rounds=1)
     second = _summary(tmp_path, "night2")
-    assert second["origin"]["cache"] == GEMMS and sum("all" in a for a in _bench_runs(tmp_path)) == searches
+    origin = second["origin"]
+    assert origin["cache"] == GEMMS - len(first_winners) and origin["tuned"] == 0
+    assert origin["retimed"] + origin["retuned"] == len(first_winners)
+    assert sum("all" in a for a in _bench_runs(tmp_path)) == searches + origin["retuned"]
+    assert len(_bench_runs(tmp_path)) > runs_before, "the cached winners were timed again"
     caches = sorted(p.name for p in (tmp_path / "w" / TUNED).iterdir())
     assert len(caches) == 1 and caches[0].startswith("rocm-gfx942-")
+    assert origin["retimed"], "a winner of the double's first build still wins when timed again"
+    for r in json.loads((tmp_path / "w" / "night2" / "bench" / "results.json").read_text()):
+        if r["problem"]["m"] in first_winners and r["origin"].startswith("retimed"):
+            assert r["origin"].startswith("retimed: the cached winner still wins"), r["origin"]
+            cached = json.loads((tmp_path / "w" / TUNED / caches[0] / "problems" / f"{_pid(r)}.json").read_text())
+            assert cached["origin"] == r["origin"], "the cache holds the figure this run measured"
 
     # a library upgrade: a new fingerprint; previous winners are re-timed first, kept or retuned
     _run(tmp_path, "night3", build="7.1", rounds=1)
@@ -124,7 +148,8 @@ def test_runs_are_keyed_by_the_fingerprint_cached_and_retimed_after_an_upgrade(t
     assert fpmod.stamped(night1 / "bench") == summary["fingerprint"]
     aside = [p for p in night1.iterdir() if p.name.startswith("bench.")]
     assert [p.name for p in aside] == [f"bench.{caches[0]}"] and fpmod.stamped(aside[0]) == caches[0]
-    assert _summary(tmp_path, "night1")["origin"]["cache"] == GEMMS
+    again = _summary(tmp_path, "night1")["origin"]
+    assert again["tuned"] == 0 and again["cache"] + again["retimed"] + again["retuned"] == GEMMS
 
 
 def _drift_run(root, name: str, fp: str, kept: list[str], speedups: dict[str, float]):

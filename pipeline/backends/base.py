@@ -223,10 +223,11 @@ def tune(
     problems: Iterable[GemmProblem],
     settings: TuneSettings,
     previous: Mapping[GemmProblem, ProblemResult] | None = None,
-    previous_from: str = "",
+    previous_from: Mapping[GemmProblem, str] | None = None,
 ) -> Iterator[ProblemResult]:
     """Tune each problem; an unsupported one is skipped with the reason, a failing one records its error.
-    A problem with a ``previous`` winner (tuned under stack ``previous_from``) is re-timed first."""
+    A problem with a ``previous`` winner (tuned under the stack ``previous_from`` names for it: a
+    fingerprint, or "cached", this stack's own cache) is re-timed first."""
     for problem in problems:
         reason = backend.unsupported_reason(problem)
         if reason:
@@ -234,7 +235,7 @@ def tune(
             continue
         start, wall = time.monotonic(), time.time()
         result, why = None, ""
-        prior = (previous or {}).get(problem)
+        prior, source = (previous or {}).get(problem), (previous_from or {}).get(problem) or "previous"
         if prior is not None:
             try:
                 again = backend.retime(prior, settings)
@@ -242,7 +243,7 @@ def tune(
                 again, why = None, f"{type(err).__name__}: {err}"
             if again is not None and again.winner != DEFAULT:
                 result = again
-                result.origin = f"retimed: the {previous_from} winner still wins (x{again.speedup:.3f})"
+                result.origin = f"retimed: the {source} winner still wins (x{again.speedup:.3f})"
             elif again is not None:
                 why = f"x{again.default_us / again.candidates[0].final_us:.3f} under this stack"
         if result is None:
@@ -253,7 +254,7 @@ def tune(
             except Exception as err:  # a broken problem must not stop the shard
                 result = ProblemResult(problem, errors=[f"{type(err).__name__}: {err}", traceback.format_exc(limit=3)])
             if prior is not None:
-                result.origin = f"retuned: the {previous_from} winner {prior.winner} no longer wins ({why})"
+                result.origin = f"retuned: the {source} winner {prior.winner} no longer wins ({why})"
         result.tuning_s = time.monotonic() - start
         result.timeline = {"start": wall, "end": wall + result.tuning_s}
         yield result

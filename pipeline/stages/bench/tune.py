@@ -87,15 +87,16 @@ def run_shards(
     progress: Callable[[int, int], None] | None = None,
     backend_options: dict | None = None,
     previous: dict[str, dict] | None = None,
-    previous_from: str | None = None,
+    previous_from: dict[str, str] | None = None,
     name: str = "shard",
 ) -> None:
     """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
-    costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
-    and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
-    ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
-    ``bench``); ``previous`` the winners (by problem id) of stack ``previous_from`` to re-time first;
-    ``name`` prefixes the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
+        costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
+        and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
+        ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
+        ``bench``); ``previous`` the winners to re-time first and ``previous_from`` the stack each was tuned
+    under (both by problem id; ``tuned_cache.CACHED``: this stack's own cache);
+        ``name`` prefixes the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
     out_dir = Path(out_dir).absolute()
     todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
     queue = out_dir / "shards" / f"{name}queue.json"
@@ -109,7 +110,11 @@ def run_shards(
             "previous": {
                 problem_id(p): (previous or {})[problem_id(p)] for p in todo if problem_id(p) in (previous or {})
             },
-            "previous_from": previous_from,
+            "previous_from": {
+                problem_id(p): (previous_from or {}).get(problem_id(p), "")
+                for p in todo
+                if problem_id(p) in (previous or {})
+            },
         },
     )
     with contextlib.ExitStack() as stack:  # a failure here, or this run's death, kills every worker

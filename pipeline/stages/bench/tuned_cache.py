@@ -2,25 +2,28 @@
 
 ``<workdir>/cache/tuned/<fingerprint>/problems/<id>.json`` holds one Bench result per problem, exactly as
 Bench writes it, and ``stack.json`` the facts it was tuned under. A run takes what its fingerprint's cache
-holds instead of tuning again, and hands its new results back. After a library upgrade (a new fingerprint
-on the same device with the same settings), the newest older cache gives each problem its previous winner,
-which Bench re-times first.
+holds instead of tuning again, and hands its new results back. A cached winner is not taken as it is: Bench
+re-times it against torch's default in this run (kept with the new figure, or the problem tuned again where
+it no longer wins), so the speedup a run reports is its own measurement, never an earlier run's draw repeated.
+After a library upgrade (a new fingerprint on the same device with the same settings), the newest older cache
+gives each problem its previous winner, which Bench re-times the same way.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from ...atomic import atomic_write_json, atomic_write_text
 from ...backends.base import ProblemResult
 from ...problem import GemmProblem
 from ..run.fingerprint import STAMP, Stack
-from .tune import RUNTIME, pending, result_path
+from .tune import RUNTIME, pending, problem_id, result_path
 
 TUNED = Path("cache") / "tuned"
+CACHED = "cached"  # the source of a winner this fingerprint's cache holds, in the origin Bench records
 
 
 def cache_dir(workdir: Path, fp: str) -> Path:
@@ -37,16 +40,20 @@ def open_cache(workdir: Path, fp: str, facts: dict, settings: dict) -> Path:
 
 
 def _hand_over(
-    problems: Sequence[GemmProblem], source: Path, target: Path, accept: Callable[[dict], dict | None]
+    problems: Sequence[GemmProblem],
+    source: Path,
+    target: Path,
+    accept: Callable[[dict], dict | None],
+    replace: Collection[str] = (),
 ) -> int:
-    """Copy the backend's runtime record and each problem result ``source`` has and ``target`` lacks, as
-    ``accept`` returns it (None: left out); returns how many results."""
+    """Copy the backend's runtime record and each problem result ``source`` has and ``target`` lacks (or holds
+    for a problem id in ``replace``), as ``accept`` returns it (None: left out); returns how many results."""
     if (source / RUNTIME).exists() and not (target / RUNTIME).exists():
         atomic_write_text(target / RUNTIME, (source / RUNTIME).read_text())
     count = 0
     for problem in problems:
         origin, destination = result_path(source, problem), result_path(target, problem)
-        if origin.exists() and not destination.exists():
+        if origin.exists() and (not destination.exists() or origin.stem in replace):
             text = origin.read_text()
             data = json.loads(text)
             kept = accept(data)
@@ -59,20 +66,35 @@ def _hand_over(
 
 
 def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
-    """Copy the cached result of every problem that has none in ``out_dir`` (and the runtime record, which a
-    run with nothing left to tune would not write); returns how many."""
+    """Copy the cached result of every problem that has none in ``out_dir`` and no winner to re-time (and the
+    runtime record, which a run with nothing left to tune would not write); returns how many."""
 
-    def mark(data: dict) -> dict:
+    def mark(data: dict) -> dict | None:
+        if ProblemResult.from_json(data).has_winner:
+            return None  # re-timed in this run (``tune_through_cache``)
         return {**data, "origin": f"cache {cache.name}" + (f" ({data['origin']})" if data.get("origin") else "")}
 
     return _hand_over(problems, cache, out_dir, mark)
 
 
-def store(problems: Sequence[GemmProblem], out_dir: Path, cache: Path) -> int:
-    """Hand the clean results of ``out_dir`` to the cache (an entry already there stays); returns how many."""
+def store(problems: Sequence[GemmProblem], out_dir: Path, cache: Path, replace: Collection[str] = ()) -> int:
+    """Hand the clean results of ``out_dir`` to the cache (an entry already there stays, but for the problem
+    ids in ``replace``: the cached winners this run re-timed); returns how many."""
     return _hand_over(
-        problems, out_dir, cache, lambda data: None if data.get("errors") or data.get("skipped") else data
+        problems, out_dir, cache, lambda data: None if data.get("errors") or data.get("skipped") else data, replace
     )
+
+
+def winners(directory: Path, problems: Sequence[GemmProblem]) -> dict[str, dict]:
+    """The results in ``directory`` (a cache) of those ``problems`` that have a winner, by problem id."""
+    found = {}
+    for problem in problems:
+        path = result_path(directory, problem)
+        if path.exists():
+            result = json.loads(path.read_text())
+            if ProblemResult.from_json(result).has_winner:
+                found[path.stem] = result
+    return found
 
 
 def same_device(a: dict, b: dict) -> bool:
@@ -96,14 +118,7 @@ def previous_results(
     if not older:
         return None, {}
     _, newest, newest_fp = max(older)
-    found = {}
-    for problem in problems:
-        path = result_path(newest, problem)
-        if path.exists():
-            result = json.loads(path.read_text())
-            if ProblemResult.from_json(result).has_winner:
-                found[path.stem] = result
-    return newest_fp, found
+    return newest_fp, winners(newest, problems)
 
 
 def tune_through_cache(
@@ -111,18 +126,23 @@ def tune_through_cache(
     out_dir: Path,
     workdir: Path,
     stack: Stack,
-    tune_pending: Callable[[dict[str, dict], str | None], None],
+    tune_pending: Callable[[dict[str, dict], dict[str, str]], None],
 ) -> dict:
-    """Bench through the cache: take this fingerprint's cached results, have ``tune_pending(previous,
-    previous_fp)`` tune the rest (re-timing the previous stack's winners first), hand new results back."""
+    """Bench through the cache: take this fingerprint's cached results without a winner, have
+    ``tune_pending(previous, sources)`` re-time its cached winners and the previous stack's (``sources``: the
+    stack each came from, by problem id) and tune the rest, hand the new results back."""
     cache = open_cache(workdir, stack.fingerprint, stack.facts, stack.settings)
     restored = restore(problems, cache, out_dir)
-    previous_fp, previous = previous_results(workdir, stack, pending(problems, out_dir))
-    tune_pending(previous, previous_fp)
-    stored = store(problems, out_dir, cache)
+    todo = pending(problems, out_dir)
+    cached = winners(cache, todo)
+    previous_fp, previous = previous_results(workdir, stack, [p for p in todo if problem_id(p) not in cached])
+    sources = {pid: CACHED for pid in cached} | {pid: previous_fp or "" for pid in previous}
+    tune_pending(previous | cached, sources)
+    stored = store(problems, out_dir, cache, replace=cached)
     return {
         "cache": str(cache),
         "restored": restored,
+        "retimed_from_cache": len(cached),
         "previous_fingerprint": previous_fp,
         "previous_winners": len(previous),
         "stored": stored,

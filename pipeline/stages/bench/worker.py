@@ -65,7 +65,7 @@ def work(
     out_dir: Path,
     settings: TuneSettings,
     previous: dict[GemmProblem, ProblemResult],
-    previous_from: str,
+    previous_from: dict[GemmProblem, str],
     gpu: int,
 ) -> int:
     """Tune each problem no other worker has claimed, writing each result as it finishes; how many it tuned."""
@@ -106,10 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     problems = pending([GemmProblem.from_dict(p) for p in spec["problems"]], out_dir)
     settings = TuneSettings(**spec["settings"])
-    previous = {}
-    for data in spec.get("previous", {}).values():
+    previous, previous_from = {}, {}
+    for pid, data in spec.get("previous", {}).items():
         result = ProblemResult.from_json(data)
         previous[result.problem] = result
+        previous_from[result.problem] = (spec.get("previous_from") or {}).get(pid, "")
     marks = {"spawned": args.spawned_at or started, "started": started}
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         marks["slot_claimed"] = time.time()
@@ -120,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.prepare()
         marks["prepared"] = time.time()
         try:
-            tuned = work(backend, problems, out_dir, settings, previous, spec.get("previous_from") or "", gpu)
+            tuned = work(backend, problems, out_dir, settings, previous, previous_from, gpu)
         finally:
             backend.close()
     atomic_write_json(

@@ -3,7 +3,7 @@
 A result tuned under one stack (torch, CUDA/HIP, cuBLAS(Lt)/hipBLASLt/rocBLAS, GPU arch and SM/CU count,
 driver, tuning settings; with ``--triton`` also Triton's version and the kernels' source digest) says nothing
 about another, so every stage from Bench on records the fingerprint it ran under (``<stage>/stack.json``) and
-is complete only under the same one; results are cached per fingerprint and re-timed after an upgrade.
+is complete only under the same one; results are cached per fingerprint, their winners re-timed in each run.
 
 Probing the stack means importing a GPU build of torch and touching the GPU (seconds; a CPU-only build,
 which can see no GPU, is read from its ``version.py`` instead), so the facts are cached under a
