@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.backends.base import ProblemResult, TuneSettings, WinnerRecord
+from pipeline.backends.base import CACHED, CandidateResult, ProblemResult, TuneSettings, WinnerRecord, tune
 from pipeline.backends.slots import NoFreeGpu, gpu_slot
 from pipeline.formats.logic import load_logic
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
 from pipeline.stages.bench.tune import BenchError, estimate_cost, result_path, run_shards, shard, write_outputs
 
-from .fake_backend import FAILING_K
+from .fake_backend import FAILING_K, FakeBackend
 
 FAKE = "tests.fake_backend:FakeBackend"  # the factory the workers call: the fake cuBLASLt backend
 
@@ -98,3 +98,47 @@ def test_every_backend_returns_one_winner_record_and_old_results_still_read():
     assert ProblemResult.from_json(legacy).record.solution == solution, "the override fields stay out of the logic"
     errored = ProblemResult.from_json({**result.to_json(), "errors": ["bench died"]})
     assert not errored.has_winner, "a result with errors has no winner to ship"
+
+
+class _Searches(FakeBackend):
+    """The fake backend, counting its searches, with or without a way to re-time a winner."""
+
+    def __init__(self, gpu: int, speedup: float | None) -> None:
+        super().__init__(gpu)
+        self.speedup, self.searches = speedup, 0
+
+    def tune_one(self, problem, settings):
+        self.searches += 1
+        return super().tune_one(problem, settings)
+
+    def retime(self, previous, settings):
+        if self.speedup is None:
+            return None  # as a backend without re-timing (TunableOp's) answers
+        again = ProblemResult(previous.problem, default_us=10.0, winner_us=10.0)
+        again.candidates = [CandidateResult(previous.winner, final_us=10.0 / self.speedup)]
+        if self.speedup >= 1.02:
+            again.crown(previous.winner, 10.0 / self.speedup, previous.record)
+        return again
+
+
+@pytest.mark.parametrize(
+    ("speedup", "source", "origin", "searches"),
+    [
+        (1.05, CACHED, "retimed: the cached winner still wins (x1.050)", 0),
+        (1.00, CACHED, "retuned: the cached winner W no longer wins (x1.000 under this stack)", 1),
+        (None, CACHED, "cache (not re-timed: the fake backend cannot re-time a winner)", 0),
+        (None, "rocm-gfx942-abc", "retuned: the rocm-gfx942-abc winner W no longer wins ()", 1),
+    ],
+)
+def test_a_cached_winner_is_retimed_kept_where_it_cannot_be_and_searched_where_it_lost(
+    speedup, source, origin, searches
+):
+    problem = _problems(4096)[0]
+    prior = ProblemResult(problem, default_us=10.0, winner_us=8.0, winner="W", record=WinnerRecord({"AlgoId": 1}))
+    backend = _Searches(0, speedup)
+    [result] = tune(backend, [problem], TuneSettings(), {problem: prior}, {problem: source})
+    assert (result.origin, backend.searches) == (origin, searches)
+    if speedup is None and source == CACHED:
+        assert (result.winner, result.winner_us) == ("W", 8.0), "the cached figure, as it was"
+    elif speedup == 1.05:
+        assert result.winner == "W" and result.speedup == pytest.approx(1.05), "this run's figure"

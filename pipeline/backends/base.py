@@ -216,6 +216,7 @@ class BackendBase:
 
 
 Backend = BackendBase  # the name the stages use for a tuner
+CACHED = "cached"  # the source ``tune`` is told of a winner from this stack's own cache (``tuned_cache``)
 
 
 def tune(
@@ -246,6 +247,9 @@ def tune(
                 result.origin = f"retimed: the {source} winner still wins (x{again.speedup:.3f})"
             elif again is not None:
                 why = f"x{again.default_us / again.candidates[0].final_us:.3f} under this stack"
+            elif source == CACHED and not why:  # a backend that cannot re-time keeps this stack's own winner
+                result = prior
+                result.origin = f"cache (not re-timed: the {backend.name} backend cannot re-time a winner)"
         if result is None:
             try:
                 result = backend.tune_one(problem, settings)

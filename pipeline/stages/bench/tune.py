@@ -95,7 +95,7 @@ def run_shards(
         and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
         ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
         ``bench``); ``previous`` the winners to re-time first and ``previous_from`` the stack each was tuned
-    under (both by problem id; ``tuned_cache.CACHED``: this stack's own cache);
+    under (both by problem id; ``base.CACHED``: this stack's own cache);
         ``name`` prefixes the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
     out_dir = Path(out_dir).absolute()
     todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))

@@ -17,13 +17,12 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from ...atomic import atomic_write_json, atomic_write_text
-from ...backends.base import ProblemResult
+from ...backends.base import CACHED, ProblemResult
 from ...problem import GemmProblem
 from ..run.fingerprint import STAMP, Stack
 from .tune import RUNTIME, pending, problem_id, result_path
 
 TUNED = Path("cache") / "tuned"
-CACHED = "cached"  # the source of a winner this fingerprint's cache holds, in the origin Bench records
 
 
 def cache_dir(workdir: Path, fp: str) -> Path:
