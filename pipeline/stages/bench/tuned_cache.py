@@ -4,7 +4,8 @@
 Bench writes it, and ``stack.json`` the facts it was tuned under. A run takes what its fingerprint's cache
 holds instead of tuning again, and hands its new results back. A cached winner is not taken as it is: Bench
 re-times it against torch's default in this run (kept with the new figure, or the problem tuned again where
-it no longer wins), so the speedup a run reports is its own measurement, never an earlier run's draw repeated.
+it no longer wins; kept as it was by a backend that cannot re-time), so the speedup a run reports is its own
+measurement, never an earlier run's draw repeated.
 After a library upgrade (a new fingerprint on the same device with the same settings), the newest older cache
 gives each problem its previous winner, which Bench re-times the same way.
 """
