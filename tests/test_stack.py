@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import procs
+from pipeline.problem import GemmProblem
+from pipeline.stages.bench.tune import problem_id
 from pipeline.stages.bench.tuned_cache import TUNED
 from pipeline.stages.run import fingerprint as fpmod
 
@@ -31,9 +33,6 @@ def _bench_runs(tmp_path: Path) -> list[list[str]]:
 
 
 def _pid(result: dict) -> str:
-    from pipeline.problem import GemmProblem
-    from pipeline.stages.bench.tune import problem_id
-
     return problem_id(GemmProblem.from_dict(result["problem"]))
 
 

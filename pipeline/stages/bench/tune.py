@@ -91,15 +91,17 @@ def run_shards(
     name: str = "shard",
 ) -> None:
     """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
-        costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
-        and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
-        ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
-        ``bench``); ``previous`` the winners to re-time first and ``previous_from`` the stack each was tuned
-    under (both by problem id; ``base.CACHED``: this stack's own cache);
-        ``name`` prefixes the worker files under ``shards/`` (concurrent callers on one directory use their own)."""
+    costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
+    and no GPU idles while another has a backlog). ``factory`` is the backend's ``module:function`` (its
+    ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
+    ``bench``); ``previous`` the winners to re-time first and ``previous_from`` the stack each was tuned
+    under (both by problem id; ``base.CACHED``: this stack's own cache); ``name`` prefixes the worker files
+    under ``shards/`` (concurrent callers on one directory use their own)."""
     out_dir = Path(out_dir).absolute()
     todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
     queue = out_dir / "shards" / f"{name}queue.json"
+    previous = previous or {}
+    carried = [problem_id(p) for p in todo if problem_id(p) in previous]  # the winners to re-time, costliest first
     atomic_write_json(
         queue,
         {
@@ -107,14 +109,8 @@ def run_shards(
             "settings": asdict(settings),
             "backend": factory,
             "backend_options": backend_options or {},
-            "previous": {
-                problem_id(p): (previous or {})[problem_id(p)] for p in todo if problem_id(p) in (previous or {})
-            },
-            "previous_from": {
-                problem_id(p): (previous_from or {}).get(problem_id(p), "")
-                for p in todo
-                if problem_id(p) in (previous or {})
-            },
+            "previous": {pid: previous[pid] for pid in carried},
+            "previous_from": {pid: (previous_from or {}).get(pid, "") for pid in carried},
         },
     )
     with contextlib.ExitStack() as stack:  # a failure here, or this run's death, kills every worker

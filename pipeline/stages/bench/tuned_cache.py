@@ -66,12 +66,10 @@ def _hand_over(
 
 
 def restore(problems: Sequence[GemmProblem], cache: Path, out_dir: Path) -> int:
-    """Copy the cached result of every problem that has none in ``out_dir`` and no winner to re-time (and the
-    runtime record, which a run with nothing left to tune would not write); returns how many."""
+    """Copy the cached result of every problem that has none in ``out_dir`` (and the runtime record, which a
+    run with nothing left to tune would not write); returns how many."""
 
-    def mark(data: dict) -> dict | None:
-        if ProblemResult.from_json(data).has_winner:
-            return None  # re-timed in this run (``tune_through_cache``)
+    def mark(data: dict) -> dict:
         return {**data, "origin": f"cache {cache.name}" + (f" ({data['origin']})" if data.get("origin") else "")}
 
     return _hand_over(problems, cache, out_dir, mark)
@@ -132,10 +130,10 @@ def tune_through_cache(
     ``tune_pending(previous, sources)`` re-time its cached winners and the previous stack's (``sources``: the
     stack each came from, by problem id) and tune the rest, hand the new results back."""
     cache = open_cache(workdir, stack.fingerprint, stack.facts, stack.settings)
-    restored = restore(problems, cache, out_dir)
-    todo = pending(problems, out_dir)
-    cached = winners(cache, todo)
-    previous_fp, previous = previous_results(workdir, stack, [p for p in todo if problem_id(p) not in cached])
+    cached = winners(cache, pending(problems, out_dir))  # re-timed in this run, not restored
+    restored = restore([p for p in problems if problem_id(p) not in cached], cache, out_dir)
+    todo = [p for p in pending(problems, out_dir) if problem_id(p) not in cached]
+    previous_fp, previous = previous_results(workdir, stack, todo)
     sources = {pid: CACHED for pid in cached} | {pid: previous_fp or "" for pid in previous}
     tune_pending(previous | cached, sources)
     stored = store(problems, out_dir, cache, replace=cached)

@@ -106,11 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     problems = pending([GemmProblem.from_dict(p) for p in spec["problems"]], out_dir)
     settings = TuneSettings(**spec["settings"])
-    previous, previous_from = {}, {}
+    previous, previous_from, sources = {}, {}, spec.get("previous_from") or {}
     for pid, data in spec.get("previous", {}).items():
         result = ProblemResult.from_json(data)
         previous[result.problem] = result
-        previous_from[result.problem] = (spec.get("previous_from") or {}).get(pid, "")
+        previous_from[result.problem] = sources.get(pid, "")
     marks = {"spawned": args.spawned_at or started, "started": started}
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         marks["slot_claimed"] = time.time()
