@@ -85,9 +85,12 @@ def round_speedups(samples: dict[str, list[float]], default: str, name: str) -> 
 
 @dataclass(frozen=True)
 class Verdict:
-    """A candidate against the default from the same interleaved rounds: both medians, and the lower bound of
-    the median per-round speedup (default / candidate within one round, where a clock that drifts moves
-    both; ``stats.median_bounds``, about 95%)."""
+    """A candidate against the default from the same interleaved rounds: the default's median, the median
+    per-round speedup (default / candidate within one round, where a clock that drifts, or the operand copies a
+    window landed on, move both) and its lower bound (``stats.median_bounds``, about 95%). ``winner_us`` is the
+    candidate's time as that speedup puts it against the default's median. On the H100 the median per-round
+    speedup of six windows varied by 0.48% (sd) from one reading to the next where the default's median over the
+    winner's varied by 0.61% (``bench/README.md``, "Does Bench predict what ships?")."""
 
     default_us: float
     winner_us: float
@@ -95,11 +98,16 @@ class Verdict:
 
     @classmethod
     def of(cls, samples: dict[str, list[float]], default: str, name: str) -> Verdict:
-        low = median_bounds(round_speedups(samples, default, name))[0]
-        return cls(statistics.median(samples[default]), statistics.median(samples[name]), low)
+        speedups = round_speedups(samples, default, name)
+        default_us = statistics.median(samples[default])
+        return cls(default_us, default_us / statistics.median(speedups), median_bounds(speedups)[0])
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.winner_us
 
     def wins(self, margin: float) -> bool:
         """Faster than the default by ``margin``, and faster at all beyond the rounds' noise: on the H100 a
         winner that cleared the margin by less than its spread (4096x4096x4096, x1.020 at 7.8%) validated at
         x0.981 (docs/cublaslt.md, section 3)."""
-        return self.default_us / self.winner_us >= 1 + margin and self.low >= 1.0
+        return self.speedup >= 1 + margin and self.low >= 1.0

@@ -245,11 +245,11 @@ def test_near_equal_finalists_are_judged_again_and_the_chosen_one_re_timed_alone
     assert finals, "finalists were timed against the default"
     chosen = [c for c in result.candidates if c.verdict_us is not None]
     assert len(chosen) <= 1, "one finalist is chosen and re-timed alone against the default"
-    if result.winner != DEFAULT:  # the winner's time is the verdict's, not the rounds that chose it
-        assert [c.name for c in chosen] == [result.winner]
-        assert result.winner_us == chosen[0].verdict_us != chosen[0].final_us
-        assert result.default_us / result.winner_us >= 1 + QUICK.margin
-        assert 1 <= chosen[0].verdict_low <= result.speedup * 1.05, "faster beyond the verdict's noise"
+    if result.winner != DEFAULT:  # the winner's figure is a reading of its own: not the rounds that chose it,
+        assert [c.name for c in chosen] == [result.winner]  # nor the verdict that crowned it
+        assert len({result.winner_us, chosen[0].verdict_us, chosen[0].final_us}) == 3
+        assert chosen[0].verdict_low >= 1, "faster beyond the verdict's noise"
+        assert abs(result.speedup - result.default_us / chosen[0].verdict_us) < 0.1, "two readings of one pair"
     elif chosen:  # chosen, then refused by the verdict (short of the margin, or within its noise): the default's time
         refused = result.default_us / chosen[0].verdict_us < 1 + QUICK.margin or chosen[0].verdict_low < 1
         assert refused and result.winner_us == result.default_us

@@ -141,6 +141,7 @@ def test_a_saved_cublaslt_winner_is_retimed_against_the_default():
     assert tuned.has_winner
     again = backend.retime(tuned, TuneSettings(margin=-1.0))
     assert again.winner == tuned.winner and again.default_us > 0 and again.candidates[0].final_us > 0
+    assert again.winner_us != again.candidates[0].verdict_us, "reported from a reading other than the one that kept it"
     strict = backend.retime(tuned, TuneSettings(margin=10.0))  # no winner is 11x faster: it is not kept
     assert strict.winner == DEFAULT and strict.winner_us == strict.default_us
     broken = WinnerRecord({**tuned.record.solution, "AlgoBytes": None, "AlgoId": 10**6})

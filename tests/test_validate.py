@@ -27,7 +27,7 @@ from pipeline.stages.accept.e2e import (
     summary_line,
 )
 from pipeline.stages.accept.gate import GateSettings, gate
-from pipeline.stages.accept.measured import MeasuredRow
+from pipeline.stages.accept.measured import MeasuredRow, Pair
 from pipeline.stages.accept.validate import run_worker
 from pipeline.stages.run.fingerprint import STAMP
 
@@ -53,6 +53,22 @@ def test_gate_keeps_rows_that_beat_the_margin_and_weights_by_calls():
     tuned = 2 * 21.3 + 2 * 20.2 * 1.003 + 2 * 50.0 * 1.003 + 120.0  # kept rows at their confirmed times
     assert result.weighted_speedup == pytest.approx(base / tuned)
     assert result.message.startswith("bundle accepted: 2 rows kept")
+
+
+def test_a_pair_speeds_up_by_its_median_per_round_ratio_and_keeps_it_in_its_json():
+    """Rounds at 100, 120 and 80 us (three windows' operand copies), the tuned arm x1.04, x1.05 and x1.06 faster
+    in them: the pair's speedup is the median round's x1.05, where the medians' ratio reads x1.04; a file
+    written before pairs kept it reads the medians' ratio; a row that keeps the default is x1."""
+    baseline = [100.0, 120.0, 80.0]
+    tuned = [100.0 / 1.04, 120.0 / 1.05, 80.0 / 1.06]
+    pair = Pair.of_samples({"baseline": baseline, "tuned": tuned})
+    assert pair.speedup == pytest.approx(1.05)
+    assert pair.baseline.median / pair.tuned.median == pytest.approx(1.04)
+    again = Pair.from_json(json.loads(json.dumps(pair.to_json())))
+    assert again == pair and again.speedup == pytest.approx(1.05)
+    older = {key: value for key, value in pair.to_json().items() if key != "paired_speedup"}
+    assert Pair.from_json(older).speedup == pair.baseline.median / pair.tuned.median
+    assert Pair.of_samples({"baseline": baseline}).speedup == 1.0
 
 
 def test_gate_refuses_regressions_and_low_speedup():

@@ -62,7 +62,7 @@ class TimingSettings:
     screen_passes: int = 3  # screen passes over the pool, alternating direction; a candidate's time is its median
     confirm: int = 4  # finalists within ``confirm_band`` of the best that a second, longer set of rounds re-judges
     confirm_band: float = 0.03
-    windows: int = 3  # independent interleaved windows a verdict or a validation pools (``windowed``)
+    windows: int = 3  # independent interleaved windows a verdict or a validation pools (``windowed_samples``)
 
 
 class NumericsError(RuntimeError):
@@ -419,18 +419,6 @@ def interleaved_samples(
 
 
 WINDOW_SEED_STEP = 1000  # window w's operands are drawn with seed + w x this: no window repeats another's
-
-
-def windowed(
-    problem: GemmProblem,
-    launchers: dict[str, Callable[[OperandSet], None]],
-    device: torch.device,
-    settings: TimingSettings,
-    rounds: int | None = None,
-) -> dict[str, Stats]:
-    """``windowed_samples``' pooled samples as statistics per candidate."""
-    samples = windowed_samples(problem, launchers, device, settings, rounds)
-    return {name: Stats.of(values) for name, values in samples.items()}
 
 
 def windowed_samples(

@@ -4,22 +4,27 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field, fields
 
 from ...problem import GemmProblem
-from ...stats import Stats
+from ...stats import Stats, round_speedups
 
 
 @dataclass(frozen=True)
 class Pair:
-    """Baseline and tuned per-call times measured together (interleaved rounds)."""
+    """Baseline and tuned per-call times measured together (interleaved rounds), and ``paired``, the median of
+    the baseline's time over the tuned one's within each round (None in a file written before it was kept, and
+    from a timer without rounds of both): a window's operand copies, or a clock, that move both cancel in a
+    round, so it repeats better than the medians' ratio (``stats.Verdict``, which Bench's figure is)."""
 
     baseline: Stats
     tuned: Stats
+    paired: float | None = None
 
     @property
     def speedup(self) -> float:
-        return self.baseline.median / self.tuned.median
+        return self.paired if self.paired is not None else self.baseline.median / self.tuned.median
 
     @property
     def noise(self) -> float:
@@ -31,11 +36,22 @@ class Pair:
         return self.tuned.median > self.baseline.median * (1 + (self.noise if spread is None else spread))
 
     def to_json(self) -> dict:
-        return {"baseline": self.baseline.to_json(), "tuned": self.tuned.to_json()}
+        data = {"baseline": self.baseline.to_json(), "tuned": self.tuned.to_json()}
+        return data if self.paired is None else {**data, "paired_speedup": self.paired}
 
     @classmethod
     def from_json(cls, data: dict) -> Pair:
-        return cls(Stats.from_json(data["baseline"]), Stats.from_json(data["tuned"]))
+        return cls(Stats.from_json(data["baseline"]), Stats.from_json(data["tuned"]), data.get("paired_speedup"))
+
+    @classmethod
+    def of_samples(cls, samples: dict[str, list[float]]) -> Pair:
+        """The pair of interleaved ``samples`` (``"baseline"`` and ``"tuned"``, round by round); a row that
+        keeps the default has only the baseline's."""
+        baseline = Stats.of(samples["baseline"])
+        if "tuned" not in samples:
+            return cls(baseline, baseline)
+        paired = statistics.median(round_speedups(samples, "baseline", "tuned"))
+        return cls(baseline, Stats.of(samples["tuned"]), paired)
 
 
 def pooled(first: float, confirmed: float | None) -> float:

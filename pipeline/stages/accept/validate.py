@@ -217,7 +217,7 @@ class TorchTimer:
     def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
         import torch
 
-        from ...backends.measure import interleaved, rotating_operands, windowed
+        from ...backends.measure import interleaved, rotating_operands, windowed_samples
         from ...backends.torch_gemm import torch_launcher, with_tunableop
 
         timing = dataclasses.replace(self.timing, seed=self.timing.seed + fresh)
@@ -228,7 +228,7 @@ class TorchTimer:
             config = row.config or solution_config(row.solution)
             launchers["tuned"], closer = self.backend.launcher_for(row.problem, config, self.workspace)
         try:
-            stats = windowed(row.problem, launchers, self.device, timing)
+            pair = Pair.of_samples(windowed_samples(row.problem, launchers, self.device, timing))
             if row.padded_key and not fresh:  # the padded variant against the baseline, at baseline
                 padded_problem = parse_key(*row.padded_key.split(",", 1))
                 sets = rotating_operands(row.problem, self.device, timing)
@@ -240,7 +240,7 @@ class TorchTimer:
             if closer:
                 closer.close()
             torch.cuda.empty_cache()
-        return Pair(stats["baseline"], stats.get("tuned", stats["baseline"])), padded
+        return pair, padded
 
 
 class BenchTimer:
