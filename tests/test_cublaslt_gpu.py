@@ -248,10 +248,11 @@ def test_near_equal_finalists_are_judged_again_and_the_chosen_one_re_timed_alone
     if result.winner != DEFAULT:  # the winner's figure is a reading of its own: not the rounds that chose it,
         assert [c.name for c in chosen] == [result.winner]  # nor the verdict that crowned it
         assert len({result.winner_us, chosen[0].verdict_us, chosen[0].final_us}) == 3
-        assert chosen[0].verdict_low >= 1, "faster beyond the verdict's noise"
-        assert abs(result.speedup - result.default_us / chosen[0].verdict_us) < 0.1, "two readings of one pair"
+        assert chosen[0].verdict_speedup >= 1 + QUICK.margin and chosen[0].verdict_low >= 1, "beyond its noise"
+        assert chosen[0].verdict_speedup != result.speedup
+        assert abs(result.speedup - chosen[0].verdict_speedup) < 0.1, "two readings of one pair"
     elif chosen:  # chosen, then refused by the verdict (short of the margin, or within its noise): the default's time
-        refused = result.default_us / chosen[0].verdict_us < 1 + QUICK.margin or chosen[0].verdict_low < 1
+        refused = chosen[0].verdict_speedup < 1 + QUICK.margin or chosen[0].verdict_low < 1
         assert refused and result.winner_us == result.default_us
 
 

@@ -144,6 +144,7 @@ def test_a_saved_cublaslt_winner_is_retimed_against_the_default():
     assert again.winner_us != again.candidates[0].verdict_us, "reported from a reading other than the one that kept it"
     strict = backend.retime(tuned, TuneSettings(margin=10.0))  # no winner is 11x faster: it is not kept
     assert strict.winner == DEFAULT and strict.winner_us == strict.default_us
+    assert 0 < strict.candidates[0].verdict_speedup < 11, "the figure that refused it is kept"
     broken = WinnerRecord({**tuned.record.solution, "AlgoBytes": None, "AlgoId": 10**6})
     with pytest.raises(Exception):  # noqa: B017 (cuBLASLt's own error type)
         backend.retime(type(tuned)(problem, winner=tuned.winner, record=broken), settings)

@@ -515,7 +515,7 @@ class CublasLtBackend(BackendBase):
                 candidates=[
                     CandidateResult(
                         name, final_us=verdict.winner_us, verdict_us=verdict.winner_us, config=config,
-                        verdict_low=verdict.low,
+                        verdict_low=verdict.low, verdict_speedup=verdict.speedup,
                     )
                 ],
             )  # fmt: skip
@@ -604,7 +604,7 @@ class CublasLtBackend(BackendBase):
             except VerdictChildError as err:  # refused (or the process died): not crowned, the run goes on
                 best.error = f"{type(err).__name__}: {err}"
                 verdict = report = Verdict(result.default_us, math.inf, 0.0)
-            best.verdict_us, best.verdict_low = verdict.winner_us, verdict.low
+            best.verdict_us, best.verdict_low, best.verdict_speedup = verdict.winner_us, verdict.low, verdict.speedup
             result.default_us = result.winner_us = report.default_us
             if verdict.wins(settings.margin):
                 launch, own = pool.launchers[best.name], pool.own_kernel(best.name)
