@@ -83,6 +83,15 @@ def round_speedups(samples: dict[str, list[float]], default: str, name: str) -> 
     return [d / w for d, w in zip(samples[default], samples[name], strict=True)]
 
 
+def window_medians(values: Sequence[float], windows: int) -> list[float]:
+    """The median of each of ``windows`` equal consecutive runs of ``values``: a window's rounds, where
+    ``measure.windowed_samples`` pooled its windows in order."""
+    if windows < 1 or not values or len(values) % windows:
+        raise ValueError(f"{len(values)} samples do not split into {windows} windows")
+    size = len(values) // windows
+    return [statistics.median(values[i * size : (i + 1) * size]) for i in range(windows)]
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A candidate against the default from the same interleaved rounds: the default's median, the median
@@ -95,12 +104,17 @@ class Verdict:
     default_us: float
     winner_us: float
     low: float
+    windows: tuple[tuple[float, float], ...] = ()  # per window: the default's median and the candidate's (us)
 
     @classmethod
-    def of(cls, samples: dict[str, list[float]], default: str, name: str) -> Verdict:
+    def of(cls, samples: dict[str, list[float]], default: str, name: str, windows: int = 1) -> Verdict:
+        """From interleaved ``samples`` pooled over ``windows`` windows in order (``measure.windowed_samples``)."""
         speedups = round_speedups(samples, default, name)
         default_us = statistics.median(samples[default])
-        return cls(default_us, default_us / statistics.median(speedups), median_bounds(speedups)[0])
+        per_window = tuple(
+            zip(window_medians(samples[default], windows), window_medians(samples[name], windows), strict=True)
+        )
+        return cls(default_us, default_us / statistics.median(speedups), median_bounds(speedups)[0], per_window)
 
     @property
     def speedup(self) -> float:

@@ -250,6 +250,7 @@ def test_near_equal_finalists_are_judged_again_and_the_chosen_one_re_timed_alone
         assert len({result.winner_us, chosen[0].verdict_us, chosen[0].final_us}) == 3
         assert chosen[0].verdict_speedup >= 1 + QUICK.margin and chosen[0].verdict_low >= 1, "beyond its noise"
         assert chosen[0].verdict_speedup != result.speedup
+        assert len(chosen[0].report_windows) == 6 and all(d > 0 and w > 0 for d, w in chosen[0].report_windows)
         assert abs(result.speedup - chosen[0].verdict_speedup) < 0.1, "two readings of one pair"
     elif chosen:  # chosen, then refused by the verdict (short of the margin, or within its noise): the default's time
         refused = chosen[0].verdict_speedup < 1 + QUICK.margin or chosen[0].verdict_low < 1

@@ -179,6 +179,7 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
     import statistics
 
     from pipeline.backends import measure
+    from pipeline.stages.accept.measured import Pair
     from pipeline.stats import Verdict
 
     seeds, held = [], []
@@ -201,12 +202,17 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
     monkeypatch.setattr(measure, "rotating_operands", operands)
     monkeypatch.setattr(measure, "interleaved_samples", samples)
     problem = GemmProblem("gemm", "T", "N", 4096, 1, 4096, 4096, 4096, 4096)
-    pooled = measure.windowed_samples(problem, {"default": None, "tuned": None}, None, measure.TimingSettings(seed=3))
+    settings = measure.TimingSettings(seed=3)
+    pooled = measure.windowed_samples(problem, {"default": None, "tuned": None}, None, settings)
     assert seeds == [3, 3 + measure.WINDOW_SEED_STEP, 3 + 2 * measure.WINDOW_SEED_STEP]
     assert len(pooled["default"]) == len(pooled["tuned"]) == 21
     assert statistics.median(pooled["default"]) < 10.1, "the median stays with the windows that agree"
-    verdict = Verdict.of(pooled, "default", "tuned")
+    verdict = Verdict.of(pooled, "default", "tuned", windows=measure.window_count(settings))
     assert verdict.speedup == pytest.approx(10 / 9), "the high window moves both candidates: each round cancels it"
+    assert [round(d / 10, 2) for d, _ in verdict.windows] == [1.0, 1.2, 1.0], "each window's own medians"
+    pair = Pair.of_samples({"baseline": pooled["default"], "tuned": pooled["tuned"]}, measure.window_count(settings))
+    assert pair.windows == verdict.windows and pair.speedup == pytest.approx(verdict.speedup)
+    assert measure.window_count(measure.TimingSettings(windows=0)) == 1
 
 
 @pytest.mark.parametrize("n", range(1, 7))

@@ -73,3 +73,18 @@ def test_the_verdict_pairs_rounds_so_a_window_that_moves_both_cancels():
         assert verdict.default_us == statistics.median(default)
     assert max(paired) < 0.005 < max(unpaired)
     assert statistics.fmean(paired) < statistics.fmean(unpaired)
+
+
+def test_a_verdict_keeps_each_windows_medians_and_a_ragged_split_is_refused():
+    """Three windows of four rounds each, the second 20% slow for both: the per-window medians say so."""
+    from pipeline.stats import window_medians
+
+    levels = [1.0] * 4 + [1.2] * 4 + [1.0] * 4
+    samples = {"default": [100.0 * x for x in levels], "tuned": [90.0 * x for x in levels]}
+    verdict = Verdict.of(samples, "default", "tuned", windows=3)
+    assert verdict.windows == ((100.0, 90.0), (120.0, 108.0), (100.0, 90.0))
+    assert verdict.speedup == pytest.approx(100 / 90)
+    assert window_medians([1.0, 3.0, 2.0, 4.0], 2) == [2.0, 3.0]
+    for values, windows in (([1.0, 2.0, 3.0], 2), ([], 1), ([1.0], 0)):
+        with pytest.raises(ValueError, match="do not split"):
+            window_medians(values, windows)

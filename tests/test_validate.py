@@ -69,6 +69,9 @@ def test_a_pair_speeds_up_by_its_median_per_round_ratio_and_keeps_it_in_its_json
     older = {key: value for key, value in pair.to_json().items() if key != "paired_speedup"}
     assert Pair.from_json(older).speedup == pair.baseline.median / pair.tuned.median
     assert Pair.of_samples({"baseline": baseline}).speedup == 1.0
+    windowed = Pair.of_samples({"baseline": baseline, "tuned": tuned}, windows=3)
+    assert windowed.windows == tuple((b, t) for b, t in zip(baseline, tuned, strict=True)), "one round a window"
+    assert Pair.from_json(json.loads(json.dumps(windowed.to_json()))) == windowed
 
 
 def test_gate_refuses_regressions_and_low_speedup():

@@ -105,6 +105,7 @@ class CandidateResult:
     verdict_us: float | None = None  # the chosen one's, from rounds against the default alone (cublaslt)
     verdict_low: float | None = None  # the lower bound of its speedup's median there (``stats.Verdict``)
     verdict_speedup: float | None = None  # the speedup that crowned or refused it; a winner reports another reading's
+    report_windows: list[list[float]] | None = None  # a winner's reported reading: [default, winner] us per window
     config: dict | None = None
 
 

@@ -49,6 +49,7 @@ from .measure import (
     measure_limits,
     rotating_operands,
     screen_passes,
+    window_count,
     windowed_samples,
 )
 from .torch_gemm import OperandSet, Shape, reference, torch_launcher
@@ -521,6 +522,7 @@ class CublasLtBackend(BackendBase):
             )  # fmt: skip
             if won:
                 result.crown(name, report.winner_us, WinnerRecord(config))
+                result.candidates[0].report_windows = [list(window) for window in report.windows]
                 result.numerics[name] = numerics[name]
             return result
 
@@ -611,6 +613,7 @@ class CublasLtBackend(BackendBase):
                 result.numerics[best.name], figures = checked(problem, launch, sets[0], ref, own)
                 config = best.config if figures is None else {**best.config, "numerics": figures}  # docs/triton.md
                 result.crown(best.name, report.winner_us, WinnerRecord(config))
+                best.report_windows = [list(window) for window in report.windows]
         for candidate in result.candidates:
             if candidate.name == DEFAULT:
                 candidate.final_us = result.default_us
@@ -651,7 +654,7 @@ class CublasLtBackend(BackendBase):
         what ships?"). ``name``'s time is infinite where it falls under the device's floor."""
         timing = dataclasses.replace(self.timing, seed=self.timing.seed + seed_offset, windows=2 * self.timing.windows)
         samples = self.verdict_samples(problem, config, timing, self.timing.rounds, workspace_bytes)
-        verdict = Verdict.of(samples, *VERDICT_PAIR)
+        verdict = Verdict.of(samples, *VERDICT_PAIR, windows=window_count(timing))
         self.limits.check(problem, verdict.default_us, "torch's default")
         try:
             self.limits.check(problem, verdict.winner_us, name)

@@ -421,6 +421,11 @@ def interleaved_samples(
 WINDOW_SEED_STEP = 1000  # window w's operands are drawn with seed + w x this: no window repeats another's
 
 
+def window_count(settings: TimingSettings) -> int:
+    """How many windows ``windowed_samples`` pools under ``settings`` (at least one)."""
+    return max(1, settings.windows)
+
+
 def windowed_samples(
     problem: GemmProblem,
     launchers: dict[str, Callable[[OperandSet], None]],
@@ -435,7 +440,7 @@ def windowed_samples(
     median of the pooled samples stays with the windows that agree."""
     pooled: dict[str, list[float]] = {name: [] for name in launchers}
     held = []
-    for window in range(max(1, settings.windows)):
+    for window in range(window_count(settings)):
         seed = settings.seed + WINDOW_SEED_STEP * window
         held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
         for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds).items():

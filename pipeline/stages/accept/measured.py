@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, field, fields
 
 from ...problem import GemmProblem
-from ...stats import Stats, round_speedups
+from ...stats import Stats, round_speedups, window_medians
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Pair:
     baseline: Stats
     tuned: Stats
     paired: float | None = None
+    windows: tuple[tuple[float, float], ...] = ()  # per window: the baseline's median and the tuned one's (us)
 
     @property
     def speedup(self) -> float:
@@ -37,21 +38,31 @@ class Pair:
 
     def to_json(self) -> dict:
         data = {"baseline": self.baseline.to_json(), "tuned": self.tuned.to_json()}
-        return data if self.paired is None else {**data, "paired_speedup": self.paired}
+        if self.paired is not None:
+            data["paired_speedup"] = self.paired
+        if self.windows:
+            data["windows"] = [list(window) for window in self.windows]
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Pair:
-        return cls(Stats.from_json(data["baseline"]), Stats.from_json(data["tuned"]), data.get("paired_speedup"))
+        windows = tuple(tuple(window) for window in data.get("windows", ()))
+        return cls(
+            Stats.from_json(data["baseline"]), Stats.from_json(data["tuned"]), data.get("paired_speedup"), windows
+        )
 
     @classmethod
-    def of_samples(cls, samples: dict[str, list[float]]) -> Pair:
-        """The pair of interleaved ``samples`` (``"baseline"`` and ``"tuned"``, round by round); a row that
-        keeps the default has only the baseline's."""
+    def of_samples(cls, samples: dict[str, list[float]], windows: int = 1) -> Pair:
+        """The pair of interleaved ``samples`` (``"baseline"`` and ``"tuned"``, round by round, pooled over
+        ``windows`` windows in order); a row that keeps the default has only the baseline's."""
         baseline = Stats.of(samples["baseline"])
         if "tuned" not in samples:
             return cls(baseline, baseline)
         paired = statistics.median(round_speedups(samples, "baseline", "tuned"))
-        return cls(baseline, Stats.of(samples["tuned"]), paired)
+        per_window = zip(
+            window_medians(samples["baseline"], windows), window_medians(samples["tuned"], windows), strict=True
+        )
+        return cls(baseline, Stats.of(samples["tuned"]), paired, tuple(per_window))
 
 
 def pooled(first: float, confirmed: float | None) -> float:

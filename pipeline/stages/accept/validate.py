@@ -217,7 +217,7 @@ class TorchTimer:
     def pair(self, row: MergedRow, fresh: bool) -> tuple[Pair, Padded | None]:
         import torch
 
-        from ...backends.measure import interleaved, rotating_operands, windowed_samples
+        from ...backends.measure import interleaved, rotating_operands, window_count, windowed_samples
         from ...backends.torch_gemm import torch_launcher, with_tunableop
 
         timing = dataclasses.replace(self.timing, seed=self.timing.seed + fresh)
@@ -228,7 +228,8 @@ class TorchTimer:
             config = row.config or solution_config(row.solution)
             launchers["tuned"], closer = self.backend.launcher_for(row.problem, config, self.workspace)
         try:
-            pair = Pair.of_samples(windowed_samples(row.problem, launchers, self.device, timing))
+            samples = windowed_samples(row.problem, launchers, self.device, timing)
+            pair = Pair.of_samples(samples, window_count(timing))
             if row.padded_key and not fresh:  # the padded variant against the baseline, at baseline
                 padded_problem = parse_key(*row.padded_key.split(",", 1))
                 sets = rotating_operands(row.problem, self.device, timing)
