@@ -51,6 +51,7 @@ def test_rows_are_compared_with_what_bench_predicted_for_that_problem_and_soluti
     assert summary["worst_key"] == O_PROJ and abs(summary["worst_validated"] - pooled) < 1e-12
     assert summary["rows"][1]["first"] == 10 / 9.6 and summary["rows"][1]["confirmed"] == 10 / 9.0
     assert summary["self_agreeing"] == [1, 2], "Validate's own repeat agreed on one of the two"
+    assert [r["default_us"] for r in summary["rows"]] == [{"bench": 10.0, "validate": 10.0}] * 2
     said = agreement.line(summary)
     assert "2 winners, 50% within 2%" in said and "x1.076" in said and "first pair on 1 of 2" in said
     json.dumps(summary)  # it goes into summary.json as it is
@@ -59,6 +60,9 @@ def test_rows_are_compared_with_what_bench_predicted_for_that_problem_and_soluti
 def test_a_default_result_and_a_failed_one_predict_nothing():
     failed = _result(QKV, "Gemm_A", 10.0, 9.0)
     failed.errors.append("boom")
+    assert agreement.predictions([_result(QKV, "Gemm_A", 10.0, 8.0)]) == {
+        (parse_key(*QKV.split(",", 1)), "Gemm_A"): agreement.Prediction(1.25, 10.0)
+    }
     default = ProblemResult(parse_key(*O_PROJ.split(",", 1)), default_us=10.0, winner_us=10.0)
     assert agreement.predictions([failed, default]) == {}
     summary = agreement.agreement([_row(QKV, "Gemm_A", 10.0, 9.0)], {})
@@ -78,10 +82,11 @@ def test_validate_s_figure_pools_its_pairs_and_a_summary_written_before_is_recom
     assert strayed["agrees"] and strayed["validated"] == math.sqrt(strayed["first"] * strayed["confirmed"])
     assert alone["confirmed"] is None and alone["validated"] == alone["first"] == 10 / 9.3 and not alone["agrees"]
     assert summary["self_agreeing"] == [0, 1] and summary["agreeing_fraction"] == 0.5
-    old = {**summary, "rows": [{k: v for k, v in r.items() if k != "first"} | {"validated": r["first"]}
-                               for r in summary["rows"]]}  # fmt: skip
+    old = {**summary, "rows": [{k: v for k, v in r.items() if k not in ("first", "default_us")}
+                               | {"validated": r["first"]} for r in summary["rows"]]}  # fmt: skip
     old["agreeing_fraction"] = 0.0
-    assert agreement.upgraded(old) == summary
+    without_defaults = [{k: v for k, v in r.items() if k != "default_us"} for r in summary["rows"]]
+    assert agreement.upgraded(old) == {**summary, "rows": without_defaults}, "the times it never kept stay unknown"
     assert agreement.upgraded(summary) == summary
 
 
