@@ -7,8 +7,9 @@ Each argument is a run directory whose report was written (``report/summary.json
 ``pipeline/stages/accept/agreement.py``), or a file this script wrote (its runs join, so runs made on separate
 machines of one kind combine: ``bench_agreement.py a.json b.json --out all.json``; devices must match).
 Over all of them: how many winners Bench named and Validate measured, the fraction whose validated speedup is
-within 2% of the predicted one (target >= 95%), and the worst validated speedup of a Bench winner (target >=
-x0.99). A run whose report is missing is an error.
+within 2% of the predicted one (target >= 95%), the worst validated speedup of a Bench winner (target >=
+x0.99), and per source of the winner (Triton or the library) how far predicted sits from validated on average
+(``by_source``). A run whose report is missing is an error.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.atomic import atomic_write_json
+from pipeline.backends.triton_gemm import PREFIX as TRITON_PREFIX
 from pipeline.stages.accept import agreement
 
 TARGET_FRACTION, TARGET_WORST = 0.95, 0.99
@@ -66,7 +70,27 @@ def collect(runs: list[Path]) -> dict:
         "worst_validated": worst["validated"] if worst else None,
         "worst": worst,
         "targets": {"agreeing_fraction": TARGET_FRACTION, "worst_validated": TARGET_WORST},
+        "by_source": by_source(rows),
     }
+
+
+def by_source(rows: list[dict]) -> dict:
+    """Per source of the winner (this project's Triton kernels, or the library's), how far Bench's figure sits
+    from Validate's: 100 ln(predicted / validated), its mean and sd (a one-sided mean is a bias of one side, not
+    noise), and the fraction within 2%."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault("triton" if row["solution"].startswith(TRITON_PREFIX) else "library", []).append(row)
+    out = {}
+    for source, members in sorted(groups.items()):
+        offsets = [100 * math.log(r["predicted"] / r["validated"]) for r in members]
+        out[source] = {
+            "rows": len(members),
+            "mean_offset_pct": statistics.fmean(offsets),
+            "sd_offset_pct": statistics.stdev(offsets) if len(offsets) > 1 else None,
+            "agreeing_fraction": sum(r["agrees"] for r in members) / len(members),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             f"all: {result['predicted_rows']} rows, {result['agreeing_fraction']:.1%} within 2% "
             f"(target {TARGET_FRACTION:.0%}), worst validated x{result['worst_validated']:.3f} "
             f"(target x{TARGET_WORST}) on {result['worst']['key']}"
+        )
+    for source, figures in result["by_source"].items():
+        sd = "" if figures["sd_offset_pct"] is None else f" (sd {figures['sd_offset_pct']:.2f}%)"
+        print(
+            f"{source}: {figures['rows']} rows, predicted over validated {figures['mean_offset_pct']:+.2f}% on "
+            f"average{sd}, {figures['agreeing_fraction']:.0%} within 2%"
         )
     return 0
 

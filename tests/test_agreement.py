@@ -110,6 +110,14 @@ def test_bench_agreement_combines_its_own_outputs_of_one_device_and_refuses_two(
     combined = script.collect([first, second])
     assert combined["predicted_rows"] == 4 and combined["agreeing_fraction"] == 0.75
     assert combined["worst_validated"] == 0.995 and combined["worst"]["run"] == "fp8"
+    library = combined["by_source"]["library"]
+    assert library["rows"] == 4 and library["agreeing_fraction"] == 0.75 and set(combined["by_source"]) == {"library"}
+    offsets = [100 * math.log(1.05 / v) for v in (1.04, 1.05, 1.0, 0.995)]
+    assert library["mean_offset_pct"] == pytest.approx(sum(offsets) / 4) and library["sd_offset_pct"] > 0
+    triton = script.by_source([{"solution": "triton_r1c1k512_s1_g1_w2_st2", "predicted": 1.0, "validated": 1.02,
+                                "agrees": True}])["triton"]  # fmt: skip
+    assert triton["rows"] == 1 and triton["mean_offset_pct"] == pytest.approx(-100 * math.log(1.02))
+    assert triton["sd_offset_pct"] is None
     again = tmp_path / "all.json"
     again.write_text(json.dumps(combined))
     assert script.collect([again])["predicted_rows"] == 4, "a combined file combines again"
