@@ -125,3 +125,9 @@ class Verdict:
         winner that cleared the margin by less than its spread (4096x4096x4096, x1.020 at 7.8%) validated at
         x0.981 (docs/cublaslt.md, section 3)."""
         return self.speedup >= 1 + margin and self.low >= 1.0
+
+
+def crowned(verdict: Verdict, report: Verdict, margin: float) -> bool:
+    """Whether a candidate is crowned: its ``verdict`` wins by ``margin`` and the ``report`` Bench gives for it
+    is a reading at all (a time under the device's floor is infinite there: a harness error, never a winner)."""
+    return verdict.wins(margin) and math.isfinite(report.winner_us) and report.winner_us > 0

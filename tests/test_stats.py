@@ -88,3 +88,17 @@ def test_a_verdict_keeps_each_windows_medians_and_a_ragged_split_is_refused():
     for values, windows in (([1.0, 2.0, 3.0], 2), ([], 1), ([1.0], 0)):
         with pytest.raises(ValueError, match="do not split"):
             window_medians(values, windows)
+
+
+def test_a_winner_is_crowned_on_its_verdict_only_with_a_report_that_is_a_reading():
+    """The verdict decides; a report under the device's floor (infinite there) is a harness error, not a
+    winner; a lost verdict crowns nothing whatever the report reads."""
+    from pipeline.stats import crowned
+
+    wins = Verdict.of(_samples(1.05, 0.01), "default", "tuned")
+    loses = Verdict.of(_samples(1.01, 0.01), "default", "tuned")
+    report = Verdict.of(_samples(1.04, 0.01, seed=2), "default", "tuned")
+    under_floor = Verdict(report.default_us, float("inf"), 0.0)
+    assert crowned(wins, report, 0.02) and crowned(wins, loses, 0.02), "the report may read under the margin"
+    assert not crowned(wins, under_floor, 0.02)
+    assert not crowned(loses, report, 0.02)

@@ -33,7 +33,7 @@ except ImportError as err:  # the cuda extra is what brings it
     raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
 
 from ..problem import ROWWISE, GemmProblem
-from ..stats import Verdict
+from ..stats import Verdict, crowned
 from . import selection, triton_gemm
 from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, Unsupported, WinnerRecord
 from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, read_config, set_config, value_buffer
@@ -520,6 +520,8 @@ class CublasLtBackend(BackendBase):
                     )
                 ],
             )  # fmt: skip
+            if won and not crowned(verdict, report, settings.margin):  # a harness error: searched again (base.tune)
+                raise BelowFloor(f"{name}: the reported reading fell under the device's floor")
             if won:
                 result.crown(name, report.winner_us, WinnerRecord(config))
                 result.candidates[0].report_windows = [list(window) for window in report.windows]
@@ -608,7 +610,9 @@ class CublasLtBackend(BackendBase):
                 verdict = report = Verdict(result.default_us, math.inf, 0.0)
             best.verdict_us, best.verdict_low, best.verdict_speedup = verdict.winner_us, verdict.low, verdict.speedup
             result.default_us = result.winner_us = report.default_us
-            if verdict.wins(settings.margin):
+            if verdict.wins(settings.margin) and not crowned(verdict, report, settings.margin):
+                best.error = f"the reported reading fell under the device's floor (verdict x{verdict.speedup:.3f})"
+            if crowned(verdict, report, settings.margin):
                 launch, own = pool.launchers[best.name], pool.own_kernel(best.name)
                 result.numerics[best.name], figures = checked(problem, launch, sets[0], ref, own)
                 config = best.config if figures is None else {**best.config, "numerics": figures}  # docs/triton.md
