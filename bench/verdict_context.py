@@ -68,21 +68,19 @@ def gpu_state() -> dict:
 
 
 def reading(problem, launchers: dict, device, seed: int, rounds: int) -> dict:
-    """``VERDICT_WINDOWS`` windows on operands of their own, all held to the end (``measure.windowed_samples``),
-    with each window's raw samples kept."""
-    from pipeline.backends.measure import TimingSettings, interleaved_samples, rotating_operands
+    """``VERDICT_WINDOWS`` windows of ``measure.windowed_samples`` (operands of their own, all held to the end),
+    its pooled rounds split back into each window's raw samples."""
+    from pipeline.backends.measure import TimingSettings, windowed_samples
 
-    settings = TimingSettings()
-    held, windows = [], []
-    for window in range(VERDICT_WINDOWS):
-        held.append(rotating_operands(problem, device, TimingSettings(seed=seed + 1000 * window)))
-        windows.append(interleaved_samples(problem, launchers, held[-1], settings, rounds))
-    del held
+    pooled = windowed_samples(problem, launchers, device, TimingSettings(seed=seed, windows=VERDICT_WINDOWS), rounds)
+    windows = [
+        {name: values[w * rounds : (w + 1) * rounds] for name, values in pooled.items()} for w in range(VERDICT_WINDOWS)
+    ]
     return {"windows": windows, **gpu_state()}
 
 
 def pooled_ratio(windows: list[dict]) -> float:
-    """Bench's and Validate's estimator: the default's median over the winner's, samples pooled."""
+    """Bench's and Validate's estimator until 2026-11-26: the default's median over the winner's, pooled."""
     base = [x for w in windows for x in w["baseline"]]
     tuned = [x for w in windows for x in w["tuned"]]
     return statistics.median(base) / statistics.median(tuned)
@@ -145,7 +143,7 @@ def per_window(window: dict) -> float:
 
 
 ESTIMATORS = {
-    "pooled medians (now)": pooled_ratio,
+    "pooled medians (both sides until 2026-11-26)": pooled_ratio,
     "median of round ratios": lambda ws: statistics.median(
         b / t for w in ws for b, t in zip(w["baseline"], w["tuned"], strict=True)
     ),

@@ -92,6 +92,14 @@ def window_medians(values: Sequence[float], windows: int) -> list[float]:
     return [statistics.median(values[i * size : (i + 1) * size]) for i in range(windows)]
 
 
+def window_pairs(
+    samples: dict[str, list[float]], first: str, second: str, windows: int
+) -> tuple[tuple[float, float], ...]:
+    """Per window of interleaved ``samples`` pooled over ``windows`` windows in order, ``first``'s median and
+    ``second``'s (``window_medians``)."""
+    return tuple(zip(window_medians(samples[first], windows), window_medians(samples[second], windows), strict=True))
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A candidate against the default from the same interleaved rounds: the default's median, the median
@@ -111,9 +119,7 @@ class Verdict:
         """From interleaved ``samples`` pooled over ``windows`` windows in order (``measure.windowed_samples``)."""
         speedups = round_speedups(samples, default, name)
         default_us = statistics.median(samples[default])
-        per_window = tuple(
-            zip(window_medians(samples[default], windows), window_medians(samples[name], windows), strict=True)
-        )
+        per_window = window_pairs(samples, default, name, windows)
         return cls(default_us, default_us / statistics.median(speedups), median_bounds(speedups)[0], per_window)
 
     @property

@@ -505,9 +505,7 @@ class CublasLtBackend(BackendBase):
             numerics[name], figures = checked(problem, winner, sets[0], ref, triton_gemm.is_config(solution))
             if figures is not None:
                 config["numerics"] = figures
-            verdict = self._verdict(problem, solution, name, settings.workspace_bytes, VERDICT_SEED)
-            won = verdict.wins(settings.margin)
-            report = self._verdict(problem, solution, name, settings.workspace_bytes, REPORT_SEED) if won else verdict
+            verdict, report = self._readings(problem, solution, name, settings.workspace_bytes, settings.margin)
             result = ProblemResult(
                 problem,
                 default_us=report.default_us,
@@ -520,12 +518,12 @@ class CublasLtBackend(BackendBase):
                     )
                 ],
             )  # fmt: skip
-            if won and not crowned(verdict, report, settings.margin):  # a harness error: searched again (base.tune)
-                raise BelowFloor(f"{name}: the reported reading fell under the device's floor")
-            if won:
+            if crowned(verdict, report, settings.margin):
                 result.crown(name, report.winner_us, WinnerRecord(config))
                 result.candidates[0].report_windows = [list(window) for window in report.windows]
                 result.numerics[name] = numerics[name]
+            elif verdict.wins(settings.margin):  # a harness error: searched again (base.tune)
+                raise BelowFloor(f"{name}: the reported reading fell under the device's floor")
             return result
 
     @contextlib.contextmanager
@@ -599,25 +597,20 @@ class CublasLtBackend(BackendBase):
         if best is not None and result.default_us / best.final_us >= 1 + settings.margin:
             config, workspace = pool.configs[best.name], settings.workspace_bytes
             try:
-                verdict = self._verdict(problem, config, best.name, workspace, VERDICT_SEED)
-                report = (
-                    self._verdict(problem, config, best.name, workspace, REPORT_SEED)
-                    if verdict.wins(settings.margin)
-                    else verdict
-                )
+                verdict, report = self._readings(problem, config, best.name, workspace, settings.margin)
             except VerdictChildError as err:  # refused (or the process died): not crowned, the run goes on
                 best.error = f"{type(err).__name__}: {err}"
                 verdict = report = Verdict(result.default_us, math.inf, 0.0)
             best.verdict_us, best.verdict_low, best.verdict_speedup = verdict.winner_us, verdict.low, verdict.speedup
             result.default_us = result.winner_us = report.default_us
-            if verdict.wins(settings.margin) and not crowned(verdict, report, settings.margin):
-                best.error = f"the reported reading fell under the device's floor (verdict x{verdict.speedup:.3f})"
             if crowned(verdict, report, settings.margin):
                 launch, own = pool.launchers[best.name], pool.own_kernel(best.name)
                 result.numerics[best.name], figures = checked(problem, launch, sets[0], ref, own)
                 config = best.config if figures is None else {**best.config, "numerics": figures}  # docs/triton.md
                 result.crown(best.name, report.winner_us, WinnerRecord(config))
                 best.report_windows = [list(window) for window in report.windows]
+            elif verdict.wins(settings.margin):
+                best.error = f"the reported reading fell under the device's floor (verdict x{verdict.speedup:.3f})"
         for candidate in result.candidates:
             if candidate.name == DEFAULT:
                 candidate.final_us = result.default_us
@@ -646,6 +639,16 @@ class CublasLtBackend(BackendBase):
                 candidate.error = f"{type(err).__name__}: {err}"
                 candidates.remove(candidate)
         return final[DEFAULT].median
+
+    def _readings(
+        self, problem: GemmProblem, config: dict, name: str, workspace_bytes: int, margin: float
+    ) -> tuple[Verdict, Verdict]:
+        """The verdict that decides ``name`` and the reading Bench reports for it: where the verdict wins by
+        ``margin``, a second one on operands no other reading used (``_decide`` says why); else the verdict."""
+        verdict = self._verdict(problem, config, name, workspace_bytes, VERDICT_SEED)
+        if not verdict.wins(margin):
+            return verdict, verdict
+        return verdict, self._verdict(problem, config, name, workspace_bytes, REPORT_SEED)
 
     def _verdict(
         self, problem: GemmProblem, config: dict, name: str, workspace_bytes: int, seed_offset: int

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, field, fields
 
 from ...problem import GemmProblem
-from ...stats import Stats, round_speedups, window_medians
+from ...stats import Stats, round_speedups, window_pairs
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,7 @@ class Pair:
         if "tuned" not in samples:
             return cls(baseline, baseline)
         paired = statistics.median(round_speedups(samples, "baseline", "tuned"))
-        per_window = zip(
-            window_medians(samples["baseline"], windows), window_medians(samples["tuned"], windows), strict=True
-        )
-        return cls(baseline, Stats.of(samples["tuned"]), paired, tuple(per_window))
+        return cls(baseline, Stats.of(samples["tuned"]), paired, window_pairs(samples, "baseline", "tuned", windows))
 
 
 def pooled(first: float, confirmed: float | None) -> float:
