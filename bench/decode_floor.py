@@ -9,11 +9,12 @@ Llama ones as FP8 too), whether a wider config space or split-K reduced in the s
 (``floor_kernels.gemm_fixup``) beats the product's config space (``triton_gemm.configs``): every config is
 screened, the best three of each family and torch's default are timed in 15 interleaved rounds, and each is
 checked against the fp32 reference. ``--families`` picks the families (``rows``: ``floor_kernels.gemv_rows``,
-T tokens multiplied by each weight tile elementwise), ``--gemms`` and ``--tokens`` the GEMMs (``SMALL`` and
-``LARGE``); ``--evict`` times the product's best three configs again with its kernel's loads given Inductor's
-eviction policies and stripped of any (``with_policies``); ``--constant-k`` its best three one-token configs
-compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts ``decode_hbm.py``'s rows
-against the floors.
+T tokens multiplied by each weight tile elementwise; ``swap``: ``floor_kernels.skinny_swap``, the skinny tile
+with the weights on the MMA's M side, the product's ``swapped`` family since), ``--gemms`` and ``--tokens``
+the GEMMs (``SMALL`` and ``LARGE``); ``--evict`` times the product's best three configs again with its
+kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
+best three one-token configs compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts
+``decode_hbm.py``'s rows against the floors.
 
     python bench/decode_floor.py measure --out FLOORS.json [--dtypes bf16 fp8] [--sizes B ...] [--programs P ...]
         [--no-floors] [--tma] [--families F ...] [--gemms MODEL:GEMM ...] [--tokens T ...] [--evict]
@@ -39,7 +40,7 @@ LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 1433
          ("llama3-8b", "lm_head", 128256, 4096), ("qwen2-7b", "gate_up", 37888, 3584),
          ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
 FP8_MODELS = ("llama3-8b",)
-FAMILIES = ("product", "wider", "fixup", "tma", "rows")
+FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap")
 
 
 def floor_at(floors: list[dict], size: float) -> float:
@@ -200,6 +201,28 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
+    def swap(problem: GemmProblem, c: tg.TritonConfig):
+        from pipeline.backends.triton_kernels import reduce
+
+        state = {}
+
+        def launch(ops) -> None:
+            x, y, out = torch_views(problem, ops)
+            (r, k), cols = x.shape, y.shape[1]
+            if "part" not in state:
+                state["part"] = torch.empty((c.split_k, r, cols), device=x.device, dtype=torch.float32)
+            part = state["part"]
+            scaled = ops.scale_a is not None
+            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            fk.skinny_swap[(triton.cdiv(cols, c.block_c), c.split_k)](
+                x, y, out, part, sx, sy, r, cols, k // c.split_k, *x.stride(), *y.stride(), *out.stride(), scaled,
+                c.split_k, c.block_r, c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
+            if c.split_k > 1:
+                reduce[(triton.cdiv(r * cols, 1024), 1, 1)](
+                    part, out, out, r, cols, 0, *out.stride(), False, c.split_k, 1024, num_warps=4)  # fmt: skip
+
+        return launch
+
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     limit = bandwidth(device)
@@ -237,12 +260,14 @@ def measure(args: argparse.Namespace) -> dict:
                     candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
                 if "tma" in families:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
+                if "swap" in families:
+                    candidates |= {"swap:" + c.name: swap(problem, c) for c in swap_configs(problem)}
                 if "rows" in families:
                     candidates |= {"rows:" + c.name: rows(problem, c) for c in rows_configs(problem)}
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]
-                for family in ("triton_", "wider:", "fixup:", "tma:", "rows:"):  # the product's space, ...
+                for family in ("triton_", "wider:", "fixup:", "tma:", "rows:", "swap:"):  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
                 if args.evict:  # the product's best three again, its kernel's loads with and without policies
                     for n in evict_finalists(ranked):
@@ -402,6 +427,23 @@ def rows_configs(problem) -> list:
         TritonConfig(br, c, bk, 1, 1, w, st)
         for c in (1, 2, 4, 8, 16) for bk in (256, 512, 1024) for w in (2, 4, 8) for st in ((2,) if c == 1 else (1,))
         if problem.k % bk == 0 and 2 * 32 * w <= c * bk <= 16 * 32 * w and br * c * bk <= 64 * 32 * w
+    ]  # fmt: skip
+
+
+def swap_configs(problem) -> list:
+    """Configs of ``floor_kernels.skinny_swap`` at T = 2-16: 64 or 128 weight columns a program (one warpgroup
+    per 64), K tiles of 64-256 in 3-6 stages within the shared memory, K split 1-4 ways (each slice whole K
+    tiles)."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+
+    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
+    if not 1 < problem.n <= 16:
+        return []
+    return [
+        TritonConfig(16, c, bk, s, 1, c // 16, st)
+        for c in (64, 128) for bk in (64, 128, 256) for s in (1, 2, 4) for st in (3, 4, 6)
+        if k % (s * bk) == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
+        and (operand == 1 or bk >= 64) and (operand == 2 or bk >= 128)
     ]  # fmt: skip
 
 

@@ -57,7 +57,7 @@ def test_configs_fit_the_shape(problem):
     found = tg.configs(problem, sms=132)
     assert found and len(found) == len(set(found))
     skinny = problem.n <= tg.SKINNY_ROWS
-    families = {"skinny", "gemv"} if problem.n == 1 else {"skinny"} if skinny else {"tiled"}
+    families = {"skinny", "gemv"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
     assert {c.family for c in found} == families
     for c in found:
         if c.family == "gemv":  # a few columns per program: K split only where they leave the GPU short
@@ -76,6 +76,27 @@ def test_configs_fit_the_shape(problem):
     if skinny:
         assert any(c.split_k > 1 for c in found) == (-(-problem.m // 32) < 132)
         assert {c.num_stages for c in found if c.family == "skinny"} == {3, 4, 5}, "deep pipelines"
+
+
+def test_two_to_sixteen_tokens_also_get_the_swapped_tile():
+    """Weights on the MMA's M side: 64 or 128 columns, 4 warps per 64, K split only where the 64-column tiles
+    leave half the SMs idle; a name that says so, and a bundle's config from before the field still loads."""
+    for tokens in (2, 4, 8, 16):
+        swapped = [c for c in tg.configs(linear(4096, tokens, 4096), sms=132) if c.family == "swapped"]
+        assert {c.block_c for c in swapped} == {64, 128} and all(c.num_warps == c.block_c // 16 for c in swapped)
+        assert {c.split_k for c in swapped} == {1, 2, 4} and all(c.block_c == 64 for c in swapped if c.split_k > 1)
+    assert not [c for c in tg.configs(linear(4096, 1, 4096), sms=132) if c.swapped], "one token: gemv"
+    assert not [c for c in tg.configs(linear(4096, 17, 4096), sms=132) if c.swapped], "beyond one 16-row tile"
+    wide = [c for c in tg.configs(linear(28672, 4, 4096), sms=132) if c.swapped]
+    assert wide and {c.split_k for c in wide} == {1}, "448 tiles fill the GPU"
+    fp8 = {(c.block_c, c.block_k, c.num_stages) for c in tg.configs(scaled(28672, 8, 4096), 132) if c.swapped}
+    bf16 = {(c.block_c, c.block_k, c.num_stages) for c in tg.configs(linear(28672, 8, 4096), 132) if c.swapped}
+    assert (64, 256, 6) in fp8 and (64, 256, 6) not in bf16, "six 80x256 stages fit one-byte operands alone"
+    config = tg.TritonConfig(16, 64, 256, 1, 1, 4, 6, swapped=True)
+    assert config.name == "triton_r16c64k256_s1_g1_w4_st6_swap" and tg.config_from_name(config.name) == config
+    assert not tg.config_from_name("triton_r16c64k256_s1_g1_w4_st6").swapped
+    before = {k: v for k, v in config.to_json().items() if k != "swapped"} | {"name": config.name[: -len("_swap")]}
+    assert tg.TritonConfig.from_json(before) == tg.TritonConfig(16, 64, 256, 1, 1, 4, 6)
 
 
 GPU_PROBLEMS = [
@@ -128,7 +149,9 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     found = offered[:: max(1, len(offered) // 3)]  # a spread of tiles and splits: each compiles for a second
     gemv = [c for c in offered if c.family == "gemv"]
     picks = gemv[:1] + [c for c in gemv if c.split_k > 1][-1:] + [c for c in gemv if c.num_stages > 1][-1:]
-    found += [c for c in picks if c not in found]  # the one-token kernel: unsplit, split, pipelined
+    swapped = [c for c in offered if c.family == "swapped"]
+    picks += swapped[:1] + [c for c in swapped if c.split_k > 1][-1:] + [c for c in swapped if c.block_c == 128][-1:]
+    found += [c for c in picks if c not in found]  # the one-token kernel and the swapped tile: unsplit, split, ...
     errors = {c.name: check_numerics(problem, tg.launcher(problem, c), ops, ref) for c in found}  # raises if off
     assert max(errors.values()) > 0, "an exact match on random data means the output was not computed"
     print(f"\n{problem.op} {problem.m}x{problem.n}x{problem.k}: {len(found)} configs, worst {max(errors.values()):.2e}")
@@ -209,8 +232,8 @@ def test_the_fast_launcher_matches_the_jit_and_a_misaligned_pointer_takes_the_ji
 
 @pytest.mark.gpu
 @pytest.mark.gpu_untimed
-@pytest.mark.parametrize("batch,split", [(1, 1), (1, 2), (3, 1), (3, 2)])
-def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split):
+@pytest.mark.parametrize("batch,split,swapped", [(1, 1, 0), (1, 2, 0), (3, 1, 0), (3, 2, 0), (1, 1, 1), (3, 2, 1)])
+def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split, swapped):
     pytest.importorskip("triton")
     import torch
 
@@ -221,7 +244,7 @@ def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split):
     x = torch.randn(*lead, 8, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(*lead, 512, 4096, device="cuda", dtype=torch.bfloat16) / 64
     bias = torch.randn(512, device="cuda", dtype=torch.bfloat16) if batch == 1 else None
-    config = tg.TritonConfig(16, 64, 256, split_k=split)
+    config = tg.TritonConfig(16, 64, 256, split_k=split, num_warps=4, swapped=bool(swapped))
     prepared, jit = tg.Runner(config), tg.Runner(config)
     prepared.prepare(problem, torch.cuda.current_device())
     assert prepared._launch is not None, "prepare builds the launcher before any call"

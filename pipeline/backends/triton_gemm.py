@@ -10,6 +10,8 @@ families share it:
 
     skinny  rows <= 16 (decode): one 16-row tile holds every token, so each weight tile is read once for all
             of them; split-K fills the GPU when the output has few column tiles
+    swapped rows 2-16: the skinny tile transposed, 64 or 128 weight columns on the MMA's M side (Hopper's
+            warpgroup MMA reads them from shared memory) and the tokens on its N side (``triton_kernels.swapped``)
     tiled   more rows: 32-128-row tiles, split-K only where the tiles alone leave SMs idle
 
 ``serves(problem)`` says why a problem is not served (None: it is); ``configs(problem, sms)`` are the configs
@@ -34,6 +36,7 @@ SERVED_TYPES = ("bfloat16", "float16")
 FP8_TYPES = ("float8_e4m3fn",)  # tensorwise-scaled operands of torch._scaled_mm, out bf16 or fp16
 ALIGN_BYTES = 16  # lds in whole 16-byte units, so every tile load can be vectorised
 SKINNY_ROWS = 16  # tl.dot's least tile side: a skinny tile holds up to 16 tokens
+SWAPPED_COLUMNS = (64, 128)  # a warpgroup MMA's M side per 4 warps: 64 columns each
 SHARED_BYTES = 224 * 1024  # the pipeline's stages of X and Y tiles must fit the SM's shared memory (H100: 227 KB)
 PREFIX = "triton_"  # every solution name of these kernels (``TritonConfig.name``): Bench, bundles, the runtime
 SOURCE = "triton"  # a saved config's ``"source"``, and the name of Bench's candidate that says why not served
@@ -47,7 +50,8 @@ def is_config(config: dict | None) -> bool:
 
 @dataclass(frozen=True)
 class TritonConfig:
-    """One compiled variant: tile sides, K split, tile grouping (L2 reuse), warps and pipeline stages."""
+    """One compiled variant: tile sides, K split, tile grouping (L2 reuse), warps and pipeline stages; a
+    ``swapped`` one runs ``triton_kernels.swapped`` (its name ends ``_swap``)."""
 
     block_r: int
     block_c: int
@@ -56,15 +60,19 @@ class TritonConfig:
     group: int = 8
     num_warps: int = 4
     num_stages: int = 3
+    swapped: bool = False
 
     @property
     def name(self) -> str:
         """The candidate's name in Bench's pool and the bundle."""
         c = self
-        return f"{PREFIX}r{c.block_r}c{c.block_c}k{c.block_k}_s{c.split_k}_g{c.group}_w{c.num_warps}_st{c.num_stages}"
+        tiles = f"r{c.block_r}c{c.block_c}k{c.block_k}_s{c.split_k}_g{c.group}_w{c.num_warps}_st{c.num_stages}"
+        return PREFIX + tiles + ("_swap" if c.swapped else "")
 
     @property
     def family(self) -> str:
+        if self.swapped:
+            return "swapped"
         return "gemv" if self.block_r == 1 else "skinny" if self.block_r == SKINNY_ROWS else "tiled"
 
     def to_json(self) -> dict:
@@ -72,7 +80,7 @@ class TritonConfig:
 
     @classmethod
     def from_json(cls, data: dict) -> TritonConfig:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # a bundle from before a field
 
 
 def serves(problem: GemmProblem) -> str | None:
@@ -132,7 +140,29 @@ def configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
                 and (w > 2 or c == 32)  # two warps for the narrowest skinny tile alone
                 and s * (r + c) * bk * operand_bytes <= SHARED_BYTES
             ]
-    return found + (_gemv_configs(problem, sms) if rows == 1 else [])
+    if rows == 1:
+        return found + _gemv_configs(problem, sms)
+    return found + (_swapped_configs(problem, sms) if rows <= SKINNY_ROWS else [])
+
+
+def _swapped_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
+    """2-16 tokens: the ``swapped`` tile, 64 or 128 weight columns (4 warps per 64) over 128- or 256-long K
+    tiles in 4 or 6 stages within the shared memory; 64-column tiles split K 2 or 4 ways where they leave
+    half the SMs idle (on the decode projections measured, an unsplit tile won everywhere: docs/triton.md)."""
+    operand_bytes = dtype_bytes(problem.a_type)
+    found = []
+    for c in SWAPPED_COLUMNS:
+        output_tiles = -(-problem.m // c) * problem.batch
+        splits = (1, 2, 4) if c == 64 and 2 * output_tiles <= sms else (1,)
+        for bk in (128, 256):
+            found += [
+                TritonConfig(SKINNY_ROWS, c, bk, split, 1, c // 16, s, swapped=True)
+                for split in splits
+                if split == 1 or problem.k // split >= bk
+                for s in (4, 6)
+                if bk <= max(32, problem.k) and s * (SKINNY_ROWS + c) * bk * operand_bytes <= SHARED_BYTES
+            ]
+    return found
 
 
 def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
@@ -166,15 +196,18 @@ def source_hash() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
-NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)")
+NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)(_swap)?")
 
 
 def config_from_name(name: str) -> TritonConfig:
     """The config a row's solution name spells out (``TritonConfig.name``); ValueError if it is not one."""
     match = NAME.fullmatch(name)
     if match is None:
-        raise ValueError(f"{name!r} is not a Triton solution name (triton_r<R>c<C>k<K>_s<S>_g<G>_w<W>_st<N>)")
-    return TritonConfig(*map(int, match.groups()))
+        raise ValueError(
+            f"{name!r} is not a Triton solution name (triton_r<R>c<C>k<K>_s<S>_g<G>_w<W>_st<N>, then _swap or not)"
+        )
+    *sizes, swapped = match.groups()
+    return TritonConfig(*map(int, sizes), swapped=swapped is not None)
 
 
 def unhooked(runtime) -> bool:
@@ -238,9 +271,9 @@ class Runner:
         import triton
         from triton import knobs
 
-        from .triton_kernels import gemm, gemv, reduce
+        from .triton_kernels import gemm, gemv, reduce, swapped
 
-        kernel = gemv if config.family == "gemv" else gemm
+        kernel = {"gemv": gemv, "swapped": swapped}.get(config.family, gemm)
         self.config, self._gemm, self._reduce, self._cdiv = config, kernel, reduce, triton.cdiv
         self._knobs = knobs.runtime
         self._scratch: dict = {}

@@ -51,6 +51,46 @@ def gemm(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
 
 
 @triton.jit
+def swapped(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
+            sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,
+            HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
+            BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    # gemm's skinny tile transposed (R <= BR, one row tile): a [BC, BR] tile of the output's transpose, the BC
+    # (64 or 128) weight columns on the MMA's M side, where Hopper's warpgroup MMA takes them from shared memory,
+    # and the tokens on its N side; gemm's parameters (GROUP unused), split-K partials in its layout
+    pc, pk, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    cols = pc * BC + tl.arange(0, BC)
+    rows = tl.arange(0, BR)
+    ks = tl.arange(0, BK)
+    k0 = pk * K_PER
+    k_end = tl.minimum(K, k0 + K_PER)
+    yp = y + b * syb + (cols % C)[:, None] * syc + (k0 + ks)[None, :] * syk  # [BC, BK]
+    xp = x + b * sxb + (k0 + ks)[:, None] * sxk + (rows % R)[None, :] * sxr  # [BK, BR]
+    acc = tl.zeros((BC, BR), dtype=tl.float32)
+    for k in range(k0, k_end, BK):
+        if EVEN_K:  # gemv's load policies: the weights stream through once, every program reads the activation
+            w = tl.load(yp, eviction_policy="evict_first")
+            a = tl.load(xp, eviction_policy="evict_last")
+        else:
+            kk = k + ks
+            w = tl.load(yp, eviction_policy="evict_first", mask=kk[None, :] < k_end, other=0.0)
+            a = tl.load(xp, eviction_policy="evict_last", mask=kk[:, None] < k_end, other=0.0)
+        acc = tl.dot(w, a, acc)
+        yp += BK * syk
+        xp += BK * sxk
+    inside = (cols[:, None] < C) & (rows[None, :] < R)
+    if SCALED:
+        acc *= tl.load(scale_x) * tl.load(scale_y)
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += tl.load(bias + cols, mask=cols < C, other=0.0).to(tl.float32)[:, None]
+        target = out + b * sob + rows[None, :] * sor + cols[:, None] * soc
+        tl.store(target, acc.to(out.dtype.element_ty), mask=inside)
+    else:
+        tl.store(part + ((b * SPLIT + pk) * R + rows[None, :]) * C + cols[:, None], acc, mask=inside)
+
+
+@triton.jit
 def gemv(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
          sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,
          HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
