@@ -9,8 +9,8 @@ Llama ones as FP8 too), whether a wider config space or split-K reduced in the s
 (``floor_kernels.gemm_fixup``) beats the product's config space (``triton_gemm.configs``): every config is
 screened, the best three of each family and torch's default are timed in 15 interleaved rounds, and each is
 checked against the fp32 reference. ``--families`` picks the families (``rows``: ``floor_kernels.gemv_rows``,
-T tokens multiplied by each weight tile elementwise; ``swap``: ``floor_kernels.skinny_swap``, the skinny tile
-with the weights on the MMA's M side, the product's ``swapped`` family since), ``--gemms`` and ``--tokens``
+T tokens multiplied by each weight tile elementwise; ``swap``: the product's ``swapped`` kernel, the skinny tile
+with the weights on the MMA's M side, over configs beyond its space), ``--gemms`` and ``--tokens``
 the GEMMs (``SMALL`` and ``LARGE``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
 best three one-token configs compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts
@@ -201,28 +201,6 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
-    def swap(problem: GemmProblem, c: tg.TritonConfig):
-        from pipeline.backends.triton_kernels import reduce
-
-        state = {}
-
-        def launch(ops) -> None:
-            x, y, out = torch_views(problem, ops)
-            (r, k), cols = x.shape, y.shape[1]
-            if "part" not in state:
-                state["part"] = torch.empty((c.split_k, r, cols), device=x.device, dtype=torch.float32)
-            part = state["part"]
-            scaled = ops.scale_a is not None
-            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
-            fk.skinny_swap[(triton.cdiv(cols, c.block_c), c.split_k)](
-                x, y, out, part, sx, sy, r, cols, k // c.split_k, *x.stride(), *y.stride(), *out.stride(), scaled,
-                c.split_k, c.block_r, c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
-            if c.split_k > 1:
-                reduce[(triton.cdiv(r * cols, 1024), 1, 1)](
-                    part, out, out, r, cols, 0, *out.stride(), False, c.split_k, 1024, num_warps=4)  # fmt: skip
-
-        return launch
-
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     limit = bandwidth(device)
@@ -251,6 +229,7 @@ def measure(args: argparse.Namespace) -> dict:
                 ref = reference(problem, sets[0])
                 product = tg.configs(problem, sms)
                 wider = [c for c in wider_configs(problem) if c not in set(product)]
+                swapped = [c for c in swap_configs(problem) if c not in set(product)]
                 candidates = {"default": torch_launcher(problem)}
                 if "product" in families:
                     candidates |= {c.name: tg.launcher(problem, c) for c in product}
@@ -261,7 +240,7 @@ def measure(args: argparse.Namespace) -> dict:
                 if "tma" in families:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "swap" in families:
-                    candidates |= {"swap:" + c.name: swap(problem, c) for c in swap_configs(problem)}
+                    candidates |= {"swap:" + c.name: tg.launcher(problem, c) for c in swapped}
                 if "rows" in families:
                     candidates |= {"rows:" + c.name: rows(problem, c) for c in rows_configs(problem)}
                 screened = timed(candidates, sets, 3)
@@ -431,16 +410,17 @@ def rows_configs(problem) -> list:
 
 
 def swap_configs(problem) -> list:
-    """Configs of ``floor_kernels.skinny_swap`` at T = 2-16: 64 or 128 weight columns a program (one warpgroup
-    per 64), K tiles of 64-256 in 3-6 stages within the shared memory, K split 1-4 ways (each slice whole K
-    tiles)."""
+    """Configs of the product's ``swapped`` kernel at T = 2-16 (the probe that found it ran a copy of it, which
+    the product's kernel replaced; those in the product's space since drop out of ``--families swap``): 64 or
+    128 weight columns a program (one warpgroup per 64), K tiles of 64-256 in 3-6 stages within the shared
+    memory, K split 1-4 ways (each slice whole K tiles)."""
     from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
 
     k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
     if not 1 < problem.n <= 16:
         return []
     return [
-        TritonConfig(16, c, bk, s, 1, c // 16, st)
+        TritonConfig(16, c, bk, s, 1, c // 16, st, swapped=True)
         for c in (64, 128) for bk in (64, 128, 256) for s in (1, 2, 4) for st in (3, 4, 6)
         if k % (s * bk) == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
         and (operand == 1 or bk >= 64) and (operand == 2 or bk >= 128)

@@ -1,7 +1,6 @@
 """Triton kernels of ``decode_floor.py`` alone (not the product's): a streaming read, the product's GEMM with
 split-K reduced inside the one launch, its tiles loading through tensor descriptors, its one-token kernel for
-several rows (``gemv_rows``), and its skinny tile with the operands swapped (``skinny_swap``, the product's
-``swapped`` kernel since). Imported by that script's ``measure``; needs triton."""
+several rows (``gemv_rows``). Imported by that script's ``measure``; needs triton."""
 
 import triton
 import triton.language as tl
@@ -139,30 +138,3 @@ def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc
         total *= tl.load(scale_x) * tl.load(scale_y)
     inside = (rows[:, None] < R) & (cols[None, :] < C)
     tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)
-
-
-@triton.jit
-def skinny_swap(x, y, out, part, scale_x, scale_y, R, C, K_PER, sxr, sxk, syk, syc, sor, soc,
-                SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
-                BK: tl.constexpr):  # fmt: skip
-    # the product's skinny tile with its operands swapped: a [BC, BR] tile of the output's transpose, the weight
-    # tile [BC, BK] on the MMA's M side (64 or more columns: Hopper's warpgroup MMA) and the BR (16) token rows
-    # on its N side; K a multiple of SPLIT * BK; split-K partials in the product's layout for its reduce
-    pc, pk = tl.program_id(0), tl.program_id(1)
-    cols = pc * BC + tl.arange(0, BC)
-    rows = tl.arange(0, BR)
-    ks = pk * K_PER + tl.arange(0, BK)
-    wp = y + (cols % C)[:, None] * syc + ks[None, :] * syk  # [BC, BK]
-    xp = x + ks[:, None] * sxk + (rows % R)[None, :] * sxr  # [BK, BR]
-    acc = tl.zeros((BC, BR), dtype=tl.float32)
-    for _ in range(0, K_PER, BK):
-        acc = tl.dot(tl.load(wp, eviction_policy="evict_first"), tl.load(xp, eviction_policy="evict_last"), acc)
-        wp += BK * syk
-        xp += BK * sxk
-    if SCALED:
-        acc *= tl.load(scale_x) * tl.load(scale_y)
-    inside = (rows[None, :] < R) & (cols[:, None] < C)
-    if SPLIT == 1:
-        tl.store(out + rows[None, :] * sor + cols[:, None] * soc, acc.to(out.dtype.element_ty), mask=inside)
-    else:
-        tl.store(part + (pk * R + rows[None, :]) * C + cols[:, None], acc, mask=inside)

@@ -155,12 +155,14 @@ def _swapped_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
         output_tiles = -(-problem.m // c) * problem.batch
         splits = (1, 2, 4) if c == 64 and 2 * output_tiles <= sms else (1,)
         for bk in (128, 256):
+            if bk > max(32, problem.k):
+                continue
             found += [
                 TritonConfig(SKINNY_ROWS, c, bk, split, 1, c // 16, s, swapped=True)
                 for split in splits
                 if split == 1 or problem.k // split >= bk
                 for s in (4, 6)
-                if bk <= max(32, problem.k) and s * (SKINNY_ROWS + c) * bk * operand_bytes <= SHARED_BYTES
+                if s * (SKINNY_ROWS + c) * bk * operand_bytes <= SHARED_BYTES
             ]
     return found
 
