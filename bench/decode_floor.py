@@ -10,7 +10,9 @@ Llama ones as FP8 too), whether a wider config space or split-K reduced in the s
 screened, the best three of each family and torch's default are timed in 15 interleaved rounds, and each is
 checked against the fp32 reference. ``--families`` picks the families (``rows``: ``floor_kernels.gemv_rows``,
 T tokens multiplied by each weight tile elementwise; ``swap``: the product's ``swapped`` kernel, the skinny tile
-with the weights on the MMA's M side, over configs beyond its space), ``--gemms`` and ``--tokens``
+with the weights on the MMA's M side, over configs beyond its space; ``swapped``: the product's swapped configs
+alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_persistent`` and ``swapped_flat``),
+``--gemms`` and ``--tokens``
 the GEMMs (``SMALL`` and ``LARGE``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
 best three one-token configs compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts
@@ -40,7 +42,7 @@ LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 1433
          ("llama3-8b", "lm_head", 128256, 4096), ("qwen2-7b", "gate_up", 37888, 3584),
          ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
 FP8_MODELS = ("llama3-8b",)
-FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap")
+FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist")
 
 
 def floor_at(floors: list[dict], size: float) -> float:
@@ -201,6 +203,20 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
+    def persist(problem: GemmProblem, c: tg.TritonConfig, programs: int, flat: bool):
+        kernel = fk.swapped_flat if flat else fk.swapped_persistent
+
+        def launch(ops) -> None:
+            x, y, out = torch_views(problem, ops)
+            (r, k), cols = x.shape, y.shape[1]
+            scaled = ops.scale_a is not None
+            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            kernel[(programs,)](x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled,
+                                c.block_r, c.block_c, c.block_k, programs, num_warps=c.num_warps,
+                                num_stages=c.num_stages)  # fmt: skip
+
+        return launch
+
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     limit = bandwidth(device)
@@ -241,12 +257,19 @@ def measure(args: argparse.Namespace) -> dict:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "swap" in families:
                     candidates |= {"swap:" + c.name: tg.launcher(problem, c) for c in swapped}
+                if "swapped" in families:  # the product's swapped configs alone
+                    candidates |= {c.name: tg.launcher(problem, c) for c in tg._swapped_configs(problem, sms)}
+                if "persist" in families:
+                    for c, programs, flat in persist_configs(problem, sms):
+                        label = f"{'flat' if flat else 'persist'}{programs}:{c.name}"
+                        candidates[label] = persist(problem, c, programs, flat)
                 if "rows" in families:
                     candidates |= {"rows:" + c.name: rows(problem, c) for c in rows_configs(problem)}
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]
-                for family in ("triton_", "wider:", "fixup:", "tma:", "rows:", "swap:"):  # the product's space, ...
+                families_in_order = ("triton_", "wider:", "fixup:", "tma:", "rows:", "swap:", "persist", "flat")
+                for family in families_in_order:  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
                 if args.evict:  # the product's best three again, its kernel's loads with and without policies
                     for n in evict_finalists(ranked):
@@ -425,6 +448,26 @@ def swap_configs(problem) -> list:
         if k % (s * bk) == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
         and (operand == 1 or bk >= 64) and (operand == 2 or bk >= 128)
     ]  # fmt: skip
+
+
+def persist_configs(problem, sms: int) -> list:
+    """(config, programs, flat) of ``floor_kernels``' persistent swapped kernels at T = 2-16 (K a multiple of the
+    K tile, no split): the product's swapped tiles on one or two programs an SM, where the tiles outnumber them."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+
+    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
+    if not 1 < problem.n <= 16:
+        return []
+    found = []
+    for c in (64, 128):
+        tiles = -(-problem.m // c)
+        for bk in (128, 256):
+            for st in (4, 6):
+                if k % bk or st * (16 + c) * bk * operand > SHARED_BYTES:
+                    continue
+                config = TritonConfig(16, c, bk, 1, 1, c // 16, st, swapped=True)
+                found += [(config, p, flat) for p in (sms, 2 * sms) if p < tiles for flat in (False, True)]
+    return found
 
 
 def fixup_configs(problem) -> list:

@@ -138,3 +138,60 @@ def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc
         total *= tl.load(scale_x) * tl.load(scale_y)
     inside = (rows[:, None] < R) & (cols[None, :] < C)
     tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def swapped_persistent(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc,
+                       SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                       PROGRAMS: tl.constexpr):  # fmt: skip
+    # the product's swapped tile (triton_kernels.swapped; K a multiple of BK, no split) on a persistent grid:
+    # PROGRAMS programs take the column tiles in turn, over one flat loop of (tile, K tile) steps, so the
+    # software pipeline runs on from one tile into the next instead of draining at each tile's end
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(C, BC)
+    k_tiles = K // BK
+    mine = (n_tiles - pid + PROGRAMS - 1) // PROGRAMS
+    rows = tl.arange(0, BR)
+    ks = tl.arange(0, BK)
+    tile = pid - PROGRAMS
+    ki = -1
+    cols = tl.arange(0, BC)
+    acc = tl.zeros((BC, BR), dtype=tl.float32)
+    for _ in range(0, mine * k_tiles):
+        ki = tl.where(ki == k_tiles - 1, 0, ki + 1)
+        if ki == 0:
+            tile = tile + PROGRAMS
+            cols = tile * BC + tl.arange(0, BC)
+        k = ki * BK
+        w = tl.load(y + (cols % C)[:, None] * syc + (k + ks)[None, :] * syk, eviction_policy="evict_first")
+        a = tl.load(x + (k + ks)[:, None] * sxk + (rows % R)[None, :] * sxr, eviction_policy="evict_last")
+        acc = tl.dot(w, a, acc)
+        if ki == k_tiles - 1:
+            res = acc
+            if SCALED:
+                res = res * (tl.load(scale_x) * tl.load(scale_y))
+            inside = (cols[:, None] < C) & (rows[None, :] < R)
+            tl.store(out + rows[None, :] * sor + cols[:, None] * soc, res.to(out.dtype.element_ty), mask=inside)
+            acc = tl.zeros((BC, BR), dtype=tl.float32)
+
+
+@triton.jit
+def swapped_flat(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc,
+                 SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                 PROGRAMS: tl.constexpr):  # fmt: skip
+    # swapped_persistent written as two loops that Triton's pipeliner flattens (``tl.range(flatten=True)``)
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(C, BC)
+    rows = tl.arange(0, BR)
+    ks = tl.arange(0, BK)
+    for tile in tl.range(pid, n_tiles, PROGRAMS, flatten=True):
+        cols = tile * BC + tl.arange(0, BC)
+        acc = tl.zeros((BC, BR), dtype=tl.float32)
+        for k in range(0, K, BK):
+            w = tl.load(y + (cols % C)[:, None] * syc + (k + ks)[None, :] * syk, eviction_policy="evict_first")
+            a = tl.load(x + (k + ks)[:, None] * sxk + (rows % R)[None, :] * sxr, eviction_policy="evict_last")
+            acc = tl.dot(w, a, acc)
+        if SCALED:
+            acc = acc * (tl.load(scale_x) * tl.load(scale_y))
+        inside = (cols[:, None] < C) & (rows[None, :] < R)
+        tl.store(out + rows[None, :] * sor + cols[:, None] * soc, acc.to(out.dtype.element_ty), mask=inside)

@@ -155,3 +155,37 @@ def test_a_variant_of_a_kernel_that_changed_is_an_error_not_the_source_again(flo
         floor.with_constant_k("@triton.jit\ndef gemv(x, K):\n    pass\n")
     with pytest.raises(ValueError, match="gemm: 0 Triton kernels"):
         floor.with_policies("@triton.jit\ndef gemv(x):\n    pass\n", "gemm", True)
+
+
+def test_persistent_configs_are_the_swapped_tiles_where_they_outnumber_the_programs(floor):
+    from pipeline.backends.triton_gemm import SHARED_BYTES
+    from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+
+    def problem(m, k, tokens=4, fp8=False):
+        fields = ("scaled_gemm", TENSORWISE_E4M3) if fp8 else ("gemm", {})
+        return GemmProblem(fields[0], "T", "N", m, tokens, k, k, k, m, **fields[1])
+
+    assert floor.persist_configs(problem(28672, 4096, tokens=1), 132) == []  # one token: gemv's
+    assert floor.persist_configs(problem(4096, 14336), 132) == []  # 64 tiles of 64 columns: fewer than the SMs
+    found = floor.persist_configs(problem(28672, 4096, fp8=True), 132)
+    assert {flat for *_, flat in found} == {False, True}
+    assert {p for _, p, _ in found} == {132, 264}
+    for c, programs, _ in found:
+        assert c.swapped and c.split_k == 1 and 4096 % c.block_k == 0
+        assert programs < -(-28672 // c.block_c)
+        assert c.num_stages * (16 + c.block_c) * c.block_k <= SHARED_BYTES
+    narrow = floor.persist_configs(problem(12288, 4096), 132)  # 96 tiles of 128 columns, 192 of 64
+    assert {c.block_c for c, p, _ in narrow if p == 132} == {64}
+    assert floor.persist_configs(problem(12288, 4000), 132) == []  # no K tile divides K
+
+
+def test_the_persistent_grid_record_loses_to_the_product_s_swapped_tile_on_every_gemm():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_persist_h100_2026-11-27.json").read_text())
+    assert record["args"]["families"] == ["swapped", "persist"] and len(record["rows"]) == 5
+    for row in record["rows"]:
+        best = {
+            family: max(v for n, v in row["fraction"].items() if n.startswith(prefix))
+            for family, prefix in (("product", "triton_"), ("persist", "persist"), ("flat", "flat"))
+        }
+        assert best["product"] > max(best["persist"], best["flat"]) > row["fraction"]["default"]
+        assert max(row["relative_error"].values()) < 2e-2
