@@ -57,8 +57,10 @@ def test_configs_fit_the_shape(problem):
     found = tg.configs(problem, sms=132)
     assert found and len(found) == len(set(found))
     skinny = problem.n <= tg.SKINNY_ROWS
-    families = {"skinny", "gemv"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
+    families = {"gemv"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
     assert {c.family for c in found} == families
+    if families == {"tiled"}:
+        assert {c.block_k for c in found} == {64}, "K tiles of 64 where K holds one"
     for c in found:
         if c.family == "gemv":  # a few columns per program: K split only where they leave the GPU short
             programs = -(-problem.m // c.block_c)
@@ -73,9 +75,21 @@ def test_configs_fit_the_shape(problem):
         assert c.num_stages * stage_bytes <= 224 * 1024, "the pipeline's stages fit the shared memory"
         assert tg.TritonConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
         assert c.to_json()["source"] == "triton" and c.name.startswith("triton_")
-    if skinny:
+    if skinny and problem.n > 1:
         assert any(c.split_k > 1 for c in found) == (-(-problem.m // 32) < 132)
         assert {c.num_stages for c in found if c.family == "skinny"} == {3, 4, 5}, "deep pipelines"
+
+
+def test_one_token_gets_gemv_alone_and_a_short_k_still_gets_tiles():
+    """The families Bench compiles are those that won somewhere (docs/triton.md, "What Bench compiles")."""
+    for problem in (linear(1024, 1, 4096), linear(4096, 1, 14336), scaled(6144, 1, 4096)):
+        found = tg.configs(problem, sms=132)
+        assert found and {c.family for c in found} == {"gemv"}
+        assert any(c.split_k > 1 for c in found) == (-(-problem.m // 16) < 2 * 132), "split where columns are few"
+    short = tg.configs(linear(4096, 128, 48), sms=132)
+    assert short and {c.block_k for c in short} == {32}, "a K shorter than 64: one 32-long K tile, masked"
+    wide = tg.configs(linear(4096, 128, 4096), sms=132)
+    assert {c.block_k for c in wide} == {64} and {c.block_r for c in wide} == {32, 64, 128}
 
 
 def test_two_to_sixteen_tokens_also_get_the_swapped_tile():

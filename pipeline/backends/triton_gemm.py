@@ -5,14 +5,14 @@ One kernel computes ``out[r, c] = sum_k X[r, k] Y[k, c] (+ bias[c])`` in torch's
 (``torch_gemm.torch_views``: ``r`` runs over the BLAS ``n``, the tokens of ``F.linear``; ``c`` over ``m``, its
 output features), over a grid of ``BLOCK_R x BLOCK_C`` output tiles, split over ``K`` into ``SPLIT_K`` slices
 whose fp32 partial sums a second kernel adds in a fixed order (deterministic, bias and cast there); FP8
-operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before the bias. Two config
-families share it:
+operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before the bias. Its config families:
 
-    skinny  rows <= 16 (decode): one 16-row tile holds every token, so each weight tile is read once for all
+    gemv    one row (one token): ``triton_kernels.gemv``, no ``tl.dot``, a few columns or one a program
+    skinny  rows 2-16 (decode): one 16-row tile holds every token, so each weight tile is read once for all
             of them; split-K fills the GPU when the output has few column tiles
     swapped rows 2-16: the skinny tile transposed, 64 or 128 weight columns on the MMA's M side (Hopper's
             warpgroup MMA reads them from shared memory) and the tokens on its N side (``triton_kernels.swapped``)
-    tiled   more rows: 32-128-row tiles, split-K only where the tiles alone leave SMs idle
+    tiled   more rows: 32-128-row tiles over 64-long K tiles, split-K only where the tiles alone leave SMs idle
 
 ``serves(problem)`` says why a problem is not served (None: it is); ``configs(problem, sms)`` are the configs
 worth timing for its shape; ``launcher(problem, config)`` runs one on an ``OperandSet``. A config that fails to
@@ -114,13 +114,16 @@ def configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
     than the problem needs, K slices of at least one K tile, enough programs to fill the GPU without splitting
     K where the tiles already do, and pipelines whose stages fit the shared memory."""
     rows, cols, k = problem.n, problem.m, problem.k
+    if rows == 1:  # one token: the skinny tile's best was 4-39% behind gemv's on every GEMM measured (docs/triton.md)
+        return _gemv_configs(problem, sms)
     operand_bytes = dtype_bytes(problem.a_type)
     if rows <= SKINNY_ROWS:
         tiles = [(SKINNY_ROWS, c, bk) for c in (32, 64, 128) for bk in (128, 256)]
         splits, warps, stages = (1, 2, 4, 8, 16), (2, 4), (3, 4, 5)
-    else:
+    else:  # K tiles of 64 (32 below that): a 32-long one was never the best tile on the GEMMs measured
         sides = [r for r in (32, 64, 128) if r <= max(32, rows)]
-        tiles = [(r, c, bk) for r in sides for c in (64, 128, 256) if r * c <= 128 * 256 for bk in (32, 64)]
+        bk = 64 if k >= 64 else 32
+        tiles = [(r, c, bk) for r in sides for c in (64, 128, 256) if r * c <= 128 * 256]
         splits, warps, stages = (1, 2, 4), (4, 8), (3, 4)
     found = []
     for r, c, bk in tiles:
@@ -140,8 +143,6 @@ def configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
                 and (w > 2 or c == 32)  # two warps for the narrowest skinny tile alone
                 and s * (r + c) * bk * operand_bytes <= SHARED_BYTES
             ]
-    if rows == 1:
-        return found + _gemv_configs(problem, sms)
     return found + (_swapped_configs(problem, sms) if rows <= SKINNY_ROWS else [])
 
 

@@ -1,0 +1,42 @@
+"""bench/config_ranks.py on CPU: the loss each pruning rule would have caused, from Bench's results."""
+
+from __future__ import annotations
+
+import json
+
+from .helpers import ROOT, bench_module
+
+
+def _result(m: int, n: int, k: int, times: dict[str, float], library: float) -> dict:
+    candidates = [{"name": name, "screen_us": us} for name, us in times.items()]
+    candidates += [{"name": "Default", "screen_us": library}, {"name": "triton_r16c64k128_s1_g1_w4_st4", "error": "x"}]
+    return {"problem": {"op": "gemm", "m": m, "n": n, "k": k, "a_type": "bfloat16"}, "candidates": candidates}
+
+
+def test_a_rule_s_loss_is_its_best_kept_config_over_the_best_of_all():
+    ranks = bench_module("config_ranks")
+    results = [
+        _result(4096, 1, 4096, {"triton_r1c1k2048_s1_g1_w8_st2": 10.0, "triton_r16c64k128_s1_g8_w4_st4": 12.0}, 11),
+        _result(4096, 1, 4096, {"triton_r1c4k512_s1_g1_w4_st1": 9.0, "triton_r16c32k128_s1_g8_w4_st3": 8.0}, 9),
+        _result(4096, 512, 4096, {"triton_r128c128k64_s1_g8_w8_st3": 20.0, "triton_r64c64k32_s1_g8_w4_st4": 25.0}, 15),
+        _result(4096, 512, 4096, {"triton_r64c64k32_s1_g8_w4_st4": 30.0}, 15),  # no K tile of 64 to keep
+    ]
+    rows = ranks.gemms(results)
+    assert [r["tokens"] for r in rows] == [1, 1, 512, 512] and rows[0]["library_us"] == 11
+    report = ranks.ranks(rows)
+    gemv = report["rules"]["one token, gemv alone"]
+    assert gemv == {"gemms": 2, "worst_loss": 1.125, "configs_kept": 2, "configs": 4}  # 9 us kept, 8 us dropped
+    tiles = report["rules"]["more tokens, K tiles of 64"]
+    assert tiles["gemms"] == 2 and tiles["worst_loss"] == float("inf") and tiles["configs_kept"] == 1
+    assert [g["best_family"] for g in report["gemms"]] == ["gemv", "skinny", "tiled", "tiled"]
+    assert report["gemms"][2]["triton_over_library"] == round(20 / 15, 4)
+
+
+def test_the_committed_ranks_back_the_configs_bench_compiles():
+    """The rules docs/triton.md adopted lost nothing on the GEMMs measured; the ones it did not would have."""
+    record = json.loads((ROOT / "bench" / "results" / "config_ranks_h100_2026-11-27.json").read_text())
+    rules = record["rules"]
+    for adopted in ("one token, gemv alone", "more tokens, K tiles of 64"):
+        assert rules[adopted]["worst_loss"] == 1.0 and rules[adopted]["gemms"] >= 10
+    for declined in ("2-16 tokens, swapped alone", "more tokens, K tiles of 64, 4 stages"):
+        assert rules[declined]["worst_loss"] > 1.01
