@@ -66,12 +66,7 @@ def _prepare(spec, config_json: dict, kernels=None) -> str | None:
     from pipeline.backends import triton_gemm as tg
 
     try:
-        runner = tg.Runner(tg.TritonConfig.from_json(config_json))
-        if kernels is not None:
-            family = runner.config.family
-            runner._gemm = {"gemv": kernels.gemv, "swapped": kernels.swapped}.get(family, kernels.gemm)
-            runner._reduce = kernels.reduce
-        runner.prepare(problem_of(spec), 0)
+        tg.Runner(tg.TritonConfig.from_json(config_json), kernels=kernels).prepare(problem_of(spec), 0)
         return None
     except Exception as err:  # a config that does not compile: counted, as Bench scores it
         return f"{type(err).__name__}: {err}"

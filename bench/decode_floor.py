@@ -244,8 +244,9 @@ def measure(args: argparse.Namespace) -> dict:
                 sets = rotating_operands(problem, device, TimingSettings())
                 ref = reference(problem, sets[0])
                 product = tg.configs(problem, sms)
-                wider = [c for c in wider_configs(problem) if c not in set(product)]
-                swapped = [c for c in swap_configs(problem) if c not in set(product)]
+                offered = set(product)
+                wider = [c for c in wider_configs(problem) if c not in offered]
+                swapped = [c for c in swap_configs(problem) if c not in offered]
                 candidates = {"default": torch_launcher(problem)}
                 if "product" in families:
                     candidates |= {c.name: tg.launcher(problem, c) for c in product}
@@ -395,13 +396,12 @@ def load_kernels(source: str):
 
 
 def variant_launcher(problem, config, kernels):
-    """``triton_gemm.launcher`` with its kernel (``gemv`` at one row, else ``gemm``) taken from ``kernels`` (a
+    """``triton_gemm.launcher`` with its kernels (its family's and the reduction) taken from ``kernels`` (a
     module of ``load_kernels``), launched by the product's ``Runner``."""
     from pipeline.backends import triton_gemm as tg
     from pipeline.backends.torch_gemm import torch_views
 
-    runner = tg.Runner(config, problem)
-    runner._gemm = getattr(kernels, "gemv" if config.block_r == 1 else "gemm")  # before its first call, which compiles
+    runner = tg.Runner(config, problem, kernels)
 
     def launch(ops) -> None:
         x, y, out = torch_views(problem, ops)

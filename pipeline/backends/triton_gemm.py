@@ -268,16 +268,18 @@ class Runner:
     the compiled kernels' launchers (``CompiledKernel.run``, as ``JITFunction.run`` ends): what the runtime does
     at install and calls per GEMM, and what Bench times. ``fast`` builds the same launcher from a first call
     instead. It holds while the arguments specialise alike, which for one tuned problem (fixed shapes and
-    strides) leaves the pointers' 16-byte alignment: ``aligned`` says whether a call keeps it."""
+    strides) leaves the pointers' 16-byte alignment: ``aligned`` says whether a call keeps it. ``kernels``
+    replaces ``triton_kernels`` with a module defining the same kernels (a benchmark's variant of them)."""
 
-    def __init__(self, config: TritonConfig, problem: GemmProblem | None = None) -> None:
+    def __init__(self, config: TritonConfig, problem: GemmProblem | None = None, kernels=None) -> None:
         import triton
         from triton import knobs
 
-        from .triton_kernels import gemm, gemv, reduce, swapped
+        if kernels is None:  # else a module defining the same kernels (a benchmark's variant of their source)
+            from . import triton_kernels as kernels
 
-        kernel = {"gemv": gemv, "swapped": swapped}.get(config.family, gemm)
-        self.config, self._gemm, self._reduce, self._cdiv = config, kernel, reduce, triton.cdiv
+        kernel = getattr(kernels, config.family if config.family in ("gemv", "swapped") else "gemm")
+        self.config, self._gemm, self._reduce, self._cdiv = config, kernel, kernels.reduce, triton.cdiv
         self._knobs = knobs.runtime
         self._scratch: dict = {}
         self._launch: Callable | None = None  # the launcher of ``prepare`` or ``fast``
