@@ -39,7 +39,10 @@ def problem_of(spec):
     return GemmProblem(op, "T", "N", m, n, k, k, k, m, **fields)
 
 
-def _child_init(cache: str) -> None:
+def _child_init(cache: str, parent: int) -> None:
+    from pipeline.procs import die_with_parent
+
+    die_with_parent(parent)  # a worker dies with this script, even after its kill -9
     os.environ["TRITON_CACHE_DIR"] = cache
     import torch  # noqa: F401
 
@@ -104,7 +107,9 @@ def measure(threads: list[int], modes: list[str], problems: list[str], sample: i
             else:
                 ctx = get_context("spawn")
                 workers = threads[0]
-                with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_child_init, initargs=(cache,)) as pool:
+                with ProcessPoolExecutor(
+                    workers, mp_context=ctx, initializer=_child_init, initargs=(cache, os.getpid())
+                ) as pool:
                     list(pool.map(_child_ready, range(workers)))  # every worker up: torch and triton imported
                     row["seconds"]["procs_start"] = round(time.monotonic() - start, 2)
                     begun = time.monotonic()

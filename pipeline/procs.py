@@ -11,7 +11,8 @@ The supervisor imports C modules alone (``_signal``, ``_ctypes``): a DAG starts 
 ``signal`` and ``ctypes`` would make its start-up 19 ms instead of 11 (2 cores, CPython 3.11).
 
 A process started from a thread dies when that thread ends (the kernel's parent-death rule): start
-children from the thread that waits for them.
+children from the thread that waits for them. A worker a library starts (a ``multiprocessing`` pool) asks
+for the same signal itself: ``die_with_parent`` as the pool's initializer.
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ if code < 0:
 sys.exit(code)
 """
 SUPERVISOR = PDEATHSIG + _SUPERVISE  # run as python -I -S -c SUPERVISOR <parent pid> <argv...>
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker that a library started (a ``multiprocessing`` pool's initializer), which ``start`` does not
+    supervise: ask the kernel for SIGTERM when its parent dies (``PDEATHSIG``), and exit at once if the parent
+    ``parent`` died before the request, or the kernel declined it (not Linux)."""
+    space: dict = {}
+    exec(PDEATHSIG, space)  # the supervisor's own request, one implementation of it
+    if not space["ask_for_sigterm"]() or os.getppid() != parent:
+        os._exit(1)
 
 
 def _resolve(program: str, env: Mapping[str, str] | None) -> str:
