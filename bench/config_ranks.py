@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 RULES = {  # name: (which GEMMs by tokens, whether a config is kept)
@@ -68,21 +69,44 @@ def ranks(rows: list[dict]) -> dict:
     return {"rules": rules, "gemms": per_gemm}
 
 
-def main() -> None:
+def read_runs(runs: list[Path]) -> list[dict]:
+    """``gemms`` of every run directory's ``bench/results.json``; ``BadInput`` naming the file (and line) that is
+    missing, not JSON, or not Bench's results."""
+    from pipeline.errors import BadInput
+    from pipeline.formats import json_file
+
+    rows = []
+    for run in runs:
+        path = run / "bench" / "results.json"
+        if not path.is_file():
+            raise BadInput(f"{path}: no such file; give run directories of TuneWorkload (workdir/<run-name>)")
+        try:
+            rows += gemms(json_file.load(path, "Bench results JSON"))
+        except (KeyError, TypeError, AttributeError) as err:
+            raise BadInput(f"{path}: not Bench's results ({type(err).__name__}: {err})") from None
+    return rows
+
+
+def main() -> int:
+    from pipeline.atomic import atomic_write_json
+    from pipeline.errors import INPUT, BadInput
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
-    rows = []
-    for run in args.runs:
-        path = run / "bench" / "results.json"
-        rows += gemms(json.loads(path.read_text()))
-    report = {"runs": [r.name for r in args.runs], **ranks(rows)}  # run names: the paths are the machine's
-    from pipeline.atomic import atomic_write_json
-
+    inputs = {(run / "bench" / "results.json").resolve() for run in args.runs}
+    try:
+        if args.out.is_dir() or args.out.resolve() in inputs:
+            raise BadInput(f"{args.out}: a directory or one of the inputs; name a new file for the report")
+        report = {"runs": [r.name for r in args.runs], **ranks(read_runs(args.runs))}  # names: paths are the machine's
+    except BadInput as err:
+        print(f"config_ranks: {err}", file=sys.stderr)
+        return INPUT
     atomic_write_json(args.out, report)
     print(json.dumps(report["rules"], indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

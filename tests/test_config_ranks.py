@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+
+import pytest
 
 from .helpers import ROOT, bench_module
 
@@ -40,3 +44,42 @@ def test_the_committed_ranks_back_the_configs_bench_compiles():
         assert rules[adopted]["worst_loss"] == 1.0 and rules[adopted]["gemms"] >= 10
     for declined in ("2-16 tokens, swapped alone", "more tokens, K tiles of 64, 4 stages"):
         assert rules[declined]["worst_loss"] > 1.01
+
+
+def test_a_run_without_results_or_with_bad_ones_is_named(tmp_path):
+    from pipeline.errors import BadInput
+
+    ranks = bench_module("config_ranks")
+    with pytest.raises(BadInput, match=r"nowhere/bench/results\.json: no such file"):
+        ranks.read_runs([tmp_path / "nowhere"])
+    bench = tmp_path / "cut" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "results.json").write_text('[\n {"problem": {"n": 1},\n')
+    with pytest.raises(BadInput, match=r"cut/bench/results\.json:3:1: not Bench results JSON"):
+        ranks.read_runs([tmp_path / "cut"])
+    (bench / "results.json").write_text('[{"problem": {"n": 1}}]')
+    with pytest.raises(BadInput, match=r"cut/bench/results\.json: not Bench's results \(KeyError: 'candidates'\)"):
+        ranks.read_runs([tmp_path / "cut"])
+    good = _result(4096, 1, 4096, {"triton_r1c1k2048_s1_g1_w8_st2": 10.0}, 11)
+    (bench / "results.json").write_text(json.dumps([good]))
+    assert [r["tokens"] for r in ranks.read_runs([tmp_path / "cut"])] == [1]
+
+
+@pytest.mark.parametrize("out", ["input", "run", "cwd"])
+def test_the_report_is_never_written_over_an_input_or_a_directory(tmp_path, monkeypatch, out):
+    bench = tmp_path / "run" / "bench"
+    bench.mkdir(parents=True)
+    results = bench / "results.json"
+    results.write_text(json.dumps([_result(4096, 1, 4096, {"triton_r1c1k2048_s1_g1_w8_st2": 10.0}, 11)]))
+    before = results.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    target = {"input": "run/bench/results.json", "run": "run", "cwd": "."}[out]
+    script = str(ROOT / "bench" / "config_ranks.py")
+    done = subprocess.run([sys.executable, script, "run", "--out", target], capture_output=True, text=True)
+    assert done.returncode == 12, done.stderr
+    assert "a directory or one of the inputs" in done.stderr
+    assert results.read_bytes() == before and sorted(p.name for p in tmp_path.rglob("*")) == [
+        "bench",
+        "results.json",
+        "run",
+    ]
