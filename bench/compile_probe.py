@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -125,7 +126,7 @@ def measure(threads: list[int], modes: list[str], problems: list[str], sample: i
     return record
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--threads", type=int, nargs="+", default=[8], help="threads (or processes) at a time")
@@ -134,10 +135,17 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=SAMPLE, help="configs a problem (0: all)")
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS)[:3], choices=list(PROBLEMS))
     args = parser.parse_args()
-    from pipeline.atomic import atomic_write_json
+    from pipeline.atomic import atomic_write_json, claim_output_file
+    from pipeline.errors import INPUT, BadInput
 
+    try:
+        claim_output_file(args.out)  # before a minute of compiling
+    except BadInput as err:
+        print(f"compile_probe: {err}", file=sys.stderr)
+        return INPUT
     atomic_write_json(args.out, measure(args.threads, args.modes, args.problems, args.sample))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

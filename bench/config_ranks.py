@@ -88,17 +88,15 @@ def read_runs(runs: list[Path]) -> list[dict]:
 
 
 def main() -> int:
-    from pipeline.atomic import atomic_write_json
+    from pipeline.atomic import atomic_write_json, claim_output_file
     from pipeline.errors import INPUT, BadInput
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
-    inputs = {(run / "bench" / "results.json").resolve() for run in args.runs}
     try:
-        if args.out.is_dir() or args.out.resolve() in inputs:
-            raise BadInput(f"{args.out}: a directory or one of the inputs; name a new file for the report")
+        claim_output_file(args.out, [run / "bench" / "results.json" for run in args.runs])
         report = {"runs": [r.name for r in args.runs], **ranks(read_runs(args.runs))}  # names: paths are the machine's
     except BadInput as err:
         print(f"config_ranks: {err}", file=sys.stderr)

@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -486,7 +487,7 @@ def fixup_configs(problem) -> list:
     ]  # fmt: skip
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("measure")
@@ -516,11 +517,20 @@ def main() -> None:
     check.add_argument("--run", type=int, default=-1, help="which run's floors, in a file of several (default: last)")
     check.add_argument("--out")
     args = parser.parse_args()
+    from pipeline.atomic import claim_output_file
+    from pipeline.errors import INPUT, BadInput
+
+    try:  # before anything is measured or read
+        if args.out:
+            claim_output_file(args.out, [] if args.command == "measure" else [args.floors, args.decode_hbm])
+    except BadInput as err:
+        print(f"decode_floor: {err}", file=sys.stderr)
+        return INPUT
     if args.command == "measure":
         from pipeline.atomic import atomic_write_json
 
         atomic_write_json(args.out, measure(args))
-        return
+        return 0
     with open(args.floors) as f:
         floors = json.load(f)
     floors = floors.get("runs", [floors])[args.run]["floors"]  # one run's: its sweep alike at every size
@@ -532,7 +542,8 @@ def main() -> None:
 
         atomic_write_text(args.out, text + "\n")
     print(json.dumps(report["geomean"], indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

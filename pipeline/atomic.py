@@ -110,6 +110,19 @@ def atomic_directory(path: str | Path, marker: str | None = None) -> Iterator[Pa
 OUTPUT_MARKER = ".gemm-tune-output"
 
 
+def claim_output_file(out: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
+    """Check that a command may write the file ``out`` (atomically, replacing it), before it reads or measures
+    anything; its absolute path. Refused (``BadInput``): a directory, or one of the command's ``inputs``."""
+    from .errors import BadInput
+
+    target = Path(os.path.abspath(out))
+    if target.is_dir():
+        raise BadInput(f"{out}: is a directory; name a file for the output")
+    if target.resolve() in {Path(os.path.abspath(p)).resolve() for p in inputs}:
+        raise BadInput(f"{out}: is one of the inputs, which writing it would replace; name another file")
+    return target
+
+
 def claim_output_dir(out: str | Path, inputs: Sequence[str | Path], force: bool = False) -> Path:
     """Check that a command may replace the directory ``out`` as a whole, before it reads anything; its
     absolute path. Refused (``BadInput``): a file; a directory that holds one of ``inputs`` or the current

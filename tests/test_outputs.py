@@ -228,3 +228,40 @@ def test_merged_logic_keeps_the_inputs_byte_identical(logic_dirs, capsys):
     assert main(["merge-logic", str(logic_dirs / "base"), str(logic_dirs / "new"), str(logic_dirs.parent / "o")]) == 0
     assert _tree(logic_dirs) == before
     assert yaml.safe_load((logic_dirs.parent / "o" / NAME).read_text())[7][-1][0] == [32, 32, 1, 32]
+
+
+def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
+    from pipeline.atomic import claim_output_file
+    from pipeline.errors import BadInput
+
+    source = tmp_path / "in.json"
+    source.write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    for out, why in ((".", "is a directory"), (tmp_path, "is a directory"), ("in.json", "one of the inputs")):
+        with pytest.raises(BadInput, match=why):
+            claim_output_file(out, [source])
+    with pytest.raises(BadInput, match="one of the inputs"):
+        claim_output_file(tmp_path / "sub" / ".." / "in.json", ["in.json"])  # the same file by another path
+    assert claim_output_file("out.json", [source]) == tmp_path / "out.json"
+    assert source.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["in.json"]
+
+
+@pytest.mark.parametrize("script,args", [
+    ("decode_floor.py", ["analyse", "floors.json", "decode.json", "--out", "floors.json"]),
+    ("decode_floor.py", ["measure", "--out", "."]),
+    ("compile_probe.py", ["--out", "."]),
+])  # fmt: skip
+def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypatch, script, args):
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+
+    for name in ("floors.json", "decode.json"):
+        (tmp_path / name).write_text('{"runs": []}')
+    before = _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True)
+    assert done.returncode == 12, done.stderr
+    assert "is a directory" in done.stderr or "one of the inputs" in done.stderr
+    assert _tree(tmp_path) == before
