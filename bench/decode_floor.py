@@ -43,7 +43,8 @@ LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 1433
          ("llama3-8b", "lm_head", 128256, 4096), ("qwen2-7b", "gate_up", 37888, 3584),
          ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
 FP8_MODELS = ("llama3-8b",)
-FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist")
+FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix")
+FINALIST_PREFIXES = ("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat")
 
 
 def floor_at(floors: list[dict], size: float) -> float:
@@ -163,7 +164,7 @@ def measure(args: argparse.Namespace) -> dict:
             scaled = ops.scale_a is not None
             sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
             k_per = triton.cdiv(triton.cdiv(k, c.split_k), c.block_k) * c.block_k
-            kernel = fk.gemv_fixup if c.block_r == 1 else fk.gemm_fixup
+            kernel = fk.swapped_fixup if c.swapped else fk.gemv_fixup if c.block_r == 1 else fk.gemm_fixup
             grid = (triton.cdiv(rows, c.block_r) * triton.cdiv(cols, c.block_c), c.split_k)
             kernel[grid](x, y, out, state["part"], state["count"], sx, sy, rows, cols, k, k_per, *x.stride(),
                          *y.stride(), *out.stride(), scaled, c.split_k, c.block_r, c.block_c, c.block_k,
@@ -255,6 +256,8 @@ def measure(args: argparse.Namespace) -> dict:
                     candidates |= {"wider:" + c.name: tg.launcher(problem, c) for c in wider}
                 if "fixup" in families:
                     candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
+                if "swapfix" in families:
+                    candidates |= {"swapfix:" + c.name: fixup(problem, c) for c in swapfix_configs(problem)}
                 if "tma" in families:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "swap" in families:
@@ -270,8 +273,7 @@ def measure(args: argparse.Namespace) -> dict:
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]
-                families_in_order = ("triton_", "wider:", "fixup:", "tma:", "rows:", "swap:", "persist", "flat")
-                for family in families_in_order:  # the product's space, ...
+                for family in FINALIST_PREFIXES:  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
                 if args.evict:  # the product's best three again, its kernel's loads with and without policies
                     for n in evict_finalists(ranked):
@@ -484,6 +486,22 @@ def fixup_configs(problem) -> list:
         TritonConfig(16, c, bk, s, 8, w, 4)
         for c in (16, 32, 64) for bk in (128, 256) for s in (2, 4) for w in (2, 4)
         if k // s >= bk and w * 64 <= 32 * c
+    ]  # fmt: skip
+
+
+def swapfix_configs(problem) -> list:
+    """Split-K configs of ``floor_kernels.swapped_fixup`` at T = 2-16: the product's swapped tiles (64 or 128
+    weight columns a program, K tiles of 128-256 in 4 or 6 stages within the shared memory), K split 2-4 ways
+    into slices of whole K tiles (the last slice may be shorter)."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+
+    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
+    if not 1 < problem.n <= 16:
+        return []
+    return [
+        TritonConfig(16, c, bk, s, 1, c // 16, st, swapped=True)
+        for c in (64, 128) for bk in (128, 256) for s in (2, 3, 4) for st in (4, 6)
+        if k % bk == 0 and k // bk >= 2 * s and st * (16 + c) * bk * operand <= SHARED_BYTES
     ]  # fmt: skip
 
 

@@ -1,6 +1,7 @@
-"""Triton kernels of ``decode_floor.py`` alone (not the product's): a streaming read, the product's GEMM with
-split-K reduced inside the one launch, its tiles loading through tensor descriptors, its one-token kernel for
-several rows (``gemv_rows``). Imported by that script's ``measure``; needs triton."""
+"""Triton kernels of ``decode_floor.py`` alone (not the product's): a streaming read, the product's GEMM (its
+skinny, one-token and swapped tiles) with split-K reduced inside the one launch, its tiles loading through tensor
+descriptors, its one-token kernel for several rows (``gemv_rows``), its swapped tile on a persistent grid.
+Imported by that script's ``measure``; needs triton."""
 
 import triton
 import triton.language as tl
@@ -195,3 +196,40 @@ def swapped_flat(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, 
             acc = acc * (tl.load(scale_x) * tl.load(scale_y))
         inside = (cols[:, None] < C) & (rows[None, :] < R)
         tl.store(out + rows[None, :] * sor + cols[:, None] * soc, acc.to(out.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def swapped_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sxk, syk, syc, sor, soc,
+                  SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                  BK: tl.constexpr):  # fmt: skip
+    # the product's swapped tile (triton_kernels.swapped; each K slice whole K tiles) with split-K reduced in
+    # the same launch: every slice stores its fp32 partial, and the last to arrive (the tile's counter says
+    # which) adds them in slice order (the reduction kernel's order: the same sum whichever slice arrives last),
+    # writes the output and resets the counter
+    pc, pk = tl.program_id(0), tl.program_id(1)
+    cols = pc * BC + tl.arange(0, BC)
+    rows = tl.arange(0, BR)
+    ks = tl.arange(0, BK)
+    k0 = pk * K_PER
+    k_end = tl.minimum(K, k0 + K_PER)
+    yp = y + (cols % C)[:, None] * syc + (k0 + ks)[None, :] * syk
+    xp = x + (k0 + ks)[:, None] * sxk + (rows % R)[None, :] * sxr
+    acc = tl.zeros((BC, BR), dtype=tl.float32)
+    for _ in range(k0, k_end, BK):
+        w = tl.load(yp, eviction_policy="evict_first")
+        a = tl.load(xp, eviction_policy="evict_last")
+        acc = tl.dot(w, a, acc)
+        yp += BK * syk
+        xp += BK * sxk
+    inside = (cols[:, None] < C) & (rows[None, :] < R)
+    slots = part + rows[None, :] * C + cols[:, None]  # [BC, BR] of slice 0's partial; slice s at + s * R * C
+    tl.store(slots + pk * R * C, acc, mask=inside)
+    tl.debug_barrier()
+    if tl.atomic_add(count + pc, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+        total = tl.zeros((BC, BR), dtype=tl.float32)
+        for s in tl.static_range(SPLIT):
+            total += tl.load(slots + s * R * C, mask=inside, other=0.0, cache_modifier=".cg")
+        if SCALED:
+            total *= tl.load(scale_x) * tl.load(scale_y)
+        tl.store(out + rows[None, :] * sor + cols[:, None] * soc, total.to(out.dtype.element_ty), mask=inside)
+        tl.atomic_xchg(count + pc, 0)

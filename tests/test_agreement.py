@@ -126,3 +126,21 @@ def test_bench_agreement_combines_its_own_outputs_of_one_device_and_refuses_two(
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit, match=r"bad\.json: not a file bench_agreement\.py wrote"):
         script.collect([tmp_path / "bad.json"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bench_agreement_h100_2026-11-27_all.json",
+        "bench_agreement_h100_2026-11-27_pruned.json",
+        "bench_agreement_h100_2026-11-27_review.json",
+    ],
+)
+def test_a_committed_agreement_record_holds_the_figures_of_its_rows(name):
+    record = json.loads((Path(__file__).parents[1] / "bench" / "results" / name).read_text())
+    rows = [row for run in record["runs"] for row in run["rows"]]
+    assert record["predicted_rows"] == len(rows) == sum(run["predicted_rows"] for run in record["runs"])
+    for row in rows:  # a row agrees where its prediction is within the band of its validation
+        assert row["agrees"] == (abs(math.log(row["predicted"] / row["validated"])) <= math.log1p(0.02) + 1e-12)
+    assert record["agreeing_fraction"] == pytest.approx(sum(r["agrees"] for r in rows) / len(rows))
+    assert record["worst_validated"] == min(r["validated"] for r in rows) >= record["targets"]["worst_validated"]

@@ -189,3 +189,38 @@ def test_the_persistent_grid_record_loses_to_the_product_s_swapped_tile_on_every
         }
         assert best["product"] > max(best["persist"], best["flat"]) > row["fraction"]["default"]
         assert max(row["relative_error"].values()) < 2e-2
+
+
+def test_swapfix_configs_split_the_swapped_tiles_into_whole_k_tiles(floor):
+    from pipeline.backends.triton_gemm import SHARED_BYTES
+    from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+
+    def problem(m, k, tokens=4, fp8=False):
+        fields = ("scaled_gemm", TENSORWISE_E4M3) if fp8 else ("gemm", {})
+        return GemmProblem(fields[0], "T", "N", m, tokens, k, k, k, m, **fields[1])
+
+    assert floor.swapfix_configs(problem(4096, 4096, tokens=1)) == []  # one token: gemv's
+    for fp8 in (False, True):
+        found = floor.swapfix_configs(problem(3584, 3584, fp8=fp8))
+        assert {c.split_k for c in found} == {2, 3, 4}
+        for c in found:
+            assert c.swapped and 3584 % c.block_k == 0 and 3584 // c.block_k >= 2 * c.split_k
+            assert c.num_stages * (16 + c.block_c) * c.block_k * (1 if fp8 else 2) <= SHARED_BYTES
+    assert floor.swapfix_configs(problem(4096, 4000)) == []  # no K tile divides K
+
+
+def test_the_swapfix_record_loses_to_the_unsplit_swapped_tile_wherever_both_were_timed():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_swapfix_h100_2026-11-27.json").read_text())
+    rows = [row for run in record["runs"] for row in run["rows"]]
+    assert len(rows) == 18 and all(run["args"]["families"] == ["swapped", "swapfix"] for run in record["runs"])
+    for row in rows:
+        fraction = row["fraction"]
+        fixup = max(v for n, v in fraction.items() if n.startswith("swapfix:"))
+        unsplit = [v for n, v in fraction.items() if n.startswith("triton_") and "_s1_" in n]
+        split = [v for n, v in fraction.items() if n.startswith("triton_") and "_s1_" not in n]
+        assert unsplit or split
+        if unsplit:
+            assert max(unsplit) > fixup
+        if split:  # the same split, reduced by a second kernel: within 1%
+            assert fixup == pytest.approx(max(split), rel=0.01)
+        assert max(row["relative_error"].values()) < 2e-2

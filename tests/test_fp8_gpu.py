@@ -6,6 +6,7 @@ backend tunes a tensorwise problem against torch's ``_scaled_mm`` and skips or t
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -181,8 +182,9 @@ def test_the_backend_tunes_a_tensorwise_fp8_problem_against_torchs_scaled_mm():
     assert result.numerics["Default"] < TOLERANCES[("float8_e4m3fn", "float32")]
     screened = [c for c in result.candidates if c.screen_us is not None and c.name != "Default"]
     assert len(screened) >= 4  # the heuristic's list and neighbours ran through the harness
-    if result.winner != "Default":
-        assert result.speedup >= 1 + settings.margin
+    if result.winner != "Default":  # crowned on its verdict; the figure reported is a later reading's (any side of it)
+        (crowned,) = [c for c in result.candidates if c.name == result.winner]
+        assert crowned.verdict_speedup >= 1 + settings.margin and 0 < result.winner_us < math.inf
     rowwise = GemmProblem(
         "scaled_gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, scale_a_recipe=1, scale_b_recipe=1, **fields
     )
