@@ -4,7 +4,9 @@ kernels, the latter with a cold compile cache and again with the warm one (a nig
 lives in the workdir). Per GEMM: wall seconds of ``tune_one``, the compile phase, the winner and Bench's
 speedup over torch's default (its verdict, re-timed alone on fresh operands).
 
-    python bench/triton_bench_cost.py --out bench/results/triton_bench_cost_<gpu>_<date>.json [--tokens 1 4]
+    python bench/triton_bench_cost.py --out bench/results/triton_bench_cost_<gpu>_<date>.json [--tokens 1 4 8]
+
+An ``--out`` that is a directory is refused (exit 12) before anything is measured.
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import statistics
+import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
-import torch
-import triton
-
-from pipeline.backends.base import TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend
-from pipeline.backends.measure import device_info
+from pipeline.atomic import atomic_write_json, claim_output_file
+from pipeline.errors import INPUT, BadInput
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+
+if TYPE_CHECKING:
+    from pipeline.backends.base import TuneSettings
+    from pipeline.backends.cublaslt import CublasLtBackend
 
 LLAMA3_8B = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 
@@ -52,17 +57,59 @@ def run(backend: CublasLtBackend, problem: GemmProblem, settings: TuneSettings) 
     }
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
     args = parser.parse_args()
-    settings = TuneSettings()
-    library = CublasLtBackend(0)
+    try:
+        claim_output_file(args.out, [])
+    except BadInput as err:
+        print(f"triton_bench_cost: {err}", file=sys.stderr)
+        return INPUT
+    import torch  # the GPU's: after the output is claimed
+    import triton
+
+    from pipeline.backends.base import TuneSettings
+    from pipeline.backends.cublaslt import CublasLtBackend
+    from pipeline.backends.measure import device_info
+
     cache = tempfile.mkdtemp(prefix="triton-cache-")
-    with_triton = CublasLtBackend(0, triton_cache=cache)
+    library = with_triton = None
+    try:
+        library, with_triton = CublasLtBackend(0), CublasLtBackend(0, triton_cache=cache)
+        rows = measure(library, with_triton, args.tokens)
+    finally:
+        for backend in (library, with_triton):
+            if backend is not None:
+                backend.close()
+        shutil.rmtree(cache, ignore_errors=True)
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "device": device_info(torch.device("cuda", 0)),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "settings": {"time_budget_s": TuneSettings().time_budget_s, "margin": TuneSettings().margin},
+        "median_added_s": {
+            "cold": statistics.median(r["added_s_cold"] for r in rows),
+            "warm": statistics.median(r["added_s_warm"] for r in rows),
+        },
+        "triton_wins": sum(r["triton_warm"]["winner"].startswith("triton_") for r in rows),
+        "rows": rows,
+    }
+    atomic_write_json(args.out, record)
+    print(json.dumps({k: record[k] for k in ("median_added_s", "triton_wins")}))
+    return 0
+
+
+def measure(library: CublasLtBackend, with_triton: CublasLtBackend, tokens: list[int]) -> list[dict]:
+    """Each GEMM tuned by the library alone, then with the Triton kernels on the compile cache as the GEMMs
+    before it left it ("cold": its configs not compiled yet where no earlier GEMM shared them), then again."""
+    from pipeline.backends.base import TuneSettings
+
+    settings = TuneSettings()
     rows = []
-    for name, problem in problems(args.tokens):
+    for name, problem in problems(tokens):
         row = {"gemm": name, "problem": problem.to_dict()}
         row["library"] = run(library, problem, settings)
         row["triton_cold"] = run(with_triton, problem, settings)
@@ -77,23 +124,8 @@ def main() -> None:
             f"x{row['triton_warm']['speedup']:.3f}",
             flush=True,
         )
-    record = {
-        "date": datetime.date.today().isoformat(),
-        "device": device_info(torch.device("cuda", 0)),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "settings": {"time_budget_s": settings.time_budget_s, "margin": settings.margin},
-        "median_added_s": {
-            "cold": statistics.median(r["added_s_cold"] for r in rows),
-            "warm": statistics.median(r["added_s_warm"] for r in rows),
-        },
-        "triton_wins": sum(r["triton_warm"]["winner"].startswith("triton_") for r in rows),
-        "rows": rows,
-    }
-    with open(args.out, "w") as handle:
-        json.dump(record, handle, indent=1)
-    print(json.dumps({k: record[k] for k in ("median_added_s", "triton_wins")}))
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

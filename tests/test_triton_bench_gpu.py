@@ -107,3 +107,11 @@ def test_a_config_that_fails_to_compile_fails_alone():
     ops = rotating_operands(problem, torch.device("cuda"), TimingSettings())[0]
     failed = compile_all({c.name: tg.launcher(problem, c) for c in (good, too_big)}, ops)
     assert list(failed) == [too_big.name] and isinstance(failed[too_big.name], Exception)
+
+
+def test_bench_compiles_on_a_thread_a_cpu_at_most_sixteen(monkeypatch):
+    from pipeline.backends import cublaslt
+
+    for cpus, threads in ((1, 1), (2, 2), (12, 12), (16, 16), (128, 16)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert cublaslt.compile_threads() == threads
