@@ -27,6 +27,7 @@ best three one-token configs compiled for the call's ``K`` (``with_constant_k``)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -257,7 +258,7 @@ def measure(args: argparse.Namespace) -> dict:
                 if "fixup" in families:
                     candidates |= {"fixup:" + c.name: fixup(problem, c) for c in fixup_configs(problem)}
                 if "swapfix" in families:
-                    candidates |= {"swapfix:" + c.name: fixup(problem, c) for c in swapfix_configs(problem)}
+                    candidates |= {"swapfix:" + c.name: fixup(problem, c) for c in swapfix_configs(problem, sms)}
                 if "tma" in families:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "swap" in families:
@@ -441,8 +442,9 @@ def swap_configs(problem) -> list:
     128 weight columns a program (one warpgroup per 64), K tiles of 64-256 in 3-6 stages within the shared
     memory, K split 1-4 ways (each slice whole K tiles)."""
     from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.problem import dtype_bytes
 
-    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
+    k, operand = problem.k, dtype_bytes(problem.a_type)
     if not 1 < problem.n <= 16:
         return []
     return [
@@ -453,24 +455,27 @@ def swap_configs(problem) -> list:
     ]  # fmt: skip
 
 
-def persist_configs(problem, sms: int) -> list:
-    """(config, programs, flat) of ``floor_kernels``' persistent swapped kernels at T = 2-16 (K a multiple of the
-    K tile, no split): the product's swapped tiles on one or two programs an SM, where the tiles outnumber them."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+def unsplit_swapped(problem, sms: int) -> list:
+    """The product's swapped tiles for ``problem`` (``triton_gemm._swapped_configs``: 64 or 128 weight columns,
+    K tiles of 128-256 in 4 or 6 stages within the shared memory) that split nothing, where K is a whole number
+    of their K tiles: the base of the probes that change how the tile is scheduled or split."""
+    from pipeline.backends.triton_gemm import _swapped_configs
 
-    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
     if not 1 < problem.n <= 16:
         return []
-    found = []
-    for c in (64, 128):
-        tiles = -(-problem.m // c)
-        for bk in (128, 256):
-            for st in (4, 6):
-                if k % bk or st * (16 + c) * bk * operand > SHARED_BYTES:
-                    continue
-                config = TritonConfig(16, c, bk, 1, 1, c // 16, st, swapped=True)
-                found += [(config, p, flat) for p in (sms, 2 * sms) if p < tiles for flat in (False, True)]
-    return found
+    return [c for c in _swapped_configs(problem, sms) if c.split_k == 1 and problem.k % c.block_k == 0]
+
+
+def persist_configs(problem, sms: int) -> list:
+    """(config, programs, flat) of ``floor_kernels``' persistent swapped kernels at T = 2-16: the product's
+    unsplit swapped tiles (``unsplit_swapped``) on one or two programs an SM, where the tiles outnumber them."""
+    return [
+        (c, p, flat)
+        for c in unsplit_swapped(problem, sms)
+        for p in (sms, 2 * sms)
+        if p < -(-problem.m // c.block_c)
+        for flat in (False, True)
+    ]
 
 
 def fixup_configs(problem) -> list:
@@ -489,20 +494,16 @@ def fixup_configs(problem) -> list:
     ]  # fmt: skip
 
 
-def swapfix_configs(problem) -> list:
-    """Split-K configs of ``floor_kernels.swapped_fixup`` at T = 2-16: the product's swapped tiles (64 or 128
-    weight columns a program, K tiles of 128-256 in 4 or 6 stages within the shared memory), K split 2-4 ways
-    into slices of whole K tiles (the last slice may be shorter)."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
-
-    k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
-    if not 1 < problem.n <= 16:
-        return []
+def swapfix_configs(problem, sms: int) -> list:
+    """Split-K configs of ``floor_kernels.swapped_fixup`` at T = 2-16: the product's unsplit swapped tiles
+    (``unsplit_swapped``), K split 2-4 ways into slices of whole K tiles, at least two each (the last slice may
+    be shorter)."""
     return [
-        TritonConfig(16, c, bk, s, 1, c // 16, st, swapped=True)
-        for c in (64, 128) for bk in (128, 256) for s in (2, 3, 4) for st in (4, 6)
-        if k % bk == 0 and k // bk >= 2 * s and st * (16 + c) * bk * operand <= SHARED_BYTES
-    ]  # fmt: skip
+        dataclasses.replace(c, split_k=s)
+        for c in unsplit_swapped(problem, sms)
+        for s in (2, 3, 4)
+        if problem.k // c.block_k >= 2 * s
+    ]
 
 
 def main() -> int:

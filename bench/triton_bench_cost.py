@@ -74,11 +74,12 @@ def main() -> int:
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import device_info
 
+    settings = TuneSettings()
     cache = tempfile.mkdtemp(prefix="triton-cache-")
     library = with_triton = None
     try:
         library, with_triton = CublasLtBackend(0), CublasLtBackend(0, triton_cache=cache)
-        rows = measure(library, with_triton, args.tokens)
+        rows = measure(library, with_triton, args.tokens, settings)
     finally:
         for backend in (library, with_triton):
             if backend is not None:
@@ -89,7 +90,7 @@ def main() -> int:
         "device": device_info(torch.device("cuda", 0)),
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "settings": {"time_budget_s": TuneSettings().time_budget_s, "margin": TuneSettings().margin},
+        "settings": {"time_budget_s": settings.time_budget_s, "margin": settings.margin},
         "median_added_s": {
             "cold": statistics.median(r["added_s_cold"] for r in rows),
             "warm": statistics.median(r["added_s_warm"] for r in rows),
@@ -102,12 +103,11 @@ def main() -> int:
     return 0
 
 
-def measure(library: CublasLtBackend, with_triton: CublasLtBackend, tokens: list[int]) -> list[dict]:
+def measure(
+    library: CublasLtBackend, with_triton: CublasLtBackend, tokens: list[int], settings: TuneSettings
+) -> list[dict]:
     """Each GEMM tuned by the library alone, then with the Triton kernels on the compile cache as the GEMMs
     before it left it ("cold": its configs not compiled yet where no earlier GEMM shared them), then again."""
-    from pipeline.backends.base import TuneSettings
-
-    settings = TuneSettings()
     rows = []
     for name, problem in problems(tokens):
         row = {"gemm": name, "problem": problem.to_dict()}

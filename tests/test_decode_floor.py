@@ -199,14 +199,14 @@ def test_swapfix_configs_split_the_swapped_tiles_into_whole_k_tiles(floor):
         fields = ("scaled_gemm", TENSORWISE_E4M3) if fp8 else ("gemm", {})
         return GemmProblem(fields[0], "T", "N", m, tokens, k, k, k, m, **fields[1])
 
-    assert floor.swapfix_configs(problem(4096, 4096, tokens=1)) == []  # one token: gemv's
+    assert floor.swapfix_configs(problem(4096, 4096, tokens=1), 132) == []  # one token: gemv's
     for fp8 in (False, True):
-        found = floor.swapfix_configs(problem(3584, 3584, fp8=fp8))
+        found = floor.swapfix_configs(problem(3584, 3584, fp8=fp8), 132)
         assert {c.split_k for c in found} == {2, 3, 4}
         for c in found:
             assert c.swapped and 3584 % c.block_k == 0 and 3584 // c.block_k >= 2 * c.split_k
             assert c.num_stages * (16 + c.block_c) * c.block_k * (1 if fp8 else 2) <= SHARED_BYTES
-    assert floor.swapfix_configs(problem(4096, 4000)) == []  # no K tile divides K
+    assert floor.swapfix_configs(problem(4096, 4000), 132) == []  # no K tile divides K
 
 
 def test_the_swapfix_record_loses_to_the_unsplit_swapped_tile_wherever_both_were_timed():
