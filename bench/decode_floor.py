@@ -13,7 +13,7 @@ T tokens multiplied by each weight tile elementwise; ``swap``: the product's ``s
 with the weights on the MMA's M side, over configs beyond its space; ``swapped``: the product's swapped configs
 alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_persistent`` and ``swapped_flat``),
 ``--gemms`` and ``--tokens``
-the GEMMs (``SMALL`` and ``LARGE``); ``--evict`` times the product's best three configs again with its
+the GEMMs (``SMALL``, ``LARGE`` and ``UNFUSED``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
 best three one-token configs compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts
 ``decode_hbm.py``'s rows against the floors.
@@ -43,6 +43,7 @@ SMALL = (("llama3-8b", "qkv", 6144, 4096), ("llama3-8b", "o", 4096, 4096), ("qwe
 LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 14336),
          ("llama3-8b", "lm_head", 128256, 4096), ("qwen2-7b", "gate_up", 37888, 3584),
          ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
+UNFUSED = (("llama3-8b", "gate", 14336, 4096), ("qwen2-7b", "gate", 18944, 3584))  # gate or up, as HF models run them
 FP8_MODELS = ("llama3-8b",)
 FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix")
 FINALIST_PREFIXES = ("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat")
@@ -236,7 +237,7 @@ def measure(args: argparse.Namespace) -> dict:
     if args.constant_k:
         variants["kconst"] = load_kernels(with_constant_k(source))
     families = set(args.families) | ({"tma"} if args.tma else set())
-    shapes = [s for s in SMALL + LARGE if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
+    shapes = [s for s in SMALL + LARGE + UNFUSED if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
     for dtype in args.dtypes:
         for model, name, n_out, k in shapes:
             if dtype == "fp8" and model not in FP8_MODELS:
@@ -517,7 +518,8 @@ def main() -> int:
     run.add_argument("--tma", action="store_true", help="also the tensor-descriptor (TMA) kernels (tma_configs)")
     run.add_argument("--no-floors", action="store_true", help="the config probe alone")
     run.add_argument("--tokens", nargs="+", type=int, default=[1, 4, 8])
-    run.add_argument("--gemms", nargs="+", choices=[f"{m}:{g}" for m, g, *_ in SMALL + LARGE], help="default: SMALL")
+    gemms = [f"{m}:{g}" for m, g, *_ in SMALL + LARGE + UNFUSED]
+    run.add_argument("--gemms", nargs="+", choices=gemms, help="default: SMALL")
     run.add_argument("--families", nargs="+", default=["product", "wider", "fixup"], choices=FAMILIES)
     run.add_argument(
         "--constant-k",

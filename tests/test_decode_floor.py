@@ -224,3 +224,29 @@ def test_the_swapfix_record_loses_to_the_unsplit_swapped_tile_wherever_both_were
         if split:  # the same split, reduced by a second kernel: within 1%
             assert fixup == pytest.approx(max(split), rel=0.01)
         assert max(row["relative_error"].values()) < 2e-2
+
+
+def test_the_unfused_projections_are_the_hf_models_gate_and_up(floor):
+    from pipeline.workloads.hf import ARCHS
+
+    for model, name, n_out, k in floor.UNFUSED:
+        kw = ARCHS[model]["kw"]
+        assert name == "gate" and (n_out, k) == (kw["intermediate_size"], kw["hidden_size"])
+    fused = {(m, n_out) for m, g, n_out, _ in floor.LARGE if g == "gate_up"}
+    assert fused == {(m, 2 * n_out) for m, _, n_out, _ in floor.UNFUSED}
+
+
+def test_the_unfused_record_finds_no_family_beyond_the_products_space_by_benchs_margin():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_unfused_h100_2026-11-27.json").read_text())
+    rows = [row for run in record["runs"] for row in run["rows"]]
+    assert {(r["model"], r["dtype"], r["tokens"]) for r in rows} == {
+        *((m, d, t) for m in ("llama3-8b", "qwen2-7b") for d in ("bf16",) for t in (1, 4, 8)),
+        *(("llama3-8b", "fp8", t) for t in (1, 4, 8)),
+    }
+    for row in rows:
+        fraction = row["fraction"]
+        product = max(v for n, v in fraction.items() if n.startswith("triton_"))
+        others = [v for n, v in fraction.items() if n != "default" and not n.startswith("triton_")]
+        assert others and max(others) < 1.02 * product  # never by the margin Bench asks
+        assert product > fraction["default"]
+        assert max(row["relative_error"].values()) < 2e-2
