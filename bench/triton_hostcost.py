@@ -1,8 +1,11 @@
-"""The runtime's host cost per F.linear call on a Triton row against the same call on a cuBLASLt row and on
-torch alone (a problem small enough to be host-bound: 8x256x256 bf16; 9 rounds of 5000 calls, the three arms
-interleaved in a rotating order, medians of the issue time per call).
+"""The runtime's host cost per F.linear call on a Triton row against the same call on a cuBLASLt row, on no
+row (the runtime installed, the call's key not in its table: torch's kernel behind the runtime's dispatch) and
+on torch alone (a problem small enough to be host-bound: 8x256x256 bf16; 9 rounds of 5000 calls, the arms
+interleaved in a rotating order, medians of the issue time per call). ``--compiled``: each arm also through
+``torch.compile`` in its default mode (no CUDA graphs: Inductor's wrapper calls ``mm.out``, which the runtime
+routes), as a compiled workload without CUDA graphs issues its GEMMs.
 
-    python3 bench/triton_hostcost.py --out bench/results/triton_hostcost_<gpu>_<date>.json
+    python3 bench/triton_hostcost.py --out bench/results/triton_hostcost_<gpu>_<date>.json [--compiled]
 """
 
 from __future__ import annotations
@@ -37,11 +40,11 @@ def results(problem: GemmProblem, solution: str) -> Path:
     return path
 
 
-def per_call(x: torch.Tensor, w: torch.Tensor) -> float:
+def per_call(x: torch.Tensor, w: torch.Tensor, linear=F.linear) -> float:
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(CALLS):
-        F.linear(x, w)
+        linear(x, w)
     issued = time.perf_counter() - start
     torch.cuda.synchronize()
     return issued / CALLS * 1e6
@@ -50,34 +53,43 @@ def per_call(x: torch.Tensor, w: torch.Tensor) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--compiled", action="store_true", help="each arm in torch.compile's default mode too")
     args = parser.parse_args()
     x = torch.randn(8, 256, device="cuda").bfloat16()
     w = torch.randn(256, 256, device="cuda").bfloat16()
     key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
     problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
     gemm = LtGemm(problem, lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    other = GemmProblem(key[0], key[3], key[4], 2 * key[5], *key[6:8], *key[8:10], 2 * key[10])  # not this call
     files = {
+        "no row": results(other, read_config(gemm.heuristic(1)[0])["SolutionNameMin"]),
         "cublaslt row": results(problem, read_config(gemm.heuristic(1)[0])["SolutionNameMin"]),
         "triton row": results(
             problem, tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)[0].name
         ),
     }
     gemm.close()
-    arms: dict[str, list[float]] = {"torch": [], **{name: [] for name in files}}
+    forms = {"eager": F.linear}
+    if args.compiled:
+        forms["compiled"] = torch.compile(lambda a, b: F.linear(a, b))  # default mode: no CUDA graphs
+    names = [f"{setting} {form}" for form in forms for setting in ("torch", *files)]
+    arms: dict[str, list[float]] = {name: [] for name in names}
     checks = {}
     for r in range(ROUNDS + 1):
-        order = list(arms)[r % 3 :] + list(arms)[: r % 3]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            if name == "torch":
-                value = per_call(x, w)
+            setting, form = name.rsplit(" ", 1)
+            if setting == "torch":
+                value = per_call(x, w, forms[form])
             else:
-                rt.install(files[name])
+                rt.install(files[setting])
                 try:
-                    value = per_call(x, w)
-                    checks[name] = rt.installed().status()["tuned_calls"]
+                    value = per_call(x, w, forms[form])
+                    status = rt.installed().status()
+                    checks[name] = {"tuned": status["tuned_calls"], "fallbacks": status["fallbacks"]}
                 finally:
                     rt.uninstall()
-            if r:  # the first round warms every arm up (the Triton kernel compiles there)
+            if r:  # the first round warms every arm up (the Triton kernel and the compiled form compile there)
                 arms[name].append(value)
     medians = {name: statistics.median(v) for name, v in arms.items()}
     record = {
@@ -89,9 +101,9 @@ def main() -> None:
         "calls_per_round": CALLS,
         "rounds": ROUNDS,
         "median_us_per_call": medians,
-        "over_torch_us": {name: medians[name] - medians["torch"] for name in files},
+        "over_torch_us": {n: medians[n] - medians[f"torch {n.rsplit(' ', 1)[1]}"] for n in names if "torch" not in n},
         "samples_us": arms,
-        "tuned_calls": checks,
+        "calls": checks,
     }
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(json.dumps({k: record[k] for k in ("median_us_per_call", "over_torch_us")}, indent=1))
