@@ -51,19 +51,16 @@ def _child_init(cache: str, parent: int) -> None:
 
 
 def fresh_kernels(label: str):
-    """``triton_kernels.py`` loaded again as a module of its own: JIT functions with no compiled kernel held in
-    memory, so each mode compiles (or loads from its cache) rather than finding the last mode's kernels."""
-    import importlib.util
+    """``triton_kernels.py`` loaded again as a module of its own (``decode_floor.load_kernels``): JIT functions
+    with no compiled kernel held in memory, so each mode compiles (or loads from its cache) rather than finding
+    the last mode's kernels."""
     from pathlib import Path
+
+    from decode_floor import load_kernels  # bench/ is the script's path
 
     from pipeline.backends import triton_gemm as tg
 
-    path = Path(tempfile.mkdtemp(prefix="kernels-")) / f"kernels_{label}.py"
-    path.write_text(Path(tg.__file__).with_name("triton_kernels.py").read_text())
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_kernels(Path(tg.__file__).with_name("triton_kernels.py").read_text(), f"kernels_{label}")
 
 
 def _prepare(spec, config_json: dict, kernels=None) -> str | None:

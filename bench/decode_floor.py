@@ -49,6 +49,13 @@ FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "pers
 FINALIST_PREFIXES = ("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat")
 
 
+def scale_args(ops, out) -> tuple:
+    """(scaled, X's scale, Y's scale) as the floor kernels take them: torch's ``scale_b`` scales X (the BLAS B),
+    its ``scale_a`` Y; unscaled, ``out`` stands in for both pointers, which the kernel then never reads."""
+    scaled = ops.scale_a is not None
+    return (True, ops.scale_b, ops.scale_a) if scaled else (False, out, out)
+
+
 def floor_at(floors: list[dict], size: float) -> float:
     """The read's fraction at ``size`` bytes: log-linear between the measured sizes, flat beyond them."""
     points = sorted((f["bytes"], f["read_frac"]) for f in floors)
@@ -163,8 +170,7 @@ def measure(args: argparse.Namespace) -> dict:
                 tiles = triton.cdiv(rows, c.block_r) * triton.cdiv(cols, c.block_c)
                 state["part"] = torch.empty((c.split_k, rows, cols), device=x.device, dtype=torch.float32)
                 state["count"] = torch.zeros(tiles, device=x.device, dtype=torch.int32)
-            scaled = ops.scale_a is not None
-            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            scaled, sx, sy = scale_args(ops, out)
             k_per = triton.cdiv(triton.cdiv(k, c.split_k), c.block_k) * c.block_k
             kernel = fk.swapped_fixup if c.swapped else fk.gemv_fixup if c.block_r == 1 else fk.gemm_fixup
             grid = (triton.cdiv(rows, c.block_r) * triton.cdiv(cols, c.block_c), c.split_k)
@@ -181,8 +187,7 @@ def measure(args: argparse.Namespace) -> dict:
             x, y, out = torch_views(problem, ops)
             (rows, k), cols = x.shape, y.shape[1]
             w = y.t()  # [C, K], K contiguous: the weight as F.linear holds it
-            scaled = ops.scale_a is not None
-            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            scaled, sx, sy = scale_args(ops, out)
             w_desc = TensorDescriptor.from_tensor(w, [c.block_c, c.block_k])
             grid = (triton.cdiv(cols, c.block_c),)
             if c.block_r == 1:
@@ -199,8 +204,7 @@ def measure(args: argparse.Namespace) -> dict:
         def launch(ops) -> None:
             x, y, out = torch_views(problem, ops)
             (r, k), cols = x.shape, y.shape[1]
-            scaled = ops.scale_a is not None
-            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            scaled, sx, sy = scale_args(ops, out)
             fk.gemv_rows[(triton.cdiv(cols, c.block_c),)](
                 x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled, c.block_r,
                 c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
@@ -213,8 +217,7 @@ def measure(args: argparse.Namespace) -> dict:
         def launch(ops) -> None:
             x, y, out = torch_views(problem, ops)
             (r, k), cols = x.shape, y.shape[1]
-            scaled = ops.scale_a is not None
-            sx, sy = (ops.scale_b, ops.scale_a) if scaled else (out, out)
+            scaled, sx, sy = scale_args(ops, out)
             kernel[(programs,)](x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled,
                                 c.block_r, c.block_c, c.block_k, programs, num_warps=c.num_warps,
                                 num_stages=c.num_stages)  # fmt: skip
@@ -386,15 +389,15 @@ def _kernel_at(parts: list[str], kernel: str) -> int:
     return found[0]
 
 
-def load_kernels(source: str):
-    """A variant of ``triton_kernels.py``'s text as a module of its own, in a file of its own (Triton reads a
-    kernel's source from its file)."""
+def load_kernels(source: str, name: str = "variant_kernels"):
+    """A variant of ``triton_kernels.py``'s text (or the text itself) as a module ``name`` of its own, in a file
+    of its own (Triton reads a kernel's source from its file): JIT functions that hold no compiled kernel yet."""
     import importlib.util
     import tempfile
 
-    path = Path(tempfile.mkdtemp(prefix="variant-")) / "variant_kernels.py"
+    path = Path(tempfile.mkdtemp(prefix="variant-")) / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("variant_kernels", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -20,12 +20,29 @@ def read(src, out, n, BLOCK: tl.constexpr, PER: tl.constexpr):
 
 
 @triton.jit
+def _sum_slices_at_the_last(acc, slots, slice_size, pk, inside, counter, outs, scale_x, scale_y,
+                            SCALED: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
+    # split-K reduced in the launch: slice pk stores its fp32 partial at slots + pk * slice_size, and the slice
+    # that arrives last at the tile's counter adds all partials in slice order (the reduction kernel's order:
+    # the same sum whichever slice arrives last), writes them to outs and resets the counter
+    tl.store(slots + pk * slice_size, acc, mask=inside)
+    tl.debug_barrier()
+    if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+        total = tl.zeros_like(acc)
+        for s in tl.static_range(SPLIT):
+            total += tl.load(slots + s * slice_size, mask=inside, other=0.0, cache_modifier=".cg")
+        if SCALED:
+            total *= tl.load(scale_x) * tl.load(scale_y)
+        tl.store(outs, total.to(outs.dtype.element_ty), mask=inside)
+        tl.atomic_xchg(counter, 0)
+
+
+@triton.jit
 def gemm_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sxk, syk, syc, sor, soc,
                SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
                BK: tl.constexpr):  # fmt: skip
     # the product's skinny/tiled tile (triton_kernels.gemm, K a multiple of BK) with split-K reduced in the
-    # same launch: each slice stores its fp32 partial, and the slice that arrives last at the tile's counter
-    # adds all partials in slice order, writes the output and resets the counter
+    # same launch (_sum_slices_at_the_last)
     pid, pk = tl.program_id(0), tl.program_id(1)
     n_c = tl.cdiv(C, BC)
     rows = (pid // n_c) * BR + tl.arange(0, BR)
@@ -41,17 +58,19 @@ def gemm_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sx
         xp += BK * sxk
         yp += BK * syk
     inside = (rows[:, None] < R) & (cols[None, :] < C)
-    tl.store(part + (pk * R + rows[:, None]) * C + cols[None, :], acc, mask=inside)
-    tl.debug_barrier()
-    if tl.atomic_add(count + pid, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
-        total = tl.zeros((BR, BC), dtype=tl.float32)
-        for s in tl.static_range(SPLIT):
-            total += tl.load(part + (s * R + rows[:, None]) * C + cols[None, :], mask=inside, other=0.0,
-                             cache_modifier=".cg")  # fmt: skip
-        if SCALED:
-            total *= tl.load(scale_x) * tl.load(scale_y)
-        tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)
-        tl.atomic_xchg(count + pid, 0)
+    _sum_slices_at_the_last(
+        acc,
+        part + rows[:, None] * C + cols[None, :],
+        R * C,
+        pk,
+        inside,
+        count + pid,
+        out + rows[:, None] * sor + cols[None, :] * soc,
+        scale_x,
+        scale_y,
+        SCALED,
+        SPLIT,
+    )
 
 
 @triton.jit
@@ -72,16 +91,9 @@ def gemv_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr, sx
         xp += BK * sxk
         yp += BK * syk
     inside = cols < C
-    tl.store(part + pk * C + cols, tl.sum(acc, axis=1), mask=inside)
-    tl.debug_barrier()
-    if tl.atomic_add(count + pc, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
-        total = tl.zeros((BC,), dtype=tl.float32)
-        for s in tl.static_range(SPLIT):
-            total += tl.load(part + s * C + cols, mask=inside, other=0.0, cache_modifier=".cg")
-        if SCALED:
-            total *= tl.load(scale_x) * tl.load(scale_y)
-        tl.store(out + cols * soc, total.to(out.dtype.element_ty), mask=inside)
-        tl.atomic_xchg(count + pc, 0)
+    _sum_slices_at_the_last(
+        tl.sum(acc, axis=1), part + cols, C, pk, inside, count + pc, out + cols * soc, scale_x, scale_y, SCALED, SPLIT
+    )
 
 
 @triton.jit
@@ -203,9 +215,7 @@ def swapped_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr,
                   SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
                   BK: tl.constexpr):  # fmt: skip
     # the product's swapped tile (triton_kernels.swapped; each K slice whole K tiles) with split-K reduced in
-    # the same launch: every slice stores its fp32 partial, and the last to arrive (the tile's counter says
-    # which) adds them in slice order (the reduction kernel's order: the same sum whichever slice arrives last),
-    # writes the output and resets the counter
+    # the same launch (_sum_slices_at_the_last)
     pc, pk = tl.program_id(0), tl.program_id(1)
     cols = pc * BC + tl.arange(0, BC)
     rows = tl.arange(0, BR)
@@ -222,14 +232,16 @@ def swapped_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr,
         yp += BK * syk
         xp += BK * sxk
     inside = (cols[:, None] < C) & (rows[None, :] < R)
-    slots = part + rows[None, :] * C + cols[:, None]  # [BC, BR] of slice 0's partial; slice s at + s * R * C
-    tl.store(slots + pk * R * C, acc, mask=inside)
-    tl.debug_barrier()
-    if tl.atomic_add(count + pc, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
-        total = tl.zeros((BC, BR), dtype=tl.float32)
-        for s in tl.static_range(SPLIT):
-            total += tl.load(slots + s * R * C, mask=inside, other=0.0, cache_modifier=".cg")
-        if SCALED:
-            total *= tl.load(scale_x) * tl.load(scale_y)
-        tl.store(out + rows[None, :] * sor + cols[:, None] * soc, total.to(out.dtype.element_ty), mask=inside)
-        tl.atomic_xchg(count + pc, 0)
+    _sum_slices_at_the_last(
+        acc,
+        part + rows[None, :] * C + cols[:, None],
+        R * C,
+        pk,
+        inside,
+        count + pc,
+        out + rows[None, :] * sor + cols[:, None] * soc,
+        scale_x,
+        scale_y,
+        SCALED,
+        SPLIT,
+    )

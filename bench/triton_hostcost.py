@@ -6,6 +6,8 @@ interleaved in a rotating order, medians of the issue time per call). ``--compil
 routes), as a compiled workload without CUDA graphs issues its GEMMs.
 
     python3 bench/triton_hostcost.py --out bench/results/triton_hostcost_<gpu>_<date>.json [--compiled]
+
+An ``--out`` that is a directory is refused (exit 12) before anything is measured.
 """
 
 from __future__ import annotations
@@ -15,33 +17,28 @@ import dataclasses
 import datetime
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-import triton
-
-import pipeline.runtime as rt
-from pipeline.backends import triton_gemm as tg
-from pipeline.backends.cublaslt import LtGemm, lt
-from pipeline.backends.cublaslt_algo import read_config
-from pipeline.backends.measure import device_info
+from pipeline.atomic import atomic_write_json, claim_output_file
+from pipeline.errors import INPUT, BadInput
 from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.problem import GemmProblem
-from pipeline.runtime.frame import gemm_key
 
 CALLS, ROUNDS = 5000, 9
 
 
-def results(problem: GemmProblem, solution: str) -> Path:
+def results(problem: GemmProblem, solution: str, pt_version: str) -> Path:
     path = Path(tempfile.mkdtemp()) / "tunableop_results.csv"
-    write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, solution)])
+    write_file(path, {"PT_VERSION": pt_version}, [TunableOpEntry.from_problem(problem, solution)])
     return path
 
 
-def per_call(x: torch.Tensor, w: torch.Tensor, linear=F.linear) -> float:
+def per_call(x, w, linear) -> float:
+    import torch
+
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(CALLS):
@@ -51,35 +48,52 @@ def per_call(x: torch.Tensor, w: torch.Tensor, linear=F.linear) -> float:
     return issued / CALLS * 1e6
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--compiled", action="store_true", help="each arm in torch.compile's default mode too")
     args = parser.parse_args()
+    try:
+        claim_output_file(args.out, [])
+    except BadInput as err:
+        print(f"triton_hostcost: {err}", file=sys.stderr)
+        return INPUT
+    import torch  # the GPU's: after the output is claimed
+    import torch.nn.functional as F
+    import triton
+
+    import pipeline.runtime as rt
+    from pipeline.backends import triton_gemm as tg
+    from pipeline.backends.cublaslt import LtGemm, lt
+    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.backends.measure import device_info
+    from pipeline.runtime.frame import gemm_key
+
     x = torch.randn(8, 256, device="cuda").bfloat16()
     w = torch.randn(256, 256, device="cuda").bfloat16()
     key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
     problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
     gemm = LtGemm(problem, lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    library = read_config(gemm.heuristic(1)[0])["SolutionNameMin"]
+    gemm.close()
     other = dataclasses.replace(problem, m=2 * problem.m, ldc=2 * problem.ldc)  # a row for no call made here
+    version = torch.__version__.split("+")[0]
     files = {
-        "no row": results(other, read_config(gemm.heuristic(1)[0])["SolutionNameMin"]),
-        "cublaslt row": results(problem, read_config(gemm.heuristic(1)[0])["SolutionNameMin"]),
+        "no row": results(other, library, version),
+        "cublaslt row": results(problem, library, version),
         "triton row": results(
-            problem, tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)[0].name
+            problem, tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)[0].name, version
         ),
     }
-    gemm.close()
     forms = {"eager": F.linear}
     if args.compiled:
         forms["compiled"] = torch.compile(lambda a, b: F.linear(a, b))  # default mode: no CUDA graphs
-    names = [f"{setting} {form}" for form in forms for setting in ("torch", *files)]
-    arms: dict[str, list[float]] = {name: [] for name in names}
+    arms = [(setting, form) for form in forms for setting in ("torch", *files)]
+    samples: dict[str, list[float]] = {f"{s} {f}": [] for s, f in arms}
     checks = {}
     for r in range(ROUNDS + 1):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            setting, form = name.rsplit(" ", 1)
+        for setting, form in arms[r % len(arms) :] + arms[: r % len(arms)]:
+            name = f"{setting} {form}"
             if setting == "torch":
                 value = per_call(x, w, forms[form])
             else:
@@ -91,8 +105,8 @@ def main() -> None:
                 finally:
                     rt.uninstall()
             if r:  # the first round warms every arm up (the Triton kernel and the compiled form compile there)
-                arms[name].append(value)
-    medians = {name: statistics.median(v) for name, v in arms.items()}
+                samples[name].append(value)
+    medians = {name: statistics.median(v) for name, v in samples.items()}
     record = {
         "date": datetime.date.today().isoformat(),
         "device": device_info(torch.device("cuda", 0)),
@@ -102,13 +116,14 @@ def main() -> None:
         "calls_per_round": CALLS,
         "rounds": ROUNDS,
         "median_us_per_call": medians,
-        "over_torch_us": {n: medians[n] - medians[f"torch {n.rsplit(' ', 1)[1]}"] for n in names if "torch" not in n},
-        "samples_us": arms,
+        "over_torch_us": {f"{s} {f}": medians[f"{s} {f}"] - medians[f"torch {f}"] for s, f in arms if s != "torch"},
+        "samples_us": samples,
         "calls": checks,
     }
-    Path(args.out).write_text(json.dumps(record, indent=1))
+    atomic_write_json(args.out, record)
     print(json.dumps({k: record[k] for k in ("median_us_per_call", "over_torch_us")}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

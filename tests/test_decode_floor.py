@@ -250,3 +250,11 @@ def test_the_unfused_record_finds_no_family_beyond_the_products_space_by_benchs_
         assert others and max(others) < 1.02 * product  # never by the margin Bench asks
         assert product > fraction["default"]
         assert max(row["relative_error"].values()) < 2e-2
+
+
+def test_the_floor_kernels_take_torchs_scale_b_for_x_and_scale_a_for_y(floor):
+    from types import SimpleNamespace
+
+    out, a, b = object(), object(), object()
+    assert floor.scale_args(SimpleNamespace(scale_a=a, scale_b=b), out) == (True, b, a)
+    assert floor.scale_args(SimpleNamespace(scale_a=None, scale_b=None), out) == (False, out, out)

@@ -251,6 +251,7 @@ def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
     ("decode_floor.py", ["measure", "--out", "."]),
     ("compile_probe.py", ["--out", "."]),
     ("triton_bench_cost.py", ["--out", "."]),
+    ("triton_hostcost.py", ["--out", "."]),
 ])  # fmt: skip
 def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypatch, script, args):
     import subprocess
