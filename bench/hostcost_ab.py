@@ -1,11 +1,23 @@
-"""The runtime's host cost per F.linear call, another tree's runtime against this one's, A/B interleaved in one
-process: torch alone, old tuned, new tuned, and the fallback path of each (a problem small enough to be
-host-bound; 9 rounds of 5000 calls, medians).
+"""The runtime's host cost per call, another tree's runtime (``pipeline_old``) against this one's, A/B interleaved
+in one process, on problems small enough to be host-bound (bf16 x[8,256] W[256,256]):
+
+* ``tuned``: ``F.linear`` on the shape the table has a cuBLASLt row for,
+* ``no row``: ``F.linear`` on x[16,256], which the table has no row for (torch's kernel behind the runtime),
+* ``bmm``: ``torch.bmm`` [8,8,64] x [8,64,64], an op the table has no row of at all,
+
+each eager and through ``torch.compile`` in its default mode (no CUDA graphs: Inductor's wrapper calls the
+``.out`` overloads the runtime routes), against torch alone. Each round installs the old and the new runtime
+in turn (their order alternating) and measures torch alone between them; ``paired_new_minus_old_us`` is the
+per-round difference, whose median is the figure that resists the host's round-to-round drift.
 
     mkdir -p /tmp/old && git archive REV pipeline | tar -x -C /tmp/old && mv /tmp/old/pipeline /tmp/old/pipeline_old
-    python3 bench/hostcost_ab.py /tmp/old > bench/results/runtime_hostcost_ab_<gpu>_<date>.json
+    python3 bench/hostcost_ab.py /tmp/old REV --out bench/results/runtime_hostcost_ab_<gpu>_<date>.json
 """
 
+from __future__ import annotations
+
+import argparse
+import datetime
 import json
 import statistics
 import sys
@@ -13,69 +25,122 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, sys.argv[1])
-import pipeline_old.runtime as old
-import torch
-import torch.nn.functional as F
+from pipeline.atomic import atomic_write_json, claim_output_file
+from pipeline.errors import INPUT, BadInput
 
-import pipeline.runtime as new
-from pipeline.backends.cublaslt import LtGemm, lt
-from pipeline.backends.cublaslt_algo import read_config
-from pipeline.formats.tunableop import TunableOpEntry, write_file
-from pipeline.problem import GemmProblem
-from pipeline.runtime.frame import gemm_key
-
-calls, rounds = 5000, 9
-x, w = torch.randn(8, 256, device="cuda").bfloat16(), torch.randn(256, 256, device="cuda").bfloat16()
-other = torch.randn(16, 256, device="cuda").bfloat16()
-key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
-problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
-handle, workspace = lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
-gemm = LtGemm(problem, handle, workspace)
-solution = read_config(gemm.heuristic(1)[0])["SolutionNameMin"]
-gemm.close()
-csv = Path(tempfile.mkdtemp()) / "tunableop_results.csv"
-write_file(csv, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, solution)])
+CALLS, ROUNDS = 3000, 25
+FORMS = ("eager", "compiled")
+CASES = ("tuned", "no row", "bmm")
 
 
-def per_call(a):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        F.linear(a, w)
-    issued = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return issued / calls * 1e6
+def summary(samples: dict[str, list[float]]) -> dict:
+    """Medians per arm, each runtime's cost over torch alone (medians), and the paired new - old differences
+    per round with their median, per case and form (arms named ``"<setting> <case> <form>"``)."""
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    over, paired = {}, {}
+    for case in CASES:
+        for form in FORMS:
+            arm = f"{case} {form}"
+            if f"torch {arm}" not in samples:
+                continue
+            over[arm] = {side: medians[f"{side} {arm}"] - medians[f"torch {arm}"] for side in ("old", "new")}
+            rounds = [n - o for n, o in zip(samples[f"new {arm}"], samples[f"old {arm}"], strict=True)]
+            paired[arm] = {"rounds": rounds, "median": statistics.median(rounds)}
+    return {"median_us_per_call": medians, "over_torch_us": over, "paired_new_minus_old_us": paired}
 
 
-arms = {name: [] for name in ("torch", "old tuned", "new tuned", "old fallback", "new fallback", "torch other")}
-for _ in range(2):
-    per_call(x), per_call(other)
-for r in range(rounds):
-    order = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
-    arms["torch"].append(per_call(x))
-    arms["torch other"].append(per_call(other))
-    for name, rt in order:
-        runtime = rt.install(csv)
-        arms[f"{name} tuned"].append(per_call(x))
-        arms[f"{name} fallback"].append(per_call(other))
-        assert sum(runtime.status()["tuned_calls"].values()) == calls, name
-        rt.uninstall()
-med = {k: statistics.median(v) for k, v in arms.items()}
-print(
-    json.dumps(
-        {
-            "device": torch.cuda.get_device_name(0),
-            "calls_per_sample": calls,
-            "rounds": rounds,
-            "median_us_per_call": med,
-            "samples_us": arms,
-            "tuned_extra_us": {"old": med["old tuned"] - med["torch"], "new": med["new tuned"] - med["torch"]},
-            "fallback_extra_us": {
-                "old": med["old fallback"] - med["torch other"],
-                "new": med["new fallback"] - med["torch other"],
-            },
-        },
-        indent=1,
-    )
-)
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("old_tree", help="a directory holding the other tree's package as pipeline_old")
+    parser.add_argument("old_rev", help="the revision the other tree was taken from (recorded)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    try:
+        claim_output_file(args.out, [])
+    except BadInput as err:
+        print(f"hostcost_ab: {err}", file=sys.stderr)
+        return INPUT
+    sys.path.insert(0, str(Path(args.old_tree).absolute()))
+    import pipeline_old.runtime as old
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as new
+    from pipeline.backends.cublaslt import LtGemm, lt
+    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.backends.measure import device_info
+    from pipeline.formats.tunableop import TunableOpEntry, write_file
+    from pipeline.problem import GemmProblem
+    from pipeline.runtime.frame import gemm_key
+
+    bf16 = {"device": "cuda", "dtype": torch.bfloat16}
+    x, w, other = torch.randn(8, 256, **bf16), torch.randn(256, 256, **bf16), torch.randn(16, 256, **bf16)
+    a, b = torch.randn(8, 8, 64, **bf16), torch.randn(8, 64, 64, **bf16)
+    key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
+    problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
+    gemm = LtGemm(problem, lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    solution = read_config(gemm.heuristic(1)[0])["SolutionNameMin"]
+    gemm.close()
+    csv = Path(tempfile.mkdtemp()) / "tunableop_results.csv"
+    write_file(csv, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, solution)])
+
+    calls = {
+        "tuned eager": lambda: F.linear(x, w),
+        "no row eager": lambda: F.linear(other, w),
+        "bmm eager": lambda: torch.bmm(a, b),
+    }
+    compiled = {  # default mode; one function per case, so that no case recompiles another's
+        "tuned": torch.compile(lambda p, q: F.linear(p, q)),
+        "no row": torch.compile(lambda p, q: F.linear(p, q)),
+        "bmm": torch.compile(lambda p, q: torch.bmm(p, q)),
+    }
+    calls["tuned compiled"] = lambda: compiled["tuned"](x, w)
+    calls["no row compiled"] = lambda: compiled["no row"](other, w)
+    calls["bmm compiled"] = lambda: compiled["bmm"](a, b)
+
+    def per_call(call) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            call()
+        issued = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return issued / CALLS * 1e6
+
+    samples: dict[str, list[float]] = {f"{s} {arm}": [] for s in ("torch", "old", "new") for arm in calls}
+    routed = {}
+    for r in range(ROUNDS + 1):  # round 0 warms every arm up (compiles), unrecorded
+        sides = [("old", old), ("new", new)] if r % 2 == 0 else [("new", new), ("old", old)]
+        arms = list(calls)[r % len(calls) :] + list(calls)[: r % len(calls)]
+        for setting, runtime in [("torch", None), sides[0], ("torch", None), sides[1]]:
+            installed = runtime.install(csv) if runtime else None
+            try:
+                for arm in arms:
+                    value = per_call(calls[arm])
+                    if r:  # torch alone: two samples a round, one before each runtime
+                        samples[f"{setting} {arm}"].append(value)
+                if installed:
+                    status = installed.status()
+                    routed[setting] = {k: status.get(k) for k in ("routed_ops", "tuned_calls", "fallbacks")}
+            finally:
+                if runtime:
+                    runtime.uninstall()
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "device": device_info(torch.device("cuda", 0)),
+        "torch": torch.__version__,
+        "old_rev": args.old_rev,
+        "calls_per_sample": CALLS,
+        "rounds": ROUNDS,
+        **summary(samples),
+        "samples_us": samples,
+        "last_round_status": routed,
+    }
+    atomic_write_json(args.out, record)
+    print(json.dumps({k: record[k] for k in ("over_torch_us",)}, indent=1))
+    print(json.dumps({k: v["median"] for k, v in record["paired_new_minus_old_us"].items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

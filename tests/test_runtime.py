@@ -297,6 +297,98 @@ def test_rows_tuned_on_another_gpu_are_refused(tmp_path):
         rt.uninstall()
 
 
+@needs
+def test_only_the_ops_the_table_has_rows_for_are_overridden(tmp_path):
+    """A table of ``gemm`` rows routes mm and addmm (a bias copied into a gemm's output) and leaves bmm and
+    _scaled_mm to torch's own kernels: their calls are neither routed nor counted."""
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
+    try:
+        assert runtime.status()["routed_ops"] == ["mm", "addmm"]
+        a, b = torch.randn(4, 16, 8).bfloat16(), torch.randn(4, 8, 32).bfloat16()
+        torch.bmm(a, b)
+        torch.bmm(a, b, out=torch.empty(4, 16, 32, dtype=torch.bfloat16))
+        assert runtime.status()["fallbacks"] == {} and runtime.router.plans == {}
+        F.linear(torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16())
+        F.linear(torch.randn(8, 256).bfloat16(), torch.randn(512, 256).bfloat16())
+        assert _tuned(runtime) == 1 and runtime.status()["fallbacks"] == {"no tuned row": 1}
+    finally:
+        rt.uninstall()
+    _rows(tmp_path / RESULTS, [("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_32_16_8_B_4_ld_32_8_32", SOLUTION)])
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
+    try:
+        assert runtime.status()["routed_ops"] == ["bmm"]
+        F.linear(torch.randn(8, 256).bfloat16(), torch.randn(512, 256).bfloat16())
+        assert runtime.status()["fallbacks"] == {}
+    finally:
+        rt.uninstall()
+
+
+@needs
+def test_a_call_without_a_row_reads_no_setting_and_a_tuned_one_reads_them_all(routed, monkeypatch):
+    """The hot path: a signature without a row falls back before any setting, the device or ``out`` is read;
+    a tuned signature is checked against all of them on every call, not only the first."""
+    from pipeline.runtime import dispatch
+
+    reads = []
+    monkeypatch.setattr(dispatch, "blocked", lambda dtype: reads.append(dtype))
+    x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
+    for _ in range(3):
+        torch.nn.functional.linear(torch.randn(63, 256).bfloat16(), w)
+    assert reads == [] and routed.status()["fallbacks"] == {"no tuned row": 3}
+    for _ in range(3):
+        torch.nn.functional.linear(x, w)
+    assert reads == [torch.bfloat16] * 3 and _tuned(routed) == 3
+    monkeypatch.undo()
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.nn.functional.linear(x, w)  # the cached plan, refused by the setting read now
+        torch.nn.functional.linear(torch.randn(63, 256).bfloat16(), w)  # no row: counted as such
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert _tuned(routed) == 3
+    assert routed.status()["fallbacks"] == {"no tuned row": 4, "deterministic algorithms on": 1}
+
+
+@needs
+def test_a_call_from_another_device_builds_no_plan(tmp_path):
+    """A first call whose operands are not on the current device falls back without building a plan there or
+    caching the signature: the plan is built by a call made on its own device."""
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    class OnDeviceZero(DoubleExecutor):
+        device = 0
+
+        def current_device(self) -> int:
+            return self.device  # CPU tensors say -1
+
+    _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])
+    executor = OnDeviceZero()
+    runtime = rt.install(tmp_path, executor=executor, dispatch_key="CPU", any_device=True)
+    try:
+        x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
+        torch.nn.functional.linear(x, w)
+        assert runtime.router.plans == {} and runtime.router._built == {}
+        assert runtime.status()["fallbacks"] == {"operands not on the current device": 1}
+        executor.device = -1
+        torch.nn.functional.linear(x, w)
+        assert _tuned(runtime) == 1
+        executor.device = 0
+        torch.nn.functional.linear(x, w)  # the cached plan, its device no longer current
+        assert _tuned(runtime) == 1
+        assert runtime.status()["fallbacks"] == {"operands not on the current device": 2}
+    finally:
+        rt.uninstall()
+
+
 # -- CLI and autoload (no GPU here: they must say so clearly, and the hook must fire on 'import torch') --------
 def _cli(tmp_path, *command: str) -> subprocess.CompletedProcess:
     csv = _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])

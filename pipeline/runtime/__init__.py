@@ -9,7 +9,8 @@ or, for any Python program: ``python -m pipeline.runtime --bundle DIR -- script.
 ``-c code``, or a command such as ``bash run.sh``/``torchrun``, whose Python processes get it on importing torch).
 
 ``install`` overrides the CUDA kernels of ``aten::mm``, ``aten::addmm``, ``aten::bmm`` and ``aten::_scaled_mm``
-(FP8, keyed as ``runtime.scaled`` keys it) through ``torch.library``. A call whose BLAS key has a tuned
+(FP8, keyed as ``runtime.scaled`` keys it) through ``torch.library``, each only where the table has rows it can
+run (``status()["routed_ops"]``; the others keep torch's kernel and cost nothing). A call whose BLAS key has a tuned
 ``Gemm_Cublaslt_id_..`` row runs that algorithm through ``nvmath.bindings.cublasLt.matmul`` on torch's current
 stream (descriptors, layouts, algorithm cached per problem; a workspace per stream that never moves, so CUDA-graph
 capture works); every other call, and every call made under settings the row was not tuned under, runs torch's own
@@ -69,6 +70,7 @@ class Runtime:
         return {
             **out,
             "installed": router is not None and router._lib is not None,
+            "routed_ops": router.routed_ops(),  # the aten ops overridden: those the table has rows for
             "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
             "tuned_calls": router.tuned_calls(),
             "fallbacks": dict(router.fallbacks),

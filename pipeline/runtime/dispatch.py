@@ -20,7 +20,11 @@ Autocast needs no rule of its own: its wrappers sit above the backend key and ca
 the kernel sees the cast dtypes, which is the key the collection recorded under autocast and the tuned row
 was measured with (``torch.is_autocast_enabled`` even reads False down here: the key is excluded).
 
-A signature cache (shapes, strides, dtype, device, compute mode) makes a repeated call one dict lookup.
+Only the ops the table has rows for are overridden (``ROUTED_BY``): a table without ``bmm`` rows leaves ``bmm``
+to torch, at no cost. A signature cache (shapes, strides, dtype, device, compute mode) makes a repeated call
+one dict lookup, and a call whose signature has no row ends there (nothing else is read); a call that found a
+plan is then checked against the settings, the current device and ``out``. docs/triton.md, "Host-bound
+workloads", has what a call costs.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ from .table import RuntimeKey, TunedTable, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
 OPS = {"mm": "gemm", "addmm": "gemm_and_bias", "bmm": "gemm_strided_batched", "_scaled_mm": "scaled_gemm"}
+ROUTED_BY = {  # the row ops a call of each aten op can run on (addmm: its bias copied into a ``gemm``'s output)
+    "mm": {"gemm"},
+    "addmm": {"gemm_and_bias", "gemm"},
+    "bmm": {"gemm_strided_batched"},
+    "_scaled_mm": {"scaled_gemm"},
+}
 _MISSING = object()
 MAX_SIGNATURES = 65536
 MAX_UNTUNED = 256  # keys without a tuned row kept for the status record (the first ones met)
@@ -204,21 +214,30 @@ class Router:
 
     # -- registration --------------------------------------------------------------------------------------
     def install(self) -> None:
-        names = [*OPS, *(f"{name}.out" for name in OPS)]  # compiled code (Inductor's extern kernels) calls .out
+        """Override the kernels of the ops the table has rows for (``ROUTED_BY``), and their ``.out`` overloads,
+        which compiled code calls (Inductor's extern kernels). An op with no row keeps torch's own kernel: its
+        calls pay nothing for the runtime."""
+        ops = self.routed_ops()
+        names = [*ops, *(f"{name}.out" for name in ops)]
         kernels = {name: torch.library.get_kernel(f"aten::{name}", self.dispatch_key).call_boxed for name in names}
+        makers = {
+            "mm": lambda fallback: self._product("gemm", fallback),
+            "addmm": self._addmm,
+            "bmm": lambda fallback: self._product("gemm_strided_batched", fallback),
+            "_scaled_mm": self.scaled.kernel,
+        }
         lib = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
-            lib.impl("mm", self._product("gemm", kernels["mm"]), self.dispatch_key)
-            lib.impl("addmm", self._addmm(kernels["addmm"]), self.dispatch_key)
-            lib.impl("bmm", self._product("gemm_strided_batched", kernels["bmm"]), self.dispatch_key)
-            lib.impl("mm.out", self._product("gemm", kernels["mm.out"]), self.dispatch_key)
-            lib.impl("addmm.out", self._addmm(kernels["addmm.out"]), self.dispatch_key)
-            lib.impl("bmm.out", self._product("gemm_strided_batched", kernels["bmm.out"]), self.dispatch_key)
-            lib.impl("_scaled_mm", self.scaled.kernel(kernels["_scaled_mm"]), self.dispatch_key)
-            lib.impl("_scaled_mm.out", self.scaled.kernel(kernels["_scaled_mm.out"]), self.dispatch_key)
+            for name in names:
+                lib.impl(name, makers[name.removesuffix(".out")](kernels[name]), self.dispatch_key)
         self._lib = lib
         self.build_own_kernels(self.executor.current_device())
+
+    def routed_ops(self) -> list[str]:
+        """The aten ops whose calls can find a row of this table (``ROUTED_BY``), in ``OPS`` order."""
+        keys = {key[0] for key in self.table.solutions}
+        return [name for name in OPS if keys & ROUTED_BY[name]]
 
     def build_own_kernels(self, device: int) -> None:
         """Build the plans of the rows that run this project's Triton kernels on ``device`` now, each compiled
@@ -239,7 +258,7 @@ class Router:
         keyset, fallbacks, route = self._keyset, self.fallbacks, self._route
 
         def kernel(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-            plan = fits(route(op, x, y, None), x, y, out)
+            plan = route(op, x, y, None, out)
             if type(plan) is Fallback:
                 fallbacks[plan] += 1
                 return fallback(keyset, x, y) if out is None else fallback(keyset, x, y, out=out)
@@ -254,8 +273,7 @@ class Router:
         def addmm(
             bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, beta=1, alpha=1, out: torch.Tensor | None = None
         ) -> torch.Tensor:
-            plan = route("gemm_and_bias", x, y, bias) if beta == 1 and alpha == 1 else ALPHA_BETA
-            plan = fits(plan, x, y, out)
+            plan = route("gemm_and_bias", x, y, bias, out) if beta == 1 and alpha == 1 else ALPHA_BETA
             if type(plan) is Fallback:
                 fallbacks[plan] += 1
                 if out is None:
@@ -285,21 +303,15 @@ class Router:
 
     # -- routing -------------------------------------------------------------------------------------------
     def _router(self) -> Callable:
-        """``route(op, x, y, bias)``: the plan for this call, or why it falls back (``Fallback``). The hot path of
-        every GEMM in the process: names bound once, one tuple and one dict lookup per call."""
-        plans, resolve, current_device = self.plans, self._resolve, self.executor.current_device
-        deterministic, tf32 = torch.are_deterministic_algorithms_enabled, torch._C._get_cublas_allow_tf32
-        fp32 = torch.float32
+        """``route(op, x, y, bias, out)``: the plan for this call, or why it falls back (``Fallback``). The hot path
+        of every GEMM of a routed op in the process, names bound once: a call is one tuple and one dict lookup,
+        and a call without a tuned row ends there. Only a call that found a plan is checked against what its row
+        was tuned under, every call: the settings (``blocked``), the current device, ``out``."""
+        plans, resolve = self.plans, self._resolve
+        tf32, fp32, current_device = torch._C._get_cublas_allow_tf32, torch.float32, self.executor.current_device
 
-        def route(op: str, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None):
+        def route(op: str, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None):
             dtype = x.dtype
-            if dtype is not fp32 or deterministic():
-                reason = blocked(dtype)
-                if reason:
-                    return reason
-            device = x.get_device()
-            if device != current_device():
-                return OTHER_DEVICE
             signature = (
                 op,
                 x.shape,
@@ -308,17 +320,26 @@ class Router:
                 y.stride(),
                 dtype,
                 y.dtype,
-                device,
+                x.get_device(),
                 y.get_device(),
                 dtype is fp32 and tf32(),
                 None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
             )
             plan = plans.get(signature, _MISSING)
             if plan is _MISSING:
+                if signature[7] != current_device():
+                    return OTHER_DEVICE  # a plan is built on the device it runs on, from a call made there
                 if len(plans) >= MAX_SIGNATURES:
                     plans.clear()
                 plan = plans[signature] = resolve(signature)
-            return plan
+            if type(plan) is Fallback:
+                return plan
+            reason = blocked(dtype)  # a plan: what its row was tuned under must hold now
+            if reason:
+                return reason
+            if signature[7] != current_device():
+                return OTHER_DEVICE
+            return fits(plan, x, y, out)
 
         return route
 
@@ -394,13 +415,9 @@ class ScaledRoutes:
         return scaled_mm
 
     def route(self, x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast, out) -> Route:
-        """The plan of a ``_scaled_mm`` call, or why it falls back (cached by signature like ``Router``'s)."""
+        """The plan of a ``_scaled_mm`` call, or why it falls back (cached by signature like ``Router``'s; only a
+        call that found a plan reads the settings and the current device)."""
         router = self.router
-        if torch.are_deterministic_algorithms_enabled():
-            return DETERMINISTIC
-        device = x.get_device()
-        if device != router.executor.current_device():
-            return OTHER_DEVICE
         metas = tuple(
             (t.shape, t.stride(), t.dtype, t.get_device()) if t is not None else None
             for t in (x, y, scale_a, scale_b, bias, out)
@@ -408,11 +425,18 @@ class ScaledRoutes:
         signature = ("scaled_gemm", metas, scale_result is None, out_dtype, bool(fast))
         plan = router.plans.get(signature, _MISSING)
         if plan is _MISSING:
+            device = metas[0][3]
+            if device != router.executor.current_device():
+                return OTHER_DEVICE  # a plan is built on the device it runs on, from a call made there
             if len(router.plans) >= MAX_SIGNATURES:
                 router.plans.clear()
             problem = problem_of_call(x, y, scale_a, scale_b, bias, scale_result, out_dtype, fast)
             plan = router.plans[signature] = self.resolve(problem, bias, out, out_dtype or x.dtype, device)
-        return plan
+        if type(plan) is Fallback:
+            return plan
+        if torch.are_deterministic_algorithms_enabled():
+            return DETERMINISTIC
+        return plan if metas[0][3] == router.executor.current_device() else OTHER_DEVICE
 
     def resolve(self, problem, bias, out, out_dtype: torch.dtype, device: int) -> Route:
         if isinstance(problem, str):
