@@ -389,6 +389,41 @@ def test_a_call_from_another_device_builds_no_plan(tmp_path):
         rt.uninstall()
 
 
+@needs
+def test_the_host_cost_is_timed_on_a_call_without_a_row_with_the_runtime_off_in_torchs_arm(tmp_path):
+    """runtime.hostcost: torch's arm runs torch's kernels (the router unregistered), the runtime's arm passes the
+    dispatch to no row, and the runtime is gone afterwards; a bmm-only bundle is timed on bmm, an FP8-only one
+    is not timed, with the reason."""
+    import pipeline.runtime as rt
+    from pipeline.runtime.hostcost import measure
+
+    from .runtime_double import DoubleExecutor
+
+    _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])
+    record = measure(tmp_path, device="cpu", rounds=3, calls=20, executor=DoubleExecutor(), dispatch_key="CPU")
+    assert rt.installed() is None and record["routed_ops"] == ["mm", "addmm"]
+    assert record["call"].startswith("F.linear x[8,264]") and record["tuned_calls"] == 0
+    assert record["fallbacks"] == {"no tuned row": 4 * 20}  # the runtime's arm alone, warm-up round included
+    assert len(record["samples_us"]["torch"]) == len(record["samples_us"]["runtime"]) == 3
+    differences = [b - a for a, b in zip(record["samples_us"]["torch"], record["samples_us"]["runtime"], strict=True)]
+    assert record["over_us"] == pytest.approx(sorted(differences)[1])
+    _rows(tmp_path / RESULTS, [("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_32_16_8_B_4_ld_32_8_32", SOLUTION)])
+    record = measure(tmp_path, device="cpu", rounds=1, calls=5, executor=DoubleExecutor(), dispatch_key="CPU")
+    assert record["call"].startswith("torch.bmm") and record["fallbacks"] == {"no tuned row": 2 * 5}
+    scaled = (
+        "ScaledGemmTunableOp_Float8_e4m3fn_Float8_e4m3fn_BFloat16_TN",
+        "tn_64_16_32_ld_32_32_64_a_Float8_e4m3fn_b_Float8_e4m3fn_c_BFloat16_as_Float_bs_Float"
+        "_ast_0_bst_0_dscale_0_fast_0_bias_None",
+        SOLUTION,
+    )
+    _rows(tmp_path / RESULTS, [scaled])
+    record = measure(tmp_path, device="cpu", rounds=1, calls=5, executor=DoubleExecutor(), dispatch_key="CPU")
+    assert record == {
+        "skipped": "the bundle routes _scaled_mm: no mm or bmm call to time (an FP8-only bundle is not measured)",
+        "routed_ops": ["_scaled_mm"],
+    }
+
+
 # -- CLI and autoload (no GPU here: they must say so clearly, and the hook must fire on 'import torch') --------
 def _cli(tmp_path, *command: str) -> subprocess.CompletedProcess:
     csv = _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_64_256_ld_256_256_512", SOLUTION)])

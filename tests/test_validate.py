@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -198,7 +199,10 @@ def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp
     csv = tmp_path / "bundle" / "tunableop_results.csv"
     csv.parent.mkdir()
     csv.write_text("Validator,PT_VERSION,2.14.0\n")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "runtime.1234.json").write_text("{}")  # an earlier attempt's status: not these runs'
     out = ab_test([sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=60, via=TUNABLEOP_AND_RUNTIME)
+    assert not list((tmp_path / "s").glob("runtime*.json"))
     assert out["tokens_speedup"] == pytest.approx(1.1) and out["via"] == TUNABLEOP_AND_RUNTIME
     assert out["kernels"] == str((tmp_path / "s" / "kernels").absolute())  # what a package ships
     assert "TunableOp and, for the Triton rows, pipeline.runtime" in summary_line(out)
@@ -441,3 +445,24 @@ def test_report_lists_gemms_the_compiled_workload_kept_from_the_library(tmp_path
         "not through the library: 2 GEMMs compiled to Inductor's own kernels, 0 kept rows"
         in (run / "tune-workload.txt").read_text()
     )
+
+
+def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_said(tmp_path):
+    import pipeline.stages.accept.e2e as e2e
+
+    (tmp_path / "runtime.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {"no tuned row": 12}}))
+    (tmp_path / "runtime.77.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {}}))
+    (tmp_path / "runtime.78.json").write_text(json.dumps({"tuned_calls": {}, "fallbacks": {"no tuned row": 12}}))
+    assert e2e.calls_per_run(tmp_path, reps=3) == pytest.approx(28.0)  # 84 calls over the three tuned runs
+    ab = {
+        "reps": 3,
+        "via": "runtime",
+        "wall_speedup": 1.0,
+        "calls_per_run": 28.0,
+        "host_cost": {"over_us": 9.5, "torch_us": 20.0},
+    }
+    line = summary_line(ab)
+    assert "+9.5 us a call over torch's 20.0 us on this host" in line and "28 calls a run, 0.3 ms" in line
+    failed = e2e.host_cost(tmp_path / "no-bundle", tmp_path, dict(os.environ), timeout_s=120)
+    assert failed.keys() == {"error"} and "pipeline.runtime.hostcost" in failed["error"]
+    assert "host cost per call not measured: " in summary_line({**ab, "host_cost": failed})

@@ -7,6 +7,7 @@
 
 or, for any Python program: ``python -m pipeline.runtime --bundle DIR -- script.py ARGS`` (also ``-m module``,
 ``-c code``, or a command such as ``bash run.sh``/``torchrun``, whose Python processes get it on importing torch).
+``python -m pipeline.runtime.hostcost --bundle DIR --out F.json`` measures what its dispatch costs a call here.
 
 ``install`` overrides the CUDA kernels of ``aten::mm``, ``aten::addmm``, ``aten::bmm`` and ``aten::_scaled_mm``
 (FP8, keyed as ``runtime.scaled`` keys it) through ``torch.library``, each only where the table has rows it can

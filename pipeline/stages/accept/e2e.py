@@ -12,6 +12,11 @@ Each arm compiles into its own Inductor cache (``TORCHINDUCTOR_CACHE_DIR`` under
 compiled workload's first run of an arm compiles as that arm would alone (Inductor benchmarks some choices,
 ``pad_mm`` among them, with the GEMMs it will call), and its later runs reuse that code, so repetitions of
 an arm run the same kernels and the spread is the GPU's, not the compiler's.
+
+Where the runtime applies rows, the A/B also reports what its dispatch costs the workload's host: the calls
+that passed it a run (its status records) and its cost per call on this machine (``runtime.hostcost``, in a
+child): the loss a host-bound workload can take that its A/B may be too noisy to show (docs/triton.md,
+"Host-bound workloads").
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ..gather.collect import parse_tokens_per_s
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
+HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
 
 
 def consumer(runtime: dict, triton_rows: bool = False) -> str:
@@ -144,6 +150,8 @@ def ab_test(
         name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
         for name, e in envs.items()
     }
+    for stale in scratch.glob("runtime*.json"):  # an earlier attempt's status records: these runs write their own
+        stale.unlink()
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
     for rep in range(reps):
         for name in round_order(("baseline", "tuned"), rep):
@@ -179,7 +187,50 @@ def ab_test(
     if via != "tunableop" and status.exists():
         out["runtime"] = json.loads(status.read_text())
         out.update(startup_figures(scratch, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
+        out["calls_per_run"] = calls_per_run(scratch, reps)
+        out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
+
+
+def calls_per_run(scratch: Path, reps: int) -> float:
+    """GEMM calls of routed ops that passed the runtime in a tuned run, tuned or fallen back: the status records
+    of every process of the ``reps`` tuned runs, summed, over ``reps``. A call made while capturing a CUDA graph
+    counts once; its replays pass no Python."""
+    total = 0
+    for path in Path(scratch).glob("runtime*.json"):
+        status = json.loads(path.read_text())
+        total += sum((status.get("tuned_calls") or {}).values()) + sum((status.get("fallbacks") or {}).values())
+    return total / reps
+
+
+def host_cost(bundle_dir: Path, scratch: Path, env: dict[str, str], timeout_s: float) -> dict:
+    """The runtime's host cost per call on this machine (``python -m pipeline.runtime.hostcost`` in a child,
+    under the tuned arm's environment), or ``error``: a diagnostic, which never fails the A/B."""
+    out = (Path(scratch) / HOST_COST).absolute()
+    argv = [sys.executable, "-m", "pipeline.runtime.hostcost", "--bundle", str(Path(bundle_dir).absolute())]
+    try:
+        proc = procs.run([*argv, "--out", str(out)], timeout_s=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{' '.join(argv)} ran past {timeout_s:.0f} s"}
+    if proc.returncode != 0 or not out.is_file():
+        return {"error": f"{' '.join(argv)} exited with code {proc.returncode}: {proc.stderr.strip()[-500:]}"}
+    return json.loads(out.read_text())
+
+
+def dispatch_line(e2e: dict) -> str:
+    """The report's words on the runtime's dispatch: its host cost per call, the calls a run, their product."""
+    cost = e2e.get("host_cost")
+    if not cost:
+        return ""
+    if "over_us" not in cost:
+        return f"; the runtime's host cost per call not measured: {cost.get('error') or cost.get('skipped')}"
+    calls = e2e.get("calls_per_run") or 0.0
+    return (
+        f"; the runtime's dispatch: +{cost['over_us']:.1f} us a call over torch's {cost['torch_us']:.1f} us on this "
+        f"host (eager; about twice under torch.compile without CUDA graphs), {calls:.0f} calls a run, "
+        f"{calls * cost['over_us'] / 1e3:.1f} ms of host time a run (calls captured into a CUDA graph count once, "
+        "their replays cost none; a workload whose GPU waits on its host pays it in full)"
+    )
 
 
 def startup_figures(scratch: Path, tuned_wall_s: float, baseline_wall_s: float) -> dict:
@@ -256,4 +307,4 @@ def summary_line(e2e: dict) -> str:
             f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
             f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else "")
         )
-    return line
+    return line + dispatch_line(e2e)

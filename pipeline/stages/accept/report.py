@@ -207,6 +207,8 @@ def build(run_dir: Path) -> dict:
         "e2e_via": e2e.get("via"),
         "e2e_runtime_startup_s": e2e.get("runtime_startup_s"),
         "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"),
+        "e2e_runtime_host_us_per_call": (e2e.get("host_cost") or {}).get("over_us"),
+        "e2e_runtime_calls_per_run": e2e.get("calls_per_run"),
         "not_sent": not_sent,
         "triton": triton_lines,
         "bench_agreement": agreed,

@@ -1,0 +1,147 @@
+"""What the runtime's dispatch costs one GEMM call on this host, measured where the bundle is applied.
+
+    python -m pipeline.runtime.hostcost --bundle DIR --out FILE.json
+
+Every call of an op the runtime routes passes its Python kernel, tuned or not. This times a small bf16 call the
+bundle has no row for (``F.linear`` 8x264 by 136x264, or a ``bmm`` where the bundle routes no ``mm``), so that
+the call is host-bound and runs torch's own kernel behind the dispatch: ``rounds`` rounds of ``calls`` calls,
+torch alone and through the installed runtime in alternating order, and the median of the per-round
+differences. A tuned call pays about as much (docs/triton.md, "Host-bound workloads"). The figure is for eager
+code: under ``torch.compile`` without CUDA graphs a call pays about twice it, under CUDA graphs nothing after
+capture. Validate's end-to-end A/B reports it with the calls that passed the runtime a run
+(``stages/accept/e2e``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from ..atomic import atomic_write_json
+
+ROUNDS, CALLS = 9, 2000
+SHAPES = ((8, 264, 136), (8, 520, 264), (8, 136, 520))  # (rows, k, n): a few, in case a bundle has one of them
+
+
+def measure(
+    bundle: str | Path,
+    *,
+    device: str = "cuda",
+    rounds: int = ROUNDS,
+    calls: int = CALLS,
+    executor=None,
+    dispatch_key: str = "CUDA",
+) -> dict:
+    """The host cost per call of the runtime installed from ``bundle``, over torch alone (``over_us``, the median
+    of per-round differences), with each arm's samples; ``skipped`` where no call can be timed for it.
+    ``executor``/``dispatch_key`` exist for tests (the CPU double under ``tests/``)."""
+    import torch
+
+    import pipeline.runtime as rt
+
+    from .frame import gemm_key
+
+    runtime = rt.install(bundle, executor=executor, dispatch_key=dispatch_key)
+    router = runtime.router
+    if router is None:  # TunableOp applies every row (torch >= 2.14, no Triton row): nothing is dispatched
+        return {"skipped": runtime.consumer, "routed_ops": []}
+    samples: dict[str, list[float]] = {"torch": [], "runtime": []}
+    try:
+        ops = router.routed_ops()
+        call = _call(ops, router.table.solutions, torch, device, gemm_key)
+        if isinstance(call, str):
+            return {"skipped": call, "routed_ops": ops}
+        what, run = call
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+        def per_call() -> float:
+            sync()
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            issued = time.perf_counter() - start
+            sync()
+            return issued / calls * 1e6
+
+        router.uninstall()  # torch alone; the plans stay built, so toggling the kernels costs no start-up
+        for r in range(rounds + 1):  # round 0 warms both up, unrecorded
+            for arm in ("torch", "runtime") if r % 2 else ("runtime", "torch"):
+                if arm == "runtime":
+                    router.install()
+                value = per_call()
+                if arm == "runtime":
+                    router.uninstall()
+                if r:
+                    samples[arm].append(value)
+        router.install()  # as rt.install left it, for its uninstall
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    differences = [b - a for a, b in zip(samples["torch"], samples["runtime"], strict=True)]
+    return {
+        "call": what,
+        "routed_ops": ops,
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "torch_us": statistics.median(samples["torch"]),
+        "runtime_us": statistics.median(samples["runtime"]),
+        "over_us": statistics.median(differences),
+        "samples_us": samples,
+        "fallbacks": dict(status["fallbacks"]),
+        "tuned_calls": sum(status["tuned_calls"].values()),
+    }
+
+
+def _call(ops: list[str], solutions: dict, torch, device: str, gemm_key):
+    """``(what, call)``: a host-bound call of a routed op whose key has no row, or why there is none."""
+    import torch.nn.functional as F
+
+    bf16 = {"device": device, "dtype": torch.bfloat16}
+    if "mm" in ops or "addmm" in ops:
+        for rows, k, n in SHAPES:
+            x, w = torch.randn(rows, k, **bf16), torch.randn(n, k, **bf16)
+            if (
+                gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
+                not in solutions
+            ):
+                return f"F.linear x[{rows},{k}] w[{n},{k}] bf16", lambda x=x, w=w: F.linear(x, w)
+        return "every probe shape has a row in this bundle"
+    if "bmm" in ops:
+        for rows, k, n in SHAPES:
+            a, b = torch.randn(4, rows, k, **bf16), torch.randn(4, k, n, **bf16)
+            if (
+                gemm_key("gemm_strided_batched", "bfloat16", "float32", a.shape, a.stride(), b.shape, b.stride())
+                not in solutions
+            ):
+                return f"torch.bmm [4,{rows},{k}] x [4,{k},{n}] bf16", lambda a=a, b=b: torch.bmm(a, b)
+        return "every probe shape has a row in this bundle"
+    return (
+        f"the bundle routes {', '.join(ops) or 'no op'}: no mm or bmm call to time (an FP8-only bundle is not measured)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--calls", type=int, default=CALLS)
+    args = parser.parse_args(argv)
+    record = measure(args.bundle.absolute(), rounds=args.rounds, calls=args.calls)
+    atomic_write_json(args.out, record)
+    if "skipped" in record:
+        print(f"gemm-tune runtime host cost: not measured: {record['skipped']}", file=sys.stderr)
+    else:
+        print(
+            f"gemm-tune runtime host cost: +{record['over_us']:.1f} us a call over torch's {record['torch_us']:.1f} us "
+            f"({record['call']}, eager, median of {record['rounds']} rounds)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
