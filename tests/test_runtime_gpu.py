@@ -154,6 +154,21 @@ def test_keys_are_the_ones_torch_records(tuned):
     assert status["fallbacks"] == {} and status["rows_rejected"] == {}, report
 
 
+def test_the_host_cost_child_times_a_call_without_a_row_on_the_gpu(tuned):
+    """``python -m pipeline.runtime.hostcost`` as Validate runs it: every timed call of the runtime's arm falls
+    back for want of a row, none of torch's arm passes the runtime, and the record says what it timed."""
+    tmp_path, csv, _ = tuned
+    out = tmp_path / "hostcost.json"
+    argv = [sys.executable, "-m", "pipeline.runtime.hostcost", "--bundle", str(csv), "--out", str(out)]
+    proc = subprocess.run([*argv, "--rounds", "2", "--calls", "200"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["call"].startswith("F.linear x[8,") and "mm" in record["routed_ops"]
+    assert record["fallbacks"] == {"no tuned row": 3 * 200} and record["tuned_calls"] == 0
+    assert len(record["samples_us"]["torch"]) == 2 and record["torch_us"] > 0
+    assert "gemm-tune runtime host cost: " in proc.stderr and " us a call over torch" in proc.stderr
+
+
 def test_routed_calls_equal_torchs_within_the_dtype_tolerance(tuned):
     import torch
 

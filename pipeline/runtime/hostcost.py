@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemm-tune runtime host cost: not measured: {record['skipped']}", file=sys.stderr)
     else:
         print(
-            f"gemm-tune runtime host cost: +{record['over_us']:.1f} us a call over torch's {record['torch_us']:.1f} us "
+            f"gemm-tune runtime host cost: {record['over_us']:+.1f} us a call over torch's {record['torch_us']:.1f} us "
             f"({record['call']}, eager, median of {record['rounds']} rounds)",
             file=sys.stderr,
         )

@@ -226,7 +226,7 @@ def dispatch_line(e2e: dict) -> str:
         return f"; the runtime's host cost per call not measured: {cost.get('error') or cost.get('skipped')}"
     calls = e2e.get("calls_per_run") or 0.0
     return (
-        f"; the runtime's dispatch: +{cost['over_us']:.1f} us a call over torch's {cost['torch_us']:.1f} us on this "
+        f"; the runtime's dispatch: {cost['over_us']:+.1f} us a call over torch's {cost['torch_us']:.1f} us on this "
         f"host (eager; about twice under torch.compile without CUDA graphs), {calls:.0f} calls a run, "
         f"{calls * cost['over_us'] / 1e3:.1f} ms of host time a run (calls captured into a CUDA graph count once, "
         "their replays cost none; a workload whose GPU waits on its host pays it in full)"
