@@ -44,8 +44,7 @@ from .scaled import problem_of_call
 from .table import RuntimeKey, TunedTable, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
-OPS = {"mm": "gemm", "addmm": "gemm_and_bias", "bmm": "gemm_strided_batched", "_scaled_mm": "scaled_gemm"}
-ROUTED_BY = {  # the row ops a call of each aten op can run on (addmm: its bias copied into a ``gemm``'s output)
+ROUTED_BY = {  # the aten ops routed, and the row ops their calls can run on (addmm: a bias copied into a gemm's output)
     "mm": {"gemm"},
     "addmm": {"gemm_and_bias", "gemm"},
     "bmm": {"gemm_strided_batched"},
@@ -235,9 +234,9 @@ class Router:
         self.build_own_kernels(self.executor.current_device())
 
     def routed_ops(self) -> list[str]:
-        """The aten ops whose calls can find a row of this table (``ROUTED_BY``), in ``OPS`` order."""
+        """The aten ops whose calls can find a row of this table (``ROUTED_BY``, in its order)."""
         keys = {key[0] for key in self.table.solutions}
-        return [name for name in OPS if keys & ROUTED_BY[name]]
+        return [name for name, rows in ROUTED_BY.items() if keys & rows]
 
     def build_own_kernels(self, device: int) -> None:
         """Build the plans of the rows that run this project's Triton kernels on ``device`` now, each compiled
