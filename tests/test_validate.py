@@ -465,4 +465,5 @@ def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_s
     assert "+9.5 us a call over torch's 20.0 us on this host" in line and "28 calls a run, 0.3 ms" in line
     failed = e2e.host_cost(tmp_path / "no-bundle", tmp_path, dict(os.environ), timeout_s=120)
     assert failed.keys() == {"error"} and "pipeline.runtime.hostcost" in failed["error"]
+    assert "code 11: gemm-tune runtime host cost: cannot measure " in failed["error"]
     assert "host cost per call not measured: " in summary_line({**ab, "host_cost": failed})

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..atomic import atomic_write_json
+from ..errors import TOOL as TOOL_EXIT
 
 ROUNDS, CALLS = 9, 2000
 SHAPES = ((8, 264, 136), (8, 520, 264), (8, 136, 520))  # (rows, k, n): a few, in case a bundle has one of them
@@ -130,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--calls", type=int, default=CALLS)
     args = parser.parse_args(argv)
-    record = measure(args.bundle.absolute(), rounds=args.rounds, calls=args.calls)
+    try:
+        record = measure(args.bundle.absolute(), rounds=args.rounds, calls=args.calls)
+    except (ImportError, RuntimeError, OSError, ValueError) as err:  # no GPU/torch/nvmath, a bad bundle, other GPU
+        print(f"gemm-tune runtime host cost: cannot measure {args.bundle}: {err}", file=sys.stderr)
+        return TOOL_EXIT
     atomic_write_json(args.out, record)
     if "skipped" in record:
         print(f"gemm-tune runtime host cost: not measured: {record['skipped']}", file=sys.stderr)
