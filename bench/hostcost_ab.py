@@ -21,8 +21,6 @@ import datetime
 import json
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 from pipeline.atomic import atomic_write_json, claim_output_file
@@ -64,25 +62,16 @@ def main() -> int:
     import pipeline_old.runtime as old
     import torch
     import torch.nn.functional as F
+    from triton_hostcost import heuristic_row, results  # bench/ is the script's path
 
     import pipeline.runtime as new
-    from pipeline.backends.cublaslt import LtGemm, lt
-    from pipeline.backends.cublaslt_algo import read_config
     from pipeline.backends.measure import device_info
-    from pipeline.formats.tunableop import TunableOpEntry, write_file
-    from pipeline.problem import GemmProblem
-    from pipeline.runtime.frame import gemm_key
+    from pipeline.runtime.hostcost import issue_us
 
     bf16 = {"device": "cuda", "dtype": torch.bfloat16}
     x, w, other = torch.randn(8, 256, **bf16), torch.randn(256, 256, **bf16), torch.randn(16, 256, **bf16)
     a, b = torch.randn(8, 8, 64, **bf16), torch.randn(8, 64, 64, **bf16)
-    key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
-    problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
-    gemm = LtGemm(problem, lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
-    solution = read_config(gemm.heuristic(1)[0])["SolutionNameMin"]
-    gemm.close()
-    csv = Path(tempfile.mkdtemp()) / "tunableop_results.csv"
-    write_file(csv, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, solution)])
+    csv = results(*heuristic_row(x, w), torch.__version__.split("+")[0])
 
     calls = {
         "tuned eager": lambda: F.linear(x, w),
@@ -98,15 +87,6 @@ def main() -> int:
     calls["no row compiled"] = lambda: compiled["no row"](other, w)
     calls["bmm compiled"] = lambda: compiled["bmm"](a, b)
 
-    def per_call(call) -> float:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            call()
-        issued = time.perf_counter() - start
-        torch.cuda.synchronize()
-        return issued / CALLS * 1e6
-
     samples: dict[str, list[float]] = {f"{s} {arm}": [] for s in ("torch", "old", "new") for arm in calls}
     routed = {}
     for r in range(ROUNDS + 1):  # round 0 warms every arm up (compiles), unrecorded
@@ -116,7 +96,7 @@ def main() -> int:
             installed = runtime.install(csv) if runtime else None
             try:
                 for arm in arms:
-                    value = per_call(calls[arm])
+                    value = issue_us(calls[arm], CALLS, torch.cuda.synchronize)
                     if r:  # torch alone: two samples a round, one before each runtime
                         samples[f"{setting} {arm}"].append(value)
                 if installed:

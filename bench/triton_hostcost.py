@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from pipeline.atomic import atomic_write_json, claim_output_file
@@ -36,16 +36,22 @@ def results(problem: GemmProblem, solution: str, pt_version: str) -> Path:
     return path
 
 
-def per_call(x, w, linear) -> float:
+def heuristic_row(x, w) -> tuple[GemmProblem, str]:
+    """The problem of ``F.linear(x, w)`` as the runtime keys it, and cuBLASLt's heuristic's first algorithm for
+    it (a row the runtime applies)."""
     import torch
 
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        linear(x, w)
-    issued = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return issued / CALLS * 1e6
+    from pipeline.backends.cublaslt import LtGemm, lt
+    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.runtime.frame import gemm_key
+
+    key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
+    problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
+    gemm = LtGemm(problem, lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    try:
+        return problem, read_config(gemm.heuristic(1)[0])["SolutionNameMin"]
+    finally:
+        gemm.close()
 
 
 def main() -> int:
@@ -64,18 +70,12 @@ def main() -> int:
 
     import pipeline.runtime as rt
     from pipeline.backends import triton_gemm as tg
-    from pipeline.backends.cublaslt import LtGemm, lt
-    from pipeline.backends.cublaslt_algo import read_config
     from pipeline.backends.measure import device_info
-    from pipeline.runtime.frame import gemm_key
+    from pipeline.runtime.hostcost import issue_us
 
     x = torch.randn(8, 256, device="cuda").bfloat16()
     w = torch.randn(256, 256, device="cuda").bfloat16()
-    key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
-    problem = GemmProblem(key[0], key[3], key[4], *key[5:8], *key[8:11])
-    gemm = LtGemm(problem, lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
-    library = read_config(gemm.heuristic(1)[0])["SolutionNameMin"]
-    gemm.close()
+    problem, library = heuristic_row(x, w)
     other = dataclasses.replace(problem, m=2 * problem.m, ldc=2 * problem.ldc)  # a row for no call made here
     version = torch.__version__.split("+")[0]
     files = {
@@ -93,13 +93,13 @@ def main() -> int:
     checks = {}
     for r in range(ROUNDS + 1):
         for setting, form in arms[r % len(arms) :] + arms[: r % len(arms)]:
-            name = f"{setting} {form}"
+            name, call = f"{setting} {form}", functools.partial(forms[form], x, w)
             if setting == "torch":
-                value = per_call(x, w, forms[form])
+                value = issue_us(call, CALLS, torch.cuda.synchronize)
             else:
                 rt.install(files[setting])
                 try:
-                    value = per_call(x, w, forms[form])
+                    value = issue_us(call, CALLS, torch.cuda.synchronize)
                     status = rt.installed().status()
                     checks[name] = {"tuned": status["tuned_calls"], "fallbacks": status["fallbacks"]}
                 finally:

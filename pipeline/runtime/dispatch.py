@@ -140,14 +140,6 @@ def out_fits(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, devi
     return out.shape == shape and out.dtype == dtype and out.is_contiguous() and out.get_device() == device
 
 
-def fits(plan: Route, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None) -> Route:
-    """``plan`` where there is no ``out`` or it is the contiguous output a plan writes (x @ y's shape, dtype and
-    device), else why the call falls back (the plan's own reason, if it already had one)."""
-    if out is None or type(plan) is Fallback:
-        return plan
-    return plan if out_fits(out, (*x.shape[:-1], y.shape[-1]), x.dtype, x.get_device()) else OUT_MISFIT
-
-
 def contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     """``Tensor.is_contiguous()`` from a shape and strides (dimensions of size 1 take any stride)."""
     expected = 1
@@ -338,7 +330,9 @@ class Router:
                 return reason
             if signature[7] != current_device():
                 return OTHER_DEVICE
-            return fits(plan, x, y, out)
+            if out is not None and not out_fits(out, (*x.shape[:-1], y.shape[-1]), dtype, signature[7]):
+                return OUT_MISFIT  # not the contiguous output of x @ y a plan writes
+            return plan
 
         return route
 

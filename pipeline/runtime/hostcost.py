@@ -18,6 +18,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..atomic import atomic_write_json
@@ -57,22 +58,12 @@ def measure(
             return {"skipped": call, "routed_ops": ops}
         what, run = call
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-
-        def per_call() -> float:
-            sync()
-            start = time.perf_counter()
-            for _ in range(calls):
-                run()
-            issued = time.perf_counter() - start
-            sync()
-            return issued / calls * 1e6
-
         router.uninstall()  # torch alone; the plans stay built, so toggling the kernels costs no start-up
         for r in range(rounds + 1):  # round 0 warms both up, unrecorded
             for arm in ("torch", "runtime") if r % 2 else ("runtime", "torch"):
                 if arm == "runtime":
                     router.install()
-                value = per_call()
+                value = issue_us(run, calls, sync)
                 if arm == "runtime":
                     router.uninstall()
                 if r:
@@ -96,32 +87,46 @@ def measure(
     }
 
 
+def issue_us(call: Callable[[], object], calls: int, sync: Callable[[], object]) -> float:
+    """Microseconds of host time per ``call()``, issuing ``calls`` of them between two ``sync()``s (the queue
+    empty before, its drain not counted after)."""
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    issued = time.perf_counter() - start
+    sync()
+    return issued / calls * 1e6
+
+
 def _call(ops: list[str], solutions: dict, torch, device: str, gemm_key):
     """``(what, call)``: a host-bound call of a routed op whose key has no row, or why there is none."""
     import torch.nn.functional as F
 
     bf16 = {"device": device, "dtype": torch.bfloat16}
     if "mm" in ops or "addmm" in ops:
-        for rows, k, n in SHAPES:
-            x, w = torch.randn(rows, k, **bf16), torch.randn(n, k, **bf16)
-            if (
-                gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
-                not in solutions
-            ):
-                return f"F.linear x[{rows},{k}] w[{n},{k}] bf16", lambda x=x, w=w: F.linear(x, w)
-        return "every probe shape has a row in this bundle"
-    if "bmm" in ops:
-        for rows, k, n in SHAPES:
-            a, b = torch.randn(4, rows, k, **bf16), torch.randn(4, k, n, **bf16)
-            if (
-                gemm_key("gemm_strided_batched", "bfloat16", "float32", a.shape, a.stride(), b.shape, b.stride())
-                not in solutions
-            ):
-                return f"torch.bmm [4,{rows},{k}] x [4,{k},{n}] bf16", lambda a=a, b=b: torch.bmm(a, b)
-        return "every probe shape has a row in this bundle"
-    return (
-        f"the bundle routes {', '.join(ops) or 'no op'}: no mm or bmm call to time (an FP8-only bundle is not measured)"
-    )
+        op, what = "gemm", "F.linear x[{0},{1}] w[{2},{1}] bf16"
+
+        def operands(rows: int, k: int, n: int) -> tuple:
+            return torch.randn(rows, k, **bf16), torch.randn(n, k, **bf16).t()  # F.linear(x, w) runs mm(x, w.t())
+
+        def product(x, y):
+            return F.linear(x, y.t())
+    elif "bmm" in ops:
+        op, what, product = "gemm_strided_batched", "torch.bmm [4,{0},{1}] x [4,{1},{2}] bf16", torch.bmm
+
+        def operands(rows: int, k: int, n: int) -> tuple:
+            return torch.randn(4, rows, k, **bf16), torch.randn(4, k, n, **bf16)
+    else:
+        return (
+            f"the bundle routes {', '.join(ops) or 'no op'}: no mm or bmm call to time (an FP8-only bundle is not "
+            "measured)"
+        )
+    for rows, k, n in SHAPES:
+        x, y = operands(rows, k, n)
+        if gemm_key(op, "bfloat16", "float32", x.shape, x.stride(), y.shape, y.stride()) not in solutions:
+            return what.format(rows, k, n), lambda x=x, y=y: product(x, y)
+    return "every probe shape has a row in this bundle"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ from ..gather.collect import parse_tokens_per_s
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
+STATUS_RECORDS = "runtime*.json"  # the tuned runs' status records (``status_records``)
 HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
 
 
@@ -150,7 +151,7 @@ def ab_test(
         name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
         for name, e in envs.items()
     }
-    for stale in scratch.glob("runtime*.json"):  # an earlier attempt's status records: these runs write their own
+    for stale in scratch.glob(STATUS_RECORDS):  # an earlier attempt's status records: these runs write their own
         stale.unlink()
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
     for rep in range(reps):
@@ -197,10 +198,15 @@ def calls_per_run(scratch: Path, reps: int) -> float:
     of every process of the ``reps`` tuned runs, summed, over ``reps``. A call made while capturing a CUDA graph
     counts once; its replays pass no Python."""
     total = 0
-    for path in Path(scratch).glob("runtime*.json"):
-        status = json.loads(path.read_text())
+    for status in status_records(scratch):
         total += sum((status.get("tuned_calls") or {}).values()) + sum((status.get("fallbacks") or {}).values())
     return total / reps
+
+
+def status_records(scratch: Path) -> list[dict]:
+    """What the runtime did in each process of the tuned runs (``python -m pipeline.runtime --status-file``: the
+    first process takes ``runtime.json``, later ones add their pid), in name order."""
+    return [json.loads(path.read_text()) for path in sorted(Path(scratch).glob(STATUS_RECORDS))]
 
 
 def host_cost(bundle_dir: Path, scratch: Path, env: dict[str, str], timeout_s: float) -> dict:
@@ -237,8 +243,8 @@ def startup_figures(scratch: Path, tuned_wall_s: float, baseline_wall_s: float) 
     """The runtime's fixed cost per run (its install and plan building, median over the tuned runs' status
     records), and the wall-time speedup without it: what a long-running process (a server) sees."""
     costs = []
-    for path in sorted(Path(scratch).glob("runtime*.json")):
-        startup = json.loads(path.read_text()).get("startup") or {}
+    for status in status_records(scratch):
+        startup = status.get("startup") or {}
         costs.append(startup.get("install_s", 0.0) + startup.get("plan_build_s", 0.0))
     if not costs:
         return {}
