@@ -252,6 +252,7 @@ def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
     ("compile_probe.py", ["--out", "."]),
     ("triton_bench_cost.py", ["--out", "."]),
     ("triton_hostcost.py", ["--out", "."]),
+    ("hostcost_ab.py", ["old-tree", "a2ae49f", "--out", "."]),
 ])  # fmt: skip
 def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypatch, script, args):
     import subprocess
@@ -264,6 +265,24 @@ def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypat
     before = _tree(tmp_path)
     monkeypatch.chdir(tmp_path)
     done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True)
+    assert done.returncode == 12, done.stderr
+    assert "is a directory" in done.stderr or "one of the inputs" in done.stderr
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("out", [".", "bundle", "bundle/tunableop_results.csv", "bundle/manifest.json"])
+def test_the_host_cost_command_refuses_an_output_that_is_a_directory_or_what_it_reads(tmp_path, monkeypatch, out):
+    import subprocess
+    import sys
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "tunableop_results.csv").write_text("Validator,PT_VERSION,2.11.0\n")
+    (bundle / "manifest.json").write_text("{}")
+    before = _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = [sys.executable, "-m", "pipeline.runtime.hostcost", "--bundle", "bundle", "--out", out]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 12, done.stderr
     assert "is a directory" in done.stderr or "one of the inputs" in done.stderr
     assert _tree(tmp_path) == before

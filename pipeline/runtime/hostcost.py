@@ -21,8 +21,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic import atomic_write_json
+from ..atomic import atomic_write_json, claim_output_file
+from ..errors import INPUT, BadInput
 from ..errors import TOOL as TOOL_EXIT
+from .table import MANIFEST, RESULTS, RUNTIME_RESULTS
 
 ROUNDS, CALLS = 9, 2000
 SHAPES = ((8, 264, 136), (8, 520, 264), (8, 136, 520))  # (rows, k, n): a few, in case a bundle has one of them
@@ -136,8 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--calls", type=int, default=CALLS)
     args = parser.parse_args(argv)
+    bundle = args.bundle.absolute()
+    read = [bundle, *(bundle / name for name in (RESULTS, RUNTIME_RESULTS, MANIFEST))] if bundle.is_dir() else [bundle]
     try:
-        record = measure(args.bundle.absolute(), rounds=args.rounds, calls=args.calls)
+        claim_output_file(args.out, read)  # before anything is measured
+    except BadInput as err:
+        print(f"gemm-tune runtime host cost: {err}", file=sys.stderr)
+        return INPUT
+    try:
+        record = measure(bundle, rounds=args.rounds, calls=args.calls)
     except (ImportError, RuntimeError, OSError, ValueError) as err:  # no GPU/torch/nvmath, a bad bundle, other GPU
         print(f"gemm-tune runtime host cost: cannot measure {args.bundle}: {err}", file=sys.stderr)
         return TOOL_EXIT
