@@ -11,7 +11,9 @@ screened, the best three of each family and torch's default are timed in 15 inte
 checked against the fp32 reference. ``--families`` picks the families (``rows``: ``floor_kernels.gemv_rows``,
 T tokens multiplied by each weight tile elementwise; ``swap``: the product's ``swapped`` kernel, the skinny tile
 with the weights on the MMA's M side, over configs beyond its space; ``swapped``: the product's swapped configs
-alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_persistent`` and ``swapped_flat``),
+alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_persistent`` and ``swapped_flat``;
+``longk``: the swapped tile over 512- and 1024-long K tiles; ``wholek``: one-token configs whose K tile is the
+whole row),
 ``--gemms`` and ``--tokens``
 the GEMMs (``SMALL``, ``LARGE`` and ``UNFUSED``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
@@ -45,8 +47,10 @@ LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 1433
          ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
 UNFUSED = (("llama3-8b", "gate", 14336, 4096), ("qwen2-7b", "gate", 18944, 3584))  # gate or up, as HF models run them
 FP8_MODELS = ("llama3-8b",)
-FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix")
-FINALIST_PREFIXES = ("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat")
+FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix", "longk", "wholek")
+FINALIST_PREFIXES = (
+    *("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat", "longk:", "wholek:"),
+)
 
 
 def scale_args(ops, out) -> tuple:
@@ -239,6 +243,9 @@ def measure(args: argparse.Namespace) -> dict:
             variants[label] = load_kernels(with_policies(with_policies(source, "gemv", policies), "gemm", policies))
     if args.constant_k:
         variants["kconst"] = load_kernels(with_constant_k(source))
+    if args.early_scales:
+        variants["late"] = load_kernels(source, "late_kernels")
+        variants["early"] = load_kernels(with_early_scales(source))
     families = set(args.families) | ({"tma"} if args.tma else set())
     shapes = [s for s in SMALL + LARGE + UNFUSED if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
     for dtype in args.dtypes:
@@ -267,6 +274,10 @@ def measure(args: argparse.Namespace) -> dict:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "swap" in families:
                     candidates |= {"swap:" + c.name: tg.launcher(problem, c) for c in swapped}
+                if "wholek" in families:
+                    candidates |= {"wholek:" + c.name: tg.launcher(problem, c) for c in wholek_configs(problem)}
+                if "longk" in families:
+                    candidates |= {"longk:" + c.name: tg.launcher(problem, c) for c in longk_configs(problem)}
                 if "swapped" in families:  # the product's swapped configs alone
                     candidates |= {c.name: tg.launcher(problem, c) for c in tg._swapped_configs(problem, sms)}
                 if "persist" in families:
@@ -291,6 +302,12 @@ def measure(args: argparse.Namespace) -> dict:
                         c = tg.config_from_name(n)
                         candidates["kconst:" + c.name] = variant_launcher(problem, c, variants["kconst"])
                         finalists += [n, "kconst:" + c.name]
+                if args.early_scales and dtype == "fp8":  # the product's best three, scales loaded after or before
+                    for n in evict_finalists(ranked):
+                        c = tg.config_from_name(n)
+                        for label in ("late", "early"):
+                            candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
+                            finalists.append(f"{label}:{c.name}")
                 finalists = list(dict.fromkeys(finalists))
                 errors = {}
                 for n in finalists:  # recorded, not refused: each on a poisoned output against the fp32 reference
@@ -381,6 +398,24 @@ def with_constant_k(source: str) -> str:
     return "@triton.jit\n".join(parts)
 
 
+def with_early_scales(source: str) -> str:
+    """``source`` (``triton_kernels.py``'s text) with each kernel's tensorwise scales loaded before its K loop
+    instead of after it: two dependent global loads off the end of every program, where a launch of one wave
+    (the swapped tile's 64-96 programs on the small projections) waits for the last program's."""
+    parts = source.split("@triton.jit\n")
+    for kernel in ("gemm", "swapped", "gemv"):
+        at = _kernel_at(parts, kernel)
+        text = parts[at]
+        old = " *= tl.load(scale_x) * tl.load(scale_y)\n"
+        loop = "    for k in range(k0, k_end, BK):\n"
+        if text.count(old) != 1 or text.count(loop) != 1:
+            raise ValueError(f"{kernel} no longer loads its scales after one K loop: with_early_scales needs updating")
+        text = text.replace(old, " *= scale\n")
+        text = text.replace(loop, "    if SCALED:\n        scale = tl.load(scale_x) * tl.load(scale_y)\n" + loop)
+        parts[at] = text
+    return "@triton.jit\n".join(parts)
+
+
 def _kernel_at(parts: list[str], kernel: str) -> int:
     """The index of ``kernel``'s definition among the ``@triton.jit``-separated parts of a kernels file."""
     found = [i for i, part in enumerate(parts) if part.startswith(f"def {kernel}(")]
@@ -459,6 +494,39 @@ def swap_configs(problem) -> list:
     ]  # fmt: skip
 
 
+def wholek_configs(problem) -> list:
+    """One-token ``gemv`` configs whose K tile holds the whole row (the next power of two at or above ``K``,
+    masked past it: one loop trip), as Inductor's reduction kernel tiles Qwen2-7B's gate/up (``R0_BLOCK`` 4096
+    over K = 3584, 8 warps); one or two columns, 4-16 warps, 1 or 2 stages, 4-32 elements a thread."""
+    from pipeline.backends.triton_gemm import TritonConfig
+
+    bk = 1 << (problem.k - 1).bit_length()
+    if problem.n != 1 or bk > 8192:
+        return []
+    return [
+        TritonConfig(1, c, bk, 1, 1, w, st)
+        for c in (1, 2) for w in (4, 8, 16) for st in (1, 2)
+        if 4 * 32 * w <= c * bk <= 32 * 32 * w
+    ]  # fmt: skip
+
+
+def longk_configs(problem) -> list:
+    """Configs of the product's ``swapped`` kernel at T = 2-16 with K tiles of 512 and 1024 (the product's and
+    ``swap_configs`` stop at 256): each weight column read in runs of 0.5-2 KB a stage instead of 128-512 bytes,
+    nearer a plain read's long sequential runs; 64 or 128 columns, 2-5 stages within the shared memory, no split."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.problem import dtype_bytes
+
+    k, operand = problem.k, dtype_bytes(problem.a_type)
+    if not 1 < problem.n <= 16:
+        return []
+    return [
+        TritonConfig(16, c, bk, 1, 1, c // 16, st, swapped=True)
+        for c in (64, 128) for bk in (512, 1024) for st in (2, 3, 4, 5)
+        if k % bk == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
+    ]  # fmt: skip
+
+
 def unsplit_swapped(problem, sms: int) -> list:
     """The product's swapped tiles for ``problem`` (``triton_gemm._swapped_configs``: 64 or 128 weight columns,
     K tiles of 128-256 in 4 or 6 stages within the shared memory) that split nothing, where K is a whole number
@@ -524,6 +592,11 @@ def main() -> int:
     gemms = [f"{m}:{g}" for m, g, *_ in SMALL + LARGE + UNFUSED]
     run.add_argument("--gemms", nargs="+", choices=gemms, help="default: SMALL")
     run.add_argument("--families", nargs="+", default=["product", "wider", "fixup"], choices=FAMILIES)
+    run.add_argument(
+        "--early-scales",
+        action="store_true",
+        help="on FP8, the product's best three configs again with their scales loaded before or after the K loop",
+    )
     run.add_argument(
         "--constant-k",
         action="store_true",

@@ -135,6 +135,8 @@ def test_bench_agreement_combines_its_own_outputs_of_one_device_and_refuses_two(
         "bench_agreement_h100_2026-11-27_pruned.json",
         "bench_agreement_h100_2026-11-27_review.json",
         "bench_agreement_h100_2026-11-27_compile_default.json",
+        "bench_agreement_h100_2026-11-27_verified.json",
+        "bench_agreement_h100_2026-11-27_qwen2_compiled.json",
     ],
 )
 def test_a_committed_agreement_record_holds_the_figures_of_its_rows(name):

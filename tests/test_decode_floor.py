@@ -258,3 +258,73 @@ def test_the_floor_kernels_take_torchs_scale_b_for_x_and_scale_a_for_y(floor):
     out, a, b = object(), object(), object()
     assert floor.scale_args(SimpleNamespace(scale_a=a, scale_b=b), out) == (True, b, a)
     assert floor.scale_args(SimpleNamespace(scale_a=None, scale_b=None), out) == (False, out, out)
+
+
+def _problem(m, k, tokens=4, fp8=False):
+    from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+
+    fields = ("scaled_gemm", TENSORWISE_E4M3) if fp8 else ("gemm", {})
+    return GemmProblem(fields[0], "T", "N", m, tokens, k, k, k, m, **fields[1])
+
+
+def test_longk_configs_are_swapped_tiles_of_long_k_that_fit_the_shared_memory(floor):
+    from pipeline.backends.triton_gemm import SHARED_BYTES
+
+    assert floor.longk_configs(_problem(4096, 4096, tokens=1)) == []
+    for fp8 in (False, True):
+        found = floor.longk_configs(_problem(4096, 4096, fp8=fp8))
+        assert found and {c.block_k for c in found} <= {512, 1024}
+        for c in found:
+            assert c.swapped and c.split_k == 1 and 4096 % c.block_k == 0 and c.num_stages >= 2
+            assert c.num_stages * (16 + c.block_c) * c.block_k * (1 if fp8 else 2) <= SHARED_BYTES
+    assert {c.block_k for c in floor.longk_configs(_problem(3584, 3584, fp8=True))} == {512}  # 1024 does not divide
+
+
+def test_wholek_configs_cover_the_row_in_one_k_tile_at_one_token(floor):
+    assert floor.wholek_configs(_problem(37888, 3584)) == []  # four tokens
+    found = floor.wholek_configs(_problem(37888, 3584, tokens=1))
+    assert found and {c.block_k for c in found} == {4096}
+    for c in found:
+        assert c.family == "gemv" and c.split_k == 1 and 4 <= c.block_c * c.block_k / (32 * c.num_warps) <= 32
+    assert {c.block_k for c in floor.wholek_configs(_problem(4096, 4096, tokens=1))} == {4096}
+    assert floor.wholek_configs(_problem(4096, 14336, tokens=1)) == []  # a 16384 tile is past the probe's bound
+
+
+def test_with_early_scales_moves_each_kernels_scale_loads_ahead_of_its_k_loop(floor):
+    source = (ROOT / "pipeline" / "backends" / "triton_kernels.py").read_text()
+    changed = floor.with_early_scales(source)
+    assert source.count("tl.load(scale_x) * tl.load(scale_y)") == 3
+    for kernel in ("gemm", "swapped", "gemv"):
+        text = next(p for p in changed.split("@triton.jit\n") if p.startswith(f"def {kernel}("))
+        load = text.index("scale = tl.load(scale_x) * tl.load(scale_y)")
+        assert load < text.index("for k in range(k0, k_end, BK):") < text.index("*= scale\n")
+        assert "tl.load(scale_x)" not in text[load + 10 :]
+    with pytest.raises(ValueError, match="with_early_scales needs updating"):
+        floor.with_early_scales(source.replace("for k in range(k0, k_end, BK):", "for k in range(0, K, BK):"))
+
+
+def _best(fraction: dict, prefix: str) -> float:
+    return max(v for n, v in fraction.items() if n.startswith(prefix))
+
+
+def test_the_longk_and_wholek_records_lose_to_the_products_space_on_every_gemm():
+    for name, prefix, rows in (("longk", "longk:", 20), ("wholek_t1", "wholek:", 9)):
+        record = json.loads((ROOT / "bench" / "results" / f"decode_floor_{name}_h100_2026-11-27.json").read_text())
+        assert len(record["rows"]) == rows
+        for row in record["rows"]:
+            assert _best(row["fraction"], "triton_") > _best(row["fraction"], prefix)
+            assert max(row["relative_error"].values()) < 2e-2
+
+
+def test_the_early_scales_record_pairs_each_finalist_and_gains_nothing_at_one_token():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_early_scales_h100_2026-11-27.json").read_text())
+    rows = [row for part in record["parts"] for row in part["rows"]]
+    assert len(rows) == 12 and all(row["dtype"] == "fp8" for row in rows)
+    for row in rows:
+        fraction = row["fraction"]
+        pairs = [(v, fraction["early:" + n[5:]]) for n, v in fraction.items() if n.startswith("late:")]
+        assert len(pairs) == 3
+        if row["tokens"] == 1:
+            assert all(early < late for late, early in pairs)
+        assert max(e for _, e in pairs) < 1.01 * max(v for v, _ in pairs)
+        assert max(row["relative_error"].values()) < 2e-2
