@@ -13,16 +13,18 @@ T tokens multiplied by each weight tile elementwise; ``swap``: the product's ``s
 with the weights on the MMA's M side, over configs beyond its space; ``swapped``: the product's swapped configs
 alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_persistent`` and ``swapped_flat``;
 ``longk``: the swapped tile over 512- and 1024-long K tiles; ``wholek``: one-token configs whose K tile is the
-whole row),
-``--gemms`` and ``--tokens``
+whole row; ``literal``: ``floor_kernels.gemv_literal`` and ``gemv_sized``, a one-token kernel with its sizes
+literals or arguments; ``inductor``: max-autotune's own compile of the call), ``--gemms`` and ``--tokens``
 the GEMMs (``SMALL``, ``LARGE`` and ``UNFUSED``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
-best three one-token configs compiled for the call's ``K`` (``with_constant_k``). ``analyse`` (CPU) puts
+best three one-token configs compiled for the call's ``K`` (``with_constant_k``); ``--early-scales`` its best
+three FP8 configs with the scales loaded before the K loop (``with_early_scales``); ``--literal-sizes`` its best
+three at 2-16 tokens with every size and stride a constant (``with_literal_sizes``). ``analyse`` (CPU) puts
 ``decode_hbm.py``'s rows against the floors.
 
     python bench/decode_floor.py measure --out FLOORS.json [--dtypes bf16 fp8] [--sizes B ...] [--programs P ...]
         [--no-floors] [--tma] [--families F ...] [--gemms MODEL:GEMM ...] [--tokens T ...] [--evict]
-        [--constant-k]
+        [--constant-k] [--early-scales] [--literal-sizes]
     python bench/decode_floor.py analyse FLOORS.json DECODE_HBM.json [--out ANALYSIS.json]
 """
 
@@ -47,9 +49,13 @@ LARGE = (("llama3-8b", "gate_up", 28672, 4096), ("llama3-8b", "down", 4096, 1433
          ("qwen2-7b", "down", 3584, 18944), ("qwen2-7b", "lm_head", 152064, 3584))  # fmt: skip
 UNFUSED = (("llama3-8b", "gate", 14336, 4096), ("qwen2-7b", "gate", 18944, 3584))  # gate or up, as HF models run them
 FP8_MODELS = ("llama3-8b",)
-FAMILIES = ("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix", "longk", "wholek")
+FAMILIES = (
+    *("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix", "longk", "wholek"),
+    *("literal", "inductor"),
+)
 FINALIST_PREFIXES = (
     *("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat", "longk:", "wholek:"),
+    *("literal:", "sized:", "inductor"),
 )
 
 
@@ -215,6 +221,40 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
+    def literal(problem: GemmProblem, c: tg.TritonConfig, kernel: str):
+        fn = fk.gemv_literal if kernel == "literal" else fk.gemv_sized
+
+        def launch(ops) -> None:
+            x, y, out = torch_views(problem, ops)
+            scaled, sx, sy = scale_args(ops, out)
+            cols, k = y.shape[1], x.shape[1]
+            fn[(triton.cdiv(cols, c.block_c),)](x, y, out, sx, sy, cols, k, scaled, c.block_c, c.block_k,
+                                                num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
+
+        return launch
+
+    def inductor(problem: GemmProblem):
+        # max-autotune's own kernel for the call, in this harness: its output is a buffer of its own (the
+        # relative error below is then not its figure: ``inductor`` is left out of the numerics)
+        import torch.nn.functional as F
+
+        torch._dynamo.reset()
+        if problem.op == "scaled_gemm":
+            compiled = torch.compile(lambda x, w, sx, sw: torch._scaled_mm(x, w, sx, sw, out_dtype=torch.bfloat16),
+                                     mode="max-autotune-no-cudagraphs", dynamic=False)  # fmt: skip
+
+            def launch(ops) -> None:
+                x, y, _ = torch_views(problem, ops)
+                compiled(x, y, ops.scale_b, ops.scale_a)
+        else:
+            compiled = torch.compile(F.linear, mode="max-autotune-no-cudagraphs", dynamic=False)
+
+            def launch(ops) -> None:
+                x, y, _ = torch_views(problem, ops)
+                compiled(x, y.t())
+
+        return launch
+
     def persist(problem: GemmProblem, c: tg.TritonConfig, programs: int, flat: bool):
         kernel = fk.swapped_flat if flat else fk.swapped_persistent
 
@@ -243,6 +283,9 @@ def measure(args: argparse.Namespace) -> dict:
             variants[label] = load_kernels(with_policies(with_policies(source, "gemv", policies), "gemm", policies))
     if args.constant_k:
         variants["kconst"] = load_kernels(with_constant_k(source))
+    if args.literal_sizes:
+        variants["sized"] = load_kernels(source, "sized_kernels")
+        variants["literal"] = load_kernels(with_literal_sizes(source), "literal_kernels")
     if args.early_scales:
         variants["late"] = load_kernels(source, "late_kernels")
         variants["early"] = load_kernels(with_early_scales(source))
@@ -274,6 +317,12 @@ def measure(args: argparse.Namespace) -> dict:
                     candidates |= {"tma:" + c.name: tma(problem, c) for c in tma_configs(problem)}
                 if "swap" in families:
                     candidates |= {"swap:" + c.name: tg.launcher(problem, c) for c in swapped}
+                if "literal" in families:
+                    for c in literal_configs(problem):
+                        for kernel in ("literal", "sized"):
+                            candidates[f"{kernel}:{c.name}"] = literal(problem, c, kernel)
+                if "inductor" in families and tokens == 1:
+                    candidates["inductor"] = inductor(problem)
                 if "wholek" in families:
                     candidates |= {"wholek:" + c.name: tg.launcher(problem, c) for c in wholek_configs(problem)}
                 if "longk" in families:
@@ -308,9 +357,17 @@ def measure(args: argparse.Namespace) -> dict:
                         for label in ("late", "early"):
                             candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
                             finalists.append(f"{label}:{c.name}")
+                if args.literal_sizes and tokens > 1:  # the product's best three, sizes arguments or literals
+                    for n in evict_finalists(ranked):
+                        c = tg.config_from_name(n)
+                        for label in ("sized", "literal"):
+                            candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
+                            finalists.append(f"{label}:{c.name}")
                 finalists = list(dict.fromkeys(finalists))
                 errors = {}
                 for n in finalists:  # recorded, not refused: each on a poisoned output against the fp32 reference
+                    if n == "inductor":
+                        continue
                     poison(sets[:1])
                     candidates[n](sets[0])
                     errors[n] = relative_error(problem, sets[0], ref)
@@ -416,6 +473,23 @@ def with_early_scales(source: str) -> str:
     return "@triton.jit\n".join(parts)
 
 
+def with_literal_sizes(source: str) -> str:
+    """``source`` (``triton_kernels.py``'s text) with ``gemm``'s and ``swapped``'s sizes and strides compile-time
+    constants (``triton_kernels.gemv_literal`` does so at one token; Inductor's kernels take every size so)."""
+    parts = source.split("@triton.jit\n")
+    sizes = "R, C, K, K_PER,"
+    strides = "sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,"
+    for kernel in ("gemm", "swapped"):
+        at = _kernel_at(parts, kernel)
+        text = parts[at]
+        if text.count(sizes) != 1 or text.count(strides) != 1:
+            raise ValueError(f"{kernel} no longer takes {sizes} {strides}: with_literal_sizes needs updating")
+        for names in (sizes, strides):
+            text = text.replace(names, ", ".join(f"{n}: tl.constexpr" for n in names.rstrip(",").split(", ")) + ",")
+        parts[at] = text
+    return "@triton.jit\n".join(parts)
+
+
 def _kernel_at(parts: list[str], kernel: str) -> int:
     """The index of ``kernel``'s definition among the ``@triton.jit``-separated parts of a kernels file."""
     found = [i for i, part in enumerate(parts) if part.startswith(f"def {kernel}(")]
@@ -491,6 +565,22 @@ def swap_configs(problem) -> list:
         for c in (64, 128) for bk in (64, 128, 256) for s in (1, 2, 4) for st in (3, 4, 6)
         if k % (s * bk) == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
         and (operand == 1 or bk >= 64) and (operand == 2 or bk >= 128)
+    ]  # fmt: skip
+
+
+def literal_configs(problem) -> list:
+    """One-token configs of ``floor_kernels.gemv_literal`` and ``gemv_sized`` (K and the column count literals
+    in the first, arguments in the second): 1 or 8 rows a program (Inductor's ``XBLOCK`` picks), K slices of
+    512-4096 (``R0_BLOCK``; no longer than K's next power of two), 4-16 warps, 2-32 weights a thread, one stage."""
+    from pipeline.backends.triton_gemm import TritonConfig
+
+    if problem.n != 1:
+        return []
+    top = 1 << (problem.k - 1).bit_length()
+    return [
+        TritonConfig(1, c, bk, 1, 1, w, 1)
+        for c in (1, 8) for bk in (512, 2048, 4096) for w in (4, 8, 16)
+        if bk <= top and 2 * 32 * w <= c * bk <= 32 * 32 * w
     ]  # fmt: skip
 
 
@@ -592,6 +682,11 @@ def main() -> int:
     gemms = [f"{m}:{g}" for m, g, *_ in SMALL + LARGE + UNFUSED]
     run.add_argument("--gemms", nargs="+", choices=gemms, help="default: SMALL")
     run.add_argument("--families", nargs="+", default=["product", "wider", "fixup"], choices=FAMILIES)
+    run.add_argument(
+        "--literal-sizes",
+        action="store_true",
+        help="at 2-16 tokens, the product's best three configs again with sizes and strides compile-time constants",
+    )
     run.add_argument(
         "--early-scales",
         action="store_true",

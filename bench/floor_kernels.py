@@ -245,3 +245,36 @@ def swapped_fixup(x, y, out, part, count, scale_x, scale_y, R, C, K, K_PER, sxr,
         SCALED,
         SPLIT,
     )
+
+
+@triton.jit
+def _gemv_rows_masked(x, y, out, scale_x, scale_y, C, K, SCALED: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
+    # one token: XB weight rows (output columns) a program, each reduced over K in RB-long masked slices, products
+    # summed elementwise in fp32 and across K once (the tiling of Inductor's reduction kernel for a one-row
+    # F.linear); y is the weights row-major [C, K], x the token [K], out [C]
+    cols = tl.program_id(0) * XB + tl.arange(0, XB)[:, None]
+    inside = cols < C
+    ks = tl.arange(0, RB)[None, :]
+    acc = tl.zeros((XB, RB), dtype=tl.float32)
+    for k in tl.range(0, K, RB):
+        kk = k + ks
+        a = tl.load(x + kk, mask=kk < K, eviction_policy="evict_last", other=0.0).to(tl.float32)
+        w = tl.load(y + kk + K * cols, mask=(kk < K) & inside, eviction_policy="evict_first", other=0.0)
+        acc = tl.where((kk < K) & inside, acc + a * w.to(tl.float32), acc)
+    total = tl.sum(acc, 1)[:, None]
+    if SCALED:
+        total *= tl.load(scale_x) * tl.load(scale_y)
+    tl.store(out + cols, total.to(out.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def gemv_literal(x, y, out, scale_x, scale_y, C: tl.constexpr, K: tl.constexpr,
+                 SCALED: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):  # fmt: skip
+    # _gemv_rows_masked compiled for one shape: C and K literals, as Inductor's kernels take every size
+    _gemv_rows_masked(x, y, out, scale_x, scale_y, C, K, SCALED, XB, RB)
+
+
+@triton.jit
+def gemv_sized(x, y, out, scale_x, scale_y, C, K, SCALED: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
+    # _gemv_rows_masked with C and K arguments (only their divisibility by 16 specialised, as Triton does)
+    _gemv_rows_masked(x, y, out, scale_x, scale_y, C, K, SCALED, XB, RB)

@@ -147,3 +147,21 @@ def test_a_committed_agreement_record_holds_the_figures_of_its_rows(name):
         assert row["agrees"] == (abs(math.log(row["predicted"] / row["validated"])) <= math.log1p(0.02) + 1e-12)
     assert record["agreeing_fraction"] == pytest.approx(sum(r["agrees"] for r in rows) / len(rows))
     assert record["worst_validated"] == min(r["validated"] for r in rows) >= record["targets"]["worst_validated"]
+
+
+def test_the_decode_hbm_record_with_the_literal_kernel_holds_its_summary():
+    """bench/results/decode_hbm_h100_2026-11-27_literal.json: its geomeans and its list of rows more than 1%
+    below the better rival are those of its rows."""
+    from pipeline.stats import geomean
+
+    record = json.loads(
+        (Path(__file__).parents[1] / "bench" / "results" / "decode_hbm_h100_2026-11-27_literal.json").read_text()
+    )
+    rows = record["rows"]
+    assert len(rows) == 45 and sum(p["rows"] for p in record["parts"]) == 45
+    for method, value in record["geomean_hbm_fraction"]["all"].items():
+        assert value == pytest.approx(geomean(r["hbm"][method] for r in rows), abs=1e-4)
+    below = [r for r in rows if r["hbm"]["product"] < 0.99 * max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"])]
+    assert record["product_below_best_rival_by_1pct"] == [f"{r['model']} {r['gemm']} T={r['tokens']}" for r in below]
+    one_token = [r for r in rows if r["tokens"] == 1]
+    assert record["literal_wins"] == sum(r["winners"]["product"].endswith("_lit") for r in one_token) == 14

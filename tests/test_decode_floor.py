@@ -4,6 +4,7 @@ decode GEMMs of bench/results/decode_hbm_*.json, on CPU, as ``bench/decode_floor
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -293,7 +294,6 @@ def test_wholek_configs_cover_the_row_in_one_k_tile_at_one_token(floor):
 def test_with_early_scales_moves_each_kernels_scale_loads_ahead_of_its_k_loop(floor):
     source = (ROOT / "pipeline" / "backends" / "triton_kernels.py").read_text()
     changed = floor.with_early_scales(source)
-    assert source.count("tl.load(scale_x) * tl.load(scale_y)") == 3
     for kernel in ("gemm", "swapped", "gemv"):
         text = next(p for p in changed.split("@triton.jit\n") if p.startswith(f"def {kernel}("))
         load = text.index("scale = tl.load(scale_x) * tl.load(scale_y)")
@@ -327,4 +327,48 @@ def test_the_early_scales_record_pairs_each_finalist_and_gains_nothing_at_one_to
         if row["tokens"] == 1:
             assert all(early < late for late, early in pairs)
         assert max(e for _, e in pairs) < 1.01 * max(v for v, _ in pairs)
+        assert max(row["relative_error"].values()) < 2e-2
+
+
+def test_literal_configs_are_one_token_tiles_no_longer_than_ks_next_power_of_two(floor):
+    assert floor.literal_configs(_problem(37888, 3584)) == []  # four tokens
+    found = floor.literal_configs(_problem(37888, 3584, tokens=1))
+    assert {c.block_c for c in found} == {1, 8} and {c.block_k for c in found} == {512, 2048, 4096}
+    for c in found:
+        assert c.split_k == 1 and c.num_stages == 1 and 2 <= c.block_c * c.block_k // (32 * c.num_warps) <= 32
+    assert {c.block_k for c in floor.literal_configs(_problem(4096, 2048, tokens=1))} == {512, 2048}
+
+
+def test_with_literal_sizes_makes_gemm_and_swapped_take_their_sizes_as_constants(floor):
+    source = (ROOT / "pipeline" / "backends" / "triton_kernels.py").read_text()
+    changed = floor.with_literal_sizes(source)
+    for kernel, literal in (("gemm", True), ("swapped", True), ("gemv", False)):
+        text = next(p for p in changed.split("@triton.jit\n") if p.startswith(f"def {kernel}("))
+        signature = text[: text.index("):")]
+        for name in ("R", "C", "K", "K_PER", "sxb", "sxr", "sxk", "syb", "syk", "syc", "sob", "sor", "soc"):
+            assert bool(re.search(rf"\b{name}: tl.constexpr", signature)) == literal, (kernel, name)
+    assert changed.count("\n") == source.count("\n"), "signatures rewritten in place, bodies untouched"
+    with pytest.raises(ValueError, match="with_literal_sizes needs updating"):
+        floor.with_literal_sizes(source.replace("sxb, sxr, sxk,", "sxb, sxr,"))
+
+
+def test_the_literal_record_at_one_token_beats_the_product_and_max_autotune_where_its_twin_loses():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_literal_t1_h100_2026-11-27.json").read_text())
+    assert len(record["rows"]) == 9 and all(row["tokens"] == 1 for row in record["rows"])
+    for row in record["rows"]:
+        fraction = row["fraction"]
+        literal, sized, product = (_best(fraction, p) for p in ("literal:", "sized:", "triton_"))
+        assert literal > product > sized and literal > fraction["inductor"] > 0
+        assert "inductor" not in row["relative_error"] and max(row["relative_error"].values()) < 2e-2
+
+
+def test_the_literal_sizes_record_on_the_swapped_tile_pairs_each_finalist():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_literal_t48_h100_2026-11-27.json").read_text())
+    assert len(record["rows"]) == 20 and {row["tokens"] for row in record["rows"]} == {4, 8}
+    for row in record["rows"]:
+        fraction = row["fraction"]
+        pairs = [(v, fraction["literal:" + n[6:]]) for n, v in fraction.items() if n.startswith("sized:")]
+        assert len(pairs) == 3
+        if row["dtype"] == "fp8":
+            assert all(literal > sized for sized, literal in pairs)
         assert max(row["relative_error"].values()) < 2e-2

@@ -58,7 +58,7 @@ def test_configs_fit_the_shape(problem):
     found = tg.configs(problem, sms=132)
     assert found and len(found) == len(set(found))
     skinny = problem.n <= tg.SKINNY_ROWS
-    families = {"gemv"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
+    families = {"gemv", "literal"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
     assert {c.family for c in found} == families
     if families == {"tiled"}:
         assert {c.block_k for c in found} == {64}, "K tiles of 64 where K holds one"
@@ -67,6 +67,10 @@ def test_configs_fit_the_shape(problem):
             programs = -(-problem.m // c.block_c)
             assert c.split_k == 1 or (programs < 2 * 132 and problem.k // c.split_k >= c.block_k)
             assert c.block_c > 1 or (c.split_k == 1 and c.num_stages == 2 and programs >= 2 * 132)
+            continue
+        if c.family == "literal":  # the whole of K in one program, slices no longer than K's next power of two
+            assert c.split_k == 1 and c.block_c in (1, 8) and c.block_k < 2 * problem.k and c.num_stages == 1
+            assert 2 <= c.block_c * c.block_k // (32 * c.num_warps) <= 32
             continue
         tiles = -(-problem.n // c.block_r) * -(-problem.m // c.block_c)
         assert problem.k // c.split_k >= c.block_k, "a K slice holds at least one K tile"
@@ -85,7 +89,7 @@ def test_one_token_gets_gemv_alone_and_a_short_k_still_gets_tiles():
     """The families Bench compiles are those that won somewhere (docs/triton.md, "What Bench compiles")."""
     for problem in (linear(1024, 1, 4096), linear(4096, 1, 14336), scaled(6144, 1, 4096)):
         found = tg.configs(problem, sms=132)
-        assert found and {c.family for c in found} == {"gemv"}
+        assert found and {c.family for c in found} == {"gemv", "literal"}
         assert any(c.split_k > 1 for c in found) == (-(-problem.m // 16) < 2 * 132), "split where columns are few"
     short = tg.configs(linear(4096, 128, 48), sms=132)
     assert short and {c.block_k for c in short} == {32}, "a K shorter than 64: one 32-long K tile, masked"
@@ -114,6 +118,26 @@ def test_two_to_sixteen_tokens_also_get_the_swapped_tile():
     assert tg.TritonConfig.from_json(before) == tg.TritonConfig(16, 64, 256, 1, 1, 4, 6)
 
 
+def test_one_token_also_gets_the_literal_kernel_compiled_per_shape():
+    """``gemv_literal``: one or eight columns a program over the whole of K in slices no longer than K's next
+    power of two (docs/triton.md, "Literal sizes"); its names end ``_lit``, and a saved config from before the
+    field loads as the plain kernel's."""
+    literal = [c for c in tg.configs(linear(37888, 1, 3584), sms=132) if c.family == "literal"]
+    assert {c.block_c for c in literal} == {1, 8} and {c.block_k for c in literal} == {512, 2048, 4096}
+    assert all(c.literal and not c.swapped and c.split_k == 1 and c.num_stages == 1 for c in literal)
+    assert {c.block_k for c in tg.configs(linear(4096, 1, 2048), 132) if c.literal} == {512, 2048}, "K's power of 2"
+    assert not [c for c in tg.configs(linear(4096, 1, 256), 132) if c.literal], "K shorter than a slice"
+    assert not [c for c in tg.configs(linear(4096, 4, 4096), 132) if c.literal], "one token alone"
+    assert not [c for c in tg.configs(linear(256, 1, 4096), 132) if c.literal], "256 programs leave SMs idle"
+    config = tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1, literal=True)
+    assert config.name == "triton_r1c1k4096_s1_g1_w8_st1_lit" and tg.config_from_name(config.name) == config
+    assert tg.TritonConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
+    before = {k: v for k, v in config.to_json().items() if k != "literal"}
+    assert tg.TritonConfig.from_json(before) == tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1)
+    with pytest.raises(ValueError, match="_swap, _lit or neither"):
+        tg.config_from_name("triton_r1c1k4096_s1_g1_w8_st1_lit_swap")
+
+
 GPU_PROBLEMS = [
     linear(4096, 1, 4096),
     linear(1000, 1, 4104),  # one token, K not a multiple of any K tile, columns not a block multiple
@@ -133,13 +157,16 @@ GPU_PROBLEMS = [
 
 
 def test_one_token_over_many_columns_also_gets_a_column_per_program():
-    one = {c for c in tg.configs(linear(6144, 1, 4096), sms=132) if c.block_c == 1}
+    one = {c for c in tg.configs(linear(6144, 1, 4096), sms=132) if c.block_c == 1 and not c.literal}
     assert {(c.block_k, c.num_warps) for c in one} == {
         (512, 2), (512, 4), (512, 8), (1024, 2), (1024, 4), (1024, 8), (1024, 16), (2048, 4), (2048, 8), (2048, 16)
     }  # fmt: skip
     assert {(c.split_k, c.num_stages) for c in one} == {(1, 2)}
     assert not [c for c in tg.configs(linear(256, 1, 4096), sms=132) if c.block_c == 1], "256 programs leave SMs idle"
-    assert {c.block_k for c in tg.configs(linear(6144, 1, 1024), sms=132) if c.block_c == 1} == {512, 1024}
+    assert {c.block_k for c in tg.configs(linear(6144, 1, 1024), sms=132) if c.block_c == 1 and not c.literal} == {
+        512,
+        1024,
+    }
     assert not [c for c in tg.configs(linear(6144, 4, 4096), sms=132) if c.block_c == 1], "one token alone"
 
 
@@ -199,7 +226,9 @@ def test_a_runner_takes_its_kernels_from_the_module_it_is_given():
     source = (Path(tg.__file__).with_name("triton_kernels.py")).read_text()
     variant = floor.load_kernels(source)
     expected = {"gemv": variant.gemv, "skinny": variant.gemm, "tiled": variant.gemm, "swapped": variant.swapped}
+    expected["literal"] = variant.gemv_literal
     for config in (
+        tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1, literal=True),
         tg.TritonConfig(1, 4, 512),
         tg.TritonConfig(16, 64, 128),
         tg.TritonConfig(64, 128, 64),

@@ -8,6 +8,8 @@ whose fp32 partial sums a second kernel adds in a fixed order (deterministic, bi
 operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before the bias. Its config families:
 
     gemv    one row (one token): ``triton_kernels.gemv``, no ``tl.dot``, a few columns or one a program
+    literal one row: ``triton_kernels.gemv_literal``, one or eight columns a program, compiled for one frame
+            (every size and stride a literal, as Inductor compiles; a kernel per shape)
     skinny  rows 2-16 (decode): one 16-row tile holds every token, so each weight tile is read once for all
             of them; split-K fills the GPU when the output has few column tiles
     swapped rows 2-16: the skinny tile transposed, 64 or 128 weight columns on the MMA's M side (Hopper's
@@ -51,7 +53,8 @@ def is_config(config: dict | None) -> bool:
 @dataclass(frozen=True)
 class TritonConfig:
     """One compiled variant: tile sides, K split, tile grouping (L2 reuse), warps and pipeline stages; a
-    ``swapped`` one runs ``triton_kernels.swapped`` (its name ends ``_swap``)."""
+    ``swapped`` one runs ``triton_kernels.swapped`` (its name ends ``_swap``), a ``literal`` one
+    ``triton_kernels.gemv_literal`` (``_lit``)."""
 
     block_r: int
     block_c: int
@@ -61,18 +64,21 @@ class TritonConfig:
     num_warps: int = 4
     num_stages: int = 3
     swapped: bool = False
+    literal: bool = False
 
     @property
     def name(self) -> str:
         """The candidate's name in Bench's pool and the bundle."""
         c = self
         tiles = f"r{c.block_r}c{c.block_c}k{c.block_k}_s{c.split_k}_g{c.group}_w{c.num_warps}_st{c.num_stages}"
-        return PREFIX + tiles + ("_swap" if c.swapped else "")
+        return PREFIX + tiles + ("_swap" if c.swapped else "_lit" if c.literal else "")
 
     @property
     def family(self) -> str:
         if self.swapped:
             return "swapped"
+        if self.literal:
+            return "literal"
         return "gemv" if self.block_r == 1 else "skinny" if self.block_r == SKINNY_ROWS else "tiled"
 
     def to_json(self) -> dict:
@@ -171,7 +177,8 @@ def _swapped_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
 def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
     """One token: the ``gemv`` kernel, a few columns per program over a long K tile, K split where the
     column blocks alone leave the GPU short of programs; and one column per program, unsplit (a program per
-    column fills the GPU), over a 512-2048-long K tile held by 2-16 warps, two pipeline stages."""
+    column fills the GPU), over a 512-2048-long K tile held by 2-16 warps, two pipeline stages; and the
+    ``literal`` kernel, one or eight columns a program over K slices of 512-4096, 4-16 warps, one stage."""
     found = []
     for c in (4, 8, 16):
         programs = -(-problem.m // c) * problem.batch
@@ -189,6 +196,16 @@ def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
             for w in (2, 4, 8, 16)
             if bk <= problem.k and 2 * w * 32 <= bk <= 16 * w * 32  # 2 to 16 elements a thread
         ]
+    whole = 1 << (problem.k - 1).bit_length()  # the literal kernel's K slices: at most K's next power of two
+    found += [
+        TritonConfig(1, c, bk, 1, 1, w, 1, literal=True)
+        for c in (1, 8)
+        for bk in (512, 2048, 4096)
+        for w in (4, 8, 16)
+        if problem.m * problem.batch >= 2 * sms  # where a program per column fills the GPU, as above
+        and bk <= whole
+        and 2 * 32 * w <= c * bk <= 32 * 32 * w  # 2 to 32 elements a thread
+    ]
     return found
 
 
@@ -199,7 +216,7 @@ def source_hash() -> str:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
-NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)(_swap)?")
+NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)(_swap|_lit)?")
 
 
 def config_from_name(name: str) -> TritonConfig:
@@ -207,10 +224,11 @@ def config_from_name(name: str) -> TritonConfig:
     match = NAME.fullmatch(name)
     if match is None:
         raise ValueError(
-            f"{name!r} is not a Triton solution name (triton_r<R>c<C>k<K>_s<S>_g<G>_w<W>_st<N>, then _swap or not)"
+            f"{name!r} is not a Triton solution name (triton_r<R>c<C>k<K>_s<S>_g<G>_w<W>_st<N>, then _swap, _lit or"
+            " neither)"
         )
-    *sizes, swapped = match.groups()
-    return TritonConfig(*map(int, sizes), swapped=swapped is not None)
+    *sizes, variant = match.groups()
+    return TritonConfig(*map(int, sizes), swapped=variant == "_swap", literal=variant == "_lit")
 
 
 def unhooked(runtime) -> bool:
@@ -278,7 +296,8 @@ class Runner:
         if kernels is None:  # else a module defining the same kernels (a benchmark's variant of their source)
             from . import triton_kernels as kernels
 
-        kernel = getattr(kernels, config.family if config.family in ("gemv", "swapped") else "gemm")
+        named = {"gemv": "gemv", "swapped": "swapped", "literal": "gemv_literal"}
+        kernel = getattr(kernels, named.get(config.family, "gemm"))
         self.config, self._gemm, self._reduce, self._cdiv = config, kernel, kernels.reduce, triton.cdiv
         self._knobs = knobs.runtime
         self._scratch: dict = {}

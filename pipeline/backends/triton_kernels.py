@@ -129,6 +129,34 @@ def gemv(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER,
 
 
 @triton.jit
+def gemv_literal(x, y, out, bias, part, scale_x, scale_y, R: tl.constexpr, C: tl.constexpr, K: tl.constexpr,
+                 K_PER: tl.constexpr, sxb: tl.constexpr, sxr: tl.constexpr, sxk: tl.constexpr, syb: tl.constexpr,
+                 syk: tl.constexpr, syc: tl.constexpr, sob: tl.constexpr, sor: tl.constexpr, soc: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
+                 BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    # one token, compiled for one frame: every size and stride a literal, as Inductor's kernels take them
+    # (docs/triton.md, "Literal sizes"); BC columns a program over the whole of K in BK-long masked slices,
+    # products summed elementwise in fp32 and across K once; no split (SPLIT, K_PER, R, sxr, sor, GROUP unused)
+    pc, b = tl.program_id(0), tl.program_id(2)
+    cols = pc * BC + tl.arange(0, BC)[:, None]
+    inside = cols < C
+    ks = tl.arange(0, BK)[None, :]
+    acc = tl.zeros((BC, BK), dtype=tl.float32)
+    for k in tl.range(0, K, BK):
+        kk = k + ks
+        a = tl.load(x + b * sxb + kk * sxk, mask=kk < K, eviction_policy="evict_last", other=0.0)
+        w = tl.load(y + b * syb + kk * syk + cols * syc, mask=(kk < K) & inside, eviction_policy="evict_first",
+                    other=0.0)  # fmt: skip
+        acc = tl.where((kk < K) & inside, acc + a.to(tl.float32) * w.to(tl.float32), acc)
+    total = tl.sum(acc, axis=1)[:, None]
+    if SCALED:
+        total *= tl.load(scale_x) * tl.load(scale_y)
+    if HAS_BIAS:
+        total += tl.load(bias + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out + b * sob + cols * soc, total.to(out.dtype.element_ty), mask=inside)
+
+
+@triton.jit
 def reduce(part, out, bias, R, C, sob, sor, soc,
            HAS_BIAS: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     pid, b = tl.program_id(0), tl.program_id(1)
