@@ -289,6 +289,13 @@ def measure(args: argparse.Namespace) -> dict:
     if args.early_scales:
         variants["late"] = load_kernels(source, "late_kernels")
         variants["early"] = load_kernels(with_early_scales(source))
+    paired = []  # (two variants, the GEMMs they apply to): the product's best three timed again in each
+    if args.evict:  # its kernel's loads with and without policies
+        paired.append((("plain", "evict"), lambda dtype, tokens: True))
+    if args.early_scales:  # FP8's scales loaded after or before the K loop
+        paired.append((("late", "early"), lambda dtype, tokens: dtype == "fp8"))
+    if args.literal_sizes:  # 2-16 tokens, sizes arguments or literals
+        paired.append((("sized", "literal"), lambda dtype, tokens: tokens > 1))
     families = set(args.families) | ({"tma"} if args.tma else set())
     shapes = [s for s in SMALL + LARGE + UNFUSED if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
     for dtype in args.dtypes:
@@ -340,10 +347,10 @@ def measure(args: argparse.Namespace) -> dict:
                 finalists = ["default"]
                 for family in FINALIST_PREFIXES:  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
-                if args.evict:  # the product's best three again, its kernel's loads with and without policies
-                    for n in evict_finalists(ranked):
+                for labels, applies in paired:
+                    for n in best_three(ranked) if applies(dtype, tokens) else []:
                         c = tg.config_from_name(n)
-                        for label in ("plain", "evict"):
+                        for label in labels:
                             candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
                             finalists.append(f"{label}:{c.name}")
                 if args.constant_k and tokens == 1:  # the product's best three one-token configs, K a constant
@@ -351,18 +358,6 @@ def measure(args: argparse.Namespace) -> dict:
                         c = tg.config_from_name(n)
                         candidates["kconst:" + c.name] = variant_launcher(problem, c, variants["kconst"])
                         finalists += [n, "kconst:" + c.name]
-                if args.early_scales and dtype == "fp8":  # the product's best three, scales loaded after or before
-                    for n in evict_finalists(ranked):
-                        c = tg.config_from_name(n)
-                        for label in ("late", "early"):
-                            candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
-                            finalists.append(f"{label}:{c.name}")
-                if args.literal_sizes and tokens > 1:  # the product's best three, sizes arguments or literals
-                    for n in evict_finalists(ranked):
-                        c = tg.config_from_name(n)
-                        for label in ("sized", "literal"):
-                            candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
-                            finalists.append(f"{label}:{c.name}")
                 finalists = list(dict.fromkeys(finalists))
                 errors = {}
                 for n in finalists:  # recorded, not refused: each on a poisoned output against the fp32 reference
@@ -528,8 +523,8 @@ def variant_launcher(problem, config, kernels):
     return launch
 
 
-def evict_finalists(ranked: list[str]) -> list[str]:
-    """The product's best three (of ``ranked``), to time again with and without the load policies."""
+def best_three(ranked: list[str]) -> list[str]:
+    """The product's best three configs (of ``ranked``), to time again in two variants of its kernels."""
     return [n for n in ranked if n.startswith("triton_")][:3]
 
 
