@@ -565,18 +565,15 @@ def swap_configs(problem) -> list:
 
 def literal_configs(problem) -> list:
     """One-token configs of ``floor_kernels.gemv_literal`` and ``gemv_sized`` (K and the column count literals
-    in the first, arguments in the second): 1 or 8 rows a program (Inductor's ``XBLOCK`` picks), K slices of
-    512-4096 (``R0_BLOCK``; no longer than K's next power of two), 4-16 warps, 2-32 weights a thread, one stage."""
-    from pipeline.backends.triton_gemm import TritonConfig
+    in the first, arguments in the second): the product's ``literal`` configs since it adopted the kernel
+    (``triton_gemm.literal_configs``: 1 or 8 rows a program, as Inductor's ``XBLOCK`` picks, K slices of 512-4096
+    as its ``R0_BLOCK``, no longer than K's next power of two, 4-16 warps, 2-32 weights a thread, one stage),
+    named as plain configs: the probe's kernels take their tiles, not the product's."""
+    from pipeline.backends.triton_gemm import literal_configs as product_configs
 
     if problem.n != 1:
         return []
-    top = 1 << (problem.k - 1).bit_length()
-    return [
-        TritonConfig(1, c, bk, 1, 1, w, 1)
-        for c in (1, 8) for bk in (512, 2048, 4096) for w in (4, 8, 16)
-        if bk <= top and 2 * 32 * w <= c * bk <= 32 * 32 * w
-    ]  # fmt: skip
+    return [dataclasses.replace(c, literal=False) for c in product_configs(problem)]
 
 
 def wholek_configs(problem) -> list:

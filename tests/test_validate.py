@@ -453,7 +453,7 @@ def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_s
     (tmp_path / "runtime.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {"no tuned row": 12}}))
     (tmp_path / "runtime.77.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {}}))
     (tmp_path / "runtime.78.json").write_text(json.dumps({"tuned_calls": {}, "fallbacks": {"no tuned row": 12}}))
-    assert e2e.calls_per_run(tmp_path, reps=3) == pytest.approx(28.0)  # 84 calls over the three tuned runs
+    assert e2e.calls_per_run(e2e.status_records(tmp_path), reps=3) == pytest.approx(28.0)  # 84 calls, three runs
     ab = {
         "reps": 3,
         "via": "runtime",

@@ -196,17 +196,23 @@ def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
             for w in (2, 4, 8, 16)
             if bk <= problem.k and 2 * w * 32 <= bk <= 16 * w * 32  # 2 to 16 elements a thread
         ]
-    whole = 1 << (problem.k - 1).bit_length()  # the literal kernel's K slices: at most K's next power of two
-    found += [
+    if problem.m * problem.batch >= 2 * sms:  # where a program per column fills the GPU, as above
+        found += literal_configs(problem)
+    return found
+
+
+def literal_configs(problem: GemmProblem) -> list[TritonConfig]:
+    """The ``literal`` kernel's configs for one token (``bench/decode_floor.py``'s probe measured the same):
+    one or eight columns a program over K slices of 512-4096, none longer than K's next power of two, 4-16
+    warps holding 2-32 elements a thread, one stage."""
+    whole = 1 << (problem.k - 1).bit_length()
+    return [
         TritonConfig(1, c, bk, 1, 1, w, 1, literal=True)
         for c in (1, 8)
         for bk in (512, 2048, 4096)
         for w in (4, 8, 16)
-        if problem.m * problem.batch >= 2 * sms  # where a program per column fills the GPU, as above
-        and bk <= whole
-        and 2 * 32 * w <= c * bk <= 32 * 32 * w  # 2 to 32 elements a thread
+        if bk <= whole and 2 * 32 * w <= c * bk <= 32 * 32 * w
     ]
-    return found
 
 
 def source_hash() -> str:

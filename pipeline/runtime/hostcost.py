@@ -46,8 +46,6 @@ def measure(
 
     import pipeline.runtime as rt
 
-    from .frame import gemm_key
-
     runtime = rt.install(bundle, executor=executor, dispatch_key=dispatch_key)
     router = runtime.router
     if router is None:  # TunableOp applies every row (torch >= 2.14, no Triton row): nothing is dispatched
@@ -55,7 +53,7 @@ def measure(
     samples: dict[str, list[float]] = {"torch": [], "runtime": []}
     try:
         ops = router.routed_ops()
-        call = _call(ops, router.table.solutions, torch, device, gemm_key)
+        call = _call(ops, router.table.solutions, device)
         if isinstance(call, str):
             return {"skipped": call, "routed_ops": ops}
         what, run = call
@@ -101,9 +99,12 @@ def issue_us(call: Callable[[], object], calls: int, sync: Callable[[], object])
     return issued / calls * 1e6
 
 
-def _call(ops: list[str], solutions: dict, torch, device: str, gemm_key):
+def _call(ops: list[str], solutions: dict, device: str):
     """``(what, call)``: a host-bound call of a routed op whose key has no row, or why there is none."""
+    import torch
     import torch.nn.functional as F
+
+    from .frame import gemm_key
 
     bf16 = {"device": device, "dtype": torch.bfloat16}
     if "mm" in ops or "addmm" in ops:

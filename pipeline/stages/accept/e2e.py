@@ -187,18 +187,19 @@ def ab_test(
         out["kernels"] = str(kernels)
     if via != "tunableop" and status.exists():
         out["runtime"] = json.loads(status.read_text())
-        out.update(startup_figures(scratch, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
-        out["calls_per_run"] = calls_per_run(scratch, reps)
+        records = status_records(scratch)
+        out.update(startup_figures(records, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
+        out["calls_per_run"] = calls_per_run(records, reps)
         out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
 
 
-def calls_per_run(scratch: Path, reps: int) -> float:
+def calls_per_run(records: list[dict], reps: int) -> float:
     """GEMM calls of routed ops that passed the runtime in a tuned run, tuned or fallen back: the status records
-    of every process of the ``reps`` tuned runs, summed, over ``reps``. A call made while capturing a CUDA graph
-    counts once; its replays pass no Python."""
+    of every process of the ``reps`` tuned runs (``status_records``), summed, over ``reps``. A call made while
+    capturing a CUDA graph counts once; its replays pass no Python."""
     total = 0
-    for status in status_records(scratch):
+    for status in records:
         total += sum((status.get("tuned_calls") or {}).values()) + sum((status.get("fallbacks") or {}).values())
     return total / reps
 
@@ -239,11 +240,12 @@ def dispatch_line(e2e: dict) -> str:
     )
 
 
-def startup_figures(scratch: Path, tuned_wall_s: float, baseline_wall_s: float) -> dict:
+def startup_figures(records: list[dict], tuned_wall_s: float, baseline_wall_s: float) -> dict:
     """The runtime's fixed cost per run (its install and plan building, median over the tuned runs' status
-    records), and the wall-time speedup without it: what a long-running process (a server) sees."""
+    records, ``status_records``), and the wall-time speedup without it: what a long-running process (a server)
+    sees."""
     costs = []
-    for status in status_records(scratch):
+    for status in records:
         startup = status.get("startup") or {}
         costs.append(startup.get("install_s", 0.0) + startup.get("plan_build_s", 0.0))
     if not costs:
