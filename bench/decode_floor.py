@@ -469,12 +469,13 @@ def with_early_scales(source: str) -> str:
 
 
 def with_literal_sizes(source: str) -> str:
-    """``source`` (``triton_kernels.py``'s text) with ``gemm``'s and ``swapped``'s sizes and strides compile-time
-    constants (``triton_kernels.gemv_literal`` does so at one token; Inductor's kernels take every size so)."""
+    """``source`` (``triton_kernels.py``'s text) with ``gemm``'s sizes and strides compile-time constants (the
+    product's ``gemv_literal`` and ``swapped`` take theirs so since the probe measured it on ``swapped``;
+    Inductor's kernels take every size so)."""
     parts = source.split("@triton.jit\n")
     sizes = "R, C, K, K_PER,"
     strides = "sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,"
-    for kernel in ("gemm", "swapped"):
+    for kernel in ("gemm",):
         at = _kernel_at(parts, kernel)
         text = parts[at]
         if text.count(sizes) != 1 or text.count(strides) != 1:

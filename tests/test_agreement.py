@@ -137,6 +137,7 @@ def test_bench_agreement_combines_its_own_outputs_of_one_device_and_refuses_two(
         "bench_agreement_h100_2026-11-27_compile_default.json",
         "bench_agreement_h100_2026-11-27_verified.json",
         "bench_agreement_h100_2026-11-27_qwen2_compiled.json",
+        "bench_agreement_h100_2026-11-27_swap_literal.json",
     ],
 )
 def test_a_committed_agreement_record_holds_the_figures_of_its_rows(name):
@@ -149,19 +150,22 @@ def test_a_committed_agreement_record_holds_the_figures_of_its_rows(name):
     assert record["worst_validated"] == min(r["validated"] for r in rows) >= record["targets"]["worst_validated"]
 
 
-def test_the_decode_hbm_record_with_the_literal_kernel_holds_its_summary():
-    """bench/results/decode_hbm_h100_2026-11-27_literal.json: its geomeans and its list of rows more than 1%
-    below the better rival are those of its rows."""
+@pytest.mark.parametrize(
+    "name", ["decode_hbm_h100_2026-11-27_literal.json", "decode_hbm_h100_2026-11-27_swap_literal.json"]
+)
+def test_a_combined_decode_hbm_record_holds_the_summary_of_its_rows(name):
+    """bench/results/decode_hbm_*: its geomeans (over all rows and per token count), its list of rows more than
+    1% below the better rival and its counts of literal and swapped winners are those of its rows."""
     from pipeline.stats import geomean
 
-    record = json.loads(
-        (Path(__file__).parents[1] / "bench" / "results" / "decode_hbm_h100_2026-11-27_literal.json").read_text()
-    )
+    record = json.loads((Path(__file__).parents[1] / "bench" / "results" / name).read_text())
     rows = record["rows"]
     assert len(rows) == 45 and sum(p["rows"] for p in record["parts"]) == 45
-    for method, value in record["geomean_hbm_fraction"]["all"].items():
-        assert value == pytest.approx(geomean(r["hbm"][method] for r in rows), abs=1e-4)
+    groups = {"all": rows, "T=1": [r for r in rows if r["tokens"] == 1], "T=4,8": [r for r in rows if r["tokens"] > 1]}
+    for group, members in groups.items():
+        for method, value in record["geomean_hbm_fraction"][group].items():
+            assert value == pytest.approx(geomean(r["hbm"][method] for r in members), abs=1e-4), (group, method)
     below = [r for r in rows if r["hbm"]["product"] < 0.99 * max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"])]
     assert record["product_below_best_rival_by_1pct"] == [f"{r['model']} {r['gemm']} T={r['tokens']}" for r in below]
-    one_token = [r for r in rows if r["tokens"] == 1]
-    assert record["literal_wins"] == sum(r["winners"]["product"].endswith("_lit") for r in one_token) == 14
+    assert record["literal_wins"] == sum(r["winners"]["product"].endswith("_lit") for r in groups["T=1"]) == 14
+    assert record["swapped_wins"] == sum(r["winners"]["product"].endswith("_swap") for r in groups["T=4,8"])

@@ -339,10 +339,10 @@ def test_literal_configs_are_one_token_tiles_no_longer_than_ks_next_power_of_two
     assert {c.block_k for c in floor.literal_configs(_problem(4096, 2048, tokens=1))} == {512, 2048}
 
 
-def test_with_literal_sizes_makes_gemm_and_swapped_take_their_sizes_as_constants(floor):
+def test_with_literal_sizes_makes_gemm_take_its_sizes_as_constants_as_swapped_does(floor):
     source = (ROOT / "pipeline" / "backends" / "triton_kernels.py").read_text()
     changed = floor.with_literal_sizes(source)
-    for kernel, literal in (("gemm", True), ("swapped", True), ("gemv", False)):
+    for kernel, literal in (("gemm", True), ("swapped", True), ("gemv", False), ("gemv_literal", True)):
         text = next(p for p in changed.split("@triton.jit\n") if p.startswith(f"def {kernel}("))
         signature = text[: text.index("):")]
         for name in ("R", "C", "K", "K_PER", "sxb", "sxr", "sxk", "syb", "syk", "syc", "sob", "sor", "soc"):
