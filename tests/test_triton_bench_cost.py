@@ -12,7 +12,12 @@ RESULTS = Path(__file__).parents[1] / "bench" / "results"
 
 
 @pytest.mark.parametrize(
-    "name", ["triton_bench_cost_h100_2026-11-27.json", "triton_bench_cost_h100_2026-11-27_8threads.json"]
+    "name",
+    [
+        "triton_bench_cost_h100_2026-11-27.json",
+        "triton_bench_cost_h100_2026-11-27_8threads.json",
+        "triton_bench_cost_h100_2026-11-27_literal.json",
+    ],
 )
 def test_a_record_s_medians_and_wins_are_its_rows(name):
     record = json.loads((RESULTS / name).read_text())
@@ -39,3 +44,18 @@ def test_sixteen_compile_threads_compiled_the_same_configs_faster_over_the_run()
     assert [r["gemm"] for r in eight] == [r["gemm"] for r in sixteen]
     total = [sum(r["triton_cold"]["phases"]["triton_compile_s"] for r in rows) for rows in (eight, sixteen)]
     assert total[1] < 0.8 * total[0]
+
+
+def test_kernels_compiled_for_their_shape_compile_on_every_shape_cold():
+    """With the literal one-token kernel and the swapped tile compiled per shape, a GEMM whose dtype and alignment
+    an earlier GEMM had compiled for still compiles its own kernels cold (it found them all compiled before)."""
+    shared, per_shape = (
+        {
+            r["gemm"]: r["triton_cold"]["phases"]["triton_compile_s"]
+            for r in json.loads((RESULTS / name).read_text())["rows"]
+        }
+        for name in ("triton_bench_cost_h100_2026-11-27.json", "triton_bench_cost_h100_2026-11-27_literal.json")
+    )
+    later = [g for g in shared if shared[g] < 0.1]  # the GEMMs that found every kernel compiled before
+    assert later and all(per_shape[g] > 3 * shared[g] for g in later)
+    assert all(per_shape[g] > 0.2 for g in later)
