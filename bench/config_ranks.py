@@ -19,6 +19,8 @@ from pathlib import Path
 RULES = {  # name: (which GEMMs by tokens, whether a config is kept)
     "one token, gemv alone": (lambda n: n == 1, lambda c: c.family == "gemv"),
     "one token, skinny alone": (lambda n: n == 1, lambda c: c.family == "skinny"),
+    "one token, literal alone": (lambda n: n == 1, lambda c: c.family == "literal"),
+    "one token, no eight-column literal": (lambda n: n == 1, lambda c: c.family != "literal" or c.block_c == 1),
     "2-16 tokens, swapped alone": (lambda n: 1 < n <= 16, lambda c: c.family == "swapped"),
     "2-16 tokens, no 3-stage skinny": (lambda n: 1 < n <= 16, lambda c: c.family != "skinny" or c.num_stages > 3),
     "more tokens, K tiles of 64": (lambda n: n > 16, lambda c: c.block_k == 64),

@@ -46,6 +46,19 @@ def test_the_committed_ranks_back_the_configs_bench_compiles():
         assert rules[declined]["worst_loss"] > 1.01
 
 
+def test_the_ranks_with_the_kernels_compiled_per_shape_name_the_next_prunings():
+    """Over the evening's four jobs: no one-token GEMM's best config was an eight-column literal one, and the
+    literal configs alone came within 0.1% of the best everywhere (docs/triton.md, "What Bench compiles")."""
+    record = json.loads((ROOT / "bench" / "results" / "config_ranks_h100_2026-11-27_literal.json").read_text())
+    rules = record["rules"]
+    one_token = [g for g in record["gemms"] if g["gemm"].split()[1].split("x")[1] == "1"]  # "op MxNxK dtype"
+    assert rules["one token, no eight-column literal"]["worst_loss"] == 1.0
+    assert rules["one token, no eight-column literal"]["gemms"] == len(one_token) == 10
+    assert 1.0 < rules["one token, literal alone"]["worst_loss"] < 1.001
+    assert {g["best_family"] for g in one_token} == {"literal", "gemv"}
+    assert all("_lit" not in g["best"] or "c1k" in g["best"] for g in one_token)
+
+
 def test_a_run_without_results_or_with_bad_ones_is_named(tmp_path):
     from pipeline.errors import BadInput
 
