@@ -19,8 +19,9 @@ the GEMMs (``SMALL``, ``LARGE`` and ``UNFUSED``); ``--evict`` times the product'
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
 best three one-token configs compiled for the call's ``K`` (``with_constant_k``); ``--early-scales`` its best
 three FP8 configs with the scales loaded before the K loop (``with_early_scales``); ``--literal-sizes`` its best
-three at 2-16 tokens with every size and stride a constant (``with_literal_sizes``). ``analyse`` (CPU) puts
-``decode_hbm.py``'s rows against the floors.
+three ``gemm`` configs at 2-16 tokens with every size and stride a constant (``with_literal_sizes``; the swapped
+tile takes them so since 2026-11-27); each of these times only configs of the kernels its variant changes.
+``analyse`` (CPU) puts ``decode_hbm.py``'s rows against the floors.
 
     python bench/decode_floor.py measure --out FLOORS.json [--dtypes bf16 fp8] [--sizes B ...] [--programs P ...]
         [--no-floors] [--tma] [--families F ...] [--gemms MODEL:GEMM ...] [--tokens T ...] [--evict]
@@ -289,13 +290,15 @@ def measure(args: argparse.Namespace) -> dict:
     if args.early_scales:
         variants["late"] = load_kernels(source, "late_kernels")
         variants["early"] = load_kernels(with_early_scales(source))
-    paired = []  # (two variants, the GEMMs they apply to): the product's best three timed again in each
+    # (two variants, the GEMMs they apply to, the kernels the variant rewrites): the product's best three configs
+    # run by those kernels timed again in each (another kernel's configs would run the same code in both)
+    paired = []
     if args.evict:  # its kernel's loads with and without policies
-        paired.append((("plain", "evict"), lambda dtype, tokens: True))
+        paired.append((("plain", "evict"), lambda dtype, tokens: True, {"gemv", "gemm"}))
     if args.early_scales:  # FP8's scales loaded after or before the K loop
-        paired.append((("late", "early"), lambda dtype, tokens: dtype == "fp8"))
-    if args.literal_sizes:  # 2-16 tokens, sizes arguments or literals
-        paired.append((("sized", "literal"), lambda dtype, tokens: tokens > 1))
+        paired.append((("late", "early"), lambda dtype, tokens: dtype == "fp8", {"gemm", "swapped", "gemv"}))
+    if args.literal_sizes:  # 2-16 tokens, gemm's sizes arguments or literals (swapped takes them so already)
+        paired.append((("sized", "literal"), lambda dtype, tokens: tokens > 1, {"gemm"}))
     families = set(args.families) | ({"tma"} if args.tma else set())
     shapes = [s for s in SMALL + LARGE + UNFUSED if f"{s[0]}:{s[1]}" in args.gemms] if args.gemms else SMALL
     for dtype in args.dtypes:
@@ -347,8 +350,8 @@ def measure(args: argparse.Namespace) -> dict:
                 finalists = ["default"]
                 for family in FINALIST_PREFIXES:  # the product's space, ...
                     finalists += [n for n in ranked if n.startswith(family)][:3]
-                for labels, applies in paired:
-                    for n in best_three(ranked) if applies(dtype, tokens) else []:
+                for labels, applies, kernels in paired:
+                    for n in best_three(ranked, kernels) if applies(dtype, tokens) else []:
                         c = tg.config_from_name(n)
                         for label in labels:
                             candidates[f"{label}:{c.name}"] = variant_launcher(problem, c, variants[label])
@@ -475,14 +478,13 @@ def with_literal_sizes(source: str) -> str:
     parts = source.split("@triton.jit\n")
     sizes = "R, C, K, K_PER,"
     strides = "sxb, sxr, sxk, syb, syk, syc, sob, sor, soc,"
-    for kernel in ("gemm",):
-        at = _kernel_at(parts, kernel)
-        text = parts[at]
-        if text.count(sizes) != 1 or text.count(strides) != 1:
-            raise ValueError(f"{kernel} no longer takes {sizes} {strides}: with_literal_sizes needs updating")
-        for names in (sizes, strides):
-            text = text.replace(names, ", ".join(f"{n}: tl.constexpr" for n in names.rstrip(",").split(", ")) + ",")
-        parts[at] = text
+    at = _kernel_at(parts, "gemm")
+    text = parts[at]
+    if text.count(sizes) != 1 or text.count(strides) != 1:
+        raise ValueError(f"gemm no longer takes {sizes} {strides}: with_literal_sizes needs updating")
+    for names in (sizes, strides):
+        text = text.replace(names, ", ".join(f"{n}: tl.constexpr" for n in names.rstrip(",").split(", ")) + ",")
+    parts[at] = text
     return "@triton.jit\n".join(parts)
 
 
@@ -524,9 +526,12 @@ def variant_launcher(problem, config, kernels):
     return launch
 
 
-def best_three(ranked: list[str]) -> list[str]:
-    """The product's best three configs (of ``ranked``), to time again in two variants of its kernels."""
-    return [n for n in ranked if n.startswith("triton_")][:3]
+def best_three(ranked: list[str], kernels: set[str]) -> list[str]:
+    """The product's best three configs (of ``ranked``) that ``kernels`` run, to time again in two variants of
+    those kernels."""
+    from pipeline.backends.triton_gemm import config_from_name
+
+    return [n for n in ranked if n.startswith("triton_") and config_from_name(n).kernel in kernels][:3]
 
 
 def rows_configs(problem) -> list:
@@ -678,7 +683,7 @@ def main() -> int:
     run.add_argument(
         "--literal-sizes",
         action="store_true",
-        help="at 2-16 tokens, the product's best three configs again with sizes and strides compile-time constants",
+        help="at 2-16 tokens, the product's best three gemm configs again, sizes and strides compile-time constants",
     )
     run.add_argument(
         "--early-scales",

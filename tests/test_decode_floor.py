@@ -352,6 +352,22 @@ def test_with_literal_sizes_makes_gemm_take_its_sizes_as_constants_as_swapped_do
         floor.with_literal_sizes(source.replace("sxb, sxr, sxk,", "sxb, sxr,"))
 
 
+def test_a_paired_variant_times_the_best_three_configs_of_the_kernels_it_rewrites(floor):
+    """Another kernel's config would run the same code in both arms: the swapped tile has literal sizes already."""
+    from pipeline.backends.triton_gemm import TritonConfig
+
+    swapped = [TritonConfig(16, c, bk, 1, 1, 4, s, swapped=True).name for c, bk, s in ((64, 128, 6), (64, 256, 4))]
+    skinny = [TritonConfig(16, c, 128, split, 8, 4, 4).name for c, split in ((32, 1), (32, 2), (64, 1), (64, 2))]
+    ranked = ["default", *swapped, skinny[0], "wider:" + skinny[1], *skinny[1:]]
+    assert floor.best_three(ranked, {"gemm"}) == skinny[:3]
+    assert floor.best_three(ranked, {"gemm", "swapped"}) == [*swapped, skinny[0]]
+    assert floor.best_three(ranked, {"gemv"}) == []
+    kernels = {"gemv": TritonConfig(1, 4, 512), "gemv_literal": TritonConfig(1, 1, 4096, 1, 1, 8, 1, literal=True)}
+    kernels |= {"gemm": TritonConfig(64, 128, 64), "swapped": TritonConfig(16, 64, 128, swapped=True)}
+    assert {name: c.kernel for name, c in kernels.items()} == {name: name for name in kernels}
+    assert TritonConfig(16, 64, 128).kernel == "gemm", "the skinny tile is gemm's"
+
+
 def test_the_literal_record_at_one_token_beats_the_product_and_max_autotune_where_its_twin_loses():
     record = json.loads((ROOT / "bench" / "results" / "decode_floor_literal_t1_h100_2026-11-27.json").read_text())
     assert len(record["rows"]) == 9 and all(row["tokens"] == 1 for row in record["rows"])

@@ -81,6 +81,11 @@ class TritonConfig:
             return "literal"
         return "gemv" if self.block_r == 1 else "skinny" if self.block_r == SKINNY_ROWS else "tiled"
 
+    @property
+    def kernel(self) -> str:
+        """The name of the ``triton_kernels`` function that runs it (skinny and tiled configs share ``gemm``)."""
+        return {"gemv": "gemv", "swapped": "swapped", "literal": "gemv_literal"}.get(self.family, "gemm")
+
     def to_json(self) -> dict:
         return {"source": SOURCE, "family": self.family, "name": self.name, **asdict(self)}
 
@@ -302,8 +307,7 @@ class Runner:
         if kernels is None:  # else a module defining the same kernels (a benchmark's variant of their source)
             from . import triton_kernels as kernels
 
-        named = {"gemv": "gemv", "swapped": "swapped", "literal": "gemv_literal"}
-        kernel = getattr(kernels, named.get(config.family, "gemm"))
+        kernel = getattr(kernels, config.kernel)
         self.config, self._gemm, self._reduce, self._cdiv = config, kernel, kernels.reduce, triton.cdiv
         self._knobs = knobs.runtime
         self._scratch: dict = {}
