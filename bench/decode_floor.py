@@ -572,7 +572,7 @@ def swap_configs(problem) -> list:
 def literal_configs(problem) -> list:
     """One-token configs of ``floor_kernels.gemv_literal`` and ``gemv_sized`` (K and the column count literals
     in the first, arguments in the second): the product's ``literal`` configs since it adopted the kernel
-    (``triton_gemm.literal_configs``: 1 or 8 rows a program, as Inductor's ``XBLOCK`` picks, K slices of 512-4096
+    (``triton_gemm.literal_configs``: one row a program, as Inductor's ``XBLOCK`` mostly picks, K slices of 512-4096
     as its ``R0_BLOCK``, no longer than K's next power of two, 4-16 warps, 2-32 weights a thread, one stage),
     named as plain configs: the probe's kernels take their tiles, not the product's."""
     from pipeline.backends.triton_gemm import literal_configs as product_configs

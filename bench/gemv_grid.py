@@ -26,7 +26,8 @@ SHAPES = {"qwen2-7b o": (3584, 3584), "qwen2-7b qkv": (4608, 3584), "qwen2-7b ga
 
 def grid() -> list:
     """One-token configs: 1, 2 or 4 columns a program, 512-4096-long K tiles, 2-16 warps, 1-3 stages, 2 to 16
-    weights a thread (the product's one-column configs are among them) and at most 8,192 a program."""
+    weights a thread (the product's one-column ``gemv`` configs, offered until the literal kernel replaced them,
+    were among them) and at most 8,192 a program."""
     from pipeline.backends.triton_gemm import TritonConfig
 
     return [

@@ -15,6 +15,7 @@ import pytest
 from pipeline.backends.base import DEFAULT, TuneSettings, tune
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
+from pipeline.stages.accept.measured import MeasuredRow, pooled
 from pipeline.stages.bench import registry
 from pipeline.stages.bench.tune import result_path, run_shards
 
@@ -199,12 +200,15 @@ def test_tune_workload_dag_through_bench(tmp_path):
     # the report's figures against the bench data
     report = json.loads((run / "report" / "summary.json").read_text())
     gate = json.loads((run / "validate" / "gate.json").read_text())
-    rows = {r["key"]: r for r in json.loads((run / "validate" / "measurements.json").read_text())["rows"]}
+    measured = json.loads((run / "validate" / "measurements.json").read_text())["rows"]
+    rows = {r["key"]: MeasuredRow.from_json(r) for r in measured}
     assert report["gemms"] == len(rows) == len(shapes) and report["kept"] == len(gate["kept"])
     bench_winners = {f"{e.op_signature},{e.params_signature}" for e in winners}
     assert set(gate["kept"]) <= bench_winners, "only rows the bench found faster can be kept"
-    validated = [rows[k]["baseline"]["median_us"] / rows[k]["tuned"]["median_us"] for k in gate["kept"]]
-    assert all(s >= 1.02 for s in validated)
+    for key in gate["kept"]:  # the first pair beat the margin, or both pairs together did (docs/cublaslt.md)
+        first, confirm = rows[key].measured.speedup, rows[key].confirm
+        both = pooled(first, confirm.speedup if confirm else None)
+        assert max(first, both) >= 1.02 and min(first, confirm.speedup if confirm else first) >= 1.0, key
     assert (run / "report" / "report.html").exists() and (run / "bundle" / "manifest.json").exists()
     lines = (run / "tune-workload.txt").read_text().splitlines()
     assert lines[-1] == f"report: {run / 'report' / 'report.html'}" and lines[-1] in proc.stdout

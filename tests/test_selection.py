@@ -170,6 +170,10 @@ def test_the_warm_up_runs_until_the_turns_settle_within_its_bounds(monkeypatch):
     # settled from the start: still the least
     clock[0] = 0.0
     assert measure.warm_up([_FakeTimer(clock, [0.004] * 2000)], settings) == pytest.approx(200.0, abs=5.0)
+    clock[0] = 0.0  # a later window's bounds
+    assert measure.warm_up([_FakeTimer(clock, [0.004] * 2000)], settings, bounds=(50.0, 90.0)) == pytest.approx(52.0)
+    clock[0] = 0.0
+    assert measure.warm_up([_FakeTimer(clock, jitter)], settings, bounds=(50.0, 90.0)) == pytest.approx(90.0, abs=5.0)
 
 
 @needs
@@ -182,7 +186,7 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
     from pipeline.stages.accept.measured import Pair
     from pipeline.stats import Verdict
 
-    seeds, held = [], []
+    seeds, held, warm = [], [], []
 
     def operands(problem, device, settings):
         seeds.append(settings.seed)
@@ -191,8 +195,9 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
 
     windows = iter([1.0, 1.2, 1.0])  # the second window's times 20% high
 
-    def samples(problem, launchers, sets, settings, rounds=None):
+    def samples(problem, launchers, sets, settings, rounds=None, own_sets=None, warmup_ms=None):
         assert sets == [held[-1]], "each window measures the operands drawn for it"
+        warm.append(warmup_ms)
         scale = next(windows)
         return {
             name: [scale * base * (1 + 0.001 * r) for r in range(rounds or settings.rounds)]
@@ -205,6 +210,7 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
     settings = measure.TimingSettings(seed=3)
     pooled = measure.windowed_samples(problem, {"default": None, "tuned": None}, None, settings)
     assert seeds == [3, 3 + measure.WINDOW_SEED_STEP, 3 + 2 * measure.WINDOW_SEED_STEP]
+    assert warm == [(200.0, 1000.0), (50.0, 1000.0), (50.0, 1000.0)], "a full warm-up before the first window alone"
     assert len(pooled["default"]) == len(pooled["tuned"]) == 21
     assert statistics.median(pooled["default"]) < 10.1, "the median stays with the windows that agree"
     verdict = Verdict.of(pooled, "default", "tuned", windows=measure.window_count(settings))
@@ -256,7 +262,7 @@ def test_interleaved_samples_runs_its_rounds_in_the_alternating_order(monkeypatc
     monkeypatch.setattr(measure, "GraphTimer", Timer)
     monkeypatch.setattr(measure, "poison", lambda sets: None)
     monkeypatch.setattr(measure, "check_written", lambda problem, sets: None)
-    monkeypatch.setattr(measure, "warm_up", lambda timers, settings: 0.0)
+    monkeypatch.setattr(measure, "warm_up", lambda timers, settings, bounds=None: 0.0)
     problem = GemmProblem("gemm", "T", "N", 64, 1, 64, 64, 64, 64)
     samples = measure.interleaved_samples(problem, {"a": "a", "b": "b"}, [], measure.TimingSettings(), rounds=4)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]

@@ -17,6 +17,7 @@ RESULTS = Path(__file__).parents[1] / "bench" / "results"
         "triton_bench_cost_h100_2026-11-27.json",
         "triton_bench_cost_h100_2026-11-27_8threads.json",
         "triton_bench_cost_h100_2026-11-27_literal.json",
+        "triton_bench_cost_h100_2026-11-27_pruned.json",
     ],
 )
 def test_a_record_s_medians_and_wins_are_its_rows(name):
@@ -59,3 +60,24 @@ def test_kernels_compiled_for_their_shape_compile_on_every_shape_cold():
     later = [g for g in shared if shared[g] < 0.1]  # the GEMMs that found every kernel compiled before
     assert later and all(per_shape[g] > 3 * shared[g] for g in later)
     assert all(per_shape[g] > 0.2 for g in later)
+
+
+def test_the_literal_kernel_alone_and_shorter_later_warm_ups_cut_bench_s_added_time():
+    """One token compiles the literal configs alone, and a verdict's windows after the first warm up for 50 ms
+    (``measure.TimingSettings.rewarm_ms``): each verdict and its report take about 0.75 s less, so a GEMM that a
+    Triton kernel wins pays about 1.5 s less in its final phase, and one-token GEMMs compile fewer configs."""
+    before, after = (
+        {r["gemm"]: r for r in json.loads((RESULTS / name).read_text())["rows"]}
+        for name in ("triton_bench_cost_h100_2026-11-27_literal.json", "triton_bench_cost_h100_2026-11-27_pruned.json")
+    )
+    assert before.keys() == after.keys()
+    for gemm, row in after.items():
+        if row["triton_warm"]["winner"].startswith("triton_") and before[gemm]["triton_warm"]["winner"] != "Default":
+            final = [r["triton_warm"]["phases"]["final_s"] for r in (before[gemm], row)]
+            assert final[1] < final[0] - 1.0, (gemm, final)
+    one_token = [g for g in after if g.endswith("T=1")]
+    compiled = [
+        sum(rows[g]["triton_cold"]["phases"]["triton_compile_s"] for g in one_token) for rows in (before, after)
+    ]
+    assert compiled[1] < 0.5 * compiled[0], compiled
+    assert after["qkv T=1"]["triton_warm"]["winner"].endswith("_lit")

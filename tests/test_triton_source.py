@@ -58,7 +58,7 @@ def test_configs_fit_the_shape(problem):
     found = tg.configs(problem, sms=132)
     assert found and len(found) == len(set(found))
     skinny = problem.n <= tg.SKINNY_ROWS
-    families = {"gemv", "literal"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
+    families = {"literal"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
     assert {c.family for c in found} == families
     if families == {"tiled"}:
         assert {c.block_k for c in found} == {64}, "K tiles of 64 where K holds one"
@@ -66,10 +66,10 @@ def test_configs_fit_the_shape(problem):
         if c.family == "gemv":  # a few columns per program: K split only where they leave the GPU short
             programs = -(-problem.m // c.block_c)
             assert c.split_k == 1 or (programs < 2 * 132 and problem.k // c.split_k >= c.block_k)
-            assert c.block_c > 1 or (c.split_k == 1 and c.num_stages == 2 and programs >= 2 * 132)
+            assert c.block_c > 1 and c.num_stages == 1
             continue
         if c.family == "literal":  # the whole of K in one program, slices no longer than K's next power of two
-            assert c.split_k == 1 and c.block_c in (1, 8) and c.block_k < 2 * problem.k and c.num_stages == 1
+            assert c.split_k == 1 and c.block_c == 1 and c.block_k < 2 * problem.k and c.num_stages == 1
             assert 2 <= c.block_c * c.block_k // (32 * c.num_warps) <= 32
             continue
         tiles = -(-problem.n // c.block_r) * -(-problem.m // c.block_c)
@@ -85,12 +85,15 @@ def test_configs_fit_the_shape(problem):
         assert {c.num_stages for c in found if c.family == "skinny"} == {3, 4, 5}, "deep pipelines"
 
 
-def test_one_token_gets_gemv_alone_and_a_short_k_still_gets_tiles():
+def test_one_token_gets_the_literal_kernel_alone_where_columns_fill_the_gpu_else_gemv():
     """The families Bench compiles are those that won somewhere (docs/triton.md, "What Bench compiles")."""
-    for problem in (linear(1024, 1, 4096), linear(4096, 1, 14336), scaled(6144, 1, 4096)):
-        found = tg.configs(problem, sms=132)
-        assert found and {c.family for c in found} == {"gemv", "literal"}
+    for problem in (linear(4096, 1, 14336), scaled(6144, 1, 4096), linear(6144, 1, 300)):
+        assert {c.family for c in tg.configs(problem, sms=132)} == {"literal"}
+    for problem in (linear(256, 1, 4096), scaled(192, 1, 4096), linear(6144, 1, 256)):
+        found = tg.configs(problem, sms=132)  # fewer than two programs per SM, or K shorter than a slice
+        assert found and {c.family for c in found} == {"gemv"} and all(c.block_c > 1 for c in found)
         assert any(c.split_k > 1 for c in found) == (-(-problem.m // 16) < 2 * 132), "split where columns are few"
+    assert {c.family for c in tg.configs(linear(256, 1, 4096), sms=4)} == {"literal"}, "counted against the SMs"
     short = tg.configs(linear(4096, 128, 48), sms=132)
     assert short and {c.block_k for c in short} == {32}, "a K shorter than 64: one 32-long K tile, masked"
     wide = tg.configs(linear(4096, 128, 4096), sms=132)
@@ -119,11 +122,16 @@ def test_two_to_sixteen_tokens_also_get_the_swapped_tile():
 
 
 def test_one_token_also_gets_the_literal_kernel_compiled_per_shape():
-    """``gemv_literal``: one or eight columns a program over the whole of K in slices no longer than K's next
-    power of two (docs/triton.md, "Literal sizes"); its names end ``_lit``, and a saved config from before the
-    field loads as the plain kernel's."""
+    """``gemv_literal``: one column a program over the whole of K in slices no longer than K's next power of
+    two (docs/triton.md, "Literal sizes"); its names end ``_lit``, and a saved config from before the field
+    loads as the plain kernel's."""
     literal = [c for c in tg.configs(linear(37888, 1, 3584), sms=132) if c.family == "literal"]
-    assert {c.block_c for c in literal} == {1, 8} and {c.block_k for c in literal} == {512, 2048, 4096}
+    assert {c.block_c for c in literal} == {1} and {c.block_k for c in literal} == {512, 2048, 4096}
+    assert {(c.block_k, c.num_warps) for c in literal} == {
+        (512, 4),
+        (512, 8),
+        *((k, w) for k in (2048, 4096) for w in (4, 8, 16)),
+    }
     assert all(c.literal and not c.swapped and c.split_k == 1 and c.num_stages == 1 for c in literal)
     assert {c.block_k for c in tg.configs(linear(4096, 1, 2048), 132) if c.literal} == {512, 2048}, "K's power of 2"
     assert not [c for c in tg.configs(linear(4096, 1, 256), 132) if c.literal], "K shorter than a slice"
@@ -141,6 +149,8 @@ def test_one_token_also_gets_the_literal_kernel_compiled_per_shape():
 GPU_PROBLEMS = [
     linear(4096, 1, 4096),
     linear(1000, 1, 4104),  # one token, K not a multiple of any K tile, columns not a block multiple
+    linear(200, 1, 4104),  # one token, too few columns for the literal kernel: gemv, split
+    scaled(192, 1, 4096, bias_type="bfloat16"),
     GemmProblem("gemm_and_bias", "T", "N", 3584, 1, 3584, 3584, 3584, 3584),
     scaled(4096, 1, 4096, bias_type="bfloat16"),
     GemmProblem("gemm_strided_batched", "T", "N", 256, 1, 512, 512, 512, 256, batch=4),
@@ -156,18 +166,13 @@ GPU_PROBLEMS = [
 ]
 
 
-def test_one_token_over_many_columns_also_gets_a_column_per_program():
-    one = {c for c in tg.configs(linear(6144, 1, 4096), sms=132) if c.block_c == 1 and not c.literal}
-    assert {(c.block_k, c.num_warps) for c in one} == {
-        (512, 2), (512, 4), (512, 8), (1024, 2), (1024, 4), (1024, 8), (1024, 16), (2048, 4), (2048, 8), (2048, 16)
-    }  # fmt: skip
-    assert {(c.split_k, c.num_stages) for c in one} == {(1, 2)}
-    assert not [c for c in tg.configs(linear(256, 1, 4096), sms=132) if c.block_c == 1], "256 programs leave SMs idle"
-    assert {c.block_k for c in tg.configs(linear(6144, 1, 1024), sms=132) if c.block_c == 1 and not c.literal} == {
-        512,
-        1024,
-    }
-    assert not [c for c in tg.configs(linear(6144, 4, 4096), sms=132) if c.block_c == 1], "one token alone"
+def test_the_gpu_problems_cover_every_family_and_dtype():
+    """What the fp32-reference test below runs: every family in bf16 and FP8, with and without bias."""
+    offered = {(c.family, p.a_type, p.bias_type is not None) for p in GPU_PROBLEMS for c in tg.configs(p, 132)}
+    for family in ("gemv", "literal", "skinny", "swapped", "tiled"):
+        for a_type in ("bfloat16", "float8_e4m3fn"):
+            assert (family, a_type, False) in offered or (family, a_type, True) in offered, (family, a_type)
+    assert {bias for *_, bias in offered} == {True, False}
 
 
 @pytest.mark.parametrize(
@@ -190,7 +195,7 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     assert offered
     found = offered[:: max(1, len(offered) // 3)]  # a spread of tiles and splits: each compiles for a second
     gemv = [c for c in offered if c.family == "gemv"]
-    picks = gemv[:1] + [c for c in gemv if c.split_k > 1][-1:] + [c for c in gemv if c.num_stages > 1][-1:]
+    picks = gemv[:1] + [c for c in gemv if c.split_k > 1][-1:] + [c for c in gemv if c.block_c == 16][-1:]
     swapped = [c for c in offered if c.family == "swapped"]
     picks += swapped[:1] + [c for c in swapped if c.split_k > 1][-1:] + [c for c in swapped if c.block_c == 128][-1:]
     found += [c for c in picks if c not in found]  # the one-token kernel and the swapped tile: unsplit, split, ...

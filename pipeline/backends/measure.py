@@ -57,6 +57,7 @@ class TimingSettings:
     warmup_replays: int = 2
     warmup_ms: tuple[float, float] = (200.0, 1000.0)  # replays of all candidates before sampling: least, most
     warmup_settle: float = 0.01  # ... until the last turns' times agree within this (``warm_up``)
+    rewarm_ms: tuple[float, float] = (50.0, 1000.0)  # the same before each later window of ``windowed_samples``
     rounds: int = 7
     seed: int = 0
     screen_passes: int = 3  # screen passes over the pool, alternating direction; a candidate's time is its median
@@ -354,15 +355,17 @@ def screen_passes(
     return [failed.get(i) if not per[i] else statistics.median(per[i]) for i in range(len(launchers))]
 
 
-def warm_up(timers: Sequence[GraphTimer], settings: TimingSettings, turns: int = 4) -> float:
-    """Replay ``timers`` in turn, one sync per turn, for at least ``warmup_ms[0]`` and until the last ``turns``
-    turns took the same time within ``warmup_settle`` (the clocks settled), at most ``warmup_ms[1]``; return
-    the milliseconds spent. A GPU that idled while the host built operands and graphs runs its first replays
-    at other clocks. On the H100, three A/Bs of one decode GEMM pair without a warm-up spread by up to 12%,
-    the first one off; with 200 ms of warm-up most spreads fell to 0.5-2%, but one window in ten still lands
-    5-20% off whatever the warm-up, so a single A/B stays a noisy figure
-    (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
-    least, most = (value / 1000.0 for value in settings.warmup_ms)
+def warm_up(
+    timers: Sequence[GraphTimer], settings: TimingSettings, turns: int = 4, bounds: tuple[float, float] | None = None
+) -> float:
+    """Replay ``timers`` in turn, one sync per turn, for at least ``bounds[0]`` ms and until the last ``turns``
+    turns took the same time within ``warmup_settle`` (the clocks settled), at most ``bounds[1]`` ms
+    (``settings.warmup_ms`` unless given); return the milliseconds spent. A GPU that idled while the host
+    built operands and graphs runs its first replays at other clocks. On the H100, three A/Bs of one decode
+    GEMM pair without a warm-up spread by up to 12%, the first one off; with 200 ms of warm-up most spreads
+    fell to 0.5-2%, but one window in ten still lands 5-20% off whatever the warm-up, so a single A/B stays a
+    noisy figure (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
+    least, most = (value / 1000.0 for value in bounds or settings.warmup_ms)
     start = time.perf_counter()
     recent: list[float] = []
     while True:
@@ -400,8 +403,9 @@ def interleaved_samples(
     settings: TimingSettings,
     rounds: int | None = None,
     own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None,
+    warmup_ms: tuple[float, float] | None = None,
 ) -> dict[str, list[float]]:
-    """``interleaved``'s per-call times, round by round, per candidate."""
+    """``interleaved``'s per-call times, round by round, per candidate (``warmup_ms``: ``warm_up``'s bounds)."""
     own_sets = own_sets or {}
     timers = {}
     for name, fn in launchers.items():
@@ -409,7 +413,7 @@ def interleaved_samples(
         poison(its_sets)
         timers[name] = GraphTimer(fn, its_sets, settings)
         check_written(its_problem, its_sets)
-    warm_up(list(timers.values()), settings)
+    warm_up(list(timers.values()), settings, bounds=warmup_ms)
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds or settings.rounds):
@@ -437,13 +441,17 @@ def windowed_samples(
     so no window reuses another's memory), their samples pooled per candidate (the i-th sample of every
     candidate comes from the same round). On the H100 about one window in ten lands 5-20% off the others (its
     clocks, or where its buffers fell; ``bench/results/verdict_repeatability_h100_2026-11-24*.json``): the
-    median of the pooled samples stays with the windows that agree."""
+    median of the pooled samples stays with the windows that agree. The first window warms up for
+    ``warmup_ms``, each later one for ``rewarm_ms``, as long as its clocks take to settle: the GPU ran the window
+    before it a moment ago, and the 150 ms saved on each of six windows of a verdict and its report take 1.5 s
+    off every GEMM Bench crowns (``bench/README.md``, "Warm-up per window")."""
     pooled: dict[str, list[float]] = {name: [] for name in launchers}
     held = []
     for window in range(window_count(settings)):
         seed = settings.seed + WINDOW_SEED_STEP * window
         held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
-        for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds).items():
+        bounds = settings.rewarm_ms if window else settings.warmup_ms
+        for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds, None, bounds).items():
             pooled[name] += values
     return pooled
 

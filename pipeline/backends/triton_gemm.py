@@ -180,10 +180,13 @@ def _swapped_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
 
 
 def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
-    """One token: the ``gemv`` kernel, a few columns per program over a long K tile, K split where the
-    column blocks alone leave the GPU short of programs; and one column per program, unsplit (a program per
-    column fills the GPU), over a 512-2048-long K tile held by 2-16 warps, two pipeline stages; and the
-    ``literal`` kernel, one or eight columns a program over K slices of 512-4096, 4-16 warps, one stage."""
+    """One token: where a program per column gives every SM two or more, the ``literal`` kernel alone (it came
+    within 0.04% of the best of every family on 73 GEMMs, docs/triton.md, "What Bench compiles"); else, or
+    where K is shorter than its slices, the ``gemv`` kernel: 4-16 columns per program over 256-1024 of K, K split
+    where the column blocks alone leave the GPU short of programs."""
+    literal = literal_configs(problem) if problem.m * problem.batch >= 2 * sms else []
+    if literal:
+        return literal
     found = []
     for c in (4, 8, 16):
         programs = -(-problem.m // c) * problem.batch
@@ -194,29 +197,19 @@ def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
                 if split > 1 and (problem.k // split < bk or programs >= 2 * sms):
                     continue
                 found += [TritonConfig(1, c, bk, split, 1, w, 1) for w in (4, 8) if c * bk >= w * 32 * 8]
-    if problem.m * problem.batch >= 2 * sms:  # a column per program, as Inductor's reductions tile a one-row product
-        found += [
-            TritonConfig(1, 1, bk, 1, 1, w, 2)
-            for bk in (512, 1024, 2048)
-            for w in (2, 4, 8, 16)
-            if bk <= problem.k and 2 * w * 32 <= bk <= 16 * w * 32  # 2 to 16 elements a thread
-        ]
-    if problem.m * problem.batch >= 2 * sms:  # where a program per column fills the GPU, as above
-        found += literal_configs(problem)
     return found
 
 
 def literal_configs(problem: GemmProblem) -> list[TritonConfig]:
     """The ``literal`` kernel's configs for one token (``bench/decode_floor.py``'s probe measured the same):
-    one or eight columns a program over K slices of 512-4096, none longer than K's next power of two, 4-16
-    warps holding 2-32 elements a thread, one stage."""
+    one column a program (eight never won, docs/triton.md) over K slices of 512-4096, none longer than K's next
+    power of two, 4-16 warps holding 2-32 elements a thread, one stage."""
     whole = 1 << (problem.k - 1).bit_length()
     return [
-        TritonConfig(1, c, bk, 1, 1, w, 1, literal=True)
-        for c in (1, 8)
+        TritonConfig(1, 1, bk, 1, 1, w, 1, literal=True)
         for bk in (512, 2048, 4096)
         for w in (4, 8, 16)
-        if bk <= whole and 2 * 32 * w <= c * bk <= 32 * 32 * w
+        if bk <= whole and 2 * 32 * w <= bk <= 32 * 32 * w
     ]
 
 

@@ -144,7 +144,7 @@ def _timed(backend: Any, request: dict[str, Any]) -> dict[str, list[float]]:
     from .measure import TimingSettings
 
     timing = request["timing"]
-    settings = TimingSettings(**{**timing, "warmup_ms": tuple(timing["warmup_ms"])})
+    settings = TimingSettings(**{key: tuple(v) if isinstance(v, list) else v for key, v in timing.items()})
     problem = GemmProblem.from_dict(request["problem"])
     return backend.time_verdict(problem, request["config"], settings, request["rounds"], request["workspace_bytes"])
 
