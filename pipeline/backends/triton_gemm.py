@@ -180,10 +180,10 @@ def _swapped_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
 
 
 def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
-    """One token: where a program per column gives every SM two or more, the ``literal`` kernel alone (it came
-    within 0.04% of the best of every family on 73 GEMMs, docs/triton.md, "What Bench compiles"); else, or
-    where K is shorter than its slices, the ``gemv`` kernel: 4-16 columns per program over 256-1024 of K, K split
-    where the column blocks alone leave the GPU short of programs."""
+    """One token: where a program per column gives every SM two or more, the ``literal`` kernel alone (its best
+    came within 0.04% of the best of every family on ten one-token GEMMs, docs/triton.md, "What Bench
+    compiles"); else, or where K is shorter than its slices, the ``gemv`` kernel: 4-16 columns per program over
+    256-1024 of K, K split where the column blocks alone leave the GPU short of programs."""
     literal = literal_configs(problem) if problem.m * problem.batch >= 2 * sms else []
     if literal:
         return literal
