@@ -451,7 +451,8 @@ def windowed_samples(
         seed = settings.seed + WINDOW_SEED_STEP * window
         held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
         bounds = settings.rewarm_ms if window else settings.warmup_ms
-        for name, values in interleaved_samples(problem, launchers, held[-1], settings, rounds, None, bounds).items():
+        samples = interleaved_samples(problem, launchers, held[-1], settings, rounds, warmup_ms=bounds)
+        for name, values in samples.items():
             pooled[name] += values
     return pooled
 
