@@ -7,9 +7,10 @@ output features), over a grid of ``BLOCK_R x BLOCK_C`` output tiles, split over 
 whose fp32 partial sums a second kernel adds in a fixed order (deterministic, bias and cast there); FP8
 operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before the bias. Its config families:
 
-    gemv    one row (one token): ``triton_kernels.gemv``, no ``tl.dot``, a few columns or one a program
-    literal one row: ``triton_kernels.gemv_literal``, one or eight columns a program, compiled for one frame
-            (every size and stride a literal, as Inductor compiles; a kernel per shape)
+    gemv    one row (one token) where ``literal`` is not offered: ``triton_kernels.gemv``, no ``tl.dot``, a
+            few columns a program (the kernel runs one too, as saved winners may)
+    literal one row: ``triton_kernels.gemv_literal``, one column a program (eight in saved winners), compiled
+            for one frame (every size and stride a literal, as Inductor compiles; a kernel per shape)
     skinny  rows 2-16 (decode): one 16-row tile holds every token, so each weight tile is read once for all
             of them; split-K fills the GPU when the output has few column tiles
     swapped rows 2-16: the skinny tile transposed, 64 or 128 weight columns on the MMA's M side (Hopper's
