@@ -77,13 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         "rows": [],
     }
     workspace = TuneSettings().workspace_bytes
+    windows = 2 * TimingSettings().windows  # a verdict's, as ``CublasLtBackend._verdict`` sets them
     for result in winners:
         config = result.record.solution
         row = {"label": result.problem.label(), "solution": config.get("name", ""), "repeats": []}
         for i in range(args.repeats):
             rep = {}
             for name in names if i % 2 == 0 else names[::-1]:
-                timing = TimingSettings(seed=100 + i, windows=6, rewarm_ms=SETTINGS[name])
+                timing = TimingSettings(seed=100 + i, windows=windows, rewarm_ms=SETTINGS[name])
                 start = time.perf_counter()
                 samples = backend.time_verdict(result.problem, config, timing, timing.rounds, workspace)
                 torch.cuda.synchronize()

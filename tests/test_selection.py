@@ -3,6 +3,7 @@ copies (pure parts of pipeline.backends.selection and .measure)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -171,9 +172,10 @@ def test_the_warm_up_runs_until_the_turns_settle_within_its_bounds(monkeypatch):
     clock[0] = 0.0
     assert measure.warm_up([_FakeTimer(clock, [0.004] * 2000)], settings) == pytest.approx(200.0, abs=5.0)
     clock[0] = 0.0  # a later window's bounds
-    assert measure.warm_up([_FakeTimer(clock, [0.004] * 2000)], settings, bounds=(50.0, 90.0)) == pytest.approx(52.0)
+    later = dataclasses.replace(settings, warmup_ms=(50.0, 90.0))
+    assert measure.warm_up([_FakeTimer(clock, [0.004] * 2000)], later) == pytest.approx(52.0)
     clock[0] = 0.0
-    assert measure.warm_up([_FakeTimer(clock, jitter)], settings, bounds=(50.0, 90.0)) == pytest.approx(90.0, abs=5.0)
+    assert measure.warm_up([_FakeTimer(clock, jitter)], later) == pytest.approx(90.0, abs=5.0)
 
 
 @needs
@@ -195,9 +197,9 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
 
     windows = iter([1.0, 1.2, 1.0])  # the second window's times 20% high
 
-    def samples(problem, launchers, sets, settings, rounds=None, own_sets=None, warmup_ms=None):
+    def samples(problem, launchers, sets, settings, rounds=None):
         assert sets == [held[-1]], "each window measures the operands drawn for it"
-        warm.append(warmup_ms)
+        warm.append(settings.warmup_ms)
         scale = next(windows)
         return {
             name: [scale * base * (1 + 0.001 * r) for r in range(rounds or settings.rounds)]
@@ -262,7 +264,7 @@ def test_interleaved_samples_runs_its_rounds_in_the_alternating_order(monkeypatc
     monkeypatch.setattr(measure, "GraphTimer", Timer)
     monkeypatch.setattr(measure, "poison", lambda sets: None)
     monkeypatch.setattr(measure, "check_written", lambda problem, sets: None)
-    monkeypatch.setattr(measure, "warm_up", lambda timers, settings, bounds=None: 0.0)
+    monkeypatch.setattr(measure, "warm_up", lambda timers, settings: 0.0)
     problem = GemmProblem("gemm", "T", "N", 64, 1, 64, 64, 64, 64)
     samples = measure.interleaved_samples(problem, {"a": "a", "b": "b"}, [], measure.TimingSettings(), rounds=4)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]

@@ -355,17 +355,15 @@ def screen_passes(
     return [failed.get(i) if not per[i] else statistics.median(per[i]) for i in range(len(launchers))]
 
 
-def warm_up(
-    timers: Sequence[GraphTimer], settings: TimingSettings, turns: int = 4, bounds: tuple[float, float] | None = None
-) -> float:
-    """Replay ``timers`` in turn, one sync per turn, for at least ``bounds[0]`` ms and until the last ``turns``
-    turns took the same time within ``warmup_settle`` (the clocks settled), at most ``bounds[1]`` ms
-    (``settings.warmup_ms`` unless given); return the milliseconds spent. A GPU that idled while the host
+def warm_up(timers: Sequence[GraphTimer], settings: TimingSettings, turns: int = 4) -> float:
+    """Replay ``timers`` in turn, one sync per turn, for at least ``warmup_ms[0]`` and until the last ``turns``
+    turns took the same time within ``warmup_settle`` (the clocks settled), at most ``warmup_ms[1]``; return
+    the milliseconds spent. A GPU that idled while the host
     built operands and graphs runs its first replays at other clocks. On the H100, three A/Bs of one decode
     GEMM pair without a warm-up spread by up to 12%, the first one off; with 200 ms of warm-up most spreads
     fell to 0.5-2%, but one window in ten still lands 5-20% off whatever the warm-up, so a single A/B stays a
     noisy figure (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
-    least, most = (value / 1000.0 for value in bounds or settings.warmup_ms)
+    least, most = (value / 1000.0 for value in settings.warmup_ms)
     start = time.perf_counter()
     recent: list[float] = []
     while True:
@@ -403,9 +401,8 @@ def interleaved_samples(
     settings: TimingSettings,
     rounds: int | None = None,
     own_sets: dict[str, tuple[GemmProblem, Sequence[OperandSet]]] | None = None,
-    warmup_ms: tuple[float, float] | None = None,
 ) -> dict[str, list[float]]:
-    """``interleaved``'s per-call times, round by round, per candidate (``warmup_ms``: ``warm_up``'s bounds)."""
+    """``interleaved``'s per-call times, round by round, per candidate."""
     own_sets = own_sets or {}
     timers = {}
     for name, fn in launchers.items():
@@ -413,7 +410,7 @@ def interleaved_samples(
         poison(its_sets)
         timers[name] = GraphTimer(fn, its_sets, settings)
         check_written(its_problem, its_sets)
-    warm_up(list(timers.values()), settings, bounds=warmup_ms)
+    warm_up(list(timers.values()), settings)
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds or settings.rounds):
@@ -450,9 +447,8 @@ def windowed_samples(
     for window in range(window_count(settings)):
         seed = settings.seed + WINDOW_SEED_STEP * window
         held.append(rotating_operands(problem, device, dataclasses.replace(settings, seed=seed)))
-        bounds = settings.rewarm_ms if window else settings.warmup_ms
-        samples = interleaved_samples(problem, launchers, held[-1], settings, rounds, warmup_ms=bounds)
-        for name, values in samples.items():
+        its = dataclasses.replace(settings, warmup_ms=settings.rewarm_ms) if window else settings
+        for name, values in interleaved_samples(problem, launchers, held[-1], its, rounds).items():
             pooled[name] += values
     return pooled
 
