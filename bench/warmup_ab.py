@@ -52,19 +52,26 @@ def summary(rows: list[dict], settings: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    from pipeline.atomic import atomic_write_json
-    from pipeline.backends.base import ProblemResult, TuneSettings
-    from pipeline.backends.cublaslt import VERDICT_PAIR, CublasLtBackend
-    from pipeline.backends.measure import TimingSettings, device_info, window_count
-    from pipeline.stats import Verdict
+    from pipeline.atomic import atomic_write_json, claim_output_file
+    from pipeline.errors import INPUT, BadInput
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, nargs="+")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    try:
+        claim_output_file(args.out, args.results)
+    except BadInput as err:
+        print(f"warmup_ab: {err}", file=sys.stderr)
+        return INPUT
+    import torch  # the GPU's: after the output is claimed
+
+    from pipeline.backends.base import ProblemResult, TuneSettings
+    from pipeline.backends.cublaslt import VERDICT_PAIR, CublasLtBackend
+    from pipeline.backends.measure import TimingSettings, device_info, window_count
+    from pipeline.stats import Verdict
+
     results = [ProblemResult.from_json(r) for path in args.results for r in json.loads(path.read_text())]
     winners = [r for r in results if r.has_winner]
     backend = CublasLtBackend(0, verdict_process=False)
