@@ -14,7 +14,8 @@ with the weights on the MMA's M side, over configs beyond its space; ``swapped``
 alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_persistent`` and ``swapped_flat``;
 ``longk``: the swapped tile over 512- and 1024-long K tiles; ``wholek``: one-token configs whose K tile is the
 whole row; ``literal``: ``floor_kernels.gemv_literal`` and ``gemv_sized``, a one-token kernel with its sizes
-literals or arguments; ``inductor``: max-autotune's own compile of the call), ``--gemms`` and ``--tokens``
+literals or arguments; ``inductor``: max-autotune's own compile of the call; ``narrow``: the swapped tile 16 or 32
+columns wide, ``narrow_configs``), ``--gemms`` and ``--tokens``
 the GEMMs (``SMALL``, ``LARGE`` and ``UNFUSED``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
 best three one-token configs compiled for the call's ``K`` (``with_constant_k``); ``--early-scales`` its best
@@ -52,11 +53,11 @@ UNFUSED = (("llama3-8b", "gate", 14336, 4096), ("qwen2-7b", "gate", 18944, 3584)
 FP8_MODELS = ("llama3-8b",)
 FAMILIES = (
     *("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix", "longk", "wholek"),
-    *("literal", "inductor"),
+    *("literal", "inductor", "narrow"),
 )
 FINALIST_PREFIXES = (
     *("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat", "longk:", "wholek:"),
-    *("literal:", "sized:", "inductor"),
+    *("literal:", "sized:", "inductor", "narrow:"),
 )
 
 
@@ -343,6 +344,8 @@ def measure(args: argparse.Namespace) -> dict:
                     for c, programs, flat in persist_configs(problem, sms):
                         label = f"{'flat' if flat else 'persist'}{programs}:{c.name}"
                         candidates[label] = persist(problem, c, programs, flat)
+                if "narrow" in families:
+                    candidates |= {"narrow:" + c.name: tg.launcher(problem, c) for c in narrow_configs(problem)}
                 if "rows" in families:
                     candidates |= {"rows:" + c.name: rows(problem, c) for c in rows_configs(problem)}
                 screened = timed(candidates, sets, 3)
@@ -612,6 +615,24 @@ def longk_configs(problem) -> list:
         TritonConfig(16, c, bk, 1, 1, c // 16, st, swapped=True)
         for c in (64, 128) for bk in (512, 1024) for st in (2, 3, 4, 5)
         if k % bk == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
+    ]  # fmt: skip
+
+
+def narrow_configs(problem) -> list:
+    """Configs of the product's ``swapped`` kernel at T = 2-16 with 16 or 32 weight columns a program (its space
+    has 64 and 128, a Hopper warpgroup MMA's M side): an MMA of one or two warps per program instead, two to four
+    times the programs, each over the whole of K (no split) in K tiles of 256-512 bytes, 4 or 6 stages."""
+    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.problem import dtype_bytes
+
+    k, operand = problem.k, dtype_bytes(problem.a_type)
+    if not 1 < problem.n <= 16:
+        return []
+    return [
+        TritonConfig(16, c, bk, 1, 1, w, st, swapped=True)
+        for c in (16, 32) for w in (1, 2, 4) for bk in (128, 256, 512) for st in (4, 6)
+        if w * 16 <= c * 2 and k % bk == 0 and st * (16 + c) * bk * operand <= SHARED_BYTES
+        and bk * operand in (256, 512)
     ]  # fmt: skip
 
 

@@ -139,6 +139,7 @@ def test_bench_agreement_combines_its_own_outputs_of_one_device_and_refuses_two(
         "bench_agreement_h100_2026-11-27_qwen2_compiled.json",
         "bench_agreement_h100_2026-11-27_swap_literal.json",
         "bench_agreement_h100_2026-11-27_rewarm.json",
+        "bench_agreement_h100_2026-11-27_final.json",
     ],
 )
 def test_a_committed_agreement_record_holds_the_figures_of_its_rows(name):

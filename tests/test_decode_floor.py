@@ -281,6 +281,32 @@ def test_longk_configs_are_swapped_tiles_of_long_k_that_fit_the_shared_memory(fl
     assert {c.block_k for c in floor.longk_configs(_problem(3584, 3584, fp8=True))} == {512}  # 1024 does not divide
 
 
+def test_narrow_configs_are_swapped_tiles_of_16_or_32_columns_over_whole_k(floor):
+    from pipeline.backends.triton_gemm import SHARED_BYTES
+
+    assert floor.narrow_configs(_problem(4096, 4096, tokens=1)) == []
+    for fp8 in (False, True):
+        found = floor.narrow_configs(_problem(4096, 4096, fp8=fp8))
+        assert found and {c.block_c for c in found} == {16, 32}
+        for c in found:
+            assert c.swapped and c.split_k == 1 and 4096 % c.block_k == 0
+            assert c.block_k * (1 if fp8 else 2) in (256, 512)
+            assert c.num_warps * 16 <= 2 * c.block_c  # one to four warps, at least 8 columns each
+            assert c.num_stages * (16 + c.block_c) * c.block_k * (1 if fp8 else 2) <= SHARED_BYTES
+    assert {c.block_k for c in floor.narrow_configs(_problem(4096, 4352, fp8=True))} == {256}  # 512 does not divide
+
+
+def test_the_narrow_record_wins_nowhere_by_benchs_margin_and_loses_most_on_fp8():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_narrow_h100_2026-11-27.json").read_text())
+    assert len(record["rows"]) == 12 and record["args"]["families"] == ["swapped", "narrow"]
+    for row in record["rows"]:
+        product, narrow = _best(row["fraction"], "triton_"), _best(row["fraction"], "narrow:")
+        assert narrow < 1.02 * product  # never past the margin a winner must clear
+        if row["dtype"] == "fp8":
+            assert narrow < 0.95 * product
+        assert max(row["relative_error"].values()) < 2e-2
+
+
 def test_wholek_configs_cover_the_row_in_one_k_tile_at_one_token(floor):
     assert floor.wholek_configs(_problem(37888, 3584)) == []  # four tokens
     found = floor.wholek_configs(_problem(37888, 3584, tokens=1))
