@@ -15,7 +15,8 @@ alone; ``persist``: that tile on a persistent grid, ``floor_kernels.swapped_pers
 ``longk``: the swapped tile over 512- and 1024-long K tiles; ``wholek``: one-token configs whose K tile is the
 whole row; ``literal``: ``floor_kernels.gemv_literal`` and ``gemv_sized``, a one-token kernel with its sizes
 literals or arguments; ``inductor``: max-autotune's own compile of the call; ``narrow``: the swapped tile 16 or 32
-columns wide, ``narrow_configs``), ``--gemms`` and ``--tokens``
+columns wide, ``narrow_configs``; ``rowslit``: ``rows`` compiled for one frame,
+``floor_kernels.gemv_rows_literal``), ``--gemms`` and ``--tokens``
 the GEMMs (``SMALL``, ``LARGE`` and ``UNFUSED``); ``--evict`` times the product's best three configs again with its
 kernel's loads given Inductor's eviction policies and stripped of any (``with_policies``); ``--constant-k`` its
 best three one-token configs compiled for the call's ``K`` (``with_constant_k``); ``--early-scales`` its best
@@ -53,11 +54,11 @@ UNFUSED = (("llama3-8b", "gate", 14336, 4096), ("qwen2-7b", "gate", 18944, 3584)
 FP8_MODELS = ("llama3-8b",)
 FAMILIES = (
     *("product", "wider", "fixup", "tma", "rows", "swap", "swapped", "persist", "swapfix", "longk", "wholek"),
-    *("literal", "inductor", "narrow"),
+    *("literal", "inductor", "narrow", "rowslit"),
 )
 FINALIST_PREFIXES = (
     *("triton_", "wider:", "fixup:", "swapfix:", "tma:", "rows:", "swap:", "persist", "flat", "longk:", "wholek:"),
-    *("literal:", "sized:", "inductor", "narrow:"),
+    *("literal:", "sized:", "inductor", "narrow:", "rowslit:"),
 )
 
 
@@ -212,12 +213,14 @@ def measure(args: argparse.Namespace) -> dict:
 
         return launch
 
-    def rows(problem: GemmProblem, c: tg.TritonConfig):
+    def rows(problem: GemmProblem, c: tg.TritonConfig, kernel=None):
+        kernel = kernel or fk.gemv_rows
+
         def launch(ops) -> None:
             x, y, out = torch_views(problem, ops)
             (r, k), cols = x.shape, y.shape[1]
             scaled, sx, sy = scale_args(ops, out)
-            fk.gemv_rows[(triton.cdiv(cols, c.block_c),)](
+            kernel[(triton.cdiv(cols, c.block_c),)](
                 x, y, out, sx, sy, r, cols, k, *x.stride(), *y.stride(), *out.stride(), scaled, c.block_r,
                 c.block_c, c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
 
@@ -348,6 +351,10 @@ def measure(args: argparse.Namespace) -> dict:
                     candidates |= {"narrow:" + c.name: tg.launcher(problem, c) for c in narrow_configs(problem)}
                 if "rows" in families:
                     candidates |= {"rows:" + c.name: rows(problem, c) for c in rows_configs(problem)}
+                if "rowslit" in families:
+                    candidates |= {
+                        "rowslit:" + c.name: rows(problem, c, fk.gemv_rows_literal) for c in rows_configs(problem)
+                    }
                 screened = timed(candidates, sets, 3)
                 ranked = sorted(screened, key=screened.get)
                 finalists = ["default"]

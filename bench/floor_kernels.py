@@ -130,11 +130,12 @@ def gemv_tma(x, w_desc, out, scale_x, scale_y, C, K,
 
 
 @triton.jit
-def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc,
-              SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):  # fmt: skip
+def _rows_by_tiles(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc, SCALED: tl.constexpr,
+                   BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, POLICIES: tl.constexpr):  # fmt: skip
     # the product's one-token kernel (triton_kernels.gemv; K a multiple of BK, no split) for up to BR > 1 token
     # rows at once: a program loads each [BC, BK] weight tile once and multiplies it by every row elementwise
-    # into a [BR, BC, BK] fp32 accumulator, no tl.dot
+    # into a [BR, BC, BK] fp32 accumulator, no tl.dot; POLICIES: the one-token kernels' load policies (the
+    # weights stream through once, the token rows are every program's)
     pc = tl.program_id(0)
     cols = pc * BC + tl.arange(0, BC)
     ks = tl.arange(0, BK)
@@ -143,7 +144,13 @@ def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc
     yp = y + ks[None, None, :] * syk + (cols % C)[None, :, None] * syc  # [1, BC, BK]
     acc = tl.zeros((BR, BC, BK), dtype=tl.float32)
     for _ in range(0, K, BK):
-        acc += tl.load(yp).to(tl.float32) * tl.load(xp).to(tl.float32)
+        if POLICIES:
+            w = tl.load(yp, eviction_policy="evict_first")
+            a = tl.load(xp, eviction_policy="evict_last")
+        else:
+            w = tl.load(yp)
+            a = tl.load(xp)
+        acc += w.to(tl.float32) * a.to(tl.float32)
         xp += BK * sxk
         yp += BK * syk
     total = tl.sum(acc, axis=2)  # [BR, BC]
@@ -151,6 +158,23 @@ def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc
         total *= tl.load(scale_x) * tl.load(scale_y)
     inside = (rows[:, None] < R) & (cols[None, :] < C)
     tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total.to(out.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def gemv_rows(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc,
+              SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr):  # fmt: skip
+    # _rows_by_tiles with its sizes and strides arguments, loads without policies
+    _rows_by_tiles(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc, SCALED, BR, BC, BK, False)
+
+
+@triton.jit
+def gemv_rows_literal(x, y, out, scale_x, scale_y, R: tl.constexpr, C: tl.constexpr, K: tl.constexpr,
+                      sxr: tl.constexpr, sxk: tl.constexpr, syk: tl.constexpr, syc: tl.constexpr, sor: tl.constexpr,
+                      soc: tl.constexpr, SCALED: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                      BK: tl.constexpr):  # fmt: skip
+    # _rows_by_tiles compiled for one frame (every size and stride a literal, as the product's one-token literal
+    # kernel), its loads with the one-token kernels' policies
+    _rows_by_tiles(x, y, out, scale_x, scale_y, R, C, K, sxr, sxk, syk, syc, sor, soc, SCALED, BR, BC, BK, True)
 
 
 @triton.jit

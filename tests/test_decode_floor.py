@@ -307,6 +307,17 @@ def test_the_narrow_record_wins_nowhere_by_benchs_margin_and_loses_most_on_fp8()
         assert max(row["relative_error"].values()) < 2e-2
 
 
+def test_the_rows_literal_record_trails_the_swapped_tile_everywhere_and_most_at_eight_tokens():
+    record = json.loads((ROOT / "bench" / "results" / "decode_floor_rowslit_h100_2026-11-27.json").read_text())
+    assert len(record["rows"]) == 12
+    for row in record["rows"]:
+        product, literal = _best(row["fraction"], "triton_"), _best(row["fraction"], "rowslit:")
+        assert literal < 0.9 * product
+        if row["tokens"] == 8:
+            assert literal < 0.6 * product
+        assert max(row["relative_error"].values()) < 2e-2
+
+
 def test_wholek_configs_cover_the_row_in_one_k_tile_at_one_token(floor):
     assert floor.wholek_configs(_problem(37888, 3584)) == []  # four tokens
     found = floor.wholek_configs(_problem(37888, 3584, tokens=1))
