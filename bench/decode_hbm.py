@@ -12,8 +12,12 @@ bandwidth a device copy or read reaches in the same run (``measure.bandwidth``);
 fraction a streaming read of the call's bytes reaches in the same run (``decode_floor.read_floor``: what one
 launch of that size can reach) and each method's time against that read.
 
+``--winners-from RECORD`` tunes nothing: it times torch's default and the winners an earlier record names for
+cuBLASLt alone and for the product (no max-autotune, no read floor) and puts each beside two limits measured in
+the same run, the better of a copy and a read (as above) and the copy alone (#36's definition of the limit).
+
     python bench/decode_hbm.py --out bench/results/decode_hbm_<gpu>_<date>.json \\
-        [--models ...] [--tokens 1 4 8] [--gemms ...]
+        [--models ...] [--tokens 1 4 8] [--gemms ...] [--winners-from RECORD]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from triton_decode import MODELS, write_record  # the same projections
 import pipeline.runtime as rt
 from pipeline.backends.base import TuneSettings
 from pipeline.backends.cublaslt import CublasLtBackend
-from pipeline.backends.measure import TimingSettings, bandwidth, copies_of
+from pipeline.backends.measure import TimingSettings, bandwidth, copies_of, copy_and_read
 from pipeline.backends.triton_gemm import PREFIX as TRITON
 from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.problem import GemmProblem
@@ -106,10 +110,10 @@ def with_row(problem: GemmProblem, winner: str, path: Path):
     return rt.install(path)
 
 
-def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: Path) -> dict:
+def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: Path, methods=METHODS) -> dict:
     calls = case.copies * max(1, 48 // case.copies)
     graphs, notes = {}, {}
-    for method in METHODS:
+    for method in methods:
         if method == "max_autotune":
             start = time.monotonic()
             torch._dynamo.reset()  # each GEMM its own compile (dynamo's recompile limit would fall back to eager)
@@ -151,7 +155,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--gemms", nargs="+", help="these projections alone (default: all)")
+    parser.add_argument("--winners-from", type=Path, help="an earlier record: time its winners, tune nothing")
     args = parser.parse_args()
+    if args.winners_from:
+        retime(args)
+        return
     device = torch.device("cuda", 0)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     limit = bandwidth(device)
@@ -188,6 +196,57 @@ def main() -> None:
                 torch.cuda.empty_cache()
                 _write(args.out, device, limit, rows)
     print(json.dumps(_write(args.out, device, limit, rows)["geomean_hbm_fraction"]))
+
+
+RETIMED = ("default", "cublaslt", "product")
+
+
+def retime(args: argparse.Namespace) -> None:
+    """``--winners-from``: each selected row of the earlier record, its winners timed again beside torch's
+    default, as fractions of the better of a copy and a read and of the copy alone, both measured in this run."""
+    earlier = json.loads(args.winners_from.read_text())["rows"]
+    device = torch.device("cuda", 0)
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    copy, read = copy_and_read(device)
+    limits = {"better": max(copy, read), "copy": copy}
+    scratch = Path(tempfile.mkdtemp(prefix="decode-hbm-"))
+    dims = {(model, name): shape for model in MODELS for name, shape in MODELS[model].items()}
+    rows = []
+    for old in earlier:
+        model, name, tokens = old["model"], old["gemm"].split()[0], old["tokens"]
+        if model not in args.models or tokens not in args.tokens or (args.gemms and name not in args.gemms):
+            continue
+        case = Case(*dims[(model, name)], tokens, model.endswith("-fp8"), l2)
+        us = measure(case, case.problem(), old["winners"], scratch, RETIMED)
+        rows.append({
+            "model": model, "gemm": old["gemm"], "tokens": tokens, "bytes": case.bytes, "winners": old["winners"],
+            "us": {m: round(us[m], 2) for m in RETIMED},
+            **{f"hbm_{k}": {m: round(case.bytes / v * 1e6 / us[m], 4) for m in RETIMED} for k, v in limits.items()},
+        })  # fmt: skip
+        print(f"{model:13} {name:8} T={tokens}: " + " ".join(f"{m} {rows[-1]['hbm_copy'][m]:.3f}" for m in RETIMED),
+              flush=True)  # fmt: skip
+        del case
+        torch.cuda.empty_cache()
+        _write_retimed(args, device, copy, read, rows)
+    print(json.dumps(_write_retimed(args, device, copy, read, rows)["geomean"]))
+
+
+def _write_retimed(args: argparse.Namespace, device: torch.device, copy: float, read: float, rows: list) -> dict:
+    groups = {"all": rows, "bf16": [r for r in rows if not r["model"].endswith("-fp8")],
+              "fp8": [r for r in rows if r["model"].endswith("-fp8")]}  # fmt: skip
+    fields = {
+        "rounds": ROUNDS,
+        "winners_from": args.winners_from.name,
+        "read_bandwidth_bytes_per_s": read,
+        "limits": {"better": "the better of a 1 GiB copy and read", "copy": "a 1 GiB copy (#36's definition)"},
+        "geomean": {f"hbm_{limit}": _geomeans(groups, f"hbm_{limit}") for limit in ("better", "copy")},
+        "rows": rows,
+    }
+    return write_record(args.out, device, copy, fields)
+
+
+def _geomeans(groups: dict[str, list[dict]], field: str) -> dict:
+    return {g: {m: geomean(r[field][m] for r in members) for m in RETIMED} for g, members in groups.items() if members}
 
 
 def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> dict:

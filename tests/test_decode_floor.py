@@ -140,6 +140,34 @@ def test_the_decode_hbm_record_of_all_45_holds_its_geomeans_and_misses():
     assert record["product_below_best_rival_by_1pct"] == misses
 
 
+def test_the_retimed_record_divides_each_time_by_the_copy_and_by_the_better_of_copy_and_read():
+    """decode_hbm.py --winners-from: every row's fractions are its bytes over its times at the run's two limits,
+    its winners those of the record it names, and the geomeans and the summary are those of its rows."""
+    from pipeline.stats import geomean
+
+    record = json.loads((ROOT / "bench" / "results" / "decode_hbm_h100_2026-11-27_retimed.json").read_text())
+    source = json.loads((ROOT / "bench" / "results" / record["runs"][0]["winners_from"]).read_text())
+    winners = {(r["model"], r["gemm"], r["tokens"]): r["winners"] for r in source["rows"]}
+    assert len(record["runs"]) == 3
+    for run in record["runs"]:
+        copy, read = run["copy_bandwidth_bytes_per_s"], run["read_bandwidth_bytes_per_s"]
+        rows = run["rows"]
+        assert len(rows) == 45 and all(winners[(r["model"], r["gemm"], r["tokens"])] == r["winners"] for r in rows)
+        for row in rows:
+            for method, us in row["us"].items():
+                for field, limit in (("hbm_copy", copy), ("hbm_better", max(copy, read))):
+                    assert row[field][method] == pytest.approx(row["bytes"] / limit * 1e6 / us, rel=2e-3)
+        for field in ("hbm_copy", "hbm_better"):
+            assert run["geomean"][field]["all"]["product"] == pytest.approx(
+                geomean(r[field]["product"] for r in rows), abs=1e-4
+            )
+    for field in ("hbm_copy", "hbm_better"):
+        assert record["product_geomean"][field] == [
+            round(r["geomean"][field]["all"]["product"], 4) for r in record["runs"]
+        ]
+    assert min(record["product_geomean"]["hbm_copy"]) >= 0.90  # #36's target against its own limit, every run
+
+
 def test_the_constant_k_variant_compiles_gemv_alone_for_one_k(floor):
     source = KERNELS.read_text()
     variant = floor.with_constant_k(source)

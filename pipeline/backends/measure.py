@@ -134,13 +134,18 @@ def _best_us(fn, reps: int = 5) -> float:
     return min(times)
 
 
-def bandwidth(device: torch.device, size: int = 1 << 30) -> float:
-    """Bytes/s: the better of a copy (read + write) and a reduction (read) over ``size`` bytes."""
+def copy_and_read(device: torch.device, size: int = 1 << 30) -> tuple[float, float]:
+    """Bytes/s of a device copy (bytes read and written) and of a reduction (bytes read) over ``size`` bytes."""
     src = torch.empty(size, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
     copy_us = _best_us(lambda: dst.copy_(src))
     read_us = _best_us(lambda: src.view(torch.float32).sum())
-    return max(2 * size / copy_us, size / read_us) * 1e6
+    return 2 * size / copy_us * 1e6, size / read_us * 1e6
+
+
+def bandwidth(device: torch.device, size: int = 1 << 30) -> float:
+    """Bytes/s: the better of a copy (read + write) and a reduction (read) over ``size`` bytes."""
+    return max(copy_and_read(device, size))
 
 
 def measure_limits(device: torch.device, dtypes: tuple[tuple[str, str], ...] = LIMIT_DTYPES) -> DeviceLimits:
