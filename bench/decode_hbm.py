@@ -26,25 +26,18 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))  # autotuned here, fresh
+if TYPE_CHECKING:  # torch loads after the output is claimed (main)
+    import torch
 
-import torch
-import torch.nn.functional as F
-from decode_floor import read_floor  # bench/ is the script's path
-from triton_decode import MODELS, write_record  # the same projections
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's pipeline, installed or not
 
-import pipeline.runtime as rt
-from pipeline.backends.base import TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend
-from pipeline.backends.measure import TimingSettings, bandwidth, copies_of, copy_and_read
-from pipeline.backends.triton_gemm import PREFIX as TRITON
-from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.problem import GemmProblem
-from pipeline.runtime.scaled import problem_of_call
 from pipeline.stats import geomean, round_order
 
 METHODS = ("default", "cublaslt", "max_autotune", "product")
@@ -55,6 +48,10 @@ class Case:
     """One GEMM's rotating operands and its call: ``call(i)`` runs it on copy ``i``."""
 
     def __init__(self, n_out: int, k: int, tokens: int, fp8: bool, l2: int) -> None:
+        import torch
+
+        from pipeline.backends.measure import TimingSettings, copies_of
+
         weight_bytes = n_out * k * (1 if fp8 else 2)
         self.copies = copies_of(weight_bytes, l2, TimingSettings().l2_factor)
         self.fp8 = fp8
@@ -71,12 +68,19 @@ class Case:
         self.bytes = weight_bytes + tokens * k * (1 if fp8 else 2) + tokens * n_out * 2
 
     def fn(self, x, w, sx=None, sw=None):
+        import torch
+        import torch.nn.functional as F
+
         if self.fp8:
             return torch._scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16)
         return F.linear(x, w)
 
     def problem(self) -> GemmProblem:
         """The problem as the runtime keys this call (and TunableOp records it)."""
+        import torch
+
+        from pipeline.runtime.scaled import problem_of_call
+
         if self.fp8:
             return problem_of_call(self.xs[0], self.ws[0].t(), *self.scales, None, None, torch.bfloat16, False)
         tokens, k = self.xs[0].shape
@@ -86,6 +90,8 @@ class Case:
 
 def capture(case: Case, fn, calls: int) -> torch.cuda.CUDAGraph:
     """A graph of ``calls`` calls of ``fn`` cycling over the copies (warmed up on a side stream first)."""
+    import torch
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -104,6 +110,12 @@ def capture(case: Case, fn, calls: int) -> torch.cuda.CUDAGraph:
 
 def with_row(problem: GemmProblem, winner: str, path: Path):
     """The runtime installed with ``winner`` as ``problem``'s row (None: the default won, nothing to install)."""
+    import torch
+
+    import pipeline.runtime as rt
+    from pipeline.backends.triton_gemm import PREFIX as TRITON
+    from pipeline.formats.tunableop import TunableOpEntry, write_file
+
     if not winner.startswith(("Gemm_Cublaslt", TRITON)):
         return None
     write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, winner, 0)])
@@ -111,6 +123,10 @@ def with_row(problem: GemmProblem, winner: str, path: Path):
 
 
 def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: Path, methods=METHODS) -> dict:
+    import torch
+
+    import pipeline.runtime as rt
+
     calls = case.copies * max(1, 48 // case.copies)
     graphs, notes = {}, {}
     for method in methods:
@@ -135,6 +151,8 @@ def measure(case: Case, problem: GemmProblem, winners: dict[str, str], scratch: 
 
 def replayed_us(graphs: dict[str, torch.cuda.CUDAGraph], calls: int, rounds: int = ROUNDS) -> dict[str, float]:
     """Median microseconds per call of each graph of ``calls`` calls, its replays interleaved over ``rounds``."""
+    import torch
+
     for graph in graphs.values():
         graph.replay()
     times: dict[str, list[float]] = {name: [] for name in graphs}
@@ -149,17 +167,39 @@ def replayed_us(graphs: dict[str, torch.cuda.CUDAGraph], calls: int, rounds: int
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    from pipeline.atomic import claim_output_file
+    from pipeline.errors import INPUT, BadInput
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", help="default: all of triton_decode.MODELS")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--gemms", nargs="+", help="these projections alone (default: all)")
     parser.add_argument("--winners-from", type=Path, help="an earlier record: time its winners, tune nothing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:  # before torch loads and anything is measured, as the other benchmarks claim theirs
+        claim_output_file(args.out, [args.winners_from] if args.winners_from else [])
+    except BadInput as err:
+        print(f"decode_hbm: {err}", file=sys.stderr)
+        return INPUT
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))  # autotuned here, fresh
+    from triton_decode import MODELS  # bench/ is the script's path; the same projections
+
+    unknown = sorted(set(args.models or ()) - set(MODELS))
+    if unknown:
+        parser.error(f"--models {' '.join(unknown)}: not one of {', '.join(MODELS)}")
+    args.models = args.models or list(MODELS)
     if args.winners_from:
         retime(args)
-        return
+        return 0
+    import torch
+    from decode_floor import read_floor
+
+    from pipeline.backends.base import TuneSettings
+    from pipeline.backends.cublaslt import CublasLtBackend
+    from pipeline.backends.measure import bandwidth
+
     device = torch.device("cuda", 0)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     limit = bandwidth(device)
@@ -196,6 +236,7 @@ def main() -> None:
                 torch.cuda.empty_cache()
                 _write(args.out, device, limit, rows)
     print(json.dumps(_write(args.out, device, limit, rows)["geomean_hbm_fraction"]))
+    return 0
 
 
 RETIMED = ("default", "cublaslt", "product")
@@ -204,6 +245,11 @@ RETIMED = ("default", "cublaslt", "product")
 def retime(args: argparse.Namespace) -> None:
     """``--winners-from``: each selected row of the earlier record, its winners timed again beside torch's
     default, as fractions of the better of a copy and a read and of the copy alone, both measured in this run."""
+    import torch
+    from triton_decode import MODELS
+
+    from pipeline.backends.measure import copy_and_read
+
     earlier = json.loads(args.winners_from.read_text())["rows"]
     device = torch.device("cuda", 0)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
@@ -232,6 +278,8 @@ def retime(args: argparse.Namespace) -> None:
 
 
 def _write_retimed(args: argparse.Namespace, device: torch.device, copy: float, read: float, rows: list) -> dict:
+    from triton_decode import write_record
+
     groups = {"all": rows, "bf16": [r for r in rows if not r["model"].endswith("-fp8")],
               "fp8": [r for r in rows if r["model"].endswith("-fp8")]}  # fmt: skip
     fields = {
@@ -251,6 +299,8 @@ def _geomeans(groups: dict[str, list[dict]], field: str) -> dict:
 
 def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> dict:
     """The record so far (written after every GEMM: a run cut short keeps what it measured)."""
+    from triton_decode import write_record
+
     best_rival = [max(r["hbm"]["cublaslt"], r["hbm"]["max_autotune"]) for r in rows]
     fields = {
         "rounds": ROUNDS,
@@ -267,4 +317,4 @@ def _write(out: str, device: torch.device, limit: float, rows: list[dict]) -> di
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
