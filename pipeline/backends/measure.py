@@ -363,11 +363,11 @@ def screen_passes(
 def warm_up(timers: Sequence[GraphTimer], settings: TimingSettings, turns: int = 4) -> float:
     """Replay ``timers`` in turn, one sync per turn, for at least ``warmup_ms[0]`` and until the last ``turns``
     turns took the same time within ``warmup_settle`` (the clocks settled), at most ``warmup_ms[1]``; return
-    the milliseconds spent. A GPU that idled while the host
-    built operands and graphs runs its first replays at other clocks. On the H100, three A/Bs of one decode
-    GEMM pair without a warm-up spread by up to 12%, the first one off; with 200 ms of warm-up most spreads
-    fell to 0.5-2%, but one window in ten still lands 5-20% off whatever the warm-up, so a single A/B stays a
-    noisy figure (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
+    the milliseconds spent. A GPU that idled while the host built operands and graphs runs its first replays
+    at other clocks. On the H100, three A/Bs of one decode GEMM pair without a warm-up spread by up to 12%,
+    the first one off; with 200 ms of warm-up most spreads fell to 0.5-2%, but one window in ten still lands
+    5-20% off whatever the warm-up, so a single A/B stays a noisy figure
+    (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
     least, most = (value / 1000.0 for value in settings.warmup_ms)
     start = time.perf_counter()
     recent: list[float] = []
