@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:  # before torch loads and anything is measured, as the other benchmarks claim theirs
         claim_output_file(args.out, [args.winners_from] if args.winners_from else [])
-    except BadInput as err:
+        earlier = winners_of(args.winners_from) if args.winners_from else []
+    except (BadInput, FileNotFoundError) as err:  # a path or file given is wrong
         print(f"decode_hbm: {err}", file=sys.stderr)
         return INPUT
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))  # autotuned here, fresh
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--models {' '.join(unknown)}: not one of {', '.join(MODELS)}")
     args.models = args.models or list(MODELS)
     if args.winners_from:
-        retime(args)
+        retime(args, earlier)
         return 0
     import torch
     from decode_floor import read_floor
@@ -242,15 +243,36 @@ def main(argv: list[str] | None = None) -> int:
 RETIMED = ("default", "cublaslt", "product")
 
 
-def retime(args: argparse.Namespace) -> None:
-    """``--winners-from``: each selected row of the earlier record, its winners timed again beside torch's
-    default, as fractions of the better of a copy and a read and of the copy alone, both measured in this run."""
+ROW_FIELDS = ("model", "gemm", "tokens", "winners")  # what --winners-from reads of each row of its record
+
+
+def winners_of(path: Path) -> list[dict]:
+    """The rows of a record this script wrote (``rows``, each with ``ROW_FIELDS``); ``BadInput`` naming the file
+    (and its line, or the row) for one that is not JSON or not such a record; a missing one raises as
+    ``json_file.load`` does (FileNotFoundError, an input error: ``errors.exit_code``)."""
+    from pipeline.errors import BadInput
+    from pipeline.formats import json_file
+
+    record = json_file.load(path, "a decode_hbm.py record")
+    rows = record.get("rows") if isinstance(record, dict) else None
+    if not isinstance(rows, list):
+        raise BadInput(f"{path}: no list of rows; --winners-from takes a record decode_hbm.py wrote")
+    for i, row in enumerate(rows):
+        missing = [f for f in ROW_FIELDS if not isinstance(row, dict) or f not in row]
+        if missing:
+            raise BadInput(f"{path}: row {i} has no {', '.join(missing)}")
+    return rows
+
+
+def retime(args: argparse.Namespace, earlier: list[dict]) -> None:
+    """``--winners-from``: each selected row of the earlier record (``winners_of``), its winners timed again
+    beside torch's default, as fractions of the better of a copy and a read and of the copy alone, both measured
+    in this run."""
     import torch
     from triton_decode import MODELS
 
     from pipeline.backends.measure import copy_and_read
 
-    earlier = json.loads(args.winners_from.read_text())["rows"]
     device = torch.device("cuda", 0)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     copy, read = copy_and_read(device)

@@ -274,6 +274,33 @@ def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypat
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        (None, r"No such file or directory: 'missing\.json'"),
+        ('{"rows": [', r"record\.json:1:11: not a decode_hbm\.py record"),
+        ("[]", r"record\.json: no list of rows"),
+        ('{"rows": [{"model": "llama3-8b", "gemm": "o 4096x4096"}]}', r"record\.json: row 0 has no tokens, winners"),
+    ],
+)
+def test_decode_hbm_refuses_a_winners_record_it_cannot_read_before_measuring(tmp_path, monkeypatch, text, why):
+    import re
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+
+    name = "missing.json" if text is None else "record.json"
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    before = _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = [sys.executable, str(ROOT / "bench" / "decode_hbm.py"), "--winners-from", name, "--out", "out.json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 12 and re.search(why, done.stderr), done.stderr
+    assert _tree(tmp_path) == before
+
+
 @pytest.mark.parametrize("out", [".", "bundle", "bundle/tunableop_results.csv", "bundle/manifest.json"])
 def test_the_host_cost_command_refuses_an_output_that_is_a_directory_or_what_it_reads(tmp_path, monkeypatch, out):
     import subprocess
