@@ -18,12 +18,21 @@ from . import errors
 from .atomic import atomic_write_text, claim_output_dir
 from .formats import json_file
 from .stages.configs import render as configs
-from .stages.gather.shapes import apply_weights, gather, read_shapes_json, summary_table, write_shapes_json
+from .stages.gather import mgrid
+from .stages.gather.shapes import (
+    apply_grid,
+    apply_weights,
+    gather,
+    read_shapes_json,
+    summary_table,
+    write_shapes_json,
+)
 from .stages.merge.logic_merge import MergeOptions, merge_dirs
 from .stages.merge.results_merge import merge_paths
 
 
 def _shapes(args: argparse.Namespace) -> int:
+    spec, m_max = mgrid.parse_grid(args.m_grid), mgrid.parse_m_max(args.m_max)
     result = gather(args.paths, lenient=args.lenient)
     apply_weights(
         result,
@@ -32,6 +41,7 @@ def _shapes(args: argparse.Namespace) -> int:
             for f, what in ((args.calls, "calls JSON"), (args.baseline, "baseline JSON"))
         ),
     )
+    apply_grid(result, spec, m_max)
     sys.stdout.write(summary_table(result))
     if args.json:
         write_shapes_json(args.json, result)
@@ -169,6 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         metavar="BASELINE.json",
         help="baseline time per call a collection measured (collect/baseline.json): time shares",
+    )
+    shapes.add_argument(
+        "--m-grid",
+        default=mgrid.EXACT,
+        metavar="GRID",
+        help="token counts (M) each weight is tuned at: exact (those the files show), serving (those plus a "
+        "server's decode and prefill sizes up to --m-max) or an ascending list such as 1,2,4,16 (default: %(default)s)",
+    )
+    shapes.add_argument(
+        "--m-max",
+        default=None,
+        metavar="M",
+        help="the largest token count of the serving grid (default: the largest the files show)",
     )
     shapes.set_defaults(func=_shapes)
 

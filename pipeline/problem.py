@@ -11,7 +11,7 @@ module converts its own spelling at its edge.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 OpKind = Literal["gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm"]
@@ -178,6 +178,25 @@ class GemmProblem:
     @property
     def is_wildcard(self) -> bool:
         return WILDCARD in (self.m, self.n, self.k, self.batch)
+
+    def token_family(self) -> GemmProblem | None:
+        """This GEMM at every token count (BLAS ``n``, the rows of ``F.linear``'s activation): itself with
+        ``n = 1``, and the one leading dimension that can follow ``n`` (``ldb`` of a ``transb = T`` operand,
+        whose stored rows are ``n``) as 0 where it is packed (it moves with ``n``); any other ld is a stride of
+        a larger buffer and stays. None for a wildcard key, served only as recorded."""
+        if self.is_wildcard or WILDCARD in (self.lda, self.ldb, self.ldc):
+            return None
+        packed_b = self.transb == "T" and self.ldb == self.n
+        return replace(self, n=1, ldb=0 if packed_b else self.ldb)
+
+    def with_tokens(self, n: int) -> GemmProblem | None:
+        """This GEMM at ``n`` tokens, a packed n-bound ``ldb`` moved with ``n``; None where a fixed ``ldb`` could
+        not hold them."""
+        if self.transb != "T" or self.ldb is None:
+            return replace(self, n=n)
+        if self.ldb == self.n:
+            return replace(self, n=n, ldb=n)
+        return replace(self, n=n) if self.ldb >= n else None  # type: ignore[operator]
 
     def flops(self) -> int:
         """Floating-point operations of one call (2 per multiply-add); 0 for a wildcard problem."""

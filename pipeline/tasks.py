@@ -54,9 +54,10 @@ from .stages.accept.acceptance import AcceptanceSettings, accept
 from .stages.bench import config_tool, registry, tuned_cache
 from .stages.bench import tune as bench
 from .stages.configs import render as configs
-from .stages.gather import call_weights
+from .stages.gather import call_weights, mgrid
 from .stages.gather.collect import collect
 from .stages.gather.shapes import (
+    apply_grid,
     apply_weights,
     expand_inputs,
     gather,
@@ -150,6 +151,17 @@ class RunName(luigi.Parameter):
                 "with a dot (e.g. 2026-11-24 or llama-nightly)"
             )
         return name
+
+
+class GridParameter(luigi.Parameter):
+    """``--m-grid``: exact, serving or an ascending list of token counts (``mgrid.parse_grid``)."""
+
+    def normalize(self, x: object) -> str:
+        try:
+            spec = mgrid.parse_grid(str(x), option=None)
+        except mgrid.GridError as err:
+            raise ValueError(str(err)) from None  # Luigi's refusal of a parameter (``luigi_face``), as RunName's
+        return spec if isinstance(spec, str) else ",".join(map(str, spec))
 
 
 class PipelineTask(luigi.Task):
@@ -462,7 +474,15 @@ class GatherShapes(PipelineTask):
         description="comma-separated files, directories or globs of TunableOp CSVs; when given, no collection runs",
     )
     lenient = luigi.BoolParameter(default=False, description="skip and count malformed lines")
-    made_from_params = ("untuned", "lenient")
+    m_grid = GridParameter(
+        default=mgrid.EXACT,
+        description="token counts (M) each weight is tuned at: exact (those the workload ran), serving (those "
+        "plus a server's decode and prefill sizes up to --m-max) or an ascending list such as 1,2,4,16",
+    )
+    m_max = counted(
+        int, 0, 1 << 24, default=0, description="largest token count of the serving grid (0: the largest M seen)"
+    )
+    made_from_params = ("untuned", "lenient", "m_grid", "m_max")
 
     def requires(self) -> luigi.Task | None:
         return None if self.untuned else self.clone(CollectShapes)
@@ -494,6 +514,7 @@ class GatherShapes(PipelineTask):
             if collected is None
             else (read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)),
         )
+        apply_grid(result, mgrid.parse_grid(self.m_grid), mgrid.parse_m_max(self.m_max))
         summary = summary_table(result)
         atomic_write_text(self.layout().shapes_summary, summary)
         write_shapes_json(self.output().path, result)

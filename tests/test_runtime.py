@@ -203,7 +203,7 @@ def test_tuned_calls_take_the_plan_and_match_torch(routed):
 def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     F = torch.nn.functional
     x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
-    F.linear(torch.randn(63, 256).bfloat16(), w)  # no tuned row
+    F.linear(torch.randn(63, 256).bfloat16(), w)  # its weight is tuned at 64 tokens, not at 63
     torch.mm(x, w.t().contiguous())  # same shape, NN layout: no row
     torch.addmm(torch.randn(512).bfloat16(), x, w.t(), beta=0.5)  # beta != 1
     torch.mm(x[:, ::2], torch.randn(128, 512).bfloat16())  # torch copies a strided operand
@@ -220,7 +220,8 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
     F.linear(torch.randn(32, 256).bfloat16(), w)  # tuned row this library refuses
     fallbacks = routed.status()["fallbacks"]
     assert _tuned(routed) == 0
-    assert fallbacks["no tuned row"] == 2
+    assert fallbacks["no tuned row"] == 1
+    assert fallbacks["outside every range (its weight is tuned at other token counts)"] == 1
     assert routed.status()["untuned_keys"] == [
         "GemmTunableOp_BFloat16_TN,tn_512_63_256_ld_256_256_512",
         "GemmTunableOp_BFloat16_NN,nn_512_64_256_ld_512_256_512",
@@ -234,7 +235,7 @@ def test_untuned_and_unsafe_calls_fall_back_to_torch(routed):
 
     routes = list(routed.router.plans.values())
     assert all(type(r) is Fallback or callable(getattr(r, "run", None)) for r in routes), "a plan or a Fallback"
-    assert all(type(reason) is Fallback for reason in fallbacks), "every counted fallback is typed"
+    assert all(type(reason) is Fallback for reason in routed.router.fallbacks), "every counted fallback is typed"
     assert len(routed.status()["rows_rejected"]) == 1
     assert "cublasLtMatmulAlgoCheck" in next(iter(routed.status()["rows_rejected"].values()))
 
@@ -316,8 +317,10 @@ def test_only_the_ops_the_table_has_rows_for_are_overridden(tmp_path):
         torch.bmm(a, b, out=torch.empty(4, 16, 32, dtype=torch.bfloat16))
         assert runtime.status()["fallbacks"] == {} and runtime.router.plans == {}
         F.linear(torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16())
-        F.linear(torch.randn(8, 256).bfloat16(), torch.randn(512, 256).bfloat16())
-        assert _tuned(runtime) == 1 and runtime.status()["fallbacks"] == {"no tuned row": 1}
+        F.linear(torch.randn(8, 256).bfloat16(), torch.randn(512, 256).bfloat16())  # tuned at 64 tokens only
+        assert _tuned(runtime) == 1 and runtime.status()["fallbacks"] == {
+            "outside every range (its weight is tuned at other token counts)": 1
+        }
     finally:
         rt.uninstall()
     _rows(tmp_path / RESULTS, [("GemmStridedBatchedTunableOp_BFloat16_NN", "nn_32_16_8_B_4_ld_32_8_32", SOLUTION)])
@@ -341,7 +344,9 @@ def test_a_call_without_a_row_reads_no_setting_and_a_tuned_one_reads_them_all(ro
     x, w = torch.randn(64, 256).bfloat16(), torch.randn(512, 256).bfloat16()
     for _ in range(3):
         torch.nn.functional.linear(torch.randn(63, 256).bfloat16(), w)
-    assert reads == [] and routed.status()["fallbacks"] == {"no tuned row": 3}
+    assert reads == [] and routed.status()["fallbacks"] == {
+        "outside every range (its weight is tuned at other token counts)": 3
+    }
     for _ in range(3):
         torch.nn.functional.linear(x, w)
     assert reads == [torch.bfloat16] * 3 and _tuned(routed) == 3
@@ -349,11 +354,14 @@ def test_a_call_without_a_row_reads_no_setting_and_a_tuned_one_reads_them_all(ro
     torch.use_deterministic_algorithms(True)
     try:
         torch.nn.functional.linear(x, w)  # the cached plan, refused by the setting read now
-        torch.nn.functional.linear(torch.randn(63, 256).bfloat16(), w)  # no row: counted as such
+        torch.nn.functional.linear(torch.randn(63, 256).bfloat16(), w)  # no row at 63 tokens: counted as such
     finally:
         torch.use_deterministic_algorithms(False)
     assert _tuned(routed) == 3
-    assert routed.status()["fallbacks"] == {"no tuned row": 4, "deterministic algorithms on": 1}
+    assert routed.status()["fallbacks"] == {
+        "outside every range (its weight is tuned at other token counts)": 4,
+        "deterministic algorithms on": 1,
+    }
 
 
 @needs
@@ -664,3 +672,47 @@ def test_a_runtime_key_reads_back_as_the_tunableop_key_it_came_from(fixture):
     assert keys
     for key in keys:
         assert key_text(runtime_key(parse_key(*key.split(",")))) == key
+
+
+@needs
+def test_calls_at_untuned_token_counts_are_counted_per_key_with_the_coverage(tmp_path):
+    """A weight tuned over a range of token counts (the bundle's spread rows): a call inside the range runs it,
+    one outside counts as outside every range, per key; the coverage figure takes the keys the collection never
+    saw (not in the manifest's ``collected``)."""
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    op = "GemmTunableOp_BFloat16_TN"
+    _rows(tmp_path / RESULTS, [(op, f"tn_512_{n}_256_ld_256_256_512", SOLUTION) for n in (5, 6, 7, 8)])
+    manifest = {"runtime": {"name": "NVIDIA H100 80GB HBM3"}, "collected": [f"{op},tn_512_8_256_ld_256_256_512"]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
+    try:
+        w = torch.randn(512, 256).bfloat16()
+        for tokens in (8, 6, 6, 9, 9, 9):
+            torch.nn.functional.linear(torch.randn(tokens, 256).bfloat16(), w)
+        torch.nn.functional.linear(torch.randn(6, 128).bfloat16(), torch.randn(512, 128).bfloat16())
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert status["fallbacks"] == {
+        "outside every range (its weight is tuned at other token counts)": 3,
+        "no tuned row": 1,
+    }
+    assert status["missed_calls"] == {
+        f"{op},tn_512_9_256_ld_256_256_512": 3,
+        f"{op},tn_512_6_128_ld_128_128_512": 1,
+    }
+    coverage = status["coverage"]
+    assert coverage["unseen_calls"] == 6  # the two calls at 6 tokens, tuned, and the four without a row
+    assert coverage["tuned_share_of_calls"] == pytest.approx(2 / 6)
+    floor = {
+        nk: parse_key(op, "tn_512_{}_{}_ld_{}_{}_512".format(*nk, nk[1], nk[1])).floor_us("H100")
+        for nk in ((6, 256), (9, 256), (6, 128))
+    }
+    tuned_us = 2 * floor[6, 256]
+    assert coverage["tuned_share_of_time"] == pytest.approx(tuned_us / (tuned_us + 3 * floor[9, 256] + floor[6, 128]))
+    from pipeline.runtime.__main__ import summary_line
+
+    assert "at token counts the collection never saw: 6 calls" in summary_line(status)

@@ -96,6 +96,7 @@ def test_summary_table_lists_every_shape_and_totals(tmp_path):
         "n",
         "k",
         "batch",
+        "serves",
         "count",
         "calls",
         "time%",

@@ -68,13 +68,17 @@ class Runtime:
         if self.consumer:
             return {**out, "installed": False, "consumer": self.consumer}
         router = self.router
+        fallbacks, missed = router.fallback_counts()
+        tuned = router.tuned_calls()
         return {
             **out,
             "installed": router is not None and router._lib is not None,
             "routed_ops": router.routed_ops(),  # the aten ops overridden: those the table has rows for
             "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
-            "tuned_calls": router.tuned_calls(),
-            "fallbacks": dict(router.fallbacks),
+            "tuned_calls": tuned,
+            "fallbacks": fallbacks,
+            "missed_calls": missed,  # calls without a row, by TunableOp key
+            "coverage": coverage(tuned, missed, self.table.meta),
             "untuned_keys": [key_text(k) for k in router.untuned],
             "startup": {"install_s": self.install_s, "plan_build_s": router.plan_build_s},
         }
@@ -88,6 +92,33 @@ class Runtime:
         self.router = self.executor = None
         if _ACTIVE and _ACTIVE[0] is self:
             _ACTIVE.clear()
+
+
+def coverage(tuned: dict[str, int], missed: dict[str, int], meta: dict) -> dict | None:
+    """Of the GEMM calls at keys the collection never saw (not in the manifest's ``collected``: token counts a
+    serving grid covers, or nothing covers), the share that ran a tuned choice, by calls and by GEMM time (each
+    call weighed by its problem's roofline time on the tuned device: an estimate). None without ``collected``."""
+    if "collected" not in meta:
+        return None
+    from ..formats.tunableop import parse_key
+
+    seen, device = set(meta["collected"]), tuned_device(meta) or ""
+    sums = {"tuned_calls": 0, "calls": 0, "tuned_us": 0.0, "us": 0.0}
+    ran = [(name.split(" ", 1)[1], n, True) for name, n in tuned.items() if " " in name]
+    for key, calls, was_tuned in [*ran, *((key, n, False) for key, n in missed.items())]:
+        if key in seen:
+            continue
+        us = calls * parse_key(*key.split(",", 1)).floor_us(device)
+        sums["calls"] += calls
+        sums["us"] += us
+        if was_tuned:
+            sums["tuned_calls"] += calls
+            sums["tuned_us"] += us
+    return {
+        "unseen_calls": sums["calls"],
+        "tuned_share_of_calls": sums["tuned_calls"] / sums["calls"] if sums["calls"] else None,
+        "tuned_share_of_time": sums["tuned_us"] / sums["us"] if sums["us"] else None,
+    }
 
 
 _ACTIVE: list[Runtime] = []  # the dispatcher is process-wide: at most one installed runtime

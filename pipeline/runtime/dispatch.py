@@ -41,7 +41,7 @@ import torch
 from ..formats.tunableop import format_key
 from .frame import gemm_key
 from .scaled import problem_of_call
-from .table import RuntimeKey, TunedTable, runtime_key
+from .table import RuntimeKey, TunedTable, key_text, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
 ROUTED_BY = {  # the aten ops routed, and the row ops their calls can run on (addmm: a bias copied into a gemm's output)
@@ -130,7 +130,7 @@ def compute_type(dtype: torch.dtype, tf32: bool) -> str:
 OUT_MISFIT = Fallback("out= not a contiguous output of the product's shape and dtype")
 DETERMINISTIC = Fallback("deterministic algorithms on")
 OTHER_DEVICE = Fallback("operands not on the current device")
-NO_ROW = Fallback("no tuned row")
+KEY_MARK = " @ "  # a no-row fallback's text: the reason, then the call's TunableOp key
 ALPHA_BETA = Fallback("alpha or beta not 1")
 NO_ACCUMULATE = Fallback("bias copied into the output first (torch's unfused addmm): a Triton row takes a vector bias")
 
@@ -275,10 +275,13 @@ class Router:
         return addmm
 
     def _no_row(self, key: RuntimeKey) -> Fallback:
-        """The fallback of a call signature whose key has no tuned row, the key noted for the status."""
+        """The fallback of a call signature whose key has no tuned row (none for its weight, or none at its token
+        count: ``TunedTable.miss``), the key noted for the status. Once per signature: the cache keeps it. Its
+        text carries the key after ``KEY_MARK``, so the count the hot path keeps anyway is also a count per key
+        (``fallback_counts`` splits them), at no cost to the call."""
         if len(self.untuned) < MAX_UNTUNED:
             self.untuned.setdefault(key, None)
-        return NO_ROW
+        return Fallback(f"{self.table.miss(key)}{KEY_MARK}{key_text(key)}")
 
     def _build(self, key: RuntimeKey, found: tuple, device: int) -> Route:
         """The plan of a tuned row on ``device`` (built once), or why this library refused it."""
@@ -368,6 +371,17 @@ class Router:
         return BiasCopied(plan) if plan.accumulates else NO_ACCUMULATE
 
     # -- reporting -----------------------------------------------------------------------------------------
+    def fallback_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Calls that went to torch, by reason, and the calls of those without a row by TunableOp key."""
+        reasons: Counter = Counter()
+        missed: dict[str, int] = {}
+        for text, calls in self.fallbacks.items():
+            reason, _, key = text.partition(KEY_MARK)
+            reasons[reason] += calls
+            if key:
+                missed[key] = missed.get(key, 0) + calls
+        return dict(reasons), missed
+
     def tuned_calls(self) -> dict[str, int]:
         """Calls that ran a tuned plan, as ``"<solution> <TunableOp key>"``: the key the bundle's row has."""
         return {

@@ -18,13 +18,15 @@ from pathlib import Path
 from ..backends.base import unsupported_reason
 from ..backends.triton_gemm import PREFIX as TRITON
 from ..backends.triton_gemm import config_from_name, serves
-from ..formats.tunableop import DEFAULT, format_key, read_file
+from ..formats.tunableop import DEFAULT, format_key, parse_key, read_file
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
 KERNELS = "kernels"  # a package's compiled Triton kernels, by cache key (``triton_cache``), beside its rows
 RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
+NO_ROW = "no tuned row"
+OUTSIDE_RANGES = "outside every range (its weight is tuned at other token counts)"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
 
 # (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it;
@@ -56,10 +58,15 @@ def runtime_key(problem: GemmProblem) -> RuntimeKey:
 
 def key_text(key: RuntimeKey) -> str:
     """A runtime key as the TunableOp key that a results row for it carries (``op_signature,params``)."""
+    return ",".join(key[1:]) if key[0] == "scaled_gemm" else ",".join(format_key(problem_of(key)))
+
+
+def problem_of(key: RuntimeKey) -> GemmProblem:
+    """The problem a runtime key stands for (a scaled GEMM's from its TunableOp key)."""
     if key[0] == "scaled_gemm":
-        return ",".join(key[1:])
+        return parse_key(*key[1:])
     op, dtype, compute, transa, transb, m, n, k, lda, ldb, ldc, batch = key
-    problem = GemmProblem(
+    return GemmProblem(
         op,
         transa,
         transb,
@@ -75,7 +82,6 @@ def key_text(key: RuntimeKey) -> str:
         c_type=dtype,
         compute_type=compute,
     )
-    return ",".join(format_key(problem))
 
 
 @dataclass
@@ -86,6 +92,7 @@ class TunedTable:
     solutions: dict[RuntimeKey, tuple[GemmProblem, str]] = field(default_factory=dict)
     left_out: Counter = field(default_factory=Counter)
     meta: dict = field(default_factory=dict)
+    families: set[GemmProblem] = field(default_factory=set)  # the rows' token families (``token_family``)
 
     def __len__(self) -> int:
         return len(self.solutions)
@@ -101,7 +108,13 @@ class TunedTable:
         """This table's Triton rows alone (where torch's TunableOp applies the cuBLASLt ones itself)."""
         kept = self.triton_solutions()
         left_out = self.left_out + Counter({"cuBLASLt row: TunableOp applies it": len(self.solutions) - len(kept)})
-        return TunedTable(self.source, kept, left_out, self.meta)
+        return TunedTable(self.source, kept, left_out, self.meta, self.families)
+
+    def miss(self, key: RuntimeKey) -> str:
+        """Why a call's key found no row: its weight has rows at other token counts, none at this one (outside
+        every range the bundle serves), or no row at all."""
+        family = problem_of(key).token_family()
+        return OUTSIDE_RANGES if family is not None and family in self.families else NO_ROW
 
 
 def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:
@@ -152,6 +165,9 @@ def load_table(path: str | Path) -> TunedTable:
             table.left_out[reason] += 1
         else:
             table.solutions[runtime_key(entry.problem)] = (entry.problem, entry.solution)  # type: ignore[assignment]
+            family = entry.problem.token_family()
+            if family is not None:
+                table.families.add(family)
     return table
 
 

@@ -21,7 +21,7 @@ from ..gather.collect import embedded_command
 from ..run import timings
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
-from . import bundle, e2e, report, validate
+from . import bundle, e2e, held_out, report, validate
 from .gate import GateRefused, GateSettings, gate
 from .measured import MeasuredRow
 
@@ -73,12 +73,18 @@ def accept(
             validate.run_worker(run_dir, gpus, settings.rounds, settings.margin, progress)
     measured = json.loads((out / validate.MEASUREMENTS).read_text())
     rows = [MeasuredRow.from_json(row) for row in measured["rows"]]
+    held = held_out.verdict([row for row in rows if row.held_out_of])
+    rows = [row for row in rows if not row.held_out_of]
     result = gate(rows, GateSettings(margin=settings.margin, min_speedup=settings.min_speedup))
     atomic_write_json(out / "gate.json", result.to_json())
+    atomic_write_json(out / held_out.RECORD, held)
     runtime = validate.runtime_of(run_dir, measured)
     if result.passed:
         bundle.write_bundle(
-            run_dir, result, {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts}
+            run_dir,
+            result,
+            {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts},
+            narrowed=held["narrowed"],
         )
     triton_rows = result.passed and any(r.solution.startswith(TRITON) for r in result.kept)  # the bundle's rows
     reason = e2e.skip_reason(runtime, result.passed, settings.has_workload, triton_rows=triton_rows)

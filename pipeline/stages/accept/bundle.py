@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
@@ -18,6 +18,8 @@ from ...formats.rocm import problem_type_name
 from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
 from ...problem import GemmProblem
 from ..bench.tune import OVERRIDE
+from ..gather import mgrid
+from ..gather.shapes import ShapeRecord, read_shapes_json
 from ..merge.logic_merge import remove_unused
 from ..run.fingerprint import STAMP
 from ..run.layout import RunLayout
@@ -46,8 +48,15 @@ def own_kernel_rows(run_dir: Path, entries: Sequence[TunableOpEntry]) -> list[di
     return sorted(rows, key=lambda row: row["key"])
 
 
-def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
-    """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, ``manifest.json`` last."""
+def buckets_of(shapes: Sequence[ShapeRecord]) -> dict[str, tuple[int, int]]:
+    """The bucket of each grid row by TunableOp key (``mgrid``; none under ``--m-grid exact``)."""
+    return {record.key: record.bucket for record in shapes if record.bucket is not None}
+
+
+def write_bundle(run_dir: Path, result: GateResult, meta: dict, narrowed: Mapping[str, str] | None = None) -> Path:
+    """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, each grid row spread
+    over its bucket (``mgrid.spread``; a bucket in ``narrowed``, grid key -> why, failed at a held-out token
+    count and serves its grid point alone), ``manifest.json`` last."""
     layout = RunLayout.of(run_dir)
     merged = read_file(layout.merged_csv)
     kept = {row.key for row in result.kept}
@@ -55,6 +64,13 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
     kept_sizes = {
         (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
     }
+    narrowed = narrowed or {}
+    shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
+    buckets = {key: (hi, hi) if key in narrowed else (lo, hi) for key, (lo, hi) in buckets_of(shapes).items()}
+    entries, ranges = mgrid.spread(entries, buckets)
+    for record in ranges:
+        if record["key"] in narrowed:
+            record["note"] = f"narrowed to its grid point: {narrowed[record['key']]}"
     out = layout.bundle
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)
@@ -85,6 +101,8 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict) -> Path:
                 "validators": merged.validators,
                 "rows": len(entries),
                 "weighted_gemm_speedup": result.weighted_speedup,
+                "m_ranges": ranges,
+                "collected": sorted(record.key for record in shapes if record.seen),  # what the workload ran
                 "own_kernel_rows": own_kernel_rows(run_dir, entries),
                 "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped],
                 **meta,

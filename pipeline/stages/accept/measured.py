@@ -105,6 +105,7 @@ class MeasuredRow:
     ld_notes: list[str] = field(default_factory=list)
     padded: Padded | None = None
     confirm: Pair | None = None
+    held_out_of: str | None = None  # the grid row whose bucket this token count was held out of (``held_out``)
 
     @classmethod
     def of(
@@ -118,6 +119,7 @@ class MeasuredRow:
         measured: Pair,
         confirm: Pair | None = None,
         padded: Padded | None = None,
+        held_out_of: str | None = None,
     ) -> MeasuredRow:
         return cls(
             key,
@@ -137,6 +139,7 @@ class MeasuredRow:
             problem.ld_notes(),
             padded,
             confirm,
+            held_out_of,
         )
 
     @property

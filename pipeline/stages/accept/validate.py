@@ -26,11 +26,12 @@ from ...atomic import atomic_write_json, atomic_write_text
 from ...backends.base import DEFAULT, ProblemResult, TuneSettings
 from ...backends.slots import gpu_slot, lock_dir
 from ...errors import ToolError
-from ...formats.tunableop import parse_key, read_file
+from ...formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
 from ...problem import GemmProblem
 from ...stats import Stats
 from ..gather.shapes import ShapeRecord
 from ..run.layout import RunLayout
+from . import held_out
 from .measured import MeasuredRow, Padded, Pair
 
 MEASUREMENTS = "measurements.json"
@@ -65,10 +66,11 @@ class MergedRow:
     time_share: float | None
     config: dict | None = None
     padded_key: str | None = None
+    held_out_of: str | None = None  # a token count held out of this grid row's bucket (``held_out``)
 
 
 def rows_to_measure(run_dir: Path) -> list[MergedRow]:
-    """One row per merged results entry."""
+    """One row per merged results entry, then the held-out token counts of the grid rows' buckets."""
     layout = RunLayout.of(run_dir)
     merged_csv = layout.merged_csv
     if not merged_csv.exists():
@@ -94,7 +96,7 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
         rows.append(
             MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
         )
-    return rows
+    return rows + held_out.held_out_rows(rows, {s.key: s.bucket for s in shapes if s.bucket})
 
 
 class Checkpoints:
@@ -166,6 +168,7 @@ def measure_rows(
                     first,
                     confirm,
                     padded,
+                    row.held_out_of,
                 ),
             )
         out.append(measured)
@@ -185,6 +188,20 @@ def solution_config(name: str) -> dict:
     return config_from_name(name)
 
 
+def tunableop_file(run_dir: Path) -> Path:
+    """The results file ROCm's TunableOp validates with: the merged file, or where grid rows have held-out token
+    counts (``held_out``), the merged rows and a row of each grid row's winner at each such count
+    (``validate/held_out_results.csv``)."""
+    layout = RunLayout.of(run_dir)
+    held = [TunableOpEntry.from_problem(r.problem, r.solution) for r in rows_to_measure(run_dir) if r.held_out_of]
+    if not held:
+        return layout.merged_csv
+    merged = read_file(layout.merged_csv)
+    path = layout.validate / "held_out_results.csv"
+    write_file(path, merged.validators, [*merged.entries, *held])
+    return path
+
+
 class TorchTimer:
     """torch's default call against the tuned artifact as the runtime uses it: on CUDA the winner's cuBLASLt
     algorithm (its saved config, or rebuilt from its name); on ROCm torch with TunableOp on and the merged file
@@ -202,7 +219,7 @@ class TorchTimer:
         self.meta = {"device": device_info(self.device), "platform": "rocm" if self.rocm else "cuda"}
         self.backend = None
         if self.rocm:
-            merged = str(RunLayout.of(run_dir).merged_csv)
+            merged = str(tunableop_file(run_dir))
             torch.cuda.tunable.enable(True)
             torch.cuda.tunable.tuning_enable(False)
             torch.cuda.tunable.set_filename(merged, insert_device_ordinal=False)

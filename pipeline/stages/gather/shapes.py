@@ -10,8 +10,17 @@ from pathlib import Path
 from ...atomic import atomic_write_json
 from ...errors import BadInput, clip
 from ...formats import json_file
-from ...formats.tunableop import OP_SIGNATURE_NAMES, SkippedLine, TunableOpFile, dtype_signature, parse_key, read_file
+from ...formats.tunableop import (
+    OP_SIGNATURE_NAMES,
+    SkippedLine,
+    TunableOpFile,
+    dtype_signature,
+    format_key,
+    parse_key,
+    read_file,
+)
 from ...problem import GemmProblem
+from . import mgrid
 from .call_weights import time_shares
 
 
@@ -33,6 +42,12 @@ class ShapeRecord:
     calls: int | None = None  # GEMM calls the workload made (collection's lookup log); None: unknown
     time_share: float | None = None  # share of the workload's baseline GEMM time; None: unknown
     per_call_us: float | None = None  # baseline time of one call, as collection measured it
+    bucket: tuple[int, int] | None = None  # the token counts its winner serves (``mgrid``); None: its own alone
+
+    @property
+    def seen(self) -> bool:
+        """Whether the workload ran it (a grid point it did not run has no recorded line)."""
+        return self.count > 0
 
     @property
     def key(self) -> str:
@@ -66,6 +81,7 @@ class ShapeRecord:
             "time_ms": self.time_ms,
             "solution": self.solution,
             "sources": self.sources,
+            "bucket": list(self.bucket) if self.bucket else None,
         }
 
     @classmethod
@@ -82,7 +98,20 @@ class ShapeRecord:
             row.get("calls"),
             row.get("time_share"),
             row.get("per_call_us"),
+            _bucket(row.get("bucket"), problem),
         )
+
+
+def _bucket(value: object, problem: GemmProblem) -> tuple[int, int] | None:
+    """A row's bucket: None, or ``[lo, hi]`` with ``1 <= lo <= hi == n`` (the grid point serves up to itself)."""
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)):
+        raise ValueError(f"bucket {value!r} is not a pair of integers")
+    lo, hi = value
+    if not 1 <= lo <= hi == problem.n:
+        raise ValueError(f"bucket {value!r} does not end at the row's n = {problem.n}")
+    return lo, hi
 
 
 @dataclass
@@ -132,6 +161,29 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
     for record in result.shapes:
         record.calls, record.time_share = calls_by_key[record.key], shares[record.key]
         record.per_call_us = per_call.get(record.problem)
+
+
+def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None) -> list[mgrid.GridPoint]:
+    """Expand every family of the gathered GEMMs over its M grid (``mgrid``): the collected ones get their
+    bucket, the grid points the workload did not run join with no count and no time share (they weigh nothing
+    in the workload's figures; they serve token counts it did not show). ``exact`` leaves the GEMMs as they
+    are. Returns the grid's points; the notes say what the grid costs."""
+    records = {record.problem: record for record in result.shapes}
+    points = mgrid.expand(list(records), spec, m_max)
+    if spec == mgrid.EXACT:
+        return points
+    shares_known = any(record.time_share is not None for record in result.shapes)
+    shapes = []
+    for point in points:
+        record = records.get(point.problem)
+        if record is None:
+            record = ShapeRecord(point.problem, *format_key(point.problem), count=0, calls=0)
+            record.time_share = 0.0 if shares_known else None
+        record.bucket = point.bucket if point.bucket != (0, 0) else None
+        shapes.append(record)
+    result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
+    result.weight_notes.append(mgrid.cost_line(points, spec))
+    return points
 
 
 def expand_inputs(specs: Iterable[str]) -> list[Path]:
@@ -212,7 +264,7 @@ def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
 
 def summary_table(result: GatherResult) -> str:
     """A fixed-width table of the gathered shapes, followed by totals and skipped lines."""
-    header = ("op", "dtype", "layout", "m", "n", "k", "batch", "count", "calls", "time%", "time_ms")
+    header = ("op", "dtype", "layout", "m", "n", "k", "batch", "serves", "count", "calls", "time%", "time_ms")
     rows = [
         (
             OP_SIGNATURE_NAMES[r.problem.op].removesuffix("TunableOp"),
@@ -222,6 +274,7 @@ def summary_table(result: GatherResult) -> str:
             str(r.problem.n),
             str(r.problem.k),
             str(r.problem.batch),
+            "" if r.bucket is None else f"{r.bucket[0]}-{r.bucket[1]}",
             str(r.count),
             "" if r.calls is None else str(r.calls),
             "" if r.time_share is None else f"{100 * r.time_share:.1f}",

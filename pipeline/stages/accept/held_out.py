@@ -1,0 +1,83 @@
+"""Held-out token counts: every grid row's bucket (``--m-grid``, ``gather/mgrid.py``) timed at token counts
+nobody tuned, before its winner ships over the whole bucket.
+
+A grid row serves the token counts from the previous grid point + 1 to its own. Validate times its winner at
+the bucket's lower edge and at two counts drawn inside it (``random.Random`` seeded by the run's seed and the
+row's key, so a rerun draws the same), each against torch's default, interleaved as the grid rows are. A
+bucket with any held-out count below x0.99 beyond the pair's noise is narrowed to its grid point alone: the
+bundle ships the winner there and nowhere else in the bucket (a row the gate dropped ships nowhere). A Triton
+winner is compiled for its own sizes and serves its grid point alone anyway: it has nothing held out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Mapping, Sequence
+
+from ...backends.base import DEFAULT
+from ...backends.triton_gemm import PREFIX as TRITON
+from ...formats.tunableop import format_key
+from .measured import MeasuredRow
+
+FLOOR = 0.99  # a held-out count below this speedup, beyond noise, narrows its bucket
+DRAWS = 2  # counts drawn inside each bucket, besides its lower edge
+SEED = 0
+RECORD = "held_out.json"  # Validate's verdict, beside gate.json
+
+
+def held_out_counts(bucket: tuple[int, int], key: str, seed: int = SEED) -> list[int]:
+    """The token counts a bucket is validated at besides its grid point: the lower edge and ``DRAWS`` drawn
+    inside (fewer where the bucket is narrower)."""
+    lo, hi = bucket
+    inside = range(lo + 1, hi)
+    drawn = random.Random(f"{seed}:{key}").sample(inside, min(DRAWS, len(inside)))
+    return sorted({lo, *drawn} - {hi})
+
+
+def held_out_rows(rows: Sequence, bucket_of: Mapping[str, tuple[int, int]], seed: int = SEED) -> list:
+    """The rows to time at held-out counts: each grid row (``validate.MergedRow``) with a wider bucket whose
+    winner could ship over it, at each of its ``held_out_counts``, weighing nothing in the workload's figures."""
+    found = []
+    for row in rows:
+        bucket = bucket_of.get(row.key)
+        if bucket is None or row.solution == DEFAULT or row.solution.startswith(TRITON):
+            continue
+        for m in held_out_counts(bucket, row.key, seed):
+            problem = row.problem.with_tokens(m)
+            if problem is not None:
+                key = ",".join(format_key(problem))
+                found.append(
+                    dataclasses.replace(
+                        row, key=key, problem=problem, calls=0, time_share=0.0, padded_key=None, held_out_of=row.key
+                    )
+                )
+    return found
+
+
+def below(row: MeasuredRow) -> bool:
+    """Whether a held-out row is below ``FLOOR`` beyond noise: its first pair, and its confirming one if it
+    was measured again, each slower than ``FLOOR`` times the baseline by more than that pair's spread."""
+    pairs = [row.measured, *([row.confirm] if row.confirm else [])]
+    return all(p.speedup < FLOOR and p.tuned.median * FLOOR > p.baseline.median * (1 + p.noise) for p in pairs)
+
+
+def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
+    """The held-out figures: every held-out row's speedup by its grid row, the worst, and the buckets narrowed
+    (grid key -> why)."""
+    by_grid: dict[str, list[dict]] = {}
+    narrowed: dict[str, str] = {}
+    for row in rows:
+        by_grid.setdefault(row.held_out_of, []).append(
+            {"m": row.n, "speedup": round(row.speedup, 4), "noise": round(row.noise, 4), "below": below(row)}
+        )
+        if below(row) and row.held_out_of not in narrowed:
+            narrowed[row.held_out_of] = f"M = {row.n} held out at x{row.speedup:.3f}, below x{FLOOR} beyond noise"
+    worst = min(rows, key=lambda r: r.speedup, default=None)
+    return {
+        "seed": seed,
+        "rows": len(rows),
+        "worst": None if worst is None else {"key": worst.key, "m": worst.n, "speedup": round(worst.speedup, 4)},
+        "by_grid_row": by_grid,
+        "narrowed": narrowed,
+    }

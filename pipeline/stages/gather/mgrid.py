@@ -1,0 +1,201 @@
+"""The M grid: the token counts each weight is tuned at, and the bucket of token counts each grid point serves
+(docs/serving.md).
+
+M is the token count, the activation's rows: in the BLAS frame of a row-major ``F.linear`` it is ``n``
+(``problem.py``). A *family* is every field of a problem but ``n`` (``GemmProblem.token_family``): a weight,
+its op, dtypes and layout, over every token count.
+
+``--m-grid`` is one of:
+
+* ``exact``: the token counts the workload ran, nothing else (every bucket is one M);
+* ``serving``: the token counts the workload ran, plus the decode sizes a server pads its batches to (vLLM's
+  CUDA-graph capture sizes: 1, 2, 4, then steps of 8 to 248 and of 16 from 256 to 512) and above them a
+  power-of-two ladder with midpoints (768, 1024, 1536, 2048, ...) for prefill chunks, up to ``--m-max``
+  (default: the largest M the workload ran) rounded up to the grid;
+* a list ``1,2,4,16``: those token counts (ascending, no repeats) plus the ones the workload ran.
+
+Each grid point serves the token counts from the previous grid point + 1 to its own (its bucket), the way
+GridBased logic looks an unseen size up toward the next larger grid point. No function here reads a file or
+needs torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ...backends.triton_gemm import PREFIX as TRITON
+from ...errors import BadInput
+from ...formats.tunableop import TunableOpEntry
+from ...problem import GemmProblem
+
+EXACT, SERVING = "exact", "serving"
+CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
+LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
+TRITON_NARROWED = "a Triton winner is compiled for its own sizes: it serves its M alone"
+SECONDS_PER_PROBLEM = 6.0  # Bench's wall time per GEMM on one H100, cuBLASLt with Triton (docs/serving.md)
+
+GridSpec = str | tuple[int, ...]
+
+
+class GridError(BadInput):
+    """An ``--m-grid`` or ``--m-max`` value the pipeline cannot use."""
+
+
+def parse_grid(text: str, option: str | None = "--m-grid") -> GridSpec:
+    """``exact``, ``serving`` or a tuple of token counts from ``--m-grid``; anything else is refused naming
+    the value (a non-positive or non-integer count, one out of ascending order, a repeat), after ``option``
+    and the whole text unless ``option`` is None (Luigi's refusal names them itself)."""
+    text = text.strip()
+    said = f"{option} {text!r}: " if option else ""
+    if text in (EXACT, SERVING):
+        return text
+    values: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            value = 0
+        if value < 1 or str(value) != part.lstrip("+"):
+            raise GridError(f"{said}{part!r} is not a positive integer (or say exact or serving)")
+        if values and value == values[-1]:
+            raise GridError(f"{said}{value} is repeated")
+        if values and value < values[-1]:
+            raise GridError(f"{said}{value} comes after {values[-1]}: list the sizes in ascending order")
+        values.append(value)
+    return tuple(values)
+
+
+def parse_m_max(value: int | str | None) -> int | None:
+    """``--m-max`` as a positive integer, None (0 or empty: the largest M the workload ran)."""
+    if value in (None, "", 0, "0"):
+        return None
+    try:
+        number = int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1:
+        raise GridError(f"--m-max {value!r}: not a positive integer")
+    return number
+
+
+def ladder(top: int) -> list[int]:
+    """The prefill ladder above the capture sizes, through the first point >= ``top``: 768, 1024, 1536, ..."""
+    points, power = [], LADDER_START
+    while True:
+        for point in (power + power // 2, 2 * power):
+            points.append(point)
+            if point >= top:
+                return points
+        power *= 2
+
+
+def serving_points(top: int) -> list[int]:
+    """The serving grid through ``top`` rounded up to the grid: the capture sizes, then the ladder."""
+    points = [m for m in CAPTURE_SIZES if m < top]
+    above = [m for m in CAPTURE_SIZES if m >= top]
+    return points + ([above[0]] if above else ladder(top))
+
+
+def grid_points(spec: GridSpec, seen: Iterable[int], m_max: int | None = None) -> list[int]:
+    """The sorted token counts one family is tuned at: ``spec`` over the counts ``seen`` (see the module's
+    docstring). ``m_max`` below a count the workload ran is refused naming both."""
+    seen = sorted(set(seen))
+    if m_max is not None and seen and m_max < seen[-1]:
+        raise GridError(f"--m-max {m_max} is below M = {seen[-1]}, which the workload ran: raise it or leave it out")
+    if spec == EXACT:
+        return seen
+    if spec == SERVING:
+        top = m_max or (seen[-1] if seen else 1)
+        return sorted({*seen, *serving_points(top)})
+    listed = [m for m in spec if m_max is None or m <= m_max]  # type: ignore[union-attr]
+    return sorted({*seen, *listed})
+
+
+def buckets(points: Sequence[int], spec: GridSpec = SERVING) -> dict[int, tuple[int, int]]:
+    """Each grid point's bucket ``(lo, hi)``: the counts it serves, from the previous point + 1 to itself
+    (``exact``: itself alone)."""
+    ordered = sorted(points)
+    if spec == EXACT:
+        return {m: (m, m) for m in ordered}
+    return {m: (prev + 1, m) for prev, m in zip([0, *ordered], ordered, strict=False)}
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One problem to tune: a family at one grid M, the bucket of token counts it serves, whether the
+    workload ran that exact M."""
+
+    problem: GemmProblem
+    bucket: tuple[int, int]
+    seen: bool
+
+
+def expand(problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = None) -> list[GridPoint]:
+    """Every family of ``problems`` over its grid: the collected problems (seen) and the grid's others.
+    Wildcard problems stay as they are, a bucket of their own."""
+    families: dict[GemmProblem, dict[int, GemmProblem]] = {}
+    points: list[GridPoint] = []
+    for problem in problems:
+        fam = problem.token_family()
+        if fam is None:
+            points.append(GridPoint(problem, (0, 0), True))  # no bucket: served as recorded
+        else:
+            families.setdefault(fam, {})[problem.n] = problem  # type: ignore[index]
+    for members in families.values():
+        grid = grid_points(spec, members, m_max)
+        any_member = next(iter(members.values()))
+        for m, bucket in buckets(grid, spec).items():
+            problem = members.get(m) or any_member.with_tokens(m)
+            if problem is not None:
+                points.append(GridPoint(problem, bucket, m in members))
+    return points
+
+
+def token_counts(problems: Iterable[GemmProblem]) -> dict[GemmProblem, list[int]]:
+    """The token counts each family ran, sorted."""
+    found: dict[GemmProblem, set[int]] = {}
+    for problem in problems:
+        fam = problem.token_family()
+        if fam is not None:
+            found.setdefault(fam, set()).add(problem.n)  # type: ignore[arg-type]
+    return {fam: sorted(ms) for fam, ms in found.items()}
+
+
+def cost_line(points: Sequence[GridPoint], spec: GridSpec, gpus: int = 1) -> str:
+    """What the grid costs before Bench runs: problems to tune and the estimated minutes on ``gpus`` GPUs."""
+    name = spec if isinstance(spec, str) else ",".join(map(str, spec))
+    seen = sum(point.seen for point in points)
+    minutes = len(points) * SECONDS_PER_PROBLEM / max(1, gpus) / 60
+    return (
+        f"m-grid {name}: {len(points)} GEMMs to tune ({seen} the workload ran, {len(points) - seen} grid points), "
+        f"about {minutes:.0f} min of Bench on {max(1, gpus)} GPU{'s' if gpus > 1 else ''}"
+    )
+
+
+def spread(
+    entries: Sequence[TunableOpEntry], bucket_of: Mapping[str, tuple[int, int]]
+) -> tuple[list[TunableOpEntry], list[dict]]:
+    """The rows as the libraries read them: TunableOp and hipBLASLt's override file match exact sizes only, so
+    each kept grid row (``bucket_of`` its key's bucket) is repeated at every token count of its bucket, the
+    grid point's own row first. A Triton winner is compiled for its own sizes, so it serves its M alone (its
+    bucket narrowed). Returns the rows and one range record per grid row (what the manifest lists)."""
+    rows: list[TunableOpEntry] = []
+    ranges = []
+    for entry in entries:
+        key = f"{entry.op_signature},{entry.params_signature}"
+        bucket = bucket_of.get(key)
+        rows.append(entry)
+        if bucket is None:
+            continue
+        lo, hi = bucket
+        note = None
+        if (entry.solution or "").startswith(TRITON) and lo < hi:
+            lo, note = hi, f"{TRITON_NARROWED} (bucket {bucket[0]}-{bucket[1]})"
+        for m in range(lo, hi):
+            problem = entry.problem.with_tokens(m)
+            if problem is not None:
+                rows.append(TunableOpEntry.from_problem(problem, entry.solution, entry.time_ms))
+        ranges.append({"key": key, "solution": entry.solution, "lo": lo, "hi": hi, **({"note": note} if note else {})})
+    return rows, ranges

@@ -1,0 +1,228 @@
+"""The M grid (``--m-grid``, ``--m-max``): the token counts each weight is tuned at, the bucket each grid point
+serves, the rows a bundle ships for them, and the refusal of values the pipeline cannot use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.formats.tunableop import TunableOpEntry, format_key, parse_key
+from pipeline.problem import GemmProblem
+from pipeline.stages.gather import mgrid
+from pipeline.stages.gather.shapes import apply_grid, gather, read_shapes_json, write_shapes_json
+
+from .helpers import UNTUNED
+
+QKV = GemmProblem("gemm", "T", "N", 6144, 7, 4096, 4096, 4096, 6144)
+
+
+def test_serving_grid_holds_the_capture_sizes_then_the_ladder():
+    points = mgrid.serving_points(4096)
+    assert points[:4] == [1, 2, 4, 8]
+    assert [p for p in points if p <= 512] == list(mgrid.CAPTURE_SIZES)
+    assert [p for p in points if p > 512] == [768, 1024, 1536, 2048, 3072, 4096]
+    assert mgrid.serving_points(300)[-1] == 304  # rounded up to the grid
+    assert mgrid.serving_points(5000)[-1] == 6144
+    assert mgrid.serving_points(1) == [1]
+
+
+@given(st.integers(1, 1 << 20))
+def test_the_serving_grid_ends_at_the_first_point_at_or_above_its_top(top):
+    points = mgrid.serving_points(top)
+    assert points == sorted(set(points))
+    assert points[-1] >= top and (len(points) == 1 or points[-2] < top)
+
+
+def test_grid_points_by_spec():
+    seen = [4, 128, 1000]
+    assert mgrid.grid_points(mgrid.EXACT, seen) == seen
+    serving = mgrid.grid_points(mgrid.SERVING, seen)
+    assert set(seen) <= set(serving) and serving[-1] == 1024 and 8 in serving and 1536 not in serving
+    assert mgrid.grid_points(mgrid.SERVING, seen, m_max=2000)[-1] == 2048
+    assert mgrid.grid_points((1, 16, 5000), seen, m_max=2000) == [1, 4, 16, 128, 1000]
+
+
+def test_buckets_round_up_to_the_next_grid_point():
+    assert mgrid.buckets([1, 2, 4, 8]) == {1: (1, 1), 2: (2, 2), 4: (3, 4), 8: (5, 8)}
+    assert mgrid.buckets([3, 9], mgrid.EXACT) == {3: (3, 3), 9: (9, 9)}
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("0", "'0' is not a positive integer"),
+        ("1,1", "1 is repeated"),
+        ("4,2", "2 comes after 4"),
+        ("1.5", "'1.5' is not a positive integer"),
+        ("1,,2", "'' is not a positive integer"),
+        ("grid", "'grid' is not a positive integer"),
+    ],
+)
+def test_bad_grids_are_refused_naming_the_value(text, said):
+    with pytest.raises(mgrid.GridError, match=f"--m-grid {text!r}: {said}") as caught:
+        mgrid.parse_grid(text)
+    assert caught.value.exit_code == 12
+
+
+def test_a_grid_list_and_m_max():
+    assert mgrid.parse_grid(" 1, 2,16 ") == (1, 2, 16)
+    assert mgrid.parse_grid("serving") == mgrid.SERVING
+    assert mgrid.parse_m_max(None) is None and mgrid.parse_m_max("0") is None and mgrid.parse_m_max("64") == 64
+    with pytest.raises(mgrid.GridError, match="--m-max 'x'"):
+        mgrid.parse_m_max("x")
+    with pytest.raises(mgrid.GridError, match="--m-max 64 is below M = 128, which the workload ran"):
+        mgrid.grid_points(mgrid.SERVING, [1, 128], m_max=64)
+
+
+def test_a_family_is_the_gemm_at_every_token_count():
+    other = QKV.with_tokens(300)
+    assert other.n == 300 and other.token_family() == QKV.token_family()
+    assert GemmProblem("gemm", "T", "N", 6144, 7, 4096, 4096, 4104, 6144).token_family() != QKV.token_family()
+    packed = GemmProblem("gemm", "N", "T", 64, 32, 16, 64, 32, 64)  # ldb follows n
+    assert packed.with_tokens(100).ldb == 100 and packed.with_tokens(100).token_family() == packed.token_family()
+    strided = GemmProblem("gemm", "N", "T", 64, 32, 16, 64, 48, 64)  # a fixed stride of a larger buffer
+    assert strided.with_tokens(40).ldb == 48 and strided.with_tokens(49) is None
+    assert GemmProblem("gemm", "T", "N", 64, "*", 16).token_family() is None
+
+
+def test_expand_keeps_what_ran_and_adds_the_grid():
+    ran = [QKV, QKV.with_tokens(512)]
+    points = mgrid.expand(ran, mgrid.SERVING)
+    by_n = {p.problem.n: p for p in points}
+    assert by_n[7].seen and by_n[7].problem is QKV and by_n[7].bucket == (5, 7)
+    assert by_n[8].bucket == (8, 8) and not by_n[8].seen
+    assert by_n[512].seen and by_n[512].bucket == (497, 512)
+    assert sorted(by_n) == sorted({*mgrid.serving_points(512), 7})
+    assert "2 the workload ran" in mgrid.cost_line(points, mgrid.SERVING, gpus=4)
+
+
+def test_apply_grid_gives_grid_points_no_weight(tmp_path):
+    result = gather([str(UNTUNED)])
+    ran = {r.problem for r in result.shapes}
+    apply_grid(result, mgrid.SERVING)
+    assert ran <= {r.problem for r in result.shapes}
+    added = [r for r in result.shapes if r.problem not in ran]
+    assert added and all(r.count == 0 and r.calls == 0 and not r.seen for r in added)
+    assert all(r.bucket[1] == r.problem.n for r in result.shapes if r.bucket)
+    assert any("m-grid serving:" in note for note in result.weight_notes)
+    write_shapes_json(tmp_path / "shapes.json", result)
+    again = read_shapes_json(tmp_path / "shapes.json")
+    assert [(r.problem, r.bucket) for r in again] == [(r.problem, r.bucket) for r in result.shapes]
+
+
+def test_a_bucket_that_does_not_end_at_its_row_is_refused(tmp_path):
+    result = gather([str(UNTUNED)])
+    apply_grid(result, mgrid.SERVING)
+    write_shapes_json(tmp_path / "shapes.json", result)
+    rows = json.loads((tmp_path / "shapes.json").read_text())
+    index = next(i for i, row in enumerate(rows) if row["bucket"])
+    rows[index]["bucket"] = [1, rows[index]["n"] + 1]
+    (tmp_path / "shapes.json").write_text(json.dumps(rows))
+    with pytest.raises(ValueError, match=f"row {index}: bucket .* does not end at the row's n"):
+        read_shapes_json(tmp_path / "shapes.json")
+
+
+def test_spread_repeats_a_library_winner_over_its_bucket_and_narrows_a_triton_one():
+    lib = TunableOpEntry.from_problem(QKV.with_tokens(8), "Gemm_Cublaslt_id_7_tile_20", 0.01)
+    own = TunableOpEntry.from_problem(QKV.with_tokens(16), "triton_r16c64k128_s1_g8_w4_st3_swap", 0.02)
+    alone = TunableOpEntry.from_problem(QKV.with_tokens(1), "Gemm_Cublaslt_id_1_tile_20", 0.01)
+    buckets = {",".join(format_key(e.problem)): b for e, b in ((lib, (5, 8)), (own, (9, 16)))}
+    rows, ranges = mgrid.spread([lib, own, alone], buckets)
+    assert [r.problem.n for r in rows] == [8, 5, 6, 7, 16, 1]
+    assert all(r.solution == lib.solution for r in rows[:4])
+    assert parse_key(rows[1].op_signature, rows[1].params_signature) == QKV.with_tokens(5)
+    assert [(r["lo"], r["hi"]) for r in ranges] == [(5, 8), (16, 16)]
+    assert "serves its M alone (bucket 9-16)" in ranges[1]["note"]
+
+
+def test_gemm_tune_shapes_takes_the_grid_and_refuses_bad_values(tmp_path):
+    out = tmp_path / "shapes.json"
+    run = [sys.executable, "-m", "pipeline", "shapes", str(UNTUNED)]
+    done = subprocess.run([*run, "--m-grid", "1,2,4", "--json", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "serves" in done.stdout and "m-grid 1,2,4:" in done.stdout
+    assert any(row["bucket"] == [3, 4] for row in json.loads(out.read_text()))
+    for bad, said in ((["--m-grid", "2,1"], "1 comes after 2"), (["--m-max", "8"], "--m-max 8 is below M = 128")):
+        refused = subprocess.run([*run, "--m-grid", "serving", *bad], capture_output=True, text=True)
+        assert refused.returncode == 12 and said in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+
+
+# -- held-out token counts (Validate) and the bundle ------------------------------------------------------
+def _measured(key: str, n: int, baseline: float, tuned: float, held_out_of: str | None = None):
+    from pipeline.stages.accept.measured import MeasuredRow, Pair
+    from pipeline.stats import Stats
+
+    pair = Pair(Stats.of([baseline] * 5), Stats.of([tuned] * 5))
+    return MeasuredRow.of(QKV.with_tokens(n), key, "Gemm_x", 0, 0.0, 1.0, pair, held_out_of=held_out_of)
+
+
+def test_held_out_counts_are_the_lower_edge_and_two_seeded_draws():
+    from pipeline.stages.accept.held_out import held_out_counts
+
+    counts = held_out_counts((17, 24), "k")
+    assert counts[0] == 17 and len(counts) == 3 and all(17 <= m < 24 for m in counts)
+    assert counts == held_out_counts((17, 24), "k")  # the same seed and key draw the same
+    assert {tuple(held_out_counts((17, 64), "k", seed)) for seed in range(5)} != {tuple(counts)}
+    assert held_out_counts((3, 4), "k") == [3] and held_out_counts((4, 4), "k") == []
+
+
+def test_held_out_rows_skip_default_triton_and_exact_rows():
+    from pipeline.stages.accept.held_out import held_out_rows
+    from pipeline.stages.accept.validate import MergedRow
+
+    def row(n: int, solution: str) -> MergedRow:
+        problem = QKV.with_tokens(n)
+        return MergedRow(",".join(format_key(problem)), problem, solution, 10, 0.5)
+
+    rows = [row(16, "Gemm_Cublaslt_id_1"), row(8, "Default"), row(24, "triton_r16c64k128_s1_g8_w4_st3"), row(4, "G")]
+    buckets = {rows[0].key: (9, 16), rows[1].key: (5, 8), rows[2].key: (17, 24)}
+    held = held_out_rows(rows, buckets)
+    assert {r.held_out_of for r in held} == {rows[0].key}
+    assert all(9 <= r.problem.n < 16 and r.key == ",".join(format_key(r.problem)) for r in held)
+    assert all(r.time_share == 0.0 and r.calls == 0 and r.solution == rows[0].solution for r in held)
+
+
+def test_a_bucket_below_the_floor_beyond_noise_is_narrowed():
+    from pipeline.stages.accept.held_out import FLOOR, verdict
+
+    grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
+    rows = [_measured("a", 9, 10.0, 10.3, grid), _measured("b", 12, 10.0, 9.0, grid), _measured("c", 9, 10.0, 10.05)]
+    result = verdict(rows[:2])
+    assert result["narrowed"] == {grid: f"M = 9 held out at x{10 / 10.3:.3f}, below x{FLOOR} beyond noise"}
+    assert result["worst"] == {"key": "a", "m": 9, "speedup": round(10 / 10.3, 4)}
+    assert verdict([rows[2]])["narrowed"] == {}  # x0.995: within the floor
+
+
+def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
+    """The AMD DAG on the hipblaslt-bench double with a grid: GatherShapes writes the buckets, Validate times
+    held-out counts, and the bundle holds a row at every count of every kept range (a narrowed one at its grid
+    point alone), with the ranges and the collected keys in its manifest."""
+    from .helpers import run_amd_dag
+
+    run_amd_dag(tmp_path, "grid", "", "TuneWorkload", "--m-grid", "1,2,4,16")
+    run = tmp_path / "w" / "grid"
+    shapes = read_shapes_json(run / "shapes" / "shapes.json")
+    assert any(not r.seen and r.bucket == (5, 16) for r in shapes)
+    held = json.loads((run / "validate" / "held_out.json").read_text())
+    measured = json.loads((run / "validate" / "measurements.json").read_text())["rows"]
+    assert held["rows"] == sum(1 for r in measured if r.get("held_out_of")) > 0
+    gate = json.loads((run / "validate" / "gate.json").read_text())
+    assert not {r["key"] for r in measured if r.get("held_out_of")} & set(gate["kept"])
+    manifest = json.loads((run / "bundle" / "manifest.json").read_text())
+    bundle_keys = (run / "bundle" / "tunableop_results.csv").read_text()
+    assert manifest["collected"] == sorted(r.key for r in shapes if r.seen)
+    assert manifest["m_ranges"]
+    for record in manifest["m_ranges"]:
+        problem = parse_key(*record["key"].split(",", 1))
+        for m in range(record["lo"], record["hi"] + 1):
+            assert ",".join(format_key(problem.with_tokens(m))) + "," + record["solution"] in bundle_keys
+        if record["key"] in held["narrowed"]:
+            assert record["lo"] == record["hi"] and "narrowed to its grid point" in record["note"]
+    rows = [line for line in bundle_keys.splitlines() if line and not line.startswith("Validator,")]
+    assert manifest["rows"] == len(rows) == len(set(rows)) > len(gate["kept"])
