@@ -640,6 +640,10 @@ class Bench(StackBound):
         self.claim_stages()
         options = self.backend_options()
         problems, out, settings = self.problems(), self.layout().bench, self.tune_settings()
+        spec = mgrid.parse_grid(self.m_grid)
+        if spec != mgrid.EXACT:
+            seen = sum(record.seen for record in read_shapes_json(self.layout().shapes))
+            log.info("%s", mgrid.cost_line(spec, len(problems), seen, len(self.gpu_indices("Bench"))))
 
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
@@ -840,12 +844,18 @@ class Validate(StackBound):
         default=False,
         description="ship a bundle even when the workload ran slower with it end to end, beyond the run-to-run spread",
     )
+    e2e_cmd = luigi.Parameter(
+        default="",
+        description="the workload the end-to-end A/B runs (default: --workload-cmd); a serving workload on another "
+        "seed than the collection's proves the bundle at token counts it never saw",
+    )
     made_from_params = (
         "min_speedup",
         "validate_rounds",
         "e2e_reps",
         "margin",
         "workload_cmd",
+        "e2e_cmd",
         "fp8",
         "allow_e2e_regression",
     )
@@ -887,8 +897,8 @@ class Validate(StackBound):
             rounds=self.validate_rounds,
             e2e_reps=self.e2e_reps,
             workload_timeout_s=self.workload_timeout,
-            workload_cmd=self.workload_cmd,
-            has_workload=bool(self.workload_cmd or not self.untuned),
+            workload_cmd=self.e2e_cmd or self.workload_cmd,
+            has_workload=bool(self.e2e_cmd or self.workload_cmd or not self.untuned),
             e2e_gpus=self.gpus,
             embedded_args=embedded_args(self),
             allow_e2e_regression=self.allow_e2e_regression,

@@ -44,7 +44,8 @@ def test_grid_points_by_spec():
     serving = mgrid.grid_points(mgrid.SERVING, seen)
     assert set(seen) <= set(serving) and serving[-1] == 1024 and 8 in serving and 1536 not in serving
     assert mgrid.grid_points(mgrid.SERVING, seen, m_max=2000)[-1] == 2048
-    assert mgrid.grid_points((1, 16, 5000), seen, m_max=2000) == [1, 4, 16, 128, 1000]
+    assert mgrid.grid_points((1, 16, 5000), seen, m_max=2000) == [1, 16, 1000]  # the largest ran closes it
+    assert mgrid.grid_points((1, 16, 2048), seen) == [1, 16, 2048]
 
 
 def test_buckets_round_up_to_the_next_grid_point():
@@ -98,7 +99,8 @@ def test_expand_keeps_what_ran_and_adds_the_grid():
     assert by_n[8].bucket == (8, 8) and not by_n[8].seen
     assert by_n[512].seen and by_n[512].bucket == (497, 512)
     assert sorted(by_n) == sorted({*mgrid.serving_points(512), 7})
-    assert "2 the workload ran" in mgrid.cost_line(points, mgrid.SERVING, gpus=4)
+    line = mgrid.cost_line(mgrid.SERVING, len(points), 2, gpus=4)
+    assert f"{len(points)} GEMMs to tune (2 the workload ran" in line and "on 4 GPUs" in line
 
 
 def test_apply_grid_gives_grid_points_no_weight(tmp_path):
@@ -226,3 +228,25 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
             assert record["lo"] == record["hi"] and "narrowed to its grid point" in record["note"]
     rows = [line for line in bundle_keys.splitlines() if line and not line.startswith("Validator,")]
     assert manifest["rows"] == len(rows) == len(set(rows)) > len(gate["kept"])
+
+
+def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_line():
+    from pipeline.stages.accept import e2e
+
+    def record(tuned_calls, calls, tuned_us, us):
+        return {
+            "coverage": {
+                "unseen_calls": calls,
+                "unseen_tuned_calls": tuned_calls,
+                "unseen_us": us,
+                "unseen_tuned_us": tuned_us,
+            }
+        }
+
+    coverage = e2e.coverage([record(3, 4, 30.0, 40.0), {"coverage": None}, record(1, 6, 10.0, 60.0)])
+    assert coverage["unseen_calls"] == 10 and coverage["tuned_share_of_calls"] == pytest.approx(0.4)
+    assert coverage["tuned_share_of_time"] == pytest.approx(0.4)
+    assert e2e.coverage([{"coverage": None}]) is None
+    line = e2e.coverage_line(coverage)
+    assert "40.0% of their GEMM time" in line and "4 of 10 calls" in line
+    assert e2e.coverage_line(None) == ""

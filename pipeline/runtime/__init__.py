@@ -103,21 +103,27 @@ def coverage(tuned: dict[str, int], missed: dict[str, int], meta: dict) -> dict 
     from ..formats.tunableop import parse_key
 
     seen, device = set(meta["collected"]), tuned_device(meta) or ""
-    sums = {"tuned_calls": 0, "calls": 0, "tuned_us": 0.0, "us": 0.0}
+    sums = {"unseen_calls": 0, "unseen_tuned_calls": 0, "unseen_us": 0.0, "unseen_tuned_us": 0.0}
     ran = [(name.split(" ", 1)[1], n, True) for name, n in tuned.items() if " " in name]
     for key, calls, was_tuned in [*ran, *((key, n, False) for key, n in missed.items())]:
         if key in seen:
             continue
         us = calls * parse_key(*key.split(",", 1)).floor_us(device)
-        sums["calls"] += calls
-        sums["us"] += us
+        sums["unseen_calls"] += calls
+        sums["unseen_us"] += us
         if was_tuned:
-            sums["tuned_calls"] += calls
-            sums["tuned_us"] += us
+            sums["unseen_tuned_calls"] += calls
+            sums["unseen_tuned_us"] += us
+    return with_shares(sums)
+
+
+def with_shares(sums: dict) -> dict:
+    """Coverage sums with their shares (None where nothing was unseen); ``e2e`` adds several processes' sums."""
+    calls, us = sums["unseen_calls"], sums["unseen_us"]
     return {
-        "unseen_calls": sums["calls"],
-        "tuned_share_of_calls": sums["tuned_calls"] / sums["calls"] if sums["calls"] else None,
-        "tuned_share_of_time": sums["tuned_us"] / sums["us"] if sums["us"] else None,
+        **sums,
+        "tuned_share_of_calls": sums["unseen_tuned_calls"] / calls if calls else None,
+        "tuned_share_of_time": sums["unseen_tuned_us"] / us if us else None,
     }
 
 

@@ -33,6 +33,7 @@ from ... import procs
 from ...backends.base import ToolMissing
 from ...backends.triton_cache import CACHE_ENV
 from ...errors import ToolError
+from ...runtime import with_shares
 from ...runtime.table import KERNELS
 from ...stats import round_order
 from ..bench import registry
@@ -40,6 +41,7 @@ from ..gather.collect import parse_tokens_per_s
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
+COVERAGE_SUMS = ("unseen_calls", "unseen_tuned_calls", "unseen_us", "unseen_tuned_us")
 STATUS_RECORDS = "runtime*.json"  # the tuned runs' status records (``status_records``)
 HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
 
@@ -190,6 +192,7 @@ def ab_test(
         records = status_records(scratch)
         out.update(startup_figures(records, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
         out["calls_per_run"] = calls_per_run(records, reps)
+        out["coverage"] = coverage(records)
         out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
 
@@ -202,6 +205,15 @@ def calls_per_run(records: list[dict], reps: int) -> float:
     for status in records:
         total += sum((status.get("tuned_calls") or {}).values()) + sum((status.get("fallbacks") or {}).values())
     return total / reps
+
+
+def coverage(records: list[dict]) -> dict | None:
+    """The tuned share of the calls at keys the collection never saw, over every process of the tuned runs
+    (``runtime.coverage``; None where the bundle's manifest lists no collected keys)."""
+    found = [status["coverage"] for status in records if status.get("coverage")]
+    if not found:
+        return None
+    return with_shares({name: sum(c[name] for c in found) for name in COVERAGE_SUMS})
 
 
 def status_records(scratch: Path) -> list[dict]:
@@ -315,4 +327,15 @@ def summary_line(e2e: dict) -> str:
             f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
             f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else "")
         )
-    return line + dispatch_line(e2e)
+    return line + dispatch_line(e2e) + coverage_line(e2e.get("coverage"))
+
+
+def coverage_line(coverage: dict | None) -> str:
+    """The tuned share at keys the collection never saw (``coverage``), for the report's end-to-end line."""
+    if not coverage or not coverage["unseen_calls"]:
+        return ""
+    return (
+        f"; coverage at token counts the collection never saw: {coverage['tuned_share_of_time']:.1%} of their GEMM "
+        f"time (roofline estimate; {coverage['unseen_tuned_calls']} of {coverage['unseen_calls']} calls) ran a "
+        "tuned choice"
+    )

@@ -12,7 +12,9 @@ its op, dtypes and layout, over every token count.
   CUDA-graph capture sizes: 1, 2, 4, then steps of 8 to 248 and of 16 from 256 to 512) and above them a
   power-of-two ladder with midpoints (768, 1024, 1536, 2048, ...) for prefill chunks, up to ``--m-max``
   (default: the largest M the workload ran) rounded up to the grid;
-* a list ``1,2,4,16``: those token counts (ascending, no repeats) plus the ones the workload ran.
+* a list ``1,2,4,16``: those token counts (ascending, no repeats), and the largest the workload ran where it is
+  above them, so that every count it ran lies in a bucket (what it ran between grid points is served by the
+  next point up, as an unseen count is: the list bounds what Bench costs).
 
 Each grid point serves the token counts from the previous grid point + 1 to its own (its bucket), the way
 GridBased logic looks an unseen size up toward the next larger grid point. No function here reads a file or
@@ -110,7 +112,9 @@ def grid_points(spec: GridSpec, seen: Iterable[int], m_max: int | None = None) -
         top = m_max or (seen[-1] if seen else 1)
         return sorted({*seen, *serving_points(top)})
     listed = [m for m in spec if m_max is None or m <= m_max]  # type: ignore[union-attr]
-    return sorted({*seen, *listed})
+    if seen and (not listed or listed[-1] < seen[-1]):
+        listed.append(seen[-1])  # every count the workload ran lies in a bucket
+    return listed
 
 
 def buckets(points: Sequence[int], spec: GridSpec = SERVING) -> dict[int, tuple[int, int]]:
@@ -163,14 +167,15 @@ def token_counts(problems: Iterable[GemmProblem]) -> dict[GemmProblem, list[int]
     return {fam: sorted(ms) for fam, ms in found.items()}
 
 
-def cost_line(points: Sequence[GridPoint], spec: GridSpec, gpus: int = 1) -> str:
-    """What the grid costs before Bench runs: problems to tune and the estimated minutes on ``gpus`` GPUs."""
+def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1) -> str:
+    """What the grid costs before Bench runs: ``gemms`` to tune (``seen`` of them the workload ran) and the
+    estimated minutes of Bench on ``gpus`` GPUs."""
     name = spec if isinstance(spec, str) else ",".join(map(str, spec))
-    seen = sum(point.seen for point in points)
-    minutes = len(points) * SECONDS_PER_PROBLEM / max(1, gpus) / 60
+    gpus = max(1, gpus)
+    minutes = gemms * SECONDS_PER_PROBLEM / gpus / 60
     return (
-        f"m-grid {name}: {len(points)} GEMMs to tune ({seen} the workload ran, {len(points) - seen} grid points), "
-        f"about {minutes:.0f} min of Bench on {max(1, gpus)} GPU{'s' if gpus > 1 else ''}"
+        f"m-grid {name}: {gemms} GEMMs to tune ({seen} the workload ran, {gemms - seen} grid points), "
+        f"about {minutes:.0f} min of Bench on {gpus} GPU{'s' if gpus > 1 else ''}"
     )
 
 

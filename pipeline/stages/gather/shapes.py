@@ -182,7 +182,7 @@ def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = N
         record.bucket = point.bucket if point.bucket != (0, 0) else None
         shapes.append(record)
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
-    result.weight_notes.append(mgrid.cost_line(points, spec))
+    result.weight_notes.append(mgrid.cost_line(spec, len(points), sum(point.seen for point in points)))
     return points
 
 

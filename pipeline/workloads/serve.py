@@ -1,0 +1,371 @@
+"""A HuggingFace decoder built from its config (random weights, nothing downloaded), served as an inference
+server schedules it, so that its GEMMs meet the token counts a server runs:
+
+    python -m pipeline.workloads.serve --arch llama3-8b [--layers 4] [--seed 0] [--eager]
+
+* **Requests** drawn from ``--seed``: ``--requests`` of them, prompt lengths uniform in ``--prompt-min..max``,
+  output lengths in ``--output-min..max``, all waiting at the start (an offline batch, as a benchmark serves).
+* **Continuous batching**: up to ``--max-seqs`` requests run at once, each in a slot of a preallocated KV cache;
+  a finished request frees its slot and the next waiting one takes it at the next step.
+* **Chunked prefill**: each step prefills at most ``--max-batched-tokens`` prompt tokens, taken first come first
+  served and split across steps where a prompt is longer; those tokens run through the linear layers as one
+  flattened batch (M = the step's prompt tokens, any count up to the budget), attention per request.
+* **Decode**: every request past its prompt decodes one token a step; the batch is padded up to the next of vLLM's
+  CUDA-graph capture sizes (1, 2, 4, 8, 16, ..., ``vllm/config/compilation.py``) and, unless ``--eager``, runs as
+  the CUDA graph captured for that size at start-up (static token, slot and position buffers; the padding rows
+  write a scratch slot).
+
+The model's own modules run every GEMM (``q/k/v/o_proj``, the MLP, ``lm_head`` on each request's last
+position); attention is the server's own (``scaled_dot_product_attention`` over the slot's cache), as servers
+bring their own attention. Greedy sampling, one host sync a step (a server reads the sampled tokens each step).
+Prints, per timed pass and as medians over ``--repeat`` passes after an untimed warm-up pass of the same
+schedule: steps, p50/p99 step latency and the steady-state output rate, last as ``throughput: X tokens/s``
+(output tokens over the wall time of the steps while every slot was busy: the drain at the end, where the batch
+empties, is apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .hf import ARCHS, build
+
+NO_GPU_EXIT_CODE = 3
+SERVED_ARCHS = ("llama", "mistral", "llama3-8b", "qwen2-7b")  # decoders of the Llama layout (q/k/v/o, gate/up/down)
+CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
+
+
+def padded_size(batch: int) -> int:
+    """The capture size a decode batch is padded up to."""
+    return next(size for size in CAPTURE_SIZES if size >= batch)
+
+
+@dataclass
+class Request:
+    ids: list[int]  # the prompt's tokens
+    output: int  # tokens to generate
+    slot: int = -1
+    prefilled: int = 0  # prompt tokens in the cache
+    generated: list[int] = field(default_factory=list)
+
+    @property
+    def prompt(self) -> int:
+        return len(self.ids)
+
+    @property
+    def done(self) -> bool:
+        return len(self.generated) >= self.output
+
+
+def draw_requests(seed: int, count: int, prompt: tuple[int, int], output: tuple[int, int], vocab: int) -> list[Request]:
+    """The request mix of ``seed``: prompt and output lengths uniform in their ranges, prompt tokens uniform."""
+    rng = random.Random(seed)
+    return [
+        Request([rng.randrange(1, vocab) for _ in range(rng.randint(*prompt))], rng.randint(*output))
+        for _ in range(count)
+    ]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step runs: prefill chunks (request, start, length) and the requests that decode."""
+
+    chunks: tuple[tuple[Request, int, int], ...]
+    decodes: tuple[Request, ...]
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(length for _, _, length in self.chunks)
+
+
+def schedule(running: list[Request], budget: int) -> Step:
+    """The next step of ``running`` (in arrival order): every request past its prompt decodes; prompt tokens up to
+    ``budget`` are prefilled, first come first served."""
+    decodes = tuple(r for r in running if r.prefilled == r.prompt and not r.done)
+    chunks, left = [], budget
+    for request in running:
+        if request.prefilled < request.prompt and left > 0:
+            length = min(left, request.prompt - request.prefilled)
+            chunks.append((request, request.prefilled, length))
+            left -= length
+    return Step(tuple(chunks), decodes)
+
+
+class Engine:
+    """The slots' KV cache and the forward passes of one model: a flattened prefill and a padded decode."""
+
+    def __init__(self, model, config, max_seqs: int, max_len: int, graphs: bool) -> None:
+        import torch
+
+        self.torch, self.model, self.config = torch, model, config
+        self.device = model.lm_head.weight.device
+        self.layers = model.model.layers
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        shape = (len(self.layers), max_seqs + 1, self.kv_heads, max_len, self.head_dim)  # + the padding rows' slot
+        dtype = model.lm_head.weight.dtype
+        self.keys = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.values = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.scratch, self.max_len = max_seqs, max_len
+        self.graphs: dict[int, tuple] = {}
+        self.use_graphs = graphs
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        self.rotate = apply_rotary_pos_emb
+
+    # -- the layers ------------------------------------------------------------------------------------------
+    def _qkv(self, layer, x, positions):
+        """q [1, H, T, d], k and v [1, KV, T, d] of the flattened tokens ``x`` [T, hidden], rotated."""
+        attn, tokens = layer.self_attn, x.shape[0]
+        q = attn.q_proj(x).view(1, tokens, self.heads, self.head_dim).transpose(1, 2)
+        k = attn.k_proj(x).view(1, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = attn.v_proj(x).view(1, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.model.model.rotary_emb(v, positions[None])
+        q, k = self.rotate(q, k, cos, sin)
+        return q, k, v
+
+    def _block(self, index: int, x, positions, attend):
+        layer = self.layers[index]
+        q, k, v = self._qkv(layer, layer.input_layernorm(x), positions)
+        out = attend(index, q, k, v)  # [T, H * d]
+        x = x + layer.self_attn.o_proj(out)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def _logits_argmax(self, x):
+        return self.model.lm_head(self.model.model.norm(x)).argmax(-1)
+
+    # -- prefill -----------------------------------------------------------------------------------------------
+    def prefill(self, chunks: Sequence[tuple[Request, int, int]]) -> dict[int, int]:
+        """Run the chunks as one flattened batch; the first token of each request whose prompt it completes."""
+        torch = self.torch
+        ids = torch.tensor([t for r, start, n in chunks for t in r.ids[start : start + n]], device=self.device)
+        positions = torch.cat([torch.arange(start, start + n, device=self.device) for _, start, n in chunks])
+        spans = []
+        offset = 0
+        for request, start, length in chunks:
+            spans.append((request.slot, start, length, offset))
+            offset += length
+
+        def attend(index, q, k, v):
+            outs = []
+            for slot, start, length, at in spans:
+                self.keys[index, slot, :, start : start + length] = k[0, :, at : at + length]
+                self.values[index, slot, :, start : start + length] = v[0, :, at : at + length]
+                end = start + length
+                mask = (
+                    torch.arange(end, device=self.device)[None, :]
+                    <= torch.arange(start, end, device=self.device)[:, None]
+                )
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    q[:, :, at : at + length],
+                    self.keys[index, slot : slot + 1, :, :end],
+                    self.values[index, slot : slot + 1, :, :end],
+                    attn_mask=mask,
+                    enable_gqa=True,
+                )
+                outs.append(out[0].transpose(0, 1).reshape(length, -1))
+            return torch.cat(outs)
+
+        x = self.model.model.embed_tokens(ids)
+        for index in range(len(self.layers)):
+            x = self._block(index, x, positions, attend)
+        finishing = [
+            (r, at + n - 1) for (r, start, n), (*_, at) in zip(chunks, spans, strict=True) if start + n == r.prompt
+        ]
+        if not finishing:
+            return {}
+        last = torch.tensor([at for _, at in finishing], device=self.device)
+        tokens = self._logits_argmax(x[last]).tolist()
+        return {id(r): token for (r, _), token in zip(finishing, tokens, strict=True)}
+
+    # -- decode ------------------------------------------------------------------------------------------------
+    def _decode(self, tokens, slots, positions):
+        """One decode step of the padded batch: the next token of each row."""
+        torch = self.torch
+        rows = torch.arange(self.max_len, device=self.device)
+        mask = (rows[None, :] <= positions[:, None])[:, None, None, :]
+
+        def attend(index, q, k, v):
+            self.keys[index, slots, :, positions] = k[0].transpose(0, 1)
+            self.values[index, slots, :, positions] = v[0].transpose(0, 1)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q[0].transpose(0, 1)[:, :, None],
+                self.keys[index, slots],
+                self.values[index, slots],
+                attn_mask=mask,
+                enable_gqa=True,
+            )
+            return out[:, :, 0].reshape(tokens.shape[0], -1)
+
+        x = self.model.model.embed_tokens(tokens)
+        for index in range(len(self.layers)):
+            x = self._block(index, x, positions, attend)
+        return self._logits_argmax(x)
+
+    def capture(self, sizes: Sequence[int]) -> None:
+        """A CUDA graph of the decode step for each of ``sizes``, over static buffers (engines capture at start)."""
+        torch = self.torch
+        for size in sizes:
+            buffers = (
+                torch.ones(size, dtype=torch.long, device=self.device),
+                torch.full((size,), self.scratch, dtype=torch.long, device=self.device),
+                torch.zeros(size, dtype=torch.long, device=self.device),
+            )
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._decode(*buffers)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self._decode(*buffers)
+            self.graphs[size] = (graph, buffers, out)
+
+    def decode(self, requests: Sequence[Request]) -> list[int]:
+        """The next token of each request, its batch padded to a capture size (the padding rows: scratch slot)."""
+        torch = self.torch
+        size = padded_size(len(requests))
+        pad = size - len(requests)
+        tokens = [r.generated[-1] for r in requests] + [1] * pad
+        slots = [r.slot for r in requests] + [self.scratch] * pad
+        positions = [r.prompt + len(r.generated) - 1 for r in requests] + [0] * pad
+        values = [torch.tensor(v, dtype=torch.long, device=self.device) for v in (tokens, slots, positions)]
+        if size in self.graphs:
+            graph, buffers, out = self.graphs[size]
+            for buffer, value in zip(buffers, values, strict=True):
+                buffer.copy_(value)
+            graph.replay()
+        else:
+            out = self._decode(*values)
+        return out[: len(requests)].tolist()
+
+
+def serve(engine: Engine, requests: list[Request], max_seqs: int, budget: int, sync) -> dict:
+    """Serve every request; per step its wall time, the tokens it made, and whether it ran at steady state (as
+    many requests running as there are slots, or requests)."""
+    waiting, running, free = list(requests), [], list(range(max_seqs))
+    full, steps = min(max_seqs, len(requests)), []
+    while waiting or running:
+        while waiting and free:
+            request = waiting.pop(0)
+            request.slot = free.pop(0)
+            running.append(request)
+        step = schedule(running, budget)
+        steady = len(running) == full
+        start = time.perf_counter()
+        first = engine.prefill(step.chunks) if step.chunks else {}
+        for request, _, length in step.chunks:
+            request.prefilled += length
+            if id(request) in first:
+                request.generated.append(first[id(request)])
+        if step.decodes:
+            for request, token in zip(step.decodes, engine.decode(step.decodes), strict=True):
+                request.generated.append(token)
+        sync()  # the host reads the sampled tokens: a step ends here
+        made = len(first) + len(step.decodes)
+        steps.append({"s": time.perf_counter() - start, "tokens": made, "steady": steady and bool(running)})
+        for request in [r for r in running if r.done]:
+            running.remove(request)
+            free.append(request.slot)
+    return {"steps": steps}
+
+
+def summary(steps: list[dict]) -> dict:
+    """Steps, output tokens, p50/p99 step latency (ms) and the steady-state output rate of one pass."""
+    latencies = sorted(step["s"] for step in steps)
+    steady = [step for step in steps if step["steady"]]
+    seconds = sum(step["s"] for step in steady)
+    return {
+        "steps": len(steps),
+        "tokens": sum(step["tokens"] for step in steps),
+        "p50_ms": 1e3 * latencies[len(latencies) // 2],
+        "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "tokens_per_s": sum(step["tokens"] for step in steady) / seconds if seconds else 0.0,
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.workloads.serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--arch", choices=SERVED_ARCHS, default="llama")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16"], help="default: the arch's")
+    parser.add_argument("--seed", type=int, default=0, help="the request mix")
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-min", type=int, default=16)
+    parser.add_argument("--prompt-max", type=int, default=512)
+    parser.add_argument("--output-min", type=int, default=16)
+    parser.add_argument("--output-max", type=int, default=128)
+    parser.add_argument("--max-seqs", type=int, default=32, help="requests running at once (slots)")
+    parser.add_argument("--max-batched-tokens", type=int, default=512, help="prompt tokens prefilled a step")
+    parser.add_argument("--eager", action="store_true", help="decode without CUDA graphs")
+    parser.add_argument("--repeat", type=int, default=1, help="timed passes (after one untimed); medians printed")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (implies --eager)")
+    args = parser.parse_args(argv)
+    bad = [
+        name
+        for name in ("requests", "prompt_min", "output_min", "max_seqs", "max_batched_tokens", "repeat", "layers")
+        if getattr(args, name) < 1
+    ]
+    if args.prompt_max < args.prompt_min or args.output_max < args.output_min:
+        bad.append("prompt-max/output-max below its min")
+    if args.max_seqs > CAPTURE_SIZES[-1]:
+        bad.append(f"max-seqs above {CAPTURE_SIZES[-1]}")
+    if bad:
+        parser.error("not a positive count, or out of range: " + ", ".join(b.replace("_", "-") for b in bad))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(
+            f"the serving workload needs a GPU, and torch.cuda.is_available() is False (torch {torch.__version__})",
+            file=sys.stderr,
+        )
+        return NO_GPU_EXIT_CODE
+    torch.manual_seed(args.seed)
+    model, config = build(args.arch, args.layers, args.dtype or ARCHS[args.arch]["dtype"], args.device)
+    graphs = args.device == "cuda" and not args.eager
+    max_len = args.prompt_max + args.output_max
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    passes = []
+    with torch.inference_mode():
+        engine = Engine(model, config, args.max_seqs, max_len, graphs)
+        if graphs:
+            engine.capture([size for size in CAPTURE_SIZES if size <= padded_size(args.max_seqs)])
+        for index in range(1 + args.repeat):  # the first pass warms up (first calls, library heuristics)
+            prompt, output = (args.prompt_min, args.prompt_max), (args.output_min, args.output_max)
+            requests = draw_requests(args.seed, args.requests, prompt, output, config.vocab_size)
+            result = summary(serve(engine, requests, args.max_seqs, args.max_batched_tokens, sync)["steps"])
+            if index:
+                passes.append(result)
+                print(
+                    f"pass {index}: {result['steps']} steps, {result['tokens']} tokens, step p50 "
+                    f"{result['p50_ms']:.2f} ms p99 {result['p99_ms']:.2f} ms, {result['tokens_per_s']:.1f} tokens/s"
+                )
+    median = {key: statistics.median(p[key] for p in passes) for key in ("p50_ms", "p99_ms", "tokens_per_s")}
+    mode = "eager" if not graphs else "CUDA graphs"
+    print(
+        f"serve {args.arch} ({args.layers} layers, seed {args.seed}, {args.requests} requests, decode {mode}): "
+        f"step p50 {median['p50_ms']:.2f} ms, p99 {median['p99_ms']:.2f} ms"
+    )
+    print(f"throughput: {median['tokens_per_s']:.1f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The serving workload (``python -m pipeline.workloads.serve``): its schedule (continuous batching, chunked
+prefill, decode batches padded to capture sizes) and its engine, whose tokens must be the model's own greedy
+tokens (HF ``generate``) however the requests were chunked, batched and padded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.workloads import serve
+
+from .helpers import ROOT
+
+
+def test_decode_batches_pad_up_to_the_capture_sizes():
+    assert [serve.padded_size(b) for b in (1, 2, 3, 5, 8, 9, 250, 257, 512)] == [1, 2, 4, 8, 8, 16, 256, 272, 512]
+
+
+def test_the_schedule_decodes_every_prefilled_request_and_chunks_prompts_first_come_first_served():
+    a, b, c = serve.Request([1] * 10, 3), serve.Request([1] * 7, 2), serve.Request([1] * 4, 2)
+    a.prefilled, a.generated = 10, [5]
+    b.prefilled = 2
+    step = serve.schedule([a, b, c], budget=8)
+    assert step.decodes == (a,)
+    assert [(r, start, n) for r, start, n in step.chunks] == [(b, 2, 5), (c, 0, 3)]
+    assert step.prefill_tokens == 8
+
+
+def test_requests_are_drawn_from_the_seed():
+    one = serve.draw_requests(3, 20, (4, 64), (2, 9), 1000)
+    assert [(r.ids, r.output) for r in one] == [
+        (r.ids, r.output) for r in serve.draw_requests(3, 20, (4, 64), (2, 9), 1000)
+    ]
+    assert [r.ids for r in one] != [r.ids for r in serve.draw_requests(4, 20, (4, 64), (2, 9), 1000)]
+    assert all(4 <= r.prompt <= 64 and 2 <= r.output <= 9 and all(0 < t < 1000 for t in r.ids) for r in one)
+
+
+def test_served_tokens_are_the_models_own_greedy_tokens():
+    torch = pytest.importorskip("torch", reason="the engine needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=97,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    requests = serve.draw_requests(1, 5, (3, 20), (2, 7), config.vocab_size)
+    with torch.inference_mode():
+        engine = serve.Engine(model, config, max_seqs=3, max_len=32, graphs=False)
+        result = serve.serve(engine, requests, max_seqs=3, budget=8, sync=lambda: None)
+        for request in requests:
+            ids = torch.tensor([request.ids])
+            want = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=request.output, do_sample=False, pad_token_id=0
+            )[0, request.prompt :].tolist()
+            assert request.generated == want
+    steps = result["steps"]
+    assert sum(step["tokens"] for step in steps) == sum(r.output for r in requests)
+    summary = serve.summary(steps)
+    assert summary["steps"] == len(steps) and summary["p99_ms"] >= summary["p50_ms"] > 0
+
+
+def test_bad_counts_are_refused_by_the_command_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.workloads.serve", "--max-seqs", "0", "--prompt-min", "9", "--prompt-max", "3"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2 and "max-seqs" in done.stderr and "prompt-max/output-max below its min" in done.stderr
