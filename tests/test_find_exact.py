@@ -11,6 +11,7 @@ import yaml
 
 from pipeline.backends.base import TuneSettings
 from pipeline.backends.hipblaslt import ToolMissing
+from pipeline.backends.slots import VISIBLE_DEVICES
 from pipeline.formats.find_exact import parse_result_name
 from pipeline.formats.logic import parse_logic, tensile_ld_order
 from pipeline.formats.tunableop import read_file
@@ -121,7 +122,8 @@ def test_find_exact_benches_on_the_gpu_the_worker_claimed(generation, tmp_path, 
     there too: the 2024 script knows no device, the 2025 one reads TestConfig.Device."""
     monkeypatch.setenv("HIPBLASLT_DOUBLE_GENERATION", generation)
     monkeypatch.setenv("HIPBLASLT_DOUBLE_SETTINGS_LOG", str(tmp_path / "settings.log"))
-    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    for name in VISIBLE_DEVICES:  # the worker's GPU 1 is the machine's GPU 1, whatever the caller's shell set
+        monkeypatch.delenv(name, raising=False)
     half = [
         GemmProblem(
             "gemm", "T", "N", 4096, 128, 4096, 4096, 4096, 4096, a_type="float16", b_type="float16", c_type="float16"

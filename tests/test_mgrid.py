@@ -99,6 +99,8 @@ def test_expand_keeps_what_ran_and_adds_the_grid():
     assert by_n[8].bucket == (8, 8) and not by_n[8].seen
     assert by_n[512].seen and by_n[512].bucket == (497, 512)
     assert sorted(by_n) == sorted({*mgrid.serving_points(512), 7})
+    rotary = GemmProblem("gemm", "N", "N", 94, 1, 1, 94, 1, 94, a_type="float32", b_type="float32", c_type="float32")
+    assert mgrid.expand([rotary], mgrid.SERVING) == [mgrid.GridPoint(rotary, (0, 0), True)]  # tokens are its m
     line = mgrid.cost_line(mgrid.SERVING, len(points), 2, gpus=4)
     assert f"{len(points)} GEMMs to tune (2 the workload ran" in line and "on 4 GPUs" in line
 
@@ -164,14 +166,15 @@ def _measured(key: str, n: int, baseline: float, tuned: float, held_out_of: str 
     return MeasuredRow.of(QKV.with_tokens(n), key, "Gemm_x", 0, 0.0, 1.0, pair, held_out_of=held_out_of)
 
 
-def test_held_out_counts_are_the_lower_edge_and_two_seeded_draws():
+def test_held_out_counts_are_the_lower_edge_the_middle_and_two_seeded_draws():
     from pipeline.stages.accept.held_out import held_out_counts
 
     counts = held_out_counts((17, 24), "k")
-    assert counts[0] == 17 and len(counts) == 3 and all(17 <= m < 24 for m in counts)
+    assert counts[0] == 17 and 20 in counts and 3 <= len(counts) <= 4 and all(17 <= m < 24 for m in counts)
     assert counts == held_out_counts((17, 24), "k")  # the same seed and key draw the same
     assert {tuple(held_out_counts((17, 64), "k", seed)) for seed in range(5)} != {tuple(counts)}
     assert held_out_counts((3, 4), "k") == [3] and held_out_counts((4, 4), "k") == []
+    assert held_out_counts((129, 256), "k")[:1] == [129] and 192 in held_out_counts((129, 256), "k")
 
 
 def test_held_out_rows_skip_default_triton_and_exact_rows():
@@ -190,21 +193,29 @@ def test_held_out_rows_skip_default_triton_and_exact_rows():
     assert all(r.time_share == 0.0 and r.calls == 0 and r.solution == rows[0].solution for r in held)
 
 
-def test_a_bucket_below_the_floor_beyond_noise_is_narrowed():
+def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss():
     from pipeline.stages.accept.held_out import FLOOR, verdict
 
     grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
-    rows = [_measured("a", 9, 10.0, 10.3, grid), _measured("b", 12, 10.0, 9.0, grid), _measured("c", 9, 10.0, 10.05)]
-    result = verdict(rows[:2])
-    assert result["narrowed"] == {grid: f"M = 9 held out at x{10 / 10.3:.3f}, below x{FLOOR} beyond noise"}
-    assert result["worst"] == {"key": "a", "m": 9, "speedup": round(10 / 10.3, 4)}
-    assert verdict([rows[2]])["narrowed"] == {}  # x0.995: within the floor
+    rows = [
+        _measured("b", 12, 10.0, 9.0, grid),
+        _measured("a", 9, 10.0, 10.3, grid),
+        _measured("d", 10, 10.0, 10.4, grid),
+        _measured("c", 9, 10.0, 10.05),
+    ]
+    result = verdict(rows[:3])
+    assert result["split"] == {
+        grid: {"lo": 11, "why": f"M = 10 held out at x{10 / 10.4:.3f}, below x{FLOOR} beyond noise"}
+    }
+    assert result["worst"] == {"key": "d", "m": 10, "speedup": round(10 / 10.4, 4)}
+    assert [r["m"] for r in result["by_grid_row"][grid]] == [9, 10, 12]
+    assert verdict([rows[3]])["split"] == {}  # x0.995: within the floor
 
 
 def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     """The AMD DAG on the hipblaslt-bench double with a grid: GatherShapes writes the buckets, Validate times
-    held-out counts, and the bundle holds a row at every count of every kept range (a narrowed one at its grid
-    point alone), with the ranges and the collected keys in its manifest."""
+    held-out counts, and the bundle holds a row at every count of every kept range (a split one from above its
+    highest loss), with the ranges and the collected keys in its manifest."""
     from .helpers import run_amd_dag
 
     run_amd_dag(tmp_path, "grid", "", "TuneWorkload", "--m-grid", "1,2,4,16")
@@ -212,10 +223,13 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     shapes = read_shapes_json(run / "shapes" / "shapes.json")
     assert any(not r.seen and r.bucket == (5, 16) for r in shapes)
     held = json.loads((run / "validate" / "held_out.json").read_text())
-    measured = json.loads((run / "validate" / "measurements.json").read_text())["rows"]
-    assert held["rows"] == sum(1 for r in measured if r.get("held_out_of")) > 0
+    measured = json.loads((run / "validate" / "measurements.json").read_text())
+    assert held["rows"] == len(measured["held_out"]) > 0 and all(r["held_out_of"] for r in measured["held_out"])
+    assert not any(r.get("held_out_of") for r in measured["rows"])  # the gate, the report and the drift read these
     gate = json.loads((run / "validate" / "gate.json").read_text())
-    assert not {r["key"] for r in measured if r.get("held_out_of")} & set(gate["kept"])
+    assert not {r["key"] for r in measured["held_out"]} & set(gate["kept"])
+    report = (run / "report" / "report.md").read_text()
+    assert "Held-out token counts" in report and f"{held['rows']} timed" in report
     manifest = json.loads((run / "bundle" / "manifest.json").read_text())
     bundle_keys = (run / "bundle" / "tunableop_results.csv").read_text()
     assert manifest["collected"] == sorted(r.key for r in shapes if r.seen)
@@ -224,8 +238,9 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
         problem = parse_key(*record["key"].split(",", 1))
         for m in range(record["lo"], record["hi"] + 1):
             assert ",".join(format_key(problem.with_tokens(m))) + "," + record["solution"] in bundle_keys
-        if record["key"] in held["narrowed"]:
-            assert record["lo"] == record["hi"] and "narrowed to its grid point" in record["note"]
+        if record["key"] in held["split"]:
+            assert record["lo"] == held["split"][record["key"]]["lo"] and record["note"].startswith("split: serves")
+            assert all(not r["below"] for r in held["by_grid_row"][record["key"]] if r["m"] >= record["lo"])
     rows = [line for line in bundle_keys.splitlines() if line and not line.startswith("Validator,")]
     assert manifest["rows"] == len(rows) == len(set(rows)) > len(gate["kept"])
 

@@ -65,6 +65,9 @@ def test_served_tokens_are_the_models_own_greedy_tokens():
     assert sum(step["tokens"] for step in steps) == sum(r.output for r in requests)
     summary = serve.summary(steps)
     assert summary["steps"] == len(steps) and summary["p99_ms"] >= summary["p50_ms"] > 0
+    assert summary["tokens_per_s"] == pytest.approx(summary["tokens"] / sum(step["s"] for step in steps))
+    saturated = [step for step in steps if step["saturated"]]  # 3 slots, 5 requests: the first steps wait
+    assert 0 < len(saturated) == summary["saturated_steps"] < len(steps)
 
 
 def test_bad_counts_are_refused_by_the_command_line():

@@ -9,6 +9,7 @@ Every other row is counted with the reason it is not applied.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -92,7 +93,6 @@ class TunedTable:
     solutions: dict[RuntimeKey, tuple[GemmProblem, str]] = field(default_factory=dict)
     left_out: Counter = field(default_factory=Counter)
     meta: dict = field(default_factory=dict)
-    families: set[GemmProblem] = field(default_factory=set)  # the rows' token families (``token_family``)
 
     def __len__(self) -> int:
         return len(self.solutions)
@@ -108,7 +108,14 @@ class TunedTable:
         """This table's Triton rows alone (where torch's TunableOp applies the cuBLASLt ones itself)."""
         kept = self.triton_solutions()
         left_out = self.left_out + Counter({"cuBLASLt row: TunableOp applies it": len(self.solutions) - len(kept)})
-        return TunedTable(self.source, kept, left_out, self.meta, self.families)
+        return TunedTable(self.source, kept, left_out, self.meta)
+
+    @functools.cached_property
+    def families(self) -> frozenset[GemmProblem]:
+        """The rows' token families (``GemmProblem.token_family``), made at the first miss, not at load: a
+        bundle spread over a serving grid holds tens of thousands of rows (docs/serving.md)."""
+        found = (problem.token_family() for problem, _ in self.solutions.values())
+        return frozenset(family for family in found if family is not None)
 
     def miss(self, key: RuntimeKey) -> str:
         """Why a call's key found no row: its weight has rows at other token counts, none at this one (outside
@@ -165,9 +172,6 @@ def load_table(path: str | Path) -> TunedTable:
             table.left_out[reason] += 1
         else:
             table.solutions[runtime_key(entry.problem)] = (entry.problem, entry.solution)  # type: ignore[assignment]
-            family = entry.problem.token_family()
-            if family is not None:
-                table.families.add(family)
     return table
 
 

@@ -73,8 +73,7 @@ def accept(
             validate.run_worker(run_dir, gpus, settings.rounds, settings.margin, progress)
     measured = json.loads((out / validate.MEASUREMENTS).read_text())
     rows = [MeasuredRow.from_json(row) for row in measured["rows"]]
-    held = held_out.verdict([row for row in rows if row.held_out_of])
-    rows = [row for row in rows if not row.held_out_of]
+    held = held_out.verdict([MeasuredRow.from_json(row) for row in measured.get("held_out", [])])
     result = gate(rows, GateSettings(margin=settings.margin, min_speedup=settings.min_speedup))
     atomic_write_json(out / "gate.json", result.to_json())
     atomic_write_json(out / held_out.RECORD, held)
@@ -84,7 +83,7 @@ def accept(
             run_dir,
             result,
             {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts},
-            narrowed=held["narrowed"],
+            split=held["split"],
         )
     triton_rows = result.passed and any(r.solution.startswith(TRITON) for r in result.kept)  # the bundle's rows
     reason = e2e.skip_reason(runtime, result.passed, settings.has_workload, triton_rows=triton_rows)

@@ -53,10 +53,10 @@ def buckets_of(shapes: Sequence[ShapeRecord]) -> dict[str, tuple[int, int]]:
     return {record.key: record.bucket for record in shapes if record.bucket is not None}
 
 
-def write_bundle(run_dir: Path, result: GateResult, meta: dict, narrowed: Mapping[str, str] | None = None) -> Path:
+def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[str, dict] | None = None) -> Path:
     """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, each grid row spread
-    over its bucket (``mgrid.spread``; a bucket in ``narrowed``, grid key -> why, failed at a held-out token
-    count and serves its grid point alone), ``manifest.json`` last."""
+    over its bucket (``mgrid.spread``; a bucket in ``split``, grid key -> ``{"lo", "why"}``, failed at a held-out
+    token count and serves from ``lo`` up), ``manifest.json`` last."""
     layout = RunLayout.of(run_dir)
     merged = read_file(layout.merged_csv)
     kept = {row.key for row in result.kept}
@@ -64,13 +64,13 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, narrowed: Mappin
     kept_sizes = {
         (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
     }
-    narrowed = narrowed or {}
+    split = split or {}
     shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
-    buckets = {key: (hi, hi) if key in narrowed else (lo, hi) for key, (lo, hi) in buckets_of(shapes).items()}
+    buckets = {key: (max(lo, split.get(key, {}).get("lo", lo)), hi) for key, (lo, hi) in buckets_of(shapes).items()}
     entries, ranges = mgrid.spread(entries, buckets)
     for record in ranges:
-        if record["key"] in narrowed:
-            record["note"] = f"narrowed to its grid point: {narrowed[record['key']]}"
+        if record["key"] in split:
+            record["note"] = f"split: serves {record['lo']}-{record['hi']} ({split[record['key']]['why']})"
     out = layout.bundle
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)

@@ -2,11 +2,14 @@
 nobody tuned, before its winner ships over the whole bucket.
 
 A grid row serves the token counts from the previous grid point + 1 to its own. Validate times its winner at
-the bucket's lower edge and at two counts drawn inside it (``random.Random`` seeded by the run's seed and the
-row's key, so a rerun draws the same), each against torch's default, interleaved as the grid rows are. A
-bucket with any held-out count below x0.99 beyond the pair's noise is narrowed to its grid point alone: the
-bundle ships the winner there and nowhere else in the bucket (a row the gate dropped ships nowhere). A Triton
-winner is compiled for its own sizes and serves its grid point alone anyway: it has nothing held out.
+the bucket's lower edge, its middle and two counts drawn inside it (``random.Random`` seeded by the run's seed
+and the row's key, so a rerun draws the same), each against torch's default, interleaved as the grid rows are.
+A bucket with a held-out count below x0.99 beyond the pair's noise is split there: it keeps the counts above
+the highest such count, where every count held out passed, and the bundle ships the winner over that part alone
+(a row the gate dropped ships nowhere). A winner tuned at the bucket's top loses most near its bottom, where
+its tiles are emptiest (on the H200, x0.48-0.62 one count above the grid point below, docs/serving.md), so the
+split keeps most of a bucket. A Triton winner is compiled for its own sizes and serves its grid point alone
+anyway: it has nothing held out.
 """
 
 from __future__ import annotations
@@ -20,19 +23,19 @@ from ...backends.triton_gemm import PREFIX as TRITON
 from ...formats.tunableop import format_key
 from .measured import MeasuredRow
 
-FLOOR = 0.99  # a held-out count below this speedup, beyond noise, narrows its bucket
-DRAWS = 2  # counts drawn inside each bucket, besides its lower edge
+FLOOR = 0.99  # a held-out count below this speedup, beyond noise, splits its bucket
+DRAWS = 2  # counts drawn inside each bucket, besides its lower edge and its middle
 SEED = 0
 RECORD = "held_out.json"  # Validate's verdict, beside gate.json
 
 
 def held_out_counts(bucket: tuple[int, int], key: str, seed: int = SEED) -> list[int]:
-    """The token counts a bucket is validated at besides its grid point: the lower edge and ``DRAWS`` drawn
-    inside (fewer where the bucket is narrower)."""
+    """The token counts a bucket is validated at besides its grid point: the lower edge, the middle and
+    ``DRAWS`` drawn inside (fewer where the bucket is narrower)."""
     lo, hi = bucket
     inside = range(lo + 1, hi)
     drawn = random.Random(f"{seed}:{key}").sample(inside, min(DRAWS, len(inside)))
-    return sorted({lo, *drawn} - {hi})
+    return sorted({lo, (lo + hi) // 2, *drawn} - {hi})
 
 
 def held_out_rows(rows: Sequence, bucket_of: Mapping[str, tuple[int, int]], seed: int = SEED) -> list:
@@ -63,21 +66,37 @@ def below(row: MeasuredRow) -> bool:
 
 
 def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
-    """The held-out figures: every held-out row's speedup by its grid row, the worst, and the buckets narrowed
-    (grid key -> why)."""
+    """The held-out figures: every held-out row's speedup by its grid row, the worst, and the buckets split
+    (grid key -> ``{"lo": the lowest count it keeps, "why": ...}``)."""
     by_grid: dict[str, list[dict]] = {}
-    narrowed: dict[str, str] = {}
-    for row in rows:
+    split: dict[str, dict] = {}
+    for row in sorted(rows, key=lambda r: r.n):
         by_grid.setdefault(row.held_out_of, []).append(
             {"m": row.n, "speedup": round(row.speedup, 4), "noise": round(row.noise, 4), "below": below(row)}
         )
-        if below(row) and row.held_out_of not in narrowed:
-            narrowed[row.held_out_of] = f"M = {row.n} held out at x{row.speedup:.3f}, below x{FLOOR} beyond noise"
+        if below(row):  # in ascending order: the last one below sets the split
+            split[row.held_out_of] = {
+                "lo": row.n + 1,
+                "why": f"M = {row.n} held out at x{row.speedup:.3f}, below x{FLOOR} beyond noise",
+            }
     worst = min(rows, key=lambda r: r.speedup, default=None)
     return {
         "seed": seed,
         "rows": len(rows),
         "worst": None if worst is None else {"key": worst.key, "m": worst.n, "speedup": round(worst.speedup, 4)},
         "by_grid_row": by_grid,
-        "narrowed": narrowed,
+        "split": split,
     }
+
+
+def lines(result: dict | None) -> list[str]:
+    """The report's lines on the held-out counts (none where no bucket had any)."""
+    if not result or not result["rows"]:
+        return []
+    worst = result["worst"]
+    out = [
+        f"{result['rows']} timed at token counts inside the grid rows' buckets that nobody tuned (seed "
+        f"{result['seed']}); the worst x{worst['speedup']:.3f} at M = {worst['m']} (`{worst['key']}`)"
+    ]
+    out += [f"split `{key}`: serves from M = {s['lo']} up ({s['why']})" for key, s in sorted(result["split"].items())]
+    return out

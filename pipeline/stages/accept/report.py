@@ -20,7 +20,7 @@ from ..gather import compiled
 from ..run import timings
 from ..run.fingerprint import stamped
 from ..run.layout import RunLayout
-from . import agreement, plots
+from . import agreement, held_out, plots
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
 from .e2e import summary_line as e2e_summary
@@ -82,6 +82,7 @@ def build(run_dir: Path) -> dict:
     if measured is None or gate is None:
         raise FileNotFoundError(f"{run_dir}: no validate/measurements.json and gate.json; run Validate first")
     e2e = _load(layout.e2e) or {}
+    held = _load(layout.validate / held_out.RECORD)
     bench_summary = _load(layout.bench_summary) or {}
     notes = backend_notes(bench_summary)
     triton_lines = own_kernels.lines(bench_summary.get("triton"), gate["kept"])
@@ -160,6 +161,7 @@ def build(run_dir: Path) -> dict:
         "bundle": str(layout.bundle) if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
         "agreement_line": agreement.line(agreed),
+        "held_out_lines": held_out.lines(held),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
@@ -209,6 +211,9 @@ def build(run_dir: Path) -> dict:
         "e2e_steady_wall_speedup": e2e.get("steady_wall_speedup"),
         "e2e_runtime_host_us_per_call": (e2e.get("host_cost") or {}).get("over_us"),
         "e2e_runtime_calls_per_run": e2e.get("calls_per_run"),
+        "coverage": e2e.get("coverage"),  # the tuned share at keys the collection never saw (docs/serving.md)
+        "held_out_worst": (held or {}).get("worst"),
+        "held_out_split": (held or {}).get("split", {}),
         "not_sent": not_sent,
         "triton": triton_lines,
         "bench_agreement": agreed,

@@ -303,7 +303,11 @@ def measure(
     rows = rows_to_measure(run_dir)
     timer = timer_kind(run_dir, gpu, rounds)
     measured = measure_rows(rows, timer, margin, progress, checkpoints)
-    return {"meta": timer.meta, "rows": [row.to_json() for row in measured]}
+    return {
+        "meta": timer.meta,
+        "rows": [row.to_json() for row in measured if not row.held_out_of],
+        "held_out": [row.to_json() for row in measured if row.held_out_of],  # ``held_out.verdict`` reads them
+    }
 
 
 def run_worker(

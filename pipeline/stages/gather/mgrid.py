@@ -138,11 +138,12 @@ class GridPoint:
 
 def expand(problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = None) -> list[GridPoint]:
     """Every family of ``problems`` over its grid: the collected problems (seen) and the grid's others.
-    Wildcard problems stay as they are, a bucket of their own."""
+    Wildcard problems and outer products (``k = 1``, the rotary embedding's position x frequency, whose token
+    count is not ``n``) stay as they are, a bucket of their own."""
     families: dict[GemmProblem, dict[int, GemmProblem]] = {}
     points: list[GridPoint] = []
     for problem in problems:
-        fam = problem.token_family()
+        fam = problem.token_family() if problem.k != 1 else None
         if fam is None:
             points.append(GridPoint(problem, (0, 0), True))  # no bucket: served as recorded
         else:
