@@ -243,6 +243,15 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
             assert all(not r["below"] for r in held["by_grid_row"][record["key"]] if r["m"] >= record["lo"])
     rows = [line for line in bundle_keys.splitlines() if line and not line.startswith("Validator,")]
     assert manifest["rows"] == len(rows) == len(set(rows)) > len(gate["kept"])
+    from pipeline.formats.hipblaslt_override import read_override
+
+    override = read_override(run / "bundle" / "hipblaslt_override.txt")  # the reader matches exact sizes too
+    sizes = {(dict(e.fields)["m"], dict(e.fields)["n"], dict(e.fields)["k"]) for e in override.entries}
+    for record in manifest["m_ranges"]:
+        grid = parse_key(*record["key"].split(",", 1))
+        if (str(grid.m), str(grid.n), str(grid.k)) in sizes:
+            assert all((str(grid.m), str(n), str(grid.k)) in sizes for n in range(record["lo"], record["hi"] + 1))
+    assert manifest["hipblaslt_override"]["rows"] == len(override.entries) > len(gate["kept"])
 
 
 def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_line():
@@ -265,3 +274,21 @@ def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_lin
     line = e2e.coverage_line(coverage)
     assert "40.0% of their GEMM time" in line and "4 of 10 calls" in line
     assert e2e.coverage_line(None) == ""
+
+
+def test_a_legacy_override_row_moves_to_another_token_count_and_a_current_one_does_not():
+    from pipeline.formats.hipblaslt_override import parse_override
+
+    text = (
+        "Git Version: x\n"
+        "transA,transB,m,n,k,batch_count,a_type,b_type,c_type,compute_type,solution_index,us\n"
+        "T,N,4096,16,4096,1,bf16_r,bf16_r,bf16_r,f32_r,3150,11.5\n"
+        "schema_version,transA,transB,m,n,k,batch_count,lda,ldb,ldc,solution_index\n"
+        "2,T,N,4096,16,4096,1,4096,4096,4096,3150\n"
+    )
+    legacy, current = parse_override(text).entries
+    moved = legacy.with_n(9)
+    assert dict(moved.fields)["n"] == "9" and moved.values == "T,N,4096,9,4096,1,bf16_r,bf16_r,bf16_r,f32_r,3150,11.5"
+    assert moved.key == (*legacy.key[:4], "9", *legacy.key[5:]) and moved.identity == legacy.identity
+    assert parse_override("Git Version: x\n" + moved.header + "\n" + moved.values + "\n").entries == [moved]
+    assert current.with_n(9) is None

@@ -251,6 +251,33 @@ def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
         ab_test([sys.executable, "-c", "raise SystemExit(1)"], csv, tmp_path / "s2", reps=1, timeout_s=60)
 
 
+def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_cannot(tmp_path):
+    """A workload whose rate wanders run to run: the A/B goes on past the alternations asked while the interval
+    of the paired ratio is wider than 3%, stops at four times as many, and its line says it could not resolve;
+    a steady one stops at the alternations asked, resolved."""
+    from pipeline.stages.accept.e2e import MORE_REPS, resolution_line
+
+    counter = tmp_path / "runs"
+    script = tmp_path / "workload.py"
+    script.write_text(
+        "import os, pathlib\n"
+        f"p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
+        "wobble = float(os.environ.get('WOBBLE', '0'))\n"
+        "print(f'throughput: {1000.0 * (1 + wobble * ((n * 7) % 5 - 2)):.1f} tokens/s')\n"
+    )
+    csv = tmp_path / "bundle.csv"
+    csv.write_text("Validator,PT_VERSION,2.11.0\n")
+    env = {**os.environ, "WOBBLE": "0.05"}
+    out = ab_test([sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=60, env=env)
+    assert out["reps"] == 2 * MORE_REPS and len(out["runs"]["tuned"]) == 2 * MORE_REPS and not out["resolved"]
+    assert out["interval"][1] - out["interval"][0] > 0.03
+    assert "cannot resolve a 3% effect after 8 alternations" in resolution_line(out)
+    env["WOBBLE"] = "0"
+    steady = ab_test([sys.executable, str(script)], csv, tmp_path / "t", reps=2, timeout_s=60, env=env)
+    assert steady["reps"] == 2 and steady["resolved"] and steady["interval"] == [1.0, 1.0]
+    assert "cannot resolve" not in resolution_line(steady)
+
+
 def _run_dir(root: Path, measurements: dict) -> Path:
     """A run whose stages up to the merges are done and whose GEMMs were measured (recorded data)."""
     run = root / "night"
@@ -467,3 +494,20 @@ def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_s
     assert failed.keys() == {"error"} and "pipeline.runtime.hostcost" in failed["error"]
     assert "code 11: gemm-tune runtime host cost: cannot measure " in failed["error"]
     assert "host cost per call not measured: " in summary_line({**ab, "host_cost": failed})
+
+
+def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_it_saves_gpu_time():
+    from pipeline.stages.accept.e2e import budget_line, host_budget, tuned_calls_per_run
+
+    records = [{"tuned_calls": {"Gemm_x k1": 30, "triton_y k2": 6}}, {"tuned_calls": {"Gemm_x k1": 30}}]
+    calls = tuned_calls_per_run(records, reps=3)
+    assert calls == {"k1": 20.0, "k2": 2.0}
+    e2e = {"tuned_calls_per_run": calls, "calls_per_run": 100.0, "host_cost": {"over_us": 5.0, "torch_us": 20.0}}
+    measured = {"k1": (30.0, 20.0), "k2": (10.0, 9.0), "k3": (50.0, 1.0)}  # k3 never ran tuned: saves nothing
+    budget = host_budget(e2e, measured)
+    assert budget == {"host_us_per_run": 500.0, "gpu_saved_us_per_run": 202.0, "host_bound_risk": True}
+    line = budget_line({**e2e, "host_budget": budget})
+    assert "0.50 ms of host time a run against 0.20 ms of GPU time" in line and "CUDA graphs" in line
+    paying = host_budget({**e2e, "calls_per_run": 10.0}, measured)
+    assert not paying["host_bound_risk"] and budget_line({**e2e, "host_budget": paying}) == ""
+    assert host_budget({**e2e, "host_cost": {"skipped": "no GPU"}}, measured) is None

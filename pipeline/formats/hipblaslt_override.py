@@ -103,6 +103,16 @@ class OverrideEntry:
         data = dict(self.fields)
         return tuple(data.get(column, "") for column in IDENTITY)
 
+    def with_n(self, n: int) -> OverrideEntry | None:
+        """This legacy row at BLAS ``n`` (a token count of a serving grid's bucket): the reader keys a legacy row
+        on its sizes and types alone, so only ``n`` changes (its timing cells stay the grid point's); None for a
+        current-schema row, which keys on ld's and strides too."""
+        if self.current:
+            return None
+        names = [name for name, _ in self.fields]
+        values = [str(n) if name == "n" else value for name, value in self.fields]
+        return OverrideEntry(self.header, ",".join(values), tuple(zip(names, values, strict=True)))
+
     def speed(self) -> tuple[int, float]:
         """Sort key, smaller is faster: by ``us`` if recorded, else by GFLOPS, else unknown (last)."""
         data = dict(self.fields)

@@ -103,6 +103,10 @@ def accept(
                 gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
                 via=via,
             )
+    measured_us = {row.key: (row.baseline.median, row.tuned.median) for row in rows}
+    budget = e2e.host_budget(outcome, measured_us)
+    if budget is not None:
+        outcome["host_budget"] = budget
     slower = e2e.regression(outcome)
     if slower:
         outcome["refused"] = None if settings.allow_e2e_regression else slower

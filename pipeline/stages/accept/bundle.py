@@ -15,7 +15,7 @@ from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
 from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
 from ...formats.rocm import problem_type_name
-from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
+from ...formats.tunableop import TunableOpEntry, format_key, parse_key, read_file, write_file
 from ...problem import GemmProblem
 from ..bench.tune import OVERRIDE
 from ..gather import mgrid
@@ -91,7 +91,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
             None,
         )  # the merged override (runs before MergeResults merged it: Bench's)
         if override is not None:
-            meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE)}
+            meta = {**meta, "hipblaslt_override": _kept_overrides(override, entries, staging / OVERRIDE, ranges)}
         if meta.get("fingerprint"):
             atomic_write_json(staging / STAMP, {"fingerprint": meta["fingerprint"], "stack": meta.get("stack", {})})
         atomic_write_json(
@@ -111,13 +111,20 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     return out
 
 
-def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
-    """Write the override rows of the kept GEMMs to ``out``. The reader keys a legacy row (what hipblaslt-bench
-    writes) on transposes, sizes, batch and types only (no ld's, no scale form: docs/upstream.md), so where kept
-    GEMMs that differ in their scaling (a tensorwise and a rowwise FP8 GEMM of one shape) share that key, no
-    legacy row ships for it: either would be applied to both. Those keys are reported. A current-schema row
-    keys on its scale formats too, and ships."""
+def _kept_overrides(source: Path, kept: list, out: Path, ranges: Sequence[dict] = ()) -> dict:
+    """Write the override rows of the kept GEMMs to ``out``, each legacy row of a grid row also at every count of
+    its range (``ranges``, ``mgrid.spread``'s: the reader matches exact sizes only). The reader keys a legacy row
+    (what hipblaslt-bench writes) on transposes, sizes, batch and types only (no ld's, no scale form:
+    docs/upstream.md), so where kept GEMMs that differ in their scaling (a tensorwise and a rowwise FP8 GEMM of
+    one shape) share that key, no legacy row ships for it: either would be applied to both. Those keys are
+    reported. A current-schema row keys on its scale formats too, and ships (at its grid point alone)."""
     overrides = read_override(source)
+    spread_of = {}  # the override key of a grid row's size -> the token counts below it in its range
+    for record in ranges:
+        grid = parse_key(*record["key"].split(",", 1))
+        spread_of[(grid.transa, grid.transb, str(grid.m), str(grid.n), str(grid.k), str(grid.batch))] = range(
+            record["lo"], record["hi"]
+        )
 
     def key(problem) -> tuple:
         return (
@@ -145,6 +152,11 @@ def _kept_overrides(source: Path, kept: list, out: Path) -> dict:
         in forms
         and (k not in ambiguous or entry.current)  # a current row keys on its scale formats
     ]
+    for entry in list(rows):
+        fields = dict(entry.fields)
+        trans = tuple("N" if fields.get(t, "N") == "N" else "T" for t in ("transA", "transB"))  # the reader's
+        size = (*trans, *(fields.get(c, "") for c in ("m", "n", "k", "batch_count")))
+        rows += [row for n in spread_of.get(size, ()) if (row := entry.with_n(n)) is not None]
     if rows:
         write_override(out, overrides.git_version, rows)
     return {

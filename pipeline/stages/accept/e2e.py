@@ -35,12 +35,14 @@ from ...backends.triton_cache import CACHE_ENV
 from ...errors import ToolError
 from ...runtime import with_shares
 from ...runtime.table import KERNELS
-from ...stats import round_order
+from ...stats import median_bounds, round_order
 from ..bench import registry
 from ..gather.collect import parse_tokens_per_s
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
+RESOLVE = 0.03  # the end-to-end effect the A/B must resolve: the interval of its paired ratio no wider
+MORE_REPS = 4  # alternations run at most, per one asked, while the interval is wider than that
 COVERAGE_SUMS = ("unseen_calls", "unseen_tuned_calls", "unseen_us", "unseen_tuned_us")
 STATUS_RECORDS = "runtime*.json"  # the tuned runs' status records (``status_records``)
 HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
@@ -133,10 +135,12 @@ def ab_test(
     gpus: int = 1,
     env: dict[str, str] | None = None,
     via: str = "tunableop",
+    max_reps: int | None = None,
 ) -> dict:
-    """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...); medians and spread.
-    ``via``: ``tunableop`` points torch at the bundle's results, ``runtime`` runs under pipeline.runtime, and
-    ``TUNABLEOP_AND_RUNTIME`` does both."""
+    """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...), and more, up to
+    ``max_reps`` (default ``MORE_REPS`` x ``reps``), until the interval of the paired ratio resolves a 3% effect
+    (``resolved``); medians, spread and that interval. ``via``: ``tunableop`` points torch at the bundle's
+    results, ``runtime`` runs under pipeline.runtime, and ``TUNABLEOP_AND_RUNTIME`` does both."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -156,7 +160,8 @@ def ab_test(
     for stale in scratch.glob(STATUS_RECORDS):  # an earlier attempt's status records: these runs write their own
         stale.unlink()
     runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
-    for rep in range(reps):
+    rep, most = 0, max(reps, max_reps if max_reps is not None else MORE_REPS * reps)
+    while rep < reps or (rep < most and not resolved(runs)):
         for name in round_order(("baseline", "tuned"), rep):
             argv = command if name == "baseline" else tuned_command
             start = time.monotonic()
@@ -170,7 +175,12 @@ def ab_test(
                     f"{name} run {rep} of {argv} exited with code {proc.returncode}: {proc.stderr.strip()[-2000:]}"
                 )
             runs[name].append({"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout)})
+        rep += 1
+    reps = rep
     out: dict = {"reps": reps, "via": via, "runs": runs}
+    bounds = interval(runs)
+    if bounds is not None:
+        out["interval"], out["resolved"] = list(bounds), bounds[1] - bounds[0] <= RESOLVE
     for name, values in runs.items():
         walls = [r["wall_s"] for r in values]
         tokens = [r["tokens_per_s"] for r in values if r["tokens_per_s"] is not None]
@@ -192,9 +202,72 @@ def ab_test(
         records = status_records(scratch)
         out.update(startup_figures(records, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
         out["calls_per_run"] = calls_per_run(records, reps)
+        out["tuned_calls_per_run"] = tuned_calls_per_run(records, reps)
         out["coverage"] = coverage(records)
         out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
+
+
+def tuned_calls_per_run(records: list[dict], reps: int) -> dict[str, float]:
+    """Calls that ran a tuned plan in a tuned run, by TunableOp key (the status records' ``"<solution> <key>"``
+    counts of every process, over ``reps``)."""
+    calls: dict[str, float] = {}
+    for status in records:
+        for name, n in (status.get("tuned_calls") or {}).items():
+            key = name.split(" ", 1)[-1]
+            calls[key] = calls.get(key, 0.0) + n / reps
+    return calls
+
+
+def host_budget(e2e: dict, measured: dict[str, tuple[float, float]]) -> dict | None:
+    """The runtime's host time a run against the GPU time its tuned calls save a run: each key's tuned calls a
+    run (``tuned_calls_per_run``) times its baseline minus its tuned time as Validate measured them
+    (``measured``: key -> (baseline us, tuned us)). A host-bound workload (eager decode: the GPU waits on the
+    host) gains nothing from the GPU time and pays the host time whole, so where the host time is the larger the
+    runtime cannot pay there. None where the runtime's cost per call was not measured."""
+    cost = e2e.get("host_cost") or {}
+    if "over_us" not in cost:
+        return None
+    tuned = (e2e.get("tuned_calls_per_run") or {}).items()
+    saved = sum(n * (measured[key][0] - measured[key][1]) for key, n in tuned if key in measured)
+    host = (e2e.get("calls_per_run") or 0.0) * cost["over_us"]
+    return {"host_us_per_run": host, "gpu_saved_us_per_run": saved, "host_bound_risk": host >= saved}
+
+
+def budget_line(e2e: dict) -> str:
+    """Where the runtime's host time a run is no less than the GPU time it saves, what to do instead."""
+    budget = e2e.get("host_budget")
+    if not budget or not budget["host_bound_risk"]:
+        return ""
+    return (
+        f"; the runtime's dispatch costs {budget['host_us_per_run'] / 1e3:.2f} ms of host time a run against "
+        f"{budget['gpu_saved_us_per_run'] / 1e3:.2f} ms of GPU time its rows save: where the GPU waits on the host "
+        "(eager decode) this bundle cannot pay through pipeline.runtime; run the workload with CUDA graphs "
+        "(torch.compile mode reduce-overhead, or a server's graph decode) or let TunableOp apply the rows "
+        "(torch >= 2.14) rather than ship it for an eager run"
+    )
+
+
+def paired_ratios(runs: dict[str, list[dict]]) -> list[float]:
+    """Per alternation, the tuned run's tokens/s over the baseline's, or where a run printed none, the
+    baseline's wall time over the tuned one's: the two runs of one alternation share the machine's state."""
+    pairs = list(zip(runs["baseline"], runs["tuned"], strict=False))
+    if pairs and all(b["tokens_per_s"] and t["tokens_per_s"] for b, t in pairs):
+        return [t["tokens_per_s"] / b["tokens_per_s"] for b, t in pairs]
+    return [b["wall_s"] / t["wall_s"] for b, t in pairs]
+
+
+def interval(runs: dict[str, list[dict]]) -> tuple[float, float] | None:
+    """The ~95% distribution-free interval of the median paired ratio (``stats.median_bounds``); None before
+    two alternations."""
+    ratios = paired_ratios(runs)
+    return median_bounds(ratios) if len(ratios) >= 2 else None
+
+
+def resolved(runs: dict[str, list[dict]]) -> bool:
+    """Whether the A/B so far resolves a ``RESOLVE`` effect: its interval is no wider."""
+    bounds = interval(runs)
+    return bounds is not None and bounds[1] - bounds[0] <= RESOLVE
 
 
 def calls_per_run(records: list[dict], reps: int) -> float:
@@ -327,7 +400,18 @@ def summary_line(e2e: dict) -> str:
             f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
             f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else "")
         )
-    return line + dispatch_line(e2e) + coverage_line(e2e.get("coverage"))
+    return line + resolution_line(e2e) + dispatch_line(e2e) + budget_line(e2e) + coverage_line(e2e.get("coverage"))
+
+
+def resolution_line(e2e: dict) -> str:
+    """What the A/B can tell: the interval of its paired ratio, and plainly where it cannot resolve a 3% effect."""
+    bounds = e2e.get("interval")
+    if not bounds:
+        return ""
+    said = f"; paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval)"
+    if not e2e.get("resolved"):
+        said += f": cannot resolve a {RESOLVE:.0%} effect after {e2e['reps']} alternations"
+    return said
 
 
 def coverage_line(coverage: dict | None) -> str:
