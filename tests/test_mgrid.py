@@ -212,13 +212,20 @@ def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss()
     assert verdict([rows[3]])["split"] == {}  # x0.995: within the floor
 
 
+@pytest.mark.long
 def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     """The AMD DAG on the hipblaslt-bench double with a grid: GatherShapes writes the buckets, Validate times
     held-out counts, and the bundle holds a row at every count of every kept range (a split one from above its
     highest loss), with the ranges and the collected keys in its manifest."""
     from .helpers import run_amd_dag
 
-    run_amd_dag(tmp_path, "grid", "", "TuneWorkload", "--m-grid", "1,2,4,16")
+    untuned = tmp_path / "untuned.csv"  # two weights of the HF Llama: one at 2 and 128 tokens, one at 2
+    untuned.write_text(
+        "GemmTunableOp_BFloat16_TN,tn_256_128_2048_ld_2048_2048_256\n"
+        "GemmTunableOp_BFloat16_TN,tn_256_2_2048_ld_2048_2048_256\n"
+        "GemmTunableOp_BFloat16_TN,tn_2048_2_5632_ld_5632_5632_2048\n"
+    )
+    run_amd_dag(tmp_path, "grid", "", "TuneWorkload", "--m-grid", "1,4,16", untuned=untuned)
     run = tmp_path / "w" / "grid"
     shapes = read_shapes_json(run / "shapes" / "shapes.json")
     assert any(not r.seen and r.bucket == (5, 16) for r in shapes)
