@@ -715,4 +715,7 @@ def test_calls_at_untuned_token_counts_are_counted_per_key_with_the_coverage(tmp
     assert coverage["tuned_share_of_time"] == pytest.approx(tuned_us / (tuned_us + 3 * floor[9, 256] + floor[6, 128]))
     from pipeline.runtime.__main__ import summary_line
 
-    assert "at token counts the collection never saw: 6 calls" in summary_line(status)
+    share = f"{coverage['tuned_share_of_time']:.1%}"
+    assert f"the collection never saw: {share} of their GEMM time (roofline estimate; 2 of 6 calls)" in summary_line(
+        status
+    )

@@ -117,6 +117,18 @@ def coverage(tuned: dict[str, int], missed: dict[str, int], meta: dict) -> dict 
     return with_shares(sums)
 
 
+def coverage_line(coverage: dict | None) -> str:
+    """The tuned share at keys the collection never saw (``coverage``), for the runtime's summary line and the
+    report's end-to-end line; empty where nothing was unseen."""
+    if not coverage or not coverage["unseen_calls"]:
+        return ""
+    return (
+        f"; coverage at token counts the collection never saw: {coverage['tuned_share_of_time']:.1%} of their GEMM "
+        f"time (roofline estimate; {coverage['unseen_tuned_calls']} of {coverage['unseen_calls']} calls) ran a "
+        "tuned choice"
+    )
+
+
 def with_shares(sums: dict) -> dict:
     """Coverage sums with their shares (None where nothing was unseen); ``e2e`` adds several processes' sums."""
     calls, us = sums["unseen_calls"], sums["unseen_us"]

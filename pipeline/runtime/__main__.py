@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..atomic import atomic_write_json
+from . import coverage_line
 
 BUNDLE_ENV = "GEMM_TUNE_RUNTIME_BUNDLE"
 STATUS_ENV = "GEMM_TUNE_RUNTIME_STATUS"
@@ -50,17 +51,7 @@ def summary_line(status: dict) -> str:
         f"gemm-tune runtime: {status['tuned_rows']} tuned rows from {status['source']}; {tuned} calls ran a "
         f"tuned algorithm ({len(status['tuned_calls'])} problems); to torch: {fallbacks or 'none'}"
         + (f"; rejected rows: {len(status['rows_rejected'])}" if status["rows_rejected"] else "")
-        + coverage_text(status.get("coverage"))
-    )
-
-
-def coverage_text(coverage: dict | None) -> str:
-    """The share of calls at keys the collection never saw that ran a tuned choice (``runtime.coverage``)."""
-    if not coverage or not coverage["unseen_calls"]:
-        return ""
-    return (
-        f"; at token counts the collection never saw: {coverage['unseen_calls']} calls, "
-        f"{coverage['tuned_share_of_time']:.1%} of their GEMM time (roofline estimate) tuned"
+        + coverage_line(status.get("coverage"))
     )
 
 

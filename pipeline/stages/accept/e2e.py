@@ -33,7 +33,7 @@ from ... import procs
 from ...backends.base import ToolMissing
 from ...backends.triton_cache import CACHE_ENV
 from ...errors import ToolError
-from ...runtime import with_shares
+from ...runtime import coverage_line, with_shares
 from ...runtime.table import KERNELS
 from ...stats import median_bounds, round_order
 from ..bench import registry
@@ -418,14 +418,3 @@ def resolution_line(e2e: dict) -> str:
     if not e2e.get("resolved"):
         said += f": cannot resolve a {RESOLVE:.0%} effect after {e2e['reps']} alternations"
     return said
-
-
-def coverage_line(coverage: dict | None) -> str:
-    """The tuned share at keys the collection never saw (``coverage``), for the report's end-to-end line."""
-    if not coverage or not coverage["unseen_calls"]:
-        return ""
-    return (
-        f"; coverage at token counts the collection never saw: {coverage['tuned_share_of_time']:.1%} of their GEMM "
-        f"time (roofline estimate; {coverage['unseen_tuned_calls']} of {coverage['unseen_calls']} calls) ran a "
-        "tuned choice"
-    )
