@@ -163,15 +163,15 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
         record.per_call_us = per_call.get(record.problem)
 
 
-def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None) -> list[mgrid.GridPoint]:
+def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None) -> None:
     """Expand every family of the gathered GEMMs over its M grid (``mgrid``): the collected ones get their
     bucket, the grid points the workload did not run join with no count and no time share (they weigh nothing
     in the workload's figures; they serve token counts it did not show). ``exact`` leaves the GEMMs as they
-    are. Returns the grid's points; the notes say what the grid costs."""
+    are (an ``m_max`` below a count they ran is still refused). The notes say what the grid costs."""
     records = {record.problem: record for record in result.shapes}
     points = mgrid.expand(list(records), spec, m_max)
     if spec == mgrid.EXACT:
-        return points
+        return
     shares_known = any(record.time_share is not None for record in result.shapes)
     shapes = []
     for point in points:
@@ -183,7 +183,6 @@ def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = N
         shapes.append(record)
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
     result.weight_notes.append(mgrid.cost_line(spec, len(points), sum(point.seen for point in points)))
-    return points
 
 
 def expand_inputs(specs: Iterable[str]) -> list[Path]:
