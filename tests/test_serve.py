@@ -37,10 +37,12 @@ def test_requests_are_drawn_from_the_seed():
     assert all(4 <= r.prompt <= 64 and 2 <= r.output <= 9 and all(0 < t < 1000 for t in r.ids) for r in one)
 
 
-def test_served_tokens_are_the_models_own_greedy_tokens():
+@pytest.mark.parametrize("fp8", [False, True], ids=["llama", "qwen2-fp8"])
+def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
     torch = pytest.importorskip("torch", reason="the engine needs torch")
     transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
-    config = transformers.LlamaConfig(
+    family = ("Qwen2Config", "Qwen2ForCausalLM") if fp8 else ("LlamaConfig", "LlamaForCausalLM")
+    config = getattr(transformers, family[0])(
         hidden_size=64,
         intermediate_size=128,
         num_attention_heads=4,
@@ -50,15 +52,27 @@ def test_served_tokens_are_the_models_own_greedy_tokens():
         max_position_embeddings=128,
     )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = getattr(transformers, family[1])(config).eval()
+    if fp8:  # Qwen2's q/k/v carry a bias: FP8Linear adds it in the scaled product's epilogue
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+        serve.to_fp8(model)
+        assert type(model.model.layers[0].mlp.down_proj).__name__ == "FP8Linear"
     requests = serve.draw_requests(1, 5, (3, 20), (2, 7), config.vocab_size)
     with torch.inference_mode():
-        engine = serve.Engine(model, config, max_seqs=3, max_len=32, graphs=False)
-        result = serve.serve(engine, requests, max_seqs=3, budget=8, sync=lambda: None)
+        # FP8 scales each call's activations as a whole, so a request's tokens depend on its batch-mates: it is
+        # served alone there (one slot, whole prompts), chunked and batched in 16-bit
+        slots, budget = (1, 32) if fp8 else (3, 8)
+        engine = serve.Engine(model, config, max_seqs=slots, max_len=32, graphs=False)
+        result = serve.serve(engine, requests, max_seqs=slots, budget=budget, sync=lambda: None)
         for request in requests:
             ids = torch.tensor([request.ids])
             want = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=request.output, do_sample=False, pad_token_id=0
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=request.output,
+                min_new_tokens=request.output,  # a server stops at the output length, not at an end token
+                do_sample=False,
+                pad_token_id=0,
             )[0, request.prompt :].tolist()
             assert request.generated == want
     steps = result["steps"]
@@ -66,7 +80,7 @@ def test_served_tokens_are_the_models_own_greedy_tokens():
     summary = serve.summary(steps)
     assert summary["steps"] == len(steps) and summary["p99_ms"] >= summary["p50_ms"] > 0
     assert summary["tokens_per_s"] == pytest.approx(summary["tokens"] / sum(step["s"] for step in steps))
-    saturated = [step for step in steps if step["saturated"]]  # 3 slots, 5 requests: the first steps wait
+    saturated = [step for step in steps if step["saturated"]]  # 5 requests, fewer slots: the first steps wait
     assert 0 < len(saturated) == summary["saturated_steps"] < len(steps)
 
 

@@ -159,19 +159,21 @@ def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.T
 
 
 class FP8Linear(nn.Module):
-    """A bias-free linear layer in FP8: the weight quantized per tensor once, the input per tensor per call."""
+    """A linear layer in FP8: the weight quantized per tensor once, the input per tensor per call, a bias (if the
+    layer has one, as Qwen2's q/k/v do) added in the product's epilogue."""
 
     def __init__(self, linear: nn.Linear, dtype: torch.dtype) -> None:
         super().__init__()
         weight, scale = quantize(linear.weight.detach(), dtype)
         self.register_buffer("weight", weight)
         self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
         self.out_dtype, self.fp8 = linear.weight.dtype, dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         q, scale = quantize(flat, self.fp8)
-        out = torch._scaled_mm(q, self.weight.t(), scale, self.weight_scale, out_dtype=self.out_dtype)
+        out = torch._scaled_mm(q, self.weight.t(), scale, self.weight_scale, bias=self.bias, out_dtype=self.out_dtype)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 

@@ -1,7 +1,7 @@
 """A HuggingFace decoder built from its config (random weights, nothing downloaded), served as an inference
 server schedules it, so that its GEMMs meet the token counts a server runs:
 
-    python -m pipeline.workloads.serve --arch llama3-8b [--layers 4] [--seed 0] [--eager]
+    python -m pipeline.workloads.serve --arch llama3-8b [--layers 4] [--seed 0] [--eager] [--fp8]
 
 * **Requests** drawn from ``--seed``: ``--requests`` of them, prompt lengths uniform in ``--prompt-min..max``,
   output lengths in ``--output-min..max``, all waiting at the start (an offline batch, as a benchmark serves).
@@ -40,6 +40,7 @@ from .hf import ARCHS, build
 NO_GPU_EXIT_CODE = 3
 SERVED_ARCHS = ("llama", "mistral", "llama3-8b", "qwen2-7b")  # decoders of the Llama layout (q/k/v/o, gate/up/down)
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
+PROJECTIONS = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
 
 
 def padded_size(batch: int) -> int:
@@ -300,6 +301,18 @@ def summary(steps: list[dict]) -> dict:
     }
 
 
+def to_fp8(model) -> None:
+    """The decoder layers' projections (q/k/v/o, gate/up/down) in FP8 through ``torch._scaled_mm``, tensorwise
+    scales, as torchao's float8 inference (``llama.FP8Linear``); the lm_head stays as it is."""
+    from .llama import FP8Linear, fp8_dtype
+
+    dtype = fp8_dtype()
+    for layer in model.model.layers:
+        for parent, names in ((layer.self_attn, PROJECTIONS[0]), (layer.mlp, PROJECTIONS[1])):
+            for name in names:
+                setattr(parent, name, FP8Linear(getattr(parent, name), dtype))
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.workloads.serve",
@@ -318,6 +331,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-seqs", type=int, default=32, help="requests running at once (slots)")
     parser.add_argument("--max-batched-tokens", type=int, default=512, help="prompt tokens prefilled a step")
     parser.add_argument("--eager", action="store_true", help="decode without CUDA graphs")
+    parser.add_argument(
+        "--fp8",
+        action="store_true",
+        help="the decoder layers' projections in FP8 through torch._scaled_mm (tensorwise scales), as torchao's "
+        "float8 inference; needs FP8 tensor cores (NVIDIA sm 8.9+, AMD MI300+)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="timed passes (after one untimed); medians printed")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (implies --eager)")
     args = parser.parse_args(argv)
@@ -347,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return NO_GPU_EXIT_CODE
     torch.manual_seed(args.seed)
     model, config = build(args.arch, args.layers, args.dtype or ARCHS[args.arch]["dtype"], args.device)
+    if args.fp8:
+        to_fp8(model)
     graphs = args.device == "cuda" and not args.eager
     max_len = args.prompt_max + args.output_max
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
