@@ -257,6 +257,7 @@ def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
     ("warmup_ab.py", ["floors.json", "decode.json", "--out", "decode.json"]),
     ("decode_hbm.py", ["--out", "."]),
     ("decode_hbm.py", ["--winners-from", "decode.json", "--out", "decode.json"]),
+    ("serving.py", ["--out", "."]),
 ])  # fmt: skip
 def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypatch, script, args):
     import subprocess

@@ -263,6 +263,8 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
         "import os, pathlib\n"
         f"p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
         "wobble = float(os.environ.get('WOBBLE', '0'))\n"
+        "tuned = 'PYTORCH_TUNABLEOP_FILENAME' in os.environ\n"
+        "print(f'step p50 1.00 ms, p99 {2.5 if tuned else 3.0:.2f} ms')\n"
         "print(f'throughput: {1000.0 * (1 + wobble * ((n * 7) % 5 - 2)):.1f} tokens/s')\n"
     )
     csv = tmp_path / "bundle.csv"
@@ -276,6 +278,8 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
     steady = ab_test([sys.executable, str(script)], csv, tmp_path / "t", reps=2, timeout_s=60, env=env)
     assert steady["reps"] == 2 and steady["resolved"] and steady["interval"] == [1.0, 1.0]
     assert "cannot resolve" not in resolution_line(steady)
+    assert steady["baseline"]["median_p99_ms"] == 3.0 and steady["tuned"]["median_p99_ms"] == 2.5
+    assert "p99 step latency 3.00 -> 2.50 ms" in summary_line(steady)
 
 
 def _run_dir(root: Path, measurements: dict) -> Path:

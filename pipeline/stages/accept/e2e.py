@@ -37,7 +37,7 @@ from ...runtime import coverage_line, with_shares
 from ...runtime.table import KERNELS
 from ...stats import median_bounds, round_order
 from ..bench import registry
-from ..gather.collect import parse_tokens_per_s
+from ..gather.collect import parse_p99_ms, parse_tokens_per_s
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
@@ -174,7 +174,9 @@ def ab_test(
                 raise ToolError(
                     f"{name} run {rep} of {argv} exited with code {proc.returncode}: {proc.stderr.strip()[-2000:]}"
                 )
-            runs[name].append({"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout)})
+            runs[name].append(
+                {"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout), "p99_ms": parse_p99_ms(proc.stdout)}
+            )
         rep += 1
     reps = rep
     out: dict = {"reps": reps, "via": via, "runs": runs}
@@ -184,11 +186,13 @@ def ab_test(
     for name, values in runs.items():
         walls = [r["wall_s"] for r in values]
         tokens = [r["tokens_per_s"] for r in values if r["tokens_per_s"] is not None]
+        p99 = [r["p99_ms"] for r in values if r.get("p99_ms") is not None]
         out[name] = {
             "median_wall_s": statistics.median(walls),
             "wall_spread": _spread(walls),
             "median_tokens_per_s": statistics.median(tokens) if tokens else None,
             "tokens_spread": _spread(tokens) if tokens else None,
+            "median_p99_ms": statistics.median(p99) if p99 else None,  # a serving workload's step latency
         }
     out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
     if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
@@ -406,6 +410,9 @@ def summary_line(e2e: dict) -> str:
             f"; the runtime's fixed start-up (install, plans) {e2e['runtime_startup_s']:.2f} s per run of "
             f"{e2e['tuned']['median_wall_s']:.1f} s" + (f", steady state wall x{steady:.3f}" if steady else "")
         )
+    p99 = [e2e.get(arm, {}).get("median_p99_ms") for arm in ("baseline", "tuned")]
+    if None not in p99:
+        line += f"; p99 step latency {p99[0]:.2f} -> {p99[1]:.2f} ms"
     return line + resolution_line(e2e) + dispatch_line(e2e) + budget_line(e2e) + coverage_line(e2e.get("coverage"))
 
 

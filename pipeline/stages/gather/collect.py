@@ -206,5 +206,11 @@ def parse_tokens_per_s(stdout: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+def parse_p99_ms(stdout: str) -> float | None:
+    """The last ``p99 <number> ms`` step latency a workload printed (``pipeline.workloads.serve``), if any."""
+    found = re.findall(r"p99\s+([0-9]+(?:\.[0-9]+)?)\s*ms", stdout)
+    return float(found[-1]) if found else None
+
+
 def _show(argv: list[str]) -> str:
     return repr(argv[2]) if argv[:2] == ["bash", "-c"] else " ".join(argv)

@@ -1,0 +1,187 @@
+"""The serving targets (docs/serving.md), measured as a user runs them: for each model and dtype, the job collects a
+HuggingFace decoder served as a server schedules it (``pipeline.workloads.serve``) on one seed, tunes it over an M
+grid, and its end-to-end A/B serves another seed with CUDA-graph decode; then the same bundle is A/B'd with eager
+decode through ``pipeline.runtime``. One record:
+
+    python3 bench/serving.py --models llama3-8b,qwen2-7b --dtypes bf16,fp8 --gpus 4 \\
+        --out bench/results/serving_<gpu>_<date>.json
+
+Per model, dtype and arm (``graphs``, ``eager``): ``coverage`` (the share of GEMM time at token counts the collection
+never saw that ran a tuned choice, a roofline estimate), ``held_out_worst`` (the lowest speedup Validate measured at
+a held-out count), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step latency both
+ways; per model and dtype the job's verdict, its Bench time and GPUs. ``targets`` says which of the issue's targets
+each row meets. The job runs with ``--allow-e2e-regression`` so that a refused bundle is still measured eager (the
+verdict says it was refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline import procs
+from pipeline.atomic import atomic_write_json, claim_output_file
+from pipeline.errors import INPUT, BadInput
+from pipeline.stages.accept.e2e import ab_test
+
+TARGETS = {"coverage": 0.95, "held_out_worst": 0.99, "graphs": 1.05, "eager": 1.00}
+DTYPES = ("bf16", "fp8")
+
+
+def serve_command(model: str, dtype: str, seed: int, args: argparse.Namespace, *extra: str) -> str:
+    """The serving workload's command line for one model, dtype and request seed."""
+    parts = [
+        "python3 -m pipeline.workloads.serve",
+        f"--arch {model} --layers {args.layers} --seed {seed} --requests {args.requests}",
+        f"--max-seqs {args.max_seqs} --prompt-max {args.prompt_max} --output-max {args.output_max}",
+        f"--max-batched-tokens {args.max_batched_tokens}",
+        *(["--fp8"] if dtype == "fp8" else []),
+        *extra,
+    ]
+    return " ".join(parts)
+
+
+def job_command(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> list[str]:
+    """The job: collect on seed 1, A/B on seed 2 with graph decode, over ``--m-grid``."""
+    return [
+        sys.executable, "-m", "luigi", "--module", "pipeline", "TuneWorkload", "--local-scheduler",
+        "--workdir", str(workdir), "--run-name", f"{model}-{dtype}",
+        "--workload-cmd", serve_command(model, dtype, 1, args),
+        "--e2e-cmd", serve_command(model, dtype, 2, args, "--repeat 3"),
+        "--m-grid", args.m_grid, "--gpus", str(args.gpus), "--allow-e2e-regression",
+    ]  # fmt: skip
+
+
+def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> dict:
+    """One record row from an A/B outcome (``e2e.ab_test``'s) and Validate's held-out record."""
+    coverage = e2e.get("coverage") or {}
+    base, tuned = e2e.get("baseline") or {}, e2e.get("tuned") or {}
+    return {
+        "model": model,
+        "dtype": dtype,
+        "arm": arm,
+        "coverage": coverage.get("tuned_share_of_time"),
+        "coverage_calls": coverage.get("tuned_share_of_calls"),
+        "unseen_calls": coverage.get("unseen_calls"),
+        "held_out_worst": ((held or {}).get("worst") or {}).get("speedup"),
+        "tokens_per_s": {"baseline": base.get("median_tokens_per_s"), "tuned": tuned.get("median_tokens_per_s")},
+        "speedup": e2e.get("tokens_speedup"),
+        "interval": e2e.get("interval"),
+        "resolved": e2e.get("resolved"),
+        "p99_ms": {"baseline": base.get("median_p99_ms"), "tuned": tuned.get("median_p99_ms")},
+        "reps": e2e.get("reps"),
+    }
+
+
+def targets(row: dict) -> dict[str, bool | None]:
+    """Which targets a row meets (None: not measured): coverage, the worst held-out count, tokens/s for its arm,
+    and p99 step latency no worse than the baseline's beyond the A/B's interval."""
+    speedup, interval, p99 = row["speedup"], row["interval"], row["p99_ms"]
+    slack = (interval[1] - interval[0]) if interval else 0.0
+
+    def at_least(value: float | None, floor: float) -> bool | None:
+        return None if value is None else value >= floor
+
+    return {
+        "coverage": at_least(row["coverage"], TARGETS["coverage"]),
+        "held_out_worst": at_least(row["held_out_worst"], TARGETS["held_out_worst"]),
+        "tokens_per_s": at_least(speedup, TARGETS[row["arm"]]),
+        "p99": None if None in p99.values() else p99["tuned"] <= p99["baseline"] * (1 + slack),
+    }
+
+
+def run_dir_figures(run: Path) -> tuple[dict, dict | None, dict, Path]:
+    """A finished job's A/B, held-out record, report summary and bundle (a refused one where it was refused)."""
+    validate = run / "validate"
+    e2e = json.loads((validate / "e2e.json").read_text())
+    held_path = validate / "held_out.json"
+    held = json.loads(held_path.read_text()) if held_path.exists() else None
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    bundle = run / "bundle" if (run / "bundle").is_dir() else run / "bundle.refused"
+    return e2e, held, summary, bundle
+
+
+def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> list[dict]:
+    """The job and the eager A/B of one model and dtype: its two rows."""
+    done = procs.run(job_command(model, dtype, workdir, args), timeout_s=args.timeout)
+    run = workdir / f"{model}-{dtype}"
+    if done.returncode != 0 or not (run / "report" / "summary.json").exists():
+        raise RuntimeError(f"{model} {dtype}: the job exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    e2e, held, summary, bundle = run_dir_figures(run)
+    eager = ab_test(
+        ["bash", "-c", serve_command(model, dtype, 2, args, "--eager --repeat 3")],
+        bundle / "tunableop_results.csv",
+        run / "eager-ab",
+        args.eager_reps,
+        args.timeout,
+        via="runtime",
+    )
+    job = {
+        "verdict": summary.get("verdict"),
+        "bench_s": (summary.get("stage_seconds") or {}).get("Bench"),
+        "gemms": summary.get("gemms"),
+        "kept": summary.get("kept"),
+    }
+    rows = [arm_row(model, dtype, "graphs", e2e, held), arm_row(model, dtype, "eager", eager, held)]
+    return [{**row, "job": job, "targets": targets(row)} for row in rows]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="llama3-8b,qwen2-7b")
+    parser.add_argument("--dtypes", default="bf16,fp8")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--max-seqs", type=int, default=32)
+    parser.add_argument("--prompt-max", type=int, default=512)
+    parser.add_argument("--output-max", type=int, default=128)
+    parser.add_argument("--max-batched-tokens", type=int, default=512)
+    parser.add_argument("--m-grid", default="serving")
+    parser.add_argument("--gpus", type=int, default=0, help="Bench's GPUs (0: every visible one)")
+    parser.add_argument("--eager-reps", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a job or a run may take")
+    parser.add_argument("--workdir", default="", help="the jobs' workdir (default: a fresh temporary directory)")
+    parser.add_argument("--out", required=True)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        out = claim_output_file(args.out, [])
+        wrong = [d for d in args.dtypes.split(",") if d not in DTYPES]
+        if wrong:
+            raise BadInput(f"--dtypes {args.dtypes!r}: {', '.join(wrong)} not one of {', '.join(DTYPES)}")
+    except BadInput as err:
+        print(f"serving: {err}", file=sys.stderr)
+        return INPUT
+    import torch
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gemm-tune-serving-")).absolute()
+    rows = []
+    for model in args.models.split(","):
+        for dtype in args.dtypes.split(","):
+            rows += measure(model, dtype, workdir, args)
+    atomic_write_json(
+        out,
+        {
+            "benchmark": "bench/serving.py",
+            "date": datetime.date.today().isoformat(),
+            "device": torch.cuda.get_device_name(0),
+            "gpus": args.gpus or torch.cuda.device_count(),
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
+            "targets": TARGETS,
+            "rows": rows,
+        },
+    )
+    for row in rows:
+        print(f"{row['model']} {row['dtype']} {row['arm']}: {row['targets']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

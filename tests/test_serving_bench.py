@@ -1,0 +1,62 @@
+"""bench/serving.py: the commands it runs, and its record's rows and targets from a finished job's files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .helpers import ROOT, bench_module
+
+serving = bench_module("serving")
+
+
+def _args(*argv: str):
+    return serving.parse_args(["--out", "x.json", "--layers", "2", "--requests", "16", *argv])
+
+
+def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
+    args = _args("--m-grid", "1,2,4,8", "--gpus", "2")
+    command = serving.job_command("qwen2-7b", "fp8", ROOT / "w", args)
+    collect = command[command.index("--workload-cmd") + 1]
+    ab = command[command.index("--e2e-cmd") + 1]
+    assert "--seed 1" in collect and "--seed 2" in ab and "--repeat 3" in ab and "--repeat" not in collect
+    assert all("--fp8" in c and "--arch qwen2-7b --layers 2" in c and "--requests 16" in c for c in (collect, ab))
+    assert command[command.index("--m-grid") + 1] == "1,2,4,8" and command[command.index("--gpus") + 1] == "2"
+    assert "--allow-e2e-regression" in command and "--fp8" not in serving.serve_command("llama", "bf16", 1, args)
+
+
+def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
+    run = tmp_path / "qwen2-7b-bf16"
+    (run / "validate").mkdir(parents=True)
+    (run / "report").mkdir()
+    (run / "bundle.refused").mkdir()
+    e2e = {
+        "reps": 5,
+        "baseline": {"median_tokens_per_s": 1000.0, "median_p99_ms": 20.0},
+        "tuned": {"median_tokens_per_s": 1070.0, "median_p99_ms": 20.1},
+        "tokens_speedup": 1.07,
+        "interval": [1.06, 1.08],
+        "resolved": True,
+        "coverage": {"tuned_share_of_time": 0.97, "tuned_share_of_calls": 0.9, "unseen_calls": 400},
+    }
+    (run / "validate" / "e2e.json").write_text(json.dumps(e2e))
+    (run / "validate" / "held_out.json").write_text(json.dumps({"worst": {"speedup": 0.985, "m": 129}}))
+    (run / "report" / "summary.json").write_text(json.dumps({"verdict": "refused", "stage_seconds": {"Bench": 90}}))
+    got, held, summary, bundle = serving.run_dir_figures(run)
+    assert bundle == run / "bundle.refused" and summary["stage_seconds"]["Bench"] == 90
+    row = serving.arm_row("qwen2-7b", "bf16", "graphs", got, held)
+    assert row["coverage"] == 0.97 and row["held_out_worst"] == 0.985 and row["speedup"] == 1.07
+    assert row["tokens_per_s"] == {"baseline": 1000.0, "tuned": 1070.0} and row["p99_ms"]["tuned"] == 20.1
+    met = serving.targets(row)
+    assert met == {"coverage": True, "held_out_worst": False, "tokens_per_s": True, "p99": True}
+    eager = serving.targets({**row, "arm": "eager", "speedup": 0.995, "p99_ms": {"baseline": 20.0, "tuned": 21.0}})
+    assert eager["tokens_per_s"] is False and eager["p99"] is False  # 5% slower beyond a 2% interval
+    assert serving.targets({**row, "coverage": None, "p99_ms": {"baseline": None, "tuned": 1.0}})["coverage"] is None
+
+
+def test_a_dtype_it_does_not_serve_is_refused_before_anything_runs(tmp_path):
+    script = str(ROOT / "bench" / "serving.py")
+    argv = [sys.executable, script, "--dtypes", "bf16,int4", "--out", str(tmp_path / "r.json")]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 12 and "int4 not one of bf16, fp8" in done.stderr and not list(tmp_path.iterdir())
