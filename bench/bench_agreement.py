@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.atomic import atomic_write_json
-from pipeline.backends.triton_gemm import PREFIX as TRITON_PREFIX
+from pipeline.kernels.triton_gemm import PREFIX as TRITON_PREFIX
 from pipeline.stages.accept import agreement
 
 TARGET_FRACTION, TARGET_WORST = 0.95, 0.99

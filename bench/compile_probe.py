@@ -47,7 +47,7 @@ def _child_init(cache: str, parent: int) -> None:
     os.environ["TRITON_CACHE_DIR"] = cache
     import torch  # noqa: F401
 
-    import pipeline.backends.triton_gemm  # noqa: F401
+    import pipeline.kernels.triton_gemm  # noqa: F401
 
 
 def fresh_kernels(label: str):
@@ -58,13 +58,13 @@ def fresh_kernels(label: str):
 
     from decode_floor import load_kernels  # bench/ is the script's path
 
-    from pipeline.backends import triton_gemm as tg
+    from pipeline.kernels import triton_gemm as tg
 
     return load_kernels(Path(tg.__file__).with_name("triton_kernels.py").read_text(), f"kernels_{label}")
 
 
 def _prepare(spec, config_json: dict, kernels=None) -> str | None:
-    from pipeline.backends import triton_gemm as tg
+    from pipeline.kernels import triton_gemm as tg
 
     try:
         tg.Runner(tg.TritonConfig.from_json(config_json), kernels=kernels).prepare(problem_of(spec), 0)
@@ -81,8 +81,8 @@ def measure(threads: list[int], modes: list[str], problems: list[str], sample: i
     import torch
     import triton
 
-    from pipeline.backends import triton_gemm as tg
     from pipeline.backends.measure import device_info
+    from pipeline.kernels import triton_gemm as tg
 
     device = torch.device("cuda", 0)
     sms = torch.cuda.get_device_properties(device).multi_processor_count

@@ -30,7 +30,7 @@ RULES = {  # name: (which GEMMs by tokens, whether a config is kept)
 
 def gemms(results: list[dict]) -> list[dict]:
     """Per GEMM with screened Triton configs: its tokens, the Triton configs' screening times, the library's best."""
-    from pipeline.backends.triton_gemm import PREFIX
+    from pipeline.kernels.triton_gemm import PREFIX
 
     found = []
     for r in results:
@@ -46,7 +46,7 @@ def gemms(results: list[dict]) -> list[dict]:
 
 def ranks(rows: list[dict]) -> dict:
     """Each rule's worst loss and kept configs over the GEMMs it applies to; each GEMM's best family and figures."""
-    from pipeline.backends.triton_gemm import config_from_name
+    from pipeline.kernels.triton_gemm import config_from_name
 
     rules = {}
     for name, (applies, keeps) in RULES.items():

@@ -5,7 +5,7 @@
 
 Per problem (the 53 of ``bench/cublaslt_search.py``): the candidate order is torch's default, the cuBLASLt
 heuristic's list (128 requested), with ``--neighbours N`` the valid configs one axis away from each of its
-results (``pipeline.backends.space``), then the enumeration: algorithm ids x tiles x stages x cluster shapes x
+results (``pipeline.kernels.space``), then the enumeration: algorithm ids x tiles x stages x cluster shapes x
 custom options (all the caps allow) x swizzle x {no split, split-K in 2..32 x each reduction scheme}, drawn
 at random without replacement, round-robin over ids, each through ``cublasLtMatmulAlgoCheck`` under torch's
 32 MiB workspace, until ``--enum-s`` or ``--max-configs`` (``LtGemm.sample``, the product's enumeration). The
@@ -57,8 +57,7 @@ from nvmath.bindings import cublasLt as lt
 
 from pipeline.backends import selection
 from pipeline.backends.base import DEFAULT, TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend, LtGemm, pool_of
-from pipeline.backends.cublaslt_algo import read_config
+from pipeline.backends.cublaslt import CublasLtBackend, pool_of
 from pipeline.backends.measure import (
     BelowFloor,
     TimingSettings,
@@ -68,7 +67,9 @@ from pipeline.backends.measure import (
     poison,
     rotating_operands,
 )
-from pipeline.backends.torch_gemm import reference
+from pipeline.kernels.cublaslt_algo import read_config
+from pipeline.kernels.lt_gemm import LtGemm
+from pipeline.kernels.torch_gemm import reference
 
 FIELDS = ("AlgoId", "Tile", "Stages", "SplitK", "ReductionScheme", "Swizzle", "CustomOption", "ClusterShape")
 TOP = 16

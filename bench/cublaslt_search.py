@@ -26,11 +26,12 @@ from nvmath.bindings import cublasLt as lt
 from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 
 from pipeline.backends.base import DEFAULT, TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend, LtGemm
-from pipeline.backends.cublaslt_algo import new_record, read_config
+from pipeline.backends.cublaslt import CublasLtBackend
 from pipeline.backends.measure import device_info, interleaved, rotating_operands
-from pipeline.backends.torch_gemm import OperandSet, torch_launcher, torch_views
 from pipeline.formats.tunableop import format_key
+from pipeline.kernels.cublaslt_algo import new_record, read_config
+from pipeline.kernels.lt_gemm import LtGemm
+from pipeline.kernels.torch_gemm import OperandSet, torch_launcher, torch_views
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 from pipeline.stats import geomean
 

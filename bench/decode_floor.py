@@ -161,7 +161,6 @@ def measure(args: argparse.Namespace) -> dict:
     import torch
     import triton
 
-    from pipeline.backends import triton_gemm as tg
     from pipeline.backends.measure import (
         TimingSettings,
         bandwidth,
@@ -170,7 +169,8 @@ def measure(args: argparse.Namespace) -> dict:
         relative_error,
         rotating_operands,
     )
-    from pipeline.backends.torch_gemm import reference, torch_launcher, torch_views
+    from pipeline.kernels import triton_gemm as tg
+    from pipeline.kernels.torch_gemm import reference, torch_launcher, torch_views
     from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
     def fixup(problem: GemmProblem, c: tg.TritonConfig):
@@ -396,7 +396,7 @@ def wider_configs(problem) -> list:
     tiles and one or two columns a program (as a reduction kernel of Inductor's tiles a one-row product; one
     column won at one token on 2026-11-26 and is in the product's space since, so it drops out of this list);
     skinny tiles 16 and 32 wide, K tiles to 512, one warp."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.kernels.triton_gemm import SHARED_BYTES, TritonConfig
 
     k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
     if problem.n == 1:
@@ -416,7 +416,7 @@ def wider_configs(problem) -> list:
 def tma_configs(problem) -> list:
     """Configs of ``floor_kernels``' tensor-descriptor kernels (K a multiple of the K tile, no split): the
     one-token kernel at T = 1, the skinny tile above, their stages within the shared memory."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.kernels.triton_gemm import SHARED_BYTES, TritonConfig
 
     k, operand = problem.k, 1 if problem.a_type.startswith("float8") else 2
     if problem.n == 1:
@@ -523,8 +523,8 @@ def load_kernels(source: str, name: str = "variant_kernels"):
 def variant_launcher(problem, config, kernels):
     """``triton_gemm.launcher`` with its kernels (its family's and the reduction) taken from ``kernels`` (a
     module of ``load_kernels``), launched by the product's ``Runner``."""
-    from pipeline.backends import triton_gemm as tg
-    from pipeline.backends.torch_gemm import torch_views
+    from pipeline.kernels import triton_gemm as tg
+    from pipeline.kernels.torch_gemm import torch_views
 
     runner = tg.Runner(config, problem, kernels)
 
@@ -539,7 +539,7 @@ def variant_launcher(problem, config, kernels):
 def best_three(ranked: list[str], kernels: set[str]) -> list[str]:
     """The product's best three configs (of ``ranked``) that ``kernels`` run, to time again in two variants of
     those kernels."""
-    from pipeline.backends.triton_gemm import config_from_name
+    from pipeline.kernels.triton_gemm import config_from_name
 
     return [n for n in ranked if n.startswith("triton_") and config_from_name(n).kernel in kernels][:3]
 
@@ -548,7 +548,7 @@ def rows_configs(problem) -> list:
     """Configs of ``floor_kernels.gemv_rows`` at T > 1 (K a multiple of the K tile, no split): every token in one
     row tile of the next power of two, 1-16 columns a program (two stages for one column, as the product's), a
     weight tile of 2-16 elements a thread and an accumulator of at most 64 a thread."""
-    from pipeline.backends.triton_gemm import TritonConfig
+    from pipeline.kernels.triton_gemm import TritonConfig
 
     if problem.n == 1:
         return []
@@ -565,7 +565,7 @@ def swap_configs(problem) -> list:
     the product's kernel replaced; those in the product's space since drop out of ``--families swap``): 64 or
     128 weight columns a program (one warpgroup per 64), K tiles of 64-256 in 3-6 stages within the shared
     memory, K split 1-4 ways (each slice whole K tiles)."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.kernels.triton_gemm import SHARED_BYTES, TritonConfig
     from pipeline.problem import dtype_bytes
 
     k, operand = problem.k, dtype_bytes(problem.a_type)
@@ -585,7 +585,7 @@ def literal_configs(problem) -> list:
     (``triton_gemm.literal_configs``: one row a program, as Inductor's ``XBLOCK`` mostly picks, K slices of 512-4096
     as its ``R0_BLOCK``, no longer than K's next power of two, 4-16 warps, 2-32 weights a thread, one stage),
     named as plain configs: the probe's kernels take their tiles, not the product's."""
-    from pipeline.backends.triton_gemm import literal_configs as product_configs
+    from pipeline.kernels.triton_gemm import literal_configs as product_configs
 
     if problem.n != 1:
         return []
@@ -596,7 +596,7 @@ def wholek_configs(problem) -> list:
     """One-token ``gemv`` configs whose K tile holds the whole row (the next power of two at or above ``K``,
     masked past it: one loop trip), as Inductor's reduction kernel tiles Qwen2-7B's gate/up (``R0_BLOCK`` 4096
     over K = 3584, 8 warps); one or two columns, 4-16 warps, 1 or 2 stages, 4-32 elements a thread."""
-    from pipeline.backends.triton_gemm import TritonConfig
+    from pipeline.kernels.triton_gemm import TritonConfig
 
     bk = 1 << (problem.k - 1).bit_length()
     if problem.n != 1 or bk > 8192:
@@ -612,7 +612,7 @@ def longk_configs(problem) -> list:
     """Configs of the product's ``swapped`` kernel at T = 2-16 with K tiles of 512 and 1024 (the product's and
     ``swap_configs`` stop at 256): each weight column read in runs of 0.5-2 KB a stage instead of 128-512 bytes,
     nearer a plain read's long sequential runs; 64 or 128 columns, 2-5 stages within the shared memory, no split."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.kernels.triton_gemm import SHARED_BYTES, TritonConfig
     from pipeline.problem import dtype_bytes
 
     k, operand = problem.k, dtype_bytes(problem.a_type)
@@ -629,7 +629,7 @@ def narrow_configs(problem) -> list:
     """Configs of the product's ``swapped`` kernel at T = 2-16 with 16 or 32 weight columns a program (its space
     has 64 and 128, a Hopper warpgroup MMA's M side): an MMA of one or two warps per program instead, two to four
     times the programs, each over the whole of K (no split) in K tiles of 256-512 bytes, 4 or 6 stages."""
-    from pipeline.backends.triton_gemm import SHARED_BYTES, TritonConfig
+    from pipeline.kernels.triton_gemm import SHARED_BYTES, TritonConfig
     from pipeline.problem import dtype_bytes
 
     k, operand = problem.k, dtype_bytes(problem.a_type)
@@ -647,7 +647,7 @@ def unsplit_swapped(problem, sms: int) -> list:
     """The product's swapped tiles for ``problem`` (``triton_gemm._swapped_configs``: 64 or 128 weight columns,
     K tiles of 128-256 in 4 or 6 stages within the shared memory) that split nothing, where K is a whole number
     of their K tiles: the base of the probes that change how the tile is scheduled or split."""
-    from pipeline.backends.triton_gemm import _swapped_configs
+    from pipeline.kernels.triton_gemm import _swapped_configs
 
     if not 1 < problem.n <= 16:
         return []
@@ -668,7 +668,7 @@ def persist_configs(problem, sms: int) -> list:
 
 def fixup_configs(problem) -> list:
     """Split-K configs for ``floor_kernels``' one-launch reduction (split 2 and 4, the sizes the product splits)."""
-    from pipeline.backends.triton_gemm import TritonConfig
+    from pipeline.kernels.triton_gemm import TritonConfig
 
     k = problem.k
     if problem.n == 1:

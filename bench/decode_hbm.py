@@ -113,8 +113,8 @@ def with_row(problem: GemmProblem, winner: str, path: Path):
     import torch
 
     import pipeline.runtime as rt
-    from pipeline.backends.triton_gemm import PREFIX as TRITON
     from pipeline.formats.tunableop import TunableOpEntry, write_file
+    from pipeline.kernels.triton_gemm import PREFIX as TRITON
 
     if not winner.startswith(("Gemm_Cublaslt", TRITON)):
         return None

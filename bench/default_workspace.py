@@ -45,8 +45,8 @@ def worker(problems: list[str], windows: int, reps: int, seed: int) -> dict:
     from pipeline.backends.base import TuneSettings
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import TimingSettings, device_info, interleaved_samples, rotating_operands
-    from pipeline.backends.torch_gemm import torch_launcher
     from pipeline.formats.tunableop import parse_key
+    from pipeline.kernels.torch_gemm import torch_launcher
     from pipeline.stages.accept.validate import solution_config
 
     if not hasattr(torch._C, "_cuda_clearCublasWorkspaces"):

@@ -28,7 +28,7 @@ def grid() -> list:
     """One-token configs: 1, 2 or 4 columns a program, 512-4096-long K tiles, 2-16 warps, 1-3 stages, 2 to 16
     weights a thread (the product's one-column ``gemv`` configs, offered until the literal kernel replaced them,
     were among them) and at most 8,192 a program."""
-    from pipeline.backends.triton_gemm import TritonConfig
+    from pipeline.kernels.triton_gemm import TritonConfig
 
     return [
         TritonConfig(1, c, bk, 1, 1, w, st)
@@ -57,9 +57,9 @@ def main() -> None:
     from decode_floor import timed  # bench/ is the script's path
     from triton_decode import write_record
 
-    from pipeline.backends import triton_gemm as tg
     from pipeline.backends.measure import TimingSettings, bandwidth, rotating_operands
-    from pipeline.backends.torch_gemm import torch_launcher, torch_views
+    from pipeline.kernels import triton_gemm as tg
+    from pipeline.kernels.torch_gemm import torch_launcher, torch_views
     from pipeline.problem import GemmProblem
 
     shapes = SHAPES

@@ -70,7 +70,7 @@ def main() -> None:
     from pipeline.backends.base import TuneSettings
     from pipeline.backends.cublaslt import VERDICT_PAIR, CublasLtBackend
     from pipeline.backends.measure import bandwidth, windowed_samples
-    from pipeline.backends.torch_gemm import torch_launcher
+    from pipeline.kernels.torch_gemm import torch_launcher
     from pipeline.stages.accept.validate import solution_config
 
     device, settings = torch.device("cuda", 0), TuneSettings()

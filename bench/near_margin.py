@@ -26,7 +26,7 @@ from pipeline.atomic import atomic_write_json
 from pipeline.backends.base import TuneSettings
 from pipeline.backends.cublaslt import VERDICT_SEED, CublasLtBackend
 from pipeline.backends.measure import device_info
-from pipeline.backends.triton_gemm import PREFIX
+from pipeline.kernels.triton_gemm import PREFIX
 from pipeline.problem import GemmProblem
 
 PROBLEMS = ("28672x4x4096", "28672x8x4096", "14336x8x4096", "4096x4x4096")  # gate/up fused and not; o for contrast

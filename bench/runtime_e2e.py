@@ -72,9 +72,9 @@ def host_cost(rounds: int, calls: int) -> dict:
     import torch.nn.functional as F
 
     import pipeline.runtime as rt
-    from pipeline.backends.cublaslt import LtGemm, lt
-    from pipeline.backends.cublaslt_algo import read_config
     from pipeline.formats.tunableop import TunableOpEntry, write_file
+    from pipeline.kernels.cublaslt_algo import read_config
+    from pipeline.kernels.lt_gemm import LtGemm, lt
     from pipeline.problem import GemmProblem
     from pipeline.runtime.frame import gemm_key
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from pipeline.backends.cublaslt import lt
+    from pipeline.kernels.lt_gemm import lt
 
     props = torch.cuda.get_device_properties(0)
     result = {

@@ -1,6 +1,6 @@
 """Decode GEMMs (Llama-3-8B and Qwen2-7B projections at T tokens, and Llama-3-8B's as tensorwise-scaled FP8
 ``_scaled_mm``) through torch's default path and through the
-project's Triton kernels (``pipeline/backends/triton_gemm.py``), each as a fraction of the HBM limit: the bytes
+project's Triton kernels (``pipeline/kernels/triton_gemm.py``), each as a fraction of the HBM limit: the bytes
 the call must move over the bandwidth a device copy reaches in the same run. Every config the source offers is
 screened; the best three are timed in interleaved rounds against the default on rotating buffers (the
 product's harness, ``pipeline/backends/measure.py``); every timed config is checked against the fp32 reference.
@@ -19,7 +19,6 @@ import torch
 import triton
 
 from pipeline.atomic import atomic_write_json
-from pipeline.backends import triton_gemm as tg
 from pipeline.backends.measure import (
     TimingSettings,
     bandwidth,
@@ -29,7 +28,8 @@ from pipeline.backends.measure import (
     rotating_operands,
     screen_passes,
 )
-from pipeline.backends.torch_gemm import reference, torch_launcher
+from pipeline.kernels import triton_gemm as tg
+from pipeline.kernels.torch_gemm import reference, torch_launcher
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 from pipeline.stats import geomean
 

@@ -41,8 +41,8 @@ def heuristic_row(x, w) -> tuple[GemmProblem, str]:
     it (a row the runtime applies)."""
     import torch
 
-    from pipeline.backends.cublaslt import LtGemm, lt
-    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.kernels.cublaslt_algo import read_config
+    from pipeline.kernels.lt_gemm import LtGemm, lt
     from pipeline.runtime.frame import gemm_key
 
     key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
@@ -69,8 +69,8 @@ def main() -> int:
     import triton
 
     import pipeline.runtime as rt
-    from pipeline.backends import triton_gemm as tg
     from pipeline.backends.measure import device_info
+    from pipeline.kernels import triton_gemm as tg
     from pipeline.runtime.hostcost import issue_us
 
     x = torch.randn(8, 256, device="cuda").bfloat16()

@@ -93,8 +93,8 @@ def run(problems: list[str], turns: int, idle_s: float, out: str, deadline: floa
     from pipeline.backends.base import TuneSettings
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import bandwidth
-    from pipeline.backends.torch_gemm import torch_launcher
     from pipeline.formats.tunableop import parse_key
+    from pipeline.kernels.torch_gemm import torch_launcher
     from pipeline.stages.accept.validate import solution_config
 
     device, settings = torch.device("cuda", 0), TuneSettings()

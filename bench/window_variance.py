@@ -47,8 +47,8 @@ def worker(key: str, solution: str, windows: int, screen: bool, seed: int) -> di
     from pipeline.backends.base import TuneSettings
     from pipeline.backends.cublaslt import CublasLtBackend
     from pipeline.backends.measure import TimingSettings, windowed_samples
-    from pipeline.backends.torch_gemm import torch_launcher
     from pipeline.formats.tunableop import parse_key
+    from pipeline.kernels.torch_gemm import torch_launcher
     from pipeline.stages.accept.validate import solution_config
     from pipeline.stats import round_speedups
 

@@ -96,8 +96,9 @@ def test_the_config_space_walks_one_axis_from_the_heuristics_results():
     caps are read once; no draws without a budget; the pool marks where the heuristic's list ends."""
     import torch
 
-    from pipeline.backends.cublaslt import CublasLtBackend, LtGemm
-    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.backends.cublaslt import CublasLtBackend
+    from pipeline.kernels.cublaslt_algo import read_config
+    from pipeline.kernels.lt_gemm import LtGemm
 
     backend = CublasLtBackend(0)
     problem = PROBLEMS[0]
@@ -223,7 +224,7 @@ def test_screen_passes_take_medians_and_keep_a_refused_launch_refused():
     import torch
 
     from pipeline.backends.measure import TimingSettings, rotating_operands, screen_passes
-    from pipeline.backends.torch_gemm import torch_launcher
+    from pipeline.kernels.torch_gemm import torch_launcher
 
     problem = PROBLEMS[0]
     sets = rotating_operands(problem, torch.device("cuda", 0), TimingSettings())
@@ -265,7 +266,7 @@ def test_near_equal_finalists_are_judged_again_and_the_chosen_one_re_timed_alone
 
 def test_solution_names_with_signed_attributes_parse():
     """cuBLASLt 130100 on the H100 reads SPLITK_NUM -1 for algorithm 12; the runtime once refused that name."""
-    from pipeline.backends.cublaslt_algo import config_from_name, solution_name
+    from pipeline.kernels.cublaslt_algo import config_from_name, solution_name
 
     name = "Gemm_Cublaslt_id_12_tile_0_stages_0_splitk_-1_red_2_swizzle_0_custom_0"
     config = config_from_name(name)
@@ -282,10 +283,11 @@ def test_the_verdict_is_timed_in_a_child_that_never_searched():
 
     import torch
 
-    from pipeline.backends.cublaslt import VERDICT_PAIR, CublasLtBackend, LtGemm
-    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.backends.cublaslt import VERDICT_PAIR, CublasLtBackend
     from pipeline.backends.measure import TimingSettings
     from pipeline.backends.verdict_child import VerdictChildError
+    from pipeline.kernels.cublaslt_algo import read_config
+    from pipeline.kernels.lt_gemm import LtGemm
 
     backend = CublasLtBackend(0)
     problem, timing = PROBLEMS[0], TimingSettings(windows=2)

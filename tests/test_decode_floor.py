@@ -62,7 +62,7 @@ def test_the_analysis_divides_each_method_by_the_floor_at_its_bytes(floor, runs)
     assert set(report["geomean"]) == {"all", *models}
 
 
-KERNELS = ROOT / "pipeline" / "backends" / "triton_kernels.py"
+KERNELS = ROOT / "pipeline" / "kernels" / "triton_kernels.py"
 
 
 def _loads(source: str, kernel: str) -> list[str]:
@@ -187,7 +187,7 @@ def test_a_variant_of_a_kernel_that_changed_is_an_error_not_the_source_again(flo
 
 
 def test_persistent_configs_are_the_swapped_tiles_where_they_outnumber_the_programs(floor):
-    from pipeline.backends.triton_gemm import SHARED_BYTES
+    from pipeline.kernels.triton_gemm import SHARED_BYTES
     from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
     def problem(m, k, tokens=4, fp8=False):
@@ -221,7 +221,7 @@ def test_the_persistent_grid_record_loses_to_the_product_s_swapped_tile_on_every
 
 
 def test_swapfix_configs_split_the_swapped_tiles_into_whole_k_tiles(floor):
-    from pipeline.backends.triton_gemm import SHARED_BYTES
+    from pipeline.kernels.triton_gemm import SHARED_BYTES
     from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
     def problem(m, k, tokens=4, fp8=False):
@@ -297,7 +297,7 @@ def _problem(m, k, tokens=4, fp8=False):
 
 
 def test_longk_configs_are_swapped_tiles_of_long_k_that_fit_the_shared_memory(floor):
-    from pipeline.backends.triton_gemm import SHARED_BYTES
+    from pipeline.kernels.triton_gemm import SHARED_BYTES
 
     assert floor.longk_configs(_problem(4096, 4096, tokens=1)) == []
     for fp8 in (False, True):
@@ -310,7 +310,7 @@ def test_longk_configs_are_swapped_tiles_of_long_k_that_fit_the_shared_memory(fl
 
 
 def test_narrow_configs_are_swapped_tiles_of_16_or_32_columns_over_whole_k(floor):
-    from pipeline.backends.triton_gemm import SHARED_BYTES
+    from pipeline.kernels.triton_gemm import SHARED_BYTES
 
     assert floor.narrow_configs(_problem(4096, 4096, tokens=1)) == []
     for fp8 in (False, True):
@@ -357,7 +357,7 @@ def test_wholek_configs_cover_the_row_in_one_k_tile_at_one_token(floor):
 
 
 def test_with_early_scales_moves_each_kernels_scale_loads_ahead_of_its_k_loop(floor):
-    source = (ROOT / "pipeline" / "backends" / "triton_kernels.py").read_text()
+    source = (ROOT / "pipeline" / "kernels" / "triton_kernels.py").read_text()
     changed = floor.with_early_scales(source)
     for kernel in ("gemm", "swapped", "gemv"):
         text = next(p for p in changed.split("@triton.jit\n") if p.startswith(f"def {kernel}("))
@@ -405,7 +405,7 @@ def test_literal_configs_are_one_token_tiles_no_longer_than_ks_next_power_of_two
 
 
 def test_with_literal_sizes_makes_gemm_take_its_sizes_as_constants_as_swapped_does(floor):
-    source = (ROOT / "pipeline" / "backends" / "triton_kernels.py").read_text()
+    source = (ROOT / "pipeline" / "kernels" / "triton_kernels.py").read_text()
     changed = floor.with_literal_sizes(source)
     for kernel, literal in (("gemm", True), ("swapped", True), ("gemv", False), ("gemv_literal", True)):
         text = next(p for p in changed.split("@triton.jit\n") if p.startswith(f"def {kernel}("))
@@ -419,7 +419,7 @@ def test_with_literal_sizes_makes_gemm_take_its_sizes_as_constants_as_swapped_do
 
 def test_a_paired_variant_times_the_best_three_configs_of_the_kernels_it_rewrites(floor):
     """Another kernel's config would run the same code in both arms: the swapped tile has literal sizes already."""
-    from pipeline.backends.triton_gemm import TritonConfig
+    from pipeline.kernels.triton_gemm import TritonConfig
 
     swapped = [TritonConfig(16, c, bk, 1, 1, 4, s, swapped=True).name for c, bk, s in ((64, 128, 6), (64, 256, 4))]
     skinny = [TritonConfig(16, c, 128, split, 8, 4, 4).name for c, split in ((32, 1), (32, 2), (64, 1), (64, 2))]

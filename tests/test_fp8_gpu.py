@@ -70,8 +70,8 @@ def _heuristic_rows(problems: list[GemmProblem], path: Path) -> tuple[Path, dict
     problems this cuBLASLt cannot run (rowwise where it offers no algorithm), with the reason."""
     import torch
 
-    from pipeline.backends.cublaslt import LtGemm, ScaleModeUnsupported, lt
-    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.kernels.cublaslt_algo import read_config
+    from pipeline.kernels.lt_gemm import LtGemm, ScaleModeUnsupported, lt
 
     handle, workspace = lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
     entries, refused = [], {}

@@ -3,8 +3,9 @@
 problem, atomic, stats,  the data model, helpers, the error hierarchy and the process helper:
 errors, procs            import nothing of the package but each other
 formats/                 one module per file format: the helpers alone
-backends/                tuners, timing harness, GPU slots: formats and helpers
-runtime/                 applies tuned rows inside torch at run time: backends, formats, helpers
+kernels/                 what a tuned row runs (cuBLASLt call, torch's call, Triton kernels): formats, helpers
+backends/                tuners, timing harness, GPU slots: kernels, formats and helpers
+runtime/                 applies tuned rows inside torch at run time: kernels, formats, helpers (not the tuner)
 stages/                  the pure core of each DAG stage: runtime, backends, formats, helpers, other stages
 tasks, cli, luigi_face   wiring: anything
 workloads/               standalone programs: each other, nothing else of the package
@@ -22,9 +23,10 @@ FOUNDATION = {"problem", "atomic", "stats", "errors", "procs"}
 ALLOWED = {  # layer -> the layers its modules may import
     "foundation": {"foundation"},
     "formats": {"foundation"},
-    "backends": {"foundation", "formats", "backends"},
-    "runtime": {"foundation", "formats", "backends", "runtime"},
-    "stages": {"foundation", "formats", "backends", "runtime", "stages"},
+    "kernels": {"foundation", "formats", "kernels"},
+    "backends": {"foundation", "formats", "kernels", "backends"},
+    "runtime": {"foundation", "formats", "kernels", "runtime"},
+    "stages": {"foundation", "formats", "kernels", "backends", "runtime", "stages"},
     "workloads": {"workloads"},
 }
 
@@ -81,6 +83,7 @@ def test_every_module_belongs_to_a_layer():
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "backends",
         "formats",
+        "kernels",
         "runtime",
         "stages",
         "workloads",
@@ -194,3 +197,31 @@ def test_the_code_cites_the_projects_own_docs():
     assert not [str(p) for p, t in texts.items() if spec in t]
     cited = {m for t in texts.values() for m in re.findall(r"docs/([A-Za-z0-9_-]+\.md)", t)}
     assert cited and all((root / "docs" / name).exists() for name in cited), cited
+
+
+def test_the_runtime_an_image_ships_imports_nothing_of_the_tuner():
+    """Every module of ``pipeline/runtime/`` that imports here (those needing torch, nvmath-python or Triton are
+    left out where these are missing), imported in a fresh interpreter, loads no ``backends/`` or ``stages/``
+    module: the tuner stays out of the serving image's process."""
+    import subprocess
+    import sys
+
+    modules = sorted(
+        "pipeline.runtime" + ("" if p.stem == "__init__" else f".{p.stem}")
+        for p in (PACKAGE / "runtime").glob("*.py")
+        if p.stem != "__main__"
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError as err:\n"
+        "        if err.name and err.name.split('.')[0] in ('torch', 'nvmath', 'triton'):\n"
+        "            continue\n"
+        "        raise\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('pipeline.backends', 'pipeline.stages'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

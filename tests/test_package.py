@@ -394,7 +394,7 @@ def test_the_runtime_the_fragment_installs_reads_the_package_in_a_bare_python(tm
 
 def _compiled_in_e2e(run: Path, key: dict) -> Path:
     """What Validate's end-to-end A/B leaves: the runtime's kernel cache, named in validate/e2e.json."""
-    from pipeline.backends.triton_cache import cache_dir
+    from pipeline.kernels.triton_cache import cache_dir
 
     kernels = run / "validate" / "e2e-runtime" / "kernels"
     entry = cache_dir(kernels, key) / "ENTRY"
@@ -406,8 +406,8 @@ def _compiled_in_e2e(run: Path, key: dict) -> Path:
 
 
 def test_a_package_ships_the_kernels_its_triton_rows_were_validated_with(tmp_path):
-    from pipeline.backends.triton_cache import cache_key, cache_name
-    from pipeline.backends.triton_gemm import source_hash
+    from pipeline.kernels.triton_cache import cache_key, cache_name
+    from pipeline.kernels.triton_gemm import source_hash
 
     stack = Stack(STACK.fingerprint, {**STACK.facts, "triton": "3.6.0", "triton_kernels": source_hash()}, {})
     run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0"}, [TRITON])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import triton_gemm as tg
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, write_file
+from pipeline.kernels import triton_gemm as tg
 from pipeline.runtime import DeviceMismatch, tunableop_consumes
 from pipeline.runtime.frame import gemm_key, operand
 from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, load_table, runtime_key
@@ -165,8 +165,8 @@ def routed(tmp_path):
 
 @needs
 def test_the_routed_dtypes_are_those_torchs_path_runs():
-    from pipeline.backends.base import SUPPORTED_DTYPES
-    from pipeline.backends.torch_gemm import TORCH_DTYPES
+    from pipeline.kernels.support import SUPPORTED_DTYPES
+    from pipeline.kernels.torch_gemm import TORCH_DTYPES
 
     assert set(TORCH_DTYPES) == set(SUPPORTED_DTYPES)
 

@@ -80,8 +80,8 @@ def _tuned_rows(problems: list[GemmProblem], path: Path) -> Path:
     """A results file that gives each problem a cuBLASLt algorithm other than the heuristic's first."""
     import torch
 
-    from pipeline.backends.cublaslt import LtGemm, lt
-    from pipeline.backends.cublaslt_algo import read_config
+    from pipeline.kernels.cublaslt_algo import read_config
+    from pipeline.kernels.lt_gemm import LtGemm, lt
 
     handle, workspace = lt.create(), torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
     entries = []
@@ -98,7 +98,7 @@ def _tuned_rows(problems: list[GemmProblem], path: Path) -> Path:
 def test_torchs_launcher_leaves_the_tf32_setting_as_it_found_it():
     import torch
 
-    from pipeline.backends.torch_gemm import allocate, torch_launcher
+    from pipeline.kernels.torch_gemm import allocate, torch_launcher
 
     problem = GemmProblem(
         "gemm",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.base import unsupported_reason
 from pipeline.formats.tunableop import TunableOpEntry, format_key, parse_key, read_file, write_file
+from pipeline.kernels.support import unsupported_reason
 from pipeline.runtime.record import read_counts, tunableop_records_scaled
 from pipeline.runtime.scaled import Meta, scaled_problem
 from pipeline.runtime.table import RESULTS, load_table, runtime_key
@@ -278,7 +278,8 @@ def test_the_fp8_workload_layer_stays_close_to_its_linear():
 
 
 def test_tune_records_a_problem_the_library_refuses_as_a_skip_with_its_reason():
-    from pipeline.backends.base import TuneSettings, Unsupported, tune
+    from pipeline.backends.base import TuneSettings, tune
+    from pipeline.kernels.support import Unsupported
 
     class Refusing:
         name = "refusing"

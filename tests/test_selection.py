@@ -117,7 +117,7 @@ def test_the_screens_gpu_spin_stays_bounded_when_the_host_waits_on_it():
 
 
 def test_the_space_decodes_every_combo_once():
-    from pipeline.backends.space import decode, size
+    from pipeline.kernels.space import decode, size
 
     axes = [[10, 12], [35], [(1, 0), (2, 1), (2, 4)], [0, 1]]
     combos = [decode(i, axes) for i in range(size(axes))]
@@ -126,7 +126,7 @@ def test_the_space_decodes_every_combo_once():
 
 
 def test_neighbours_change_one_axis_nearest_first():
-    from pipeline.backends.space import neighbours
+    from pipeline.kernels.space import neighbours
 
     axes = [[10, 12, 80], [35, 36], [(1, 0), (2, 1)], [0, 1], [0, 1, 2, 3], [0, 4, 6]]
     combo = (12, 35, (1, 0), 0, 1, 4)

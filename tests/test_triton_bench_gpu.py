@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import triton_gemm as tg
 from pipeline.backends.base import ProblemResult, TuneSettings, WinnerRecord
+from pipeline.kernels import triton_gemm as tg
 from pipeline.problem import GemmProblem
 
 from .helpers import nvmath_gpu_marks
@@ -56,7 +56,7 @@ def test_a_saved_triton_winner_is_retimed_and_rebuilt_from_its_config(backend):
     import torch
 
     from pipeline.backends.measure import TimingSettings, check_numerics, rotating_operands
-    from pipeline.backends.torch_gemm import reference
+    from pipeline.kernels.torch_gemm import reference
 
     b, _ = backend
     config = tg.configs(GATE_UP, b.sms)[0]

@@ -1,4 +1,4 @@
-"""The compile cache of this project's Triton kernels (pipeline/backends/triton_cache.py): keyed, made whole
+"""The compile cache of this project's Triton kernels (pipeline/kernels/triton_cache.py): keyed, made whole
 under races, scoped to our compiles, and seeded from a package's copy with Triton's paths rewritten."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import triton_cache as tc
-from pipeline.backends import triton_gemm as tg
+from pipeline.kernels import triton_cache as tc
+from pipeline.kernels import triton_gemm as tg
 
 from .helpers import needs_torch
 
@@ -168,7 +168,7 @@ def test_a_seeded_copy_of_a_tritons_cache_loads_what_the_original_compiled(tmp_p
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from pipeline.backends import triton_kernels as tk
+    from pipeline.kernels import triton_kernels as tk
 
     def compile_into(cache: Path) -> None:
         names = ("part", "out", "bias", "R", "C", "sob", "sor", "soc", "HAS_BIAS", "SPLIT", "BLOCK")

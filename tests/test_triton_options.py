@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from pipeline.backends import triton_gemm as tg
 from pipeline.backends.base import ToolMissing
-from pipeline.backends.triton_gemm import source_hash
+from pipeline.kernels import triton_gemm as tg
+from pipeline.kernels.triton_gemm import source_hash
 from pipeline.stages.bench import registry
 from pipeline.stages.run import fingerprint as fp
 

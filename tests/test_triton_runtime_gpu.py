@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import triton_gemm as tg
 from pipeline.formats.tunableop import TunableOpEntry, write_file
+from pipeline.kernels import triton_gemm as tg
 from pipeline.problem import GemmProblem
 
 from .helpers import nvmath_gpu_marks, recorded_scaled_calls
@@ -85,7 +85,7 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
     import torch.nn.functional as F
 
     import pipeline.runtime as rt
-    from pipeline.backends import triton_kernels
+    from pipeline.kernels import triton_kernels
 
     x, w, b = weights
     batched = GemmProblem("gemm_strided_batched", "T", "N", 256, TOKENS, K, K, K, 256, batch=3)
@@ -123,7 +123,7 @@ def test_a_packages_kernels_load_in_a_fresh_process_without_compiling(tmp_path):
     import subprocess
     import sys
 
-    from pipeline.backends import triton_cache as tc
+    from pipeline.kernels import triton_cache as tc
     from pipeline.runtime.table import KERNELS
 
     package = tmp_path / "package"

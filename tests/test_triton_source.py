@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import triton_gemm as tg
+from pipeline.kernels import triton_gemm as tg
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
 
@@ -187,7 +187,7 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     import torch
 
     from pipeline.backends.measure import check_numerics
-    from pipeline.backends.torch_gemm import allocate, reference
+    from pipeline.kernels.torch_gemm import allocate, reference
 
     ops = allocate(problem, 1, torch.device("cuda"), seed=7)[0]
     ref = reference(problem, ops)
@@ -211,7 +211,7 @@ def test_a_config_that_cannot_run_fails_in_the_harness_alone():
     import torch
 
     from pipeline.backends.measure import TimingSettings, rotating_operands, screen_passes
-    from pipeline.backends.torch_gemm import torch_launcher
+    from pipeline.kernels.torch_gemm import torch_launcher
 
     problem = linear(4096, 512, 4096)
     too_big = tg.TritonConfig(256, 256, 256, num_warps=4, num_stages=6)  # far over the shared memory

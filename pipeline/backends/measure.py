@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.torch_gemm import OperandSet, allocate, reference, result, set_bytes, torch_dtype
 from ..problem import GemmProblem
 from ..stats import Stats, round_order
-from .torch_gemm import OperandSet, allocate, reference, result, set_bytes, torch_dtype
 
 # Relative Frobenius error allowed against the reference, by (dtype, compute type). FP8 operands are exact in
 # the reference (it dequantizes them); what is left is the output's rounding and FP8 fast accumulation.

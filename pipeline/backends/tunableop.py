@@ -5,7 +5,7 @@ paths holding '0' or '.', and before 2.14 a worker could write another GPU's fil
 one worker per GPU (its own slot, ``set_device``); this backend, in that worker, gives TunableOp its own
 results file (``tunableop_results<gpu>.csv`` in a scratch directory, never a stale one: 2.10+ appends under
 whatever validator block the file already had) and tunes each problem by running torch's own call for it
-(``backends/torch_gemm.py``, which records the same key) once with TunableOp enabled and tuning on. What
+(``kernels/torch_gemm.py``, which records the same key) once with TunableOp enabled and tuning on. What
 TunableOp chose is read back with ``torch.cuda.tunable.get_results()``, then timed against torch's default
 call by the shared harness (interleaved, medians), so the winner must beat the default by the margin here
 too (TunableOp itself keeps any candidate that is faster by any amount).
@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from ..formats.tunableop import format_key
+from ..kernels.torch_gemm import torch_launcher, with_tunableop
 from ..problem import GemmProblem
 from .base import DEFAULT, BackendBase, CandidateResult, ProblemResult, TuneSettings, WinnerRecord
 from .measure import TimingSettings, interleaved, rotating_operands
-from .torch_gemm import torch_launcher, with_tunableop
 
 
 def only_default_reason() -> str | None:

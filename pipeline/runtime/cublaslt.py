@@ -11,16 +11,16 @@ from pathlib import Path
 
 import torch
 
-from ..backends.base import TuneSettings
-from ..backends.cublaslt import LtGemm, ScaleModeUnsupported, lt, record_from_config
-from ..backends.cublaslt_algo import config_from_name, read_config
-from ..backends.torch_gemm import torch_dtype
-from ..backends.triton_cache import device_key
-from ..backends.triton_gemm import PREFIX as TRITON_PREFIX
+from ..kernels.cublaslt_algo import config_from_name, read_config
+from ..kernels.lt_gemm import LtGemm, ScaleModeUnsupported, lt, record_from_config
+from ..kernels.support import WORKSPACE_BYTES
+from ..kernels.torch_gemm import torch_dtype
+from ..kernels.triton_cache import device_key
+from ..kernels.triton_gemm import PREFIX as TRITON_PREFIX
 from ..problem import GemmProblem
 from .triton_plan import TritonPlan, check_stack, kernel_cache
 
-DEFAULT_WORKSPACE = TuneSettings().workspace_bytes  # what the tuner allowed: a tuned algorithm fits in it
+DEFAULT_WORKSPACE = WORKSPACE_BYTES  # what the tuner allowed: a tuned algorithm fits in it
 # Workspaces outlive their executor: a CUDA graph captured under the runtime keeps launching into them.
 _KEEP_ALIVE: list[torch.Tensor] = []
 

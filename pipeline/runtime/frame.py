@@ -2,7 +2,7 @@
 
 torch computes ``out[n, m] = x[n, k] @ y[k, m]`` into a row-major ``out``, which BLAS sees as the column-major
 ``C (m x n) = op(A) op(B)`` with ``A`` the storage of ``y`` and ``B`` that of ``x`` (``docs/tunableop.md``;
-``pipeline/backends/torch_gemm.py``). An operand whose rows are contiguous is ``N`` with ``ld`` its row
+``pipeline/kernels/torch_gemm.py``). An operand whose rows are contiguous is ``N`` with ``ld`` its row
 stride; one whose columns are contiguous is ``T`` with ``ld`` its column stride; torch copies any other
 layout first, and the runtime leaves those calls to torch. The ld's come out as torch records them (``1``
 for a one-column operand, as in ``tn_64_1_1_ld_1_1_1``); the layout consistency with the strides is what

@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends.base import unsupported_reason
-from ..backends.triton_gemm import PREFIX as TRITON
-from ..backends.triton_gemm import config_from_name, serves
 from ..formats.tunableop import DEFAULT, format_key, parse_key, read_file
+from ..kernels.support import unsupported_reason
+from ..kernels.triton_gemm import PREFIX as TRITON
+from ..kernels.triton_gemm import config_from_name, serves
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer

@@ -1,5 +1,5 @@
 """Triton rows at run time: a tuned problem whose winner is one of this project's Triton kernels
-(``backends/triton_gemm.py``, docs/triton.md) runs that kernel, with the config its solution name spells out.
+(``kernels/triton_gemm.py``, docs/triton.md) runs that kernel, with the config its solution name spells out.
 
 A row holds only for the Triton and the kernel source it was tuned with (the bundle's manifest records both):
 under another, ``TritonPlan`` refuses to build, and the router falls back for that row with the reason. A
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from ..backends.torch_gemm import torch_dtype
-from ..backends.triton_cache import CACHE_ENV, cache_dir, cache_name, holds, seed, user_cache_root
-from ..backends.triton_gemm import Runner, config_from_name, source_hash
+from ..kernels.torch_gemm import torch_dtype
+from ..kernels.triton_cache import CACHE_ENV, cache_dir, cache_name, holds, seed, user_cache_root
+from ..kernels.triton_gemm import Runner, config_from_name, source_hash
 from ..problem import GemmProblem
 
 log = logging.getLogger("pipeline")

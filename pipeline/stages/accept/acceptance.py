@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ...atomic import atomic_write_json
 from ...backends.slots import gpu_count
-from ...backends.triton_gemm import PREFIX as TRITON
 from ...errors import Refused
+from ...kernels.triton_gemm import PREFIX as TRITON
 from ..gather.collect import embedded_command
 from ..run import timings
 from ..run.fingerprint import Stack

@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ...backends import triton_gemm
 from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
 from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
 from ...formats.rocm import problem_type_name
 from ...formats.tunableop import TunableOpEntry, format_key, parse_key, read_file, write_file
+from ...kernels import triton_gemm
 from ...problem import GemmProblem
 from ..bench.tune import OVERRIDE
 from ..gather import mgrid

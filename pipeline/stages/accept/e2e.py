@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ... import procs
 from ...backends.base import ToolMissing
-from ...backends.triton_cache import CACHE_ENV
 from ...errors import ToolError
+from ...kernels.triton_cache import CACHE_ENV
 from ...runtime import coverage_line, with_shares
 from ...runtime.table import KERNELS
 from ...stats import median_bounds, round_order

@@ -19,8 +19,8 @@ import random
 from collections.abc import Mapping, Sequence
 
 from ...backends.base import DEFAULT
-from ...backends.triton_gemm import PREFIX as TRITON
 from ...formats.tunableop import format_key
+from ...kernels.triton_gemm import PREFIX as TRITON
 from .measured import MeasuredRow
 
 FLOOR = 0.99  # a held-out count below this speedup, beyond noise, splits its bucket

@@ -179,11 +179,11 @@ def measure_rows(
 
 def solution_config(name: str) -> dict:
     """The config a solution name spells out: a cuBLASLt algorithm's attributes, or a Triton config."""
-    from ...backends import triton_gemm
+    from ...kernels import triton_gemm
 
     if name.startswith(triton_gemm.PREFIX):
         return triton_gemm.config_from_name(name).to_json()
-    from ...backends.cublaslt_algo import config_from_name  # nvmath-python: the cuda extra
+    from ...kernels.cublaslt_algo import config_from_name  # nvmath-python: the cuda extra
 
     return config_from_name(name)
 
@@ -235,7 +235,7 @@ class TorchTimer:
         import torch
 
         from ...backends.measure import interleaved, rotating_operands, window_count, windowed_samples
-        from ...backends.torch_gemm import torch_launcher, with_tunableop
+        from ...kernels.torch_gemm import torch_launcher, with_tunableop
 
         timing = dataclasses.replace(self.timing, seed=self.timing.seed + fresh)
         launchers, closer, padded = {"baseline": torch_launcher(row.problem)}, None, None

@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ...backends.base import ProblemResult
-from ...backends.triton_gemm import NOT_SERVED, PREFIX, SOURCE
 from ...formats.tunableop import format_key
+from ...kernels.triton_gemm import NOT_SERVED, PREFIX, SOURCE
 
 ROCM = (
     "no Triton row is offered on ROCm: this project's Triton kernels are timed and checked on NVIDIA GPUs only "

@@ -115,10 +115,10 @@ def time_baseline(keys: Sequence[str], gpu: int, rounds: int = 3) -> dict:
     """torch's default time per call of every key on GPU ``gpu`` (imports torch; run in a worker)."""
     import torch
 
-    from ...backends.base import unsupported_reason
     from ...backends.measure import TimingSettings, device_info, interleaved, rotating_operands
-    from ...backends.torch_gemm import torch_launcher
     from ...formats.tunableop import parse_key
+    from ...kernels.support import unsupported_reason
+    from ...kernels.torch_gemm import torch_launcher
 
     device = torch.device("cuda", gpu)
     torch.cuda.set_device(device)

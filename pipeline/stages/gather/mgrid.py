@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...backends.triton_gemm import PREFIX as TRITON
 from ...errors import BadInput
 from ...formats.tunableop import TunableOpEntry
+from ...kernels.triton_gemm import PREFIX as TRITON
 from ...problem import GemmProblem
 
 EXACT, SERVING = "exact", "serving"

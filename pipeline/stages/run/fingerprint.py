@@ -33,9 +33,9 @@ from pathlib import Path
 
 from ... import procs
 from ...atomic import atomic_write_json
-from ...backends.triton_gemm import source_hash
 from ...errors import ToolError
 from ...formats.torch_build import torch_build, torch_package_dir
+from ...kernels.triton_gemm import source_hash
 
 STAMP = "stack.json"
 ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
