@@ -62,7 +62,7 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
         # FP8 scales each call's activations as a whole, so a request's tokens depend on its batch-mates: it is
         # served alone there (one slot, whole prompts), chunked and batched in 16-bit
         slots, budget = (1, 32) if fp8 else (3, 8)
-        engine = serve.Engine(model, config, max_seqs=slots, max_len=32, graphs=False)
+        engine = serve.Engine(model, config, max_seqs=slots, max_len=32)
         result = serve.serve(engine, requests, max_seqs=slots, budget=budget, sync=lambda: None)
         for request in requests:
             ids = torch.tensor([request.ids])

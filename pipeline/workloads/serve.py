@@ -102,7 +102,7 @@ def schedule(running: list[Request], budget: int) -> Step:
 class Engine:
     """The slots' KV cache and the forward passes of one model: a flattened prefill and a padded decode."""
 
-    def __init__(self, model, config, max_seqs: int, max_len: int, graphs: bool) -> None:
+    def __init__(self, model, config, max_seqs: int, max_len: int) -> None:
         import torch
 
         self.torch, self.model, self.config = torch, model, config
@@ -116,8 +116,7 @@ class Engine:
         self.keys = torch.zeros(shape, dtype=dtype, device=self.device)
         self.values = torch.zeros(shape, dtype=dtype, device=self.device)
         self.scratch, self.max_len = max_seqs, max_len
-        self.graphs: dict[int, tuple] = {}
-        self.use_graphs = graphs
+        self.graphs: dict[int, tuple] = {}  # capture size -> (graph, its input buffers, its output): ``capture``
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         self.rotate = apply_rotary_pos_emb
@@ -373,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     passes = []
     with torch.inference_mode():
-        engine = Engine(model, config, args.max_seqs, max_len, graphs)
+        engine = Engine(model, config, args.max_seqs, max_len)
         if graphs:
             engine.capture([size for size in CAPTURE_SIZES if size <= padded_size(args.max_seqs)])
         for index in range(1 + args.repeat):  # the first pass warms up (first calls, library heuristics)
