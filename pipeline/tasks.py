@@ -51,7 +51,7 @@ from .formats import tunableop
 from .formats.torch_build import torch_build
 from .stages.accept import report
 from .stages.accept.acceptance import AcceptanceSettings, accept
-from .stages.bench import config_tool, registry, tuned_cache
+from .stages.bench import config_tool, grid_seeds, registry, tuned_cache
 from .stages.bench import tune as bench
 from .stages.configs import render as configs
 from .stages.gather import call_weights, mgrid
@@ -663,9 +663,9 @@ class Bench(StackBound):
         """Tune ``problems`` on this host's GPUs through the fingerprint's cache (``tuned_cache``)."""
         gpus, settings = self.gpu_indices("Bench"), self.tune_settings()
 
-        def tune_pending(previous: dict, sources: dict) -> None:
+        def run(part: list, previous: dict, sources: dict) -> None:
             bench.run_shards(
-                problems,
+                part,
                 self.layout().bench,
                 gpus,
                 settings,
@@ -676,6 +676,13 @@ class Bench(StackBound):
                 sources,
                 name=name,
             )
+
+        def tune_pending(previous: dict, sources: dict) -> None:
+            if mgrid.parse_grid(self.m_grid) == mgrid.EXACT:
+                run(problems, previous, sources)
+                return
+            seen = {record.problem for record in read_shapes_json(self.layout().shapes) if record.seen}
+            grid_seeds.tune_in_two_passes(problems, seen, self.layout().bench, run, previous, sources)
 
         return tuned_cache.tune_through_cache(
             problems, self.layout().bench, Path(self.workdir), self.stack(), tune_pending

@@ -299,3 +299,34 @@ def test_a_legacy_override_row_moves_to_another_token_count_and_a_current_one_do
     assert moved.key == (*legacy.key[:4], "9", *legacy.key[5:]) and moved.identity == legacy.identity
     assert parse_override("Git Version: x\n" + moved.header + "\n" + moved.values + "\n").entries == [moved]
     assert current.with_n(9) is None
+
+
+def test_bench_searches_the_anchors_then_starts_every_other_grid_point_from_its_neighbours_winner(tmp_path):
+    from pipeline.atomic import atomic_write_json
+    from pipeline.backends.base import ProblemResult, WinnerRecord
+    from pipeline.stages.bench import grid_seeds
+    from pipeline.stages.bench.tune import problem_id, result_path
+
+    problems = [QKV.with_tokens(n) for n in (3, 4, 6, 8, 12)]
+    rotary = GemmProblem("gemm", "N", "N", 94, 5, 1, 94, 1, 94, a_type="float32", b_type="float32", c_type="float32")
+    seen = {QKV.with_tokens(6), rotary}
+    calls = []
+
+    def tune(part, previous, sources):
+        calls.append(([p.n for p in part], dict(sources)))
+        for problem in part:
+            result = ProblemResult(problem, default_us=10.0, winner_us=10.0)
+            if problem.n in (4, 8):  # the anchors at 4 and 8 found a winner, the one at 6 kept the default
+                result.crown(f"W{problem.n}", 8.0, WinnerRecord({"AlgoId": problem.n}))
+            atomic_write_json(result_path(tmp_path, problem), result.to_json())
+
+    twelve = problem_id(QKV.with_tokens(12))
+    cached, cached_from = {twelve: {"winner": "from the cache"}}, {twelve: "cached"}
+    grid_seeds.tune_in_two_passes([*problems, rotary], seen, tmp_path, tune, cached, cached_from)
+    (anchors, _), (rest, sources) = calls
+    assert anchors == [4, 6, 8, 5] and rest == [3, 12]  # powers of two, what ran, and what no family holds
+    assert sources == {problem_id(QKV.with_tokens(3)): "grid point M = 4", twelve: "cached"}  # the cache first
+    previous, _ = grid_seeds.seeds([QKV.with_tokens(3), QKV.with_tokens(12)], problems[1:4], tmp_path)
+    seeded = ProblemResult.from_json(previous[problem_id(QKV.with_tokens(3))])
+    assert seeded.problem == QKV.with_tokens(3) and seeded.winner == "W4"  # the anchor above, at this size
+    assert ProblemResult.from_json(previous[problem_id(QKV.with_tokens(12))]).winner == "W8"  # none above: below
