@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import errors
-from .atomic import atomic_write_text, claim_output_dir
+from .atomic import atomic_write_text, claim_output_dir, claim_output_file
 from .formats import json_file
 from .stages.configs import render as configs
 from .stages.gather import mgrid
@@ -34,6 +34,8 @@ from .stages.merge.results_merge import merge_paths
 def _shapes(args: argparse.Namespace) -> int:
     spec, m_max = mgrid.parse_grid(args.m_grid), mgrid.parse_m_max(args.m_max)
     result = gather(args.paths, lenient=args.lenient)
+    if args.json:
+        claim_output_file(args.json, result.files)  # never over one of the files it read
     apply_weights(
         result,
         *(
@@ -70,6 +72,7 @@ def _merge_logic(args: argparse.Namespace) -> int:
 
 
 def _merge_results(args: argparse.Namespace) -> int:
+    claim_output_file(args.out, [*args.inputs, *([args.validators_from] if args.validators_from else [])])
     merged = merge_paths(args.inputs, args.validators_from, lenient=args.lenient)
     if merged.results is not None and merged.override is not None:
         raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind separately")

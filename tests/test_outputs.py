@@ -318,3 +318,25 @@ def test_the_host_cost_command_refuses_an_output_that_is_a_directory_or_what_it_
     assert done.returncode == 12, done.stderr
     assert "is a directory" in done.stderr or "one of the inputs" in done.stderr
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["merge-results", "b.csv", "a.csv", "b.csv", "--validators-from", "a.csv"],  # OUT among the inputs
+        ["merge-results", "a.csv", "b.csv", "--validators-from", "a.csv"],  # OUT the target's file
+        ["merge-results", "./sub/../b.csv", "b.csv"],  # the same file by another path
+        ["shapes", "a.csv", "--json", "a.csv"],  # the JSON over the CSV it read
+        ["shapes", "*.csv", "--json", "b.csv"],  # over a file a glob matched
+    ],
+)
+def test_a_command_refuses_an_output_that_is_one_of_its_inputs(tmp_path, monkeypatch, capsys, argv):
+    source = FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv"
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / name).write_bytes(source.read_bytes())
+    (tmp_path / "sub").mkdir()
+    before = _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 12
+    assert "is one of the inputs" in capsys.readouterr().err
+    assert _tree(tmp_path) == before
