@@ -518,3 +518,15 @@ def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_i
     paying = host_budget({**e2e, "calls_per_run": 10.0}, measured)
     assert not paying["host_bound_risk"] and budget_line({**e2e, "host_budget": paying}) == ""
     assert host_budget({**e2e, "host_cost": {"skipped": "no GPU"}}, measured) is None
+
+
+def test_the_html_report_escapes_what_it_shows(tmp_path, capsys, no_nvmath):
+    """A run name and a key with markup characters show as text in report.html (its template is
+    ``report.html.j2``, which autoescaping by the extension "html" alone missed); the Markdown stays as is."""
+    run = _run_dir(tmp_path, RECORDED)
+    assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
+    odd = run.rename(tmp_path / "<i>x&y")
+    assert main(["report", str(odd)]) == 0
+    html = (odd / "report" / "report.html").read_text()
+    assert "&lt;i&gt;x&amp;y" in html and "<i>x&y" not in html
+    assert "<i>x&y" in (odd / "report" / "report.md").read_text()

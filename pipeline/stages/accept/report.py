@@ -167,7 +167,7 @@ def build(run_dir: Path) -> dict:
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=jinja2.select_autoescape(["html"]),
+        autoescape=jinja2.select_autoescape(["html", "html.j2"]),  # report.html.j2: a name "html" alone misses
         trim_blocks=True,
         lstrip_blocks=True,
     )
