@@ -30,7 +30,9 @@ def test_padded_value_is_never_a_multiple_and_the_pad_is_the_smallest(multiple, 
     unit = rule.pad_unit(size)
     assert pad > 0 and pad % unit == 0
     assert ((ld + pad) * size) % rule.period_bytes != 0
-    assert all(((ld + q) * size) % rule.period_bytes == 0 for q in range(unit, pad, unit))
+    smallest = next(q for q in range(unit, 1025 * unit, unit) if ((ld + q) * size) % rule.period_bytes)
+    assert pad == smallest, "the least multiple of the unit that moves the ld off the period"
+    assert unit == 1 or (unit * size) % rule.period_bytes, "a unit that is a whole period would never move it"
     if (rule.pad_elements * size) % rule.period_bytes:
         assert unit == rule.pad_elements, "the configured pad is used whenever it works"
 

@@ -51,14 +51,16 @@ def test_it_serves_bf16_and_fp16_linears_and_says_why_not_the_rest():
         linear(152064, 1, 3584),
         linear(4096, 512, 4096),
         linear(3584, 8192, 3584),
+        linear(256, 1, 4096),
     ],
-    ids=["gate-up T=1", "down T=8", "lm_head T=4", "Qwen2 lm_head T=1", "prefill 512", "prefill 8192"],
+    ids=["gate-up T=1", "down T=8", "lm_head T=4", "Qwen2 lm_head T=1", "prefill 512", "prefill 8192", "k_proj T=1"],
 )
 def test_configs_fit_the_shape(problem):
     found = tg.configs(problem, sms=132)
     assert found and len(found) == len(set(found))
     skinny = problem.n <= tg.SKINNY_ROWS
-    families = {"literal"} if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
+    one_token = {"literal"} if problem.m * problem.batch >= 2 * 132 else {"gemv"}  # a column a program fills it
+    families = one_token if problem.n == 1 else {"skinny", "swapped"} if skinny else {"tiled"}
     assert {c.family for c in found} == families
     if families == {"tiled"}:
         assert {c.block_k for c in found} == {64}, "K tiles of 64 where K holds one"
