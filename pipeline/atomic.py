@@ -19,15 +19,16 @@ from typing import IO, Any
 
 
 @contextmanager
-def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
-    """Open a temporary file next to ``path``; it replaces ``path`` only if the block succeeds."""
+def atomic_open(path: str | Path, mode: str = "w", private: bool = False) -> Iterator[IO[Any]]:
+    """Open a temporary file next to ``path``; it replaces ``path`` only if the block succeeds. ``private``: the
+    file is its owner's alone (0600) from its first byte, for a secret."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory, not a file to write", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o600 if private else 0o666 & ~_umask())
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as handle:
             yield handle
             handle.flush()
@@ -73,8 +74,8 @@ def mkdirs_readable(path: str | Path) -> Path:
     return path
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    with atomic_open(path) as handle:
+def atomic_write_text(path: str | Path, text: str, private: bool = False) -> None:
+    with atomic_open(path, private=private) as handle:
         handle.write(text)
 
 

@@ -91,12 +91,16 @@ def _nightly(args: argparse.Namespace) -> int:
     tasks.check_parameters(task, ["--workdir", str(workdir), *args.luigi_args])
     if args.print_units:
         texts = nightly.units(workdir, ["--package"] * args.package + args.luigi_args, args.at)
-        env_file = workdir / nightly.ENV_FILE
+        env_file, secrets = workdir / nightly.ENV_FILE, texts.pop(nightly.SECRETS_FILE, None)
         try:
-            atomic_write_text(env_file, texts.pop(nightly.ENV_FILE))
+            atomic_write_text(env_file, texts.pop(nightly.ENV_FILE), private=secrets is not None)
+            if secrets is not None:
+                atomic_write_text(workdir / nightly.SECRETS_FILE, secrets, private=True)
         except OSError as err:
             raise errors.BadInput(f"workdir {workdir} cannot be written: {err.strerror or err}") from None
         print(f"==> {env_file} <==\n(written: the environment the crontab line reads)\n")
+        if secrets is not None:
+            print(f"==> {workdir / nightly.SECRETS_FILE} <==\n(written, 0600: the secrets the service reads)\n")
         for name, text in texts.items():
             print(f"==> {name} <==\n{text}")
         return 0

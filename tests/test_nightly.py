@@ -438,3 +438,24 @@ def test_the_help_is_plain_and_lists_what_nightly_passes_on(capsys):
     with pytest.raises(SystemExit):
         main(["merge-logic", "--help"])
     assert "BASE_DIR NEW_DIR OUT_DIR" in capsys.readouterr().out
+
+
+def test_a_secret_goes_into_files_only_its_owner_reads_and_is_never_printed(tmp_path, capsys, monkeypatch):
+    """HF_TOKEN (and any *KEY*, *SECRET*, *PASSWORD*, *CREDENTIAL* variable the run carries) is written to the
+    cron line's env file and to systemd's EnvironmentFile, both 0600; the printed units name it, never its value."""
+    from pipeline.stages.ship import nightly
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_for_the_logs")
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "LAZY")  # carried, not a secret
+    units = _print_units(tmp_path, capsys, "B/wd")
+    printed = "".join(units.values())
+    assert "hf_not_for_the_logs" not in printed
+    service = units["gemm-tune-nightly.service"]
+    workdir = tmp_path / "A" / "B" / "wd"
+    assert f"EnvironmentFile={workdir / nightly.SECRETS_FILE}" in service and "# HF_TOKEN: secrets" in service
+    assert 'Environment="CUDA_MODULE_LOADING=LAZY"' in service and "HF_TOKEN=" not in service
+    for name in (nightly.ENV_FILE, nightly.SECRETS_FILE):
+        assert (workdir / name).stat().st_mode & 0o777 == 0o600, name
+    assert "export HF_TOKEN=hf_not_for_the_logs" in (workdir / nightly.ENV_FILE).read_text()
+    assert (workdir / nightly.SECRETS_FILE).read_text() == 'HF_TOKEN="hf_not_for_the_logs"\n'
+    assert nightly.secret("WANDB_API_KEY") and nightly.secret("hf_token") and not nightly.secret("CUDA_HOME")

@@ -253,6 +253,16 @@ def _absolute(key: str, value: str, cwd: Path) -> str:
     return (separator or "").join(one(p) for p in parts)
 
 
+SECRET_MARKS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")  # a variable whose name holds one is a secret
+SECRETS_FILE = "nightly.secrets"  # the secrets, KEY=VALUE, for systemd's EnvironmentFile=: 0600
+
+
+def secret(name: str) -> bool:
+    """Whether a variable's name marks it a secret (``HF_TOKEN``, ``WANDB_API_KEY``, ...): it goes only into
+    files its owner alone reads, and no printed text holds its value."""
+    return any(mark in name.upper() for mark in SECRET_MARKS)
+
+
 def unit_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The variables the run reads, taken from ``env`` (the shell the units are printed from), with this
     package's root on PYTHONPATH."""
@@ -313,6 +323,7 @@ def units(
         *absolute_arguments(arguments, cwd),
     ]
     env_file, log = workdir / ENV_FILE, workdir / LOG
+    secrets = {k: v for k, v in carried.items() if secret(k)}
     context = {
         "hour": hour,
         "minute": minute,
@@ -326,13 +337,18 @@ def units(
         "exports": [f"export {k}={shlex.quote(v)}" for k, v in carried.items()],
         "working_directory": str(cwd).replace("%", "%%"),
         "log_path": _systemd_path(log),
-        "environment": [_systemd_assignment(k, v) for k, v in carried.items()],
+        "environment": [_systemd_assignment(k, v) for k, v in carried.items() if not secret(k)],
+        "secret_names": sorted(secrets),
+        "secrets_file": _systemd_path(workdir / SECRETS_FILE) if secrets else None,
         "exec_start": " ".join(_systemd_word(w) for w in command),
     }
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, keep_trailing_newline=True
     )
-    return {
+    texts = {
         name: templates.get_template(f"{name}.j2").render(context)
         for name in (ENV_FILE, "gemm-tune-nightly.cron", "gemm-tune-nightly.service", "gemm-tune-nightly.timer")
     }
+    if secrets:
+        texts[SECRETS_FILE] = "".join(f"{k}={_systemd_quoted(v)}\n" for k, v in secrets.items())
+    return texts
