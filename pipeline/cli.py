@@ -28,7 +28,7 @@ from .stages.gather.shapes import (
     write_shapes_json,
 )
 from .stages.merge.logic_merge import MergeOptions, merge_dirs
-from .stages.merge.results_merge import merge_paths
+from .stages.merge.results_merge import expand_paths, merge_paths
 
 
 def _shapes(args: argparse.Namespace) -> int:
@@ -72,8 +72,9 @@ def _merge_logic(args: argparse.Namespace) -> int:
 
 
 def _merge_results(args: argparse.Namespace) -> int:
-    claim_output_file(args.out, [*args.inputs, *([args.validators_from] if args.validators_from else [])])
-    merged = merge_paths(args.inputs, args.validators_from, lenient=args.lenient)
+    inputs = expand_paths(args.inputs)
+    claim_output_file(args.out, [*inputs, *([args.validators_from] if args.validators_from else [])])
+    merged = merge_paths(inputs, args.validators_from, lenient=args.lenient)
     if merged.results is not None and merged.override is not None:
         raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind separately")
     merged.write(args.out if merged.results else None, args.out if merged.override else None)

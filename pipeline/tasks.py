@@ -144,6 +144,9 @@ class RunName(luigi.Parameter):
     """A run directory's name: one path component under --workdir."""
 
     def normalize(self, x: object) -> str:
+        given = CmdlineParser.get_instance()  # Luigi reads an empty --run-name "" as not given: today's date
+        if given is not None and getattr(given.known_args, "run_name", None) == "":
+            raise ValueError("an empty run name: name the run (one path component under --workdir) or leave it out")
         name = str(super().normalize(x))
         if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
             raise ValueError(

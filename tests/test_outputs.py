@@ -340,3 +340,18 @@ def test_a_command_refuses_an_output_that_is_one_of_its_inputs(tmp_path, monkeyp
     assert main(argv) == 12
     assert "is one of the inputs" in capsys.readouterr().err
     assert _tree(tmp_path) == before
+
+
+def test_merge_results_takes_a_glob_and_names_what_it_cannot_find(tmp_path, monkeypatch, capsys):
+    source = FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv"
+    for name in ("r_1.csv", "r_2.csv"):
+        (tmp_path / name).write_bytes(source.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert main(["merge-results", "out.csv", "r_*.csv"]) == 0
+    assert read_file(tmp_path / "out.csv").entries == read_file(source).entries
+    capsys.readouterr()
+    for spec, said in (("z_*.csv", "z_*.csv: pattern matches no file"), ("nosuch.csv", "nosuch.csv: no such file")):
+        assert main(["merge-results", "other.csv", spec]) == 12
+        err = capsys.readouterr().err
+        assert said in err and "Errno" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "other.csv").exists()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import time
@@ -122,6 +123,7 @@ def test_two_runs_of_one_run_name_at_once(tmp_path):
         (("--margin", "abc"), 4, "--margin 'abc'"),
         (("--backend", "nosuch"), 4, "--backend 'nosuch'"),
         (("--run-name", "../escape"), 4, "'../escape' is not a run name"),
+        (("--run-name", ""), 4, "'' is not a run name"),  # not today's date, as Luigi reads an empty value
         (("--call-times", "maybe"), 4, "--call-times 'maybe'"),
         (("--hipblaslt-bench", "/no/such/bench"), 5, "ToolMissing (exit 11, tool failure)"),
     ],
@@ -134,6 +136,7 @@ def test_plain_luigi_says_an_expected_error_in_one_line_last(tmp_path, extra, lu
     last = _last_line(proc)
     assert last.startswith("ERROR: gemm-tune: ") and says in last and f"(luigi exit {luigi_code})" in last
     assert not (tmp_path / "escape").exists()
+    assert not (tmp_path / "w" / datetime.date.today().isoformat()).exists()
 
 
 def test_a_workdir_that_cannot_be_written_is_bad_input_in_one_line(tmp_path):

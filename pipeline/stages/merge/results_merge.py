@@ -9,6 +9,7 @@ refused, unless the caller names the validator block of the runtime to target.
 from __future__ import annotations
 
 import dataclasses
+import glob
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,23 @@ class MergedFiles:
             write(path, merged)
             written.append(Path(path))
         return written
+
+
+def expand_paths(specs: Sequence[str]) -> list[str]:
+    """The files ``specs`` name: each as given, a glob (``'r_*.csv'``) as the files it matches, sorted; a
+    missing file or a pattern that matches none is refused naming it."""
+    found: list[str] = []
+    for spec in specs:
+        if glob.has_magic(spec) and not Path(spec).exists():
+            matches = sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+            if not matches:
+                raise BadInput(f"{spec}: pattern matches no file")
+            found += matches
+        elif Path(spec).is_file():
+            found.append(spec)
+        else:
+            raise BadInput(f"{spec}: no such file")
+    return list(dict.fromkeys(found))
 
 
 def _read(path: str | Path) -> str:
