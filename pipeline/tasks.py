@@ -72,16 +72,10 @@ from .stages.run import timings
 from .stages.run.fingerprint import Stack, claim, current_stack, stamped
 from .stages.run.layout import RunLayout
 from .stages.run.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
+from .stages.run.progress import ProgressBar
 from .stages.ship import nightly, package
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
-
-
-def progress_bar(label: str, done: int, total: int, width: int = 30) -> None:
-    """A one-line terminal progress bar on stderr (redrawn in place)."""
-    filled = round(width * done / max(total, 1))
-    end = "\n" if done >= total else ""
-    print(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
 def _default_logging() -> None:
@@ -648,10 +642,12 @@ class Bench(StackBound):
             seen = sum(record.seen for record in read_shapes_json(self.layout().shapes))
             log.info("%s", mgrid.cost_line(spec, len(problems), seen, len(self.gpu_indices("Bench"))))
 
+        bar = ProgressBar("Bench")
+
         def progress(done: int, total: int) -> None:
             self.set_status_message(f"tuned {done}/{total} GEMMs")
             self.set_progress_percentage(round(100 * done / max(total, 1)))
-            progress_bar("Bench", done, total)
+            bar.show(done, total)
 
         if registry.entry(self.backend).kind == "config tool":
             tool = registry.entry(self.backend).factory(self.gpu_indices("Bench")[0], **options)
@@ -896,9 +892,11 @@ class Validate(StackBound):
                 "GenerateConfigs did not run"
             )
 
+        bar = ProgressBar("Validate")
+
         def progress(done: int, total: int) -> None:
             self.set_progress_percentage(round(100 * done / max(total, 1)))
-            progress_bar("Validate", done, total)
+            bar.show(done, total)
 
         settings = AcceptanceSettings(
             gpus=lambda: self.gpu_indices("Validate"),
