@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,8 +165,23 @@ class _NightlyHelp(argparse.Action):
         print("\nTuneWorkload and Package parameters (passed on to Luigi as given):")
         for name, param in tasks.Package.get_params():
             if name != "workdir":
-                print(f"  --{name.replace('_', '-'):28} {param.description or ''}")
+                print(parameter_help(name, param))
         parser.exit()
+
+
+def parameter_help(name: str, param) -> str:
+    """One Luigi parameter for ``nightly --help``: its option, then its description, its choices in a fixed order
+    and its default, wrapped under it at 100 columns."""
+    words = [param.description or "(no description)"]
+    choices = getattr(param, "_choices", None)
+    if choices:  # Luigi appends its own "Choices: {...}", in set order: here once, sorted
+        words = [words[0].split("Choices:")[0].strip(" ;") or "(no description)"]
+        words.append(f"choices: {', '.join(sorted(map(str, choices)))}")
+    default = getattr(param, "_default", None)
+    if default not in (None, "") and not isinstance(default, type):
+        words.append(f"default: {default}")
+    body = textwrap.fill("; ".join(words), width=100, initial_indent="      ", subsequent_indent="      ")
+    return f"  --{name.replace('_', '-')}\n{body}"
 
 
 def build_parser() -> argparse.ArgumentParser:

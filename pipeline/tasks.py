@@ -806,7 +806,12 @@ class MergeLogic(StackBound):
         "(default: what Package --publish put in logic/<fingerprint>, else logic/)",
     )
     new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
-    policy = luigi.ChoiceParameter(default="faster", choices=["upstream", "faster"])
+    policy = luigi.ChoiceParameter(
+        default="faster",
+        choices=["upstream", "faster"],
+        description="how tuned logic replaces the base's: faster (where it is faster by --logic-margin) or "
+        "upstream (upstream merge.py's rule)",
+    )
     logic_margin = counted(float, 0, 10, default=0.02, description="faster policy: required speedup to replace")
     made_from_params = ("base_logic", "new_logic", "policy", "logic_margin")
 

@@ -435,6 +435,9 @@ def test_the_help_is_plain_and_lists_what_nightly_passes_on(capsys):
         main(["nightly", "--help"])
     out = capsys.readouterr().out
     assert "--backend" in out and "--validators-from" in out and "--dist" in out
+    assert max(len(line) for line in out.splitlines()) <= 100 and "(no description)" not in out
+    assert "choices: cublaslt, find_exact, hipblaslt, tensile, tunableop; default: cublaslt" in " ".join(out.split())
+    assert "upstream merge.py's rule" in " ".join(out.split()) and "Choices: {" not in out
     with pytest.raises(SystemExit):
         main(["merge-logic", "--help"])
     assert "BASE_DIR NEW_DIR OUT_DIR" in capsys.readouterr().out
