@@ -50,10 +50,14 @@ def test_a_rerun_with_other_inputs_redoes_what_changed_and_a_true_no_op_does_not
     inputs = {path: path.read_bytes() for path in (A, B)}
     csv = tmp_path / "mine.csv"
     csv.write_bytes(A.read_bytes())
-    run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=csv)
+    first = run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=csv)
     assert _gathered(tmp_path, "r") == _keys(A)
     same = run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=csv)
     assert "ran successfully" not in same.stderr and "redoing" not in same.stderr, "nothing changed: nothing done"
+    said = (tmp_path / "w" / "r" / "tune-workload.txt").read_text().splitlines()
+    assert said[0].startswith("bundle accepted") and said[-1].startswith("report: ") and said[0] in first.stdout
+    assert f"{tmp_path / 'w' / 'r'} is done already; its result:" in same.stdout
+    assert all(line in same.stdout for line in said), "the verdict and the report's path, as the first run said"
 
     other = run_amd_dag(tmp_path, "r", "", "TuneWorkload", *FAST, untuned=B)
     said = [line for line in other.stderr.splitlines() if "redoing" in line]
