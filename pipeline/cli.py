@@ -370,7 +370,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (errors.PipelineError, OSError) as err:  # the error says what is wrong, and its exit code which kind
-        print(f"gemm-tune {args.step}: {errors.one_line(err)}", file=sys.stderr)
-        if "\n" in str(err).strip():
-            print(str(err).strip(), file=sys.stderr)
+        print(f"gemm-tune {args.step}: {errors.one_line(err)}", file=sys.stderr)  # the whole cause, one line
         return errors.exit_code(err)

@@ -80,8 +80,11 @@ def clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def one_line(error: BaseException) -> str:
-    """``<Class> (exit <code>, <kind>): <message>`` on one line, the message's first line only."""
+def one_line(error: BaseException, limit: int = 600) -> str:
+    """``<Class> (exit <code>, <kind>): <message>`` on one line: a message of several lines (a list of what
+    differs, a parser's position) joined with ``; ``, clipped at ``limit`` characters."""
     code = exit_code(error)
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__} (exit {code}, {KINDS[code]}): {text[0] if text else ''}"
+    text = ""
+    for line in (line.strip() for line in str(error).strip().splitlines() if line.strip()):
+        text += (" " if not text or text.endswith(":") else "; ") + line if text else line
+    return f"{type(error).__name__} (exit {code}, {KINDS[code]}): {clip(text, limit)}"

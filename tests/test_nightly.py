@@ -40,7 +40,12 @@ def test_every_error_carries_its_exit_code():
     assert errors.run_exit_code([]) == 0
     assert errors.run_exit_code([11, 10]) == 10, "a refusal outranks the rest"
     assert errors.run_exit_code([12, 11]) == 11
-    assert errors.one_line(ToolMissing("no bench\nsecond line")) == "ToolMissing (exit 11, tool failure): no bench"
+    said = "ToolMissing (exit 11, tool failure): no bench; second line"  # the whole cause on one line (#65)
+    assert errors.one_line(ToolMissing("no bench\n  second line\n")) == said
+    assert errors.one_line(ToolMissing("differ:\n  a\n  b")).endswith("differ: a; b")
+    assert "(2000 characters)" in errors.one_line(ToolMissing("x" * 2000)) and "\n" not in errors.one_line(
+        ToolMissing("a\n" * 500)
+    )
 
 
 def test_every_pipeline_error_class_has_a_known_code():

@@ -355,3 +355,20 @@ def test_merge_results_takes_a_glob_and_names_what_it_cannot_find(tmp_path, monk
         err = capsys.readouterr().err
         assert said in err and "Errno" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "other.csv").exists()
+
+
+def test_a_cause_of_several_lines_is_said_in_one(tmp_path, monkeypatch, capsys):
+    """A validator mismatch (a list of what differs) and a malformed logic YAML (the parser's position) come as
+    one line on stderr, the whole cause in it (#65: they took 7 and 5 lines, the first repeated)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cuda.csv").write_bytes((FIXTURES / "tunableop" / "torch2.11_cuda_results0.csv").read_bytes())
+    (tmp_path / "rocm.csv").write_bytes((FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv").read_bytes())
+    assert main(["merge-results", "o.csv", "cuda.csv", "rocm.csv"]) == 12
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "HIPBLASLT_VERSION = '1100-a4e0b8f5'" in err
+    for name in ("base", "new"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "base" / "x.yaml").write_text("not: [valid\n")
+    assert main(["merge-logic", "base", "new", "out"]) == 12
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "x.yaml: not YAML" in err and "line 2, column 1" in err
