@@ -4,6 +4,7 @@ and the charts diff as text."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 
@@ -22,9 +23,21 @@ def _svg(width: int, height: int, title: str, body: list[str]) -> str:
     return "\n".join([head, caption, *body, "</svg>\n"])
 
 
-def _ticks(low: float, high: float, count: int = 5) -> list[float]:
-    step = (high - low) / count
-    return [low + i * step for i in range(count + 1)]
+def ticks(low: float, high: float, count: int = 5) -> tuple[list[float], str]:
+    """Ticks at a round step (1, 2 or 5 x 10^k, the nearest to ``count`` intervals) inside ``[low, high]``, and the
+    format that writes them with as many decimals as the step needs (``0.95``, ``1.00``; ``0``, ``5``, ``10``)."""
+    raw = (high - low) / count if high > low else 1.0
+    power = 10 ** math.floor(math.log10(raw))
+    step = min((m * power for m in (1, 2, 5, 10)), key=lambda s: abs(math.log(s / raw)))
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    first = math.ceil(low / step - 1e-9)
+    values = [round(i * step, decimals + 2) for i in range(first, math.floor(high / step + 1e-9) + 1)]
+    return values, f"{{:.{decimals}f}}"
+
+
+def label_width(labels: Sequence[str]) -> int:
+    """Room for the longest label at the charts' 11 px font (about 6.6 px a character), never less than before."""
+    return max(LABEL_W, int(6.6 * max((len(label) for label in labels), default=0)) + 12)
 
 
 def bars(
@@ -39,7 +52,7 @@ def bars(
     """Horizontal bars, the first at the bottom, over ``xlim``; a vertical line at ``reference``."""
     low, high = xlim
     top, height = 30, ROW * len(labels)
-    x0 = LABEL_W
+    x0 = label_width(labels)
 
     def x(v: float) -> float:
         return x0 + PLOT_W * (min(max(v, low), high) - low) / (high - low)
@@ -56,8 +69,10 @@ def bars(
         body.append(
             f'<line x1="{x(reference):.1f}" y1="{top}" x2="{x(reference):.1f}" y2="{top + height}" stroke="#000"/>'
         )
-    for tick in _ticks(low, high):
-        body.append(f'<text x="{x(tick):.1f}" y="{top + height + 14}" text-anchor="middle">{tick:.3g}</text>')
+        body.append(f'<text x="{x(reference):.1f}" y="{top - 3}" text-anchor="middle">x{reference:.2f} baseline</text>')
+    values, form = ticks(low, high)
+    for tick in values:
+        body.append(f'<text x="{x(tick):.1f}" y="{top + height + 14}" text-anchor="middle">{form.format(tick)}</text>')
     body.append(f'<text x="{x0 + PLOT_W / 2}" y="{top + height + 30}" text-anchor="middle">{escape(xlabel)}</text>')
     return _svg(x0 + PLOT_W + PAD, top + height + 40, title, body)
 
@@ -74,8 +89,9 @@ def dots(
         return top + plot_h - plot_h * (min(max(v, low), high) - low) / (high - low)
 
     body = [f'<rect x="{x0}" y="{top}" width="{width}" height="{plot_h}" fill="none" stroke="#444"/>']
-    for tick in _ticks(low, high):
-        body.append(f'<text x="{x0 - 4}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.3g}</text>')
+    values, form = ticks(low, high)
+    for tick in values:
+        body.append(f'<text x="{x0 - 4}" y="{y(tick) + 4:.1f}" text-anchor="end">{form.format(tick)}</text>')
     body.append(
         f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(ylabel)}</text>'
     )
