@@ -64,6 +64,9 @@ def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     assert ("## Leading dimensions normalised" in report) == bool(normalised)
     assert all(key in report.split("## Leading dimensions normalised")[-1] for key in normalised)
     assert proc.stdout.strip().splitlines()[-1].startswith("report: ")
+    moved = json.loads((run / "report" / "summary.json").read_text())["retargeted"]  # the double is another build
+    assert moved and moved[0].startswith("HIPBLASLT_VERSION tuned under") and "'1100-a4e0b8f5'" in moved[0]
+    assert f"validators: {moved[0]}" in proc.stdout and "not those its rows were tuned under" in report
     agreed = json.loads((run / "report" / "summary.json").read_text())["bench_agreement"]
     winners = [r for r in json.loads((run / "bench" / "results.json").read_text()) if r["winner"] != "Default"]
     assert agreed["predicted_rows"] == len(winners) > 0, "every winner Bench named is compared with its validation"

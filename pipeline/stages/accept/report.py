@@ -11,7 +11,7 @@ import jinja2
 
 from ...atomic import atomic_write_json, atomic_write_text
 from ...backends.base import DEFAULT, ProblemResult
-from ...formats.tunableop import parse_key
+from ...formats.tunableop import parse_key, read_file
 from ...problem import distinct_labels
 from ...stats import geomean
 from ..bench import own_kernels
@@ -85,6 +85,13 @@ def build(run_dir: Path) -> dict:
     held = _load(layout.validate / held_out.RECORD)
     bench_summary = _load(layout.bench_summary) or {}
     notes = backend_notes(bench_summary)
+    moved = retargeted(layout)
+    if moved:
+        notes.append(
+            "the bundle ships under the target's validators (--validators-from), not those its rows were tuned "
+            "under: " + "; ".join(moved) + ". A solution index names a kernel of one build: tune on the "
+            "target's build for rows it will read"
+        )
     triton_lines = own_kernels.lines(bench_summary.get("triton"), gate["kept"])
     notes += triton_lines
     if measured.get("tunableop_ab"):
@@ -214,6 +221,7 @@ def build(run_dir: Path) -> dict:
         "coverage": e2e.get("coverage"),  # the tuned share at keys the collection never saw (docs/serving.md)
         "held_out_worst": (held or {}).get("worst"),
         "held_out_split": (held or {}).get("split", {}),
+        "retargeted": moved,
         "not_sent": not_sent,
         "triton": triton_lines,
         "bench_agreement": agreed,
@@ -285,6 +293,20 @@ def add_stage_times(run_dir: Path) -> dict:
     return summary
 
 
+def retargeted(layout: RunLayout) -> list[str]:
+    """How the validators the bundle ships under (the merged file's: ``--validators-from``'s where given) differ
+    from those Bench tuned its rows under, one line per key (none: the same, or no Bench stage)."""
+    tuned, merged = layout.bench / "tunableop_results.csv", layout.merged_csv
+    if not tuned.exists() or not merged.exists():
+        return []
+    bench, shipped = read_file(tuned).validators, read_file(merged).validators
+    return [  # a key Bench did not record is not a difference it knows of
+        f"{key} tuned under {bench[key]!r}, shipped under {shipped[key]!r}"
+        for key in sorted(set(bench) & set(shipped))
+        if bench[key] != shipped[key]
+    ]
+
+
 def key_lines(summary: dict) -> list[str]:
     """The last lines TuneWorkload prints."""
     kept_geo = summary["kept_geomean_speedup"]
@@ -303,6 +325,11 @@ def key_lines(summary: dict) -> list[str]:
         *([agreement.line(summary["bench_agreement"])] if (summary.get("bench_agreement") or {}).get("rows") else []),
         *(summary.get("triton") or [])[:1],  # the count; the report has the rest
         f"end to end: {summary['e2e']}",
+        *(
+            [f"validators: {'; '.join(summary['retargeted'])} (the report says what follows)"]
+            if summary.get("retargeted")
+            else []
+        ),
         *not_sent_line(summary.get("not_sent") or {}),
         *([f"stage times: {timings.line(summary['stage_seconds'])}"] if summary.get("stage_seconds") else []),
         *[f"drift: {line}" for line in drift_lines(summary.get("drift") or {})],
