@@ -13,7 +13,7 @@ from pipeline.formats.hipblaslt_override import read_override
 from pipeline.formats.tunableop import read_file
 from pipeline.stages.bench import own_kernels
 
-from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED, amd_dag, first_gemms
+from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED, amd_dag, first_gemms, run_amd_dag
 
 GEMMS = 6
 
@@ -131,3 +131,15 @@ def test_gfx950_with_the_2024_tensilelite_is_refused_before_any_stage(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert "BadInput (exit 12, bad input)" in last and "gfx950 comes with --tensile-generation 2025" in last
     assert not [p.name for p in (tmp_path / "w" / "night").glob("*") if p.is_dir() and p.name != "made_from"]
+
+
+def test_a_bench_that_prints_garbage_is_named_by_its_cause_in_one_line(tmp_path):
+    """The stack probe asks the bench for its version; a bench that prints no result line fails it, and the
+    run's last line says so (#65: it gave a traceback fragment, the cause only in an earlier warning)."""
+    garbage = tmp_path / "garbage-bench"
+    garbage.write_text("#!/bin/sh\necho 'garbage output here'\n")
+    garbage.chmod(0o755)
+    proc = run_amd_dag(tmp_path, "g", "", "TuneWorkload", check=False, bench=str(garbage))
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 5 and "ProbeFailed (exit 11, tool failure)" in last
+    assert "hipblaslt-bench: no result line" in last and "^^^" not in last and "Traceback" not in last

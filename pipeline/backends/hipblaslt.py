@@ -200,7 +200,7 @@ class HipblasltBackend(BackendBase):
                 return parse_output(proc.stdout, "hipblaslt-bench")
             except BenchFormatError as err:
                 errors.append(str(err))
-        raise BenchFailed(f"{self.bench} {' '.join(args)}: " + "; then ".join(errors))
+        raise BenchFailed("; then ".join(errors) + f" (ran {self.bench} {' '.join(args)})")  # the cause first
 
     def heuristic(self, problem: GemmProblem) -> BenchSolution:
         """The library's own pick for ``problem`` (what torch gets untuned), as this bench measures it."""

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ... import procs
 from ...atomic import atomic_write_json
-from ...errors import ToolError
+from ...errors import PipelineError, ToolError, exit_code, one_line
 from ...formats.torch_build import torch_build, torch_package_dir
 from ...kernels.triton_gemm import source_hash
 
@@ -129,8 +129,9 @@ def probe(bench: str | None = None, timeout_s: float = 300.0) -> dict:
         proc = procs.run(argv, timeout_s=timeout_s, env=procs.with_package_on_path(os.environ))
     except subprocess.TimeoutExpired as err:
         raise ProbeFailed(f"the stack probe gave no answer in {timeout_s:.0f} s") from err
-    if proc.returncode != 0:
-        raise ProbeFailed(f"the stack probe failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+    if proc.returncode != 0:  # its last line is the cause: the probe's own one-line error, or the exception's
+        said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        raise ProbeFailed(f"the stack probe failed (exit {proc.returncode}): {said[-1] if said else 'no output'}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -253,5 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="print this machine's stack facts as JSON")
     parser.add_argument("--bench", default=None, help="hipblaslt-bench to ask for its version")
     args = parser.parse_args(argv)
-    print(json.dumps(probe_here(args.bench), sort_keys=True))
+    try:
+        print(json.dumps(probe_here(args.bench), sort_keys=True))
+    except PipelineError as err:  # one line that names the cause, which the run repeats
+        print(f"stack probe: {one_line(err)}", file=sys.stderr)
+        return exit_code(err)
     return 0
