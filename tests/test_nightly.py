@@ -467,3 +467,31 @@ def test_a_secret_goes_into_files_only_its_owner_reads_and_is_never_printed(tmp_
     assert "export HF_TOKEN=hf_not_for_the_logs" in (workdir / nightly.ENV_FILE).read_text()
     assert (workdir / nightly.SECRETS_FILE).read_text() == 'HF_TOKEN="hf_not_for_the_logs"\n'
     assert nightly.secret("WANDB_API_KEY") and nightly.secret("hf_token") and not nightly.secret("CUDA_HOME")
+
+
+def test_a_nightly_beside_a_plain_luigi_run_names_that_run(tmp_path):
+    """A plain ``luigi`` run holds the workdir's lock shared (it writes no holder there) and its run's lock; the
+    nightly refused beside it names that run and its process, not an unknown holder (#65)."""
+    import subprocess
+    import sys
+
+    from pipeline.stages.ship import nightly
+
+    workdir = tmp_path / "w"
+    hold = (
+        "import time; from pathlib import Path; from pipeline.stages.ship import nightly\n"
+        f"locks = nightly.RunLocks(); locks.hold(Path({str(workdir / 'night')!r}), ['luigi', 'TuneWorkload'])\n"
+        f"with nightly.workdir_lock(Path({str(workdir)!r}), shared=True):\n"
+        "    print('held', flush=True); time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(nightly.Locked) as refused, nightly.workdir_lock(workdir):
+            pass
+    finally:
+        holder.kill()
+    said = str(refused.value)
+    assert "unknown holder" not in said and "run night:" in said and f'"pid": {holder.pid}' in said
+    with nightly.workdir_lock(workdir):  # once it is gone, the workdir is free
+        assert nightly.held_runs(workdir) == []

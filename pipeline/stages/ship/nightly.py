@@ -85,6 +85,19 @@ def _holder(handle) -> str:
     return handle.read().strip() or "unknown holder"
 
 
+def held_runs(workdir: Path) -> list[str]:
+    """The runs of ``workdir`` a live process holds (their run lock taken: a plain ``luigi`` run, which holds the
+    workdir's lock shared and writes no holder there), each with the holder its run lock names."""
+    found = []
+    for path in sorted(Path(workdir).glob(f"*/{RUN_LOCK}")):
+        with path.open("a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free: nobody runs it now
+            except BlockingIOError:
+                found.append(f"run {path.parent.name}: {_holder(handle)}")
+    return found
+
+
 def _write_holder(handle, argv: Sequence[str]) -> None:
     """Say who holds a lock file (what ``_holder`` reads back for the one refused)."""
     handle.seek(0)
@@ -113,7 +126,9 @@ def workdir_lock(workdir: Path, wait_s: float = 0.0, argv: Sequence[str] = (), s
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise Locked(f"{workdir} is in use by another run: {_holder(handle)}") from None
+                    runs = [] if shared else held_runs(workdir)
+                    holder = "; ".join(runs) if runs else _holder(handle)
+                    raise Locked(f"{workdir} is in use by another run: {holder}") from None
                 time.sleep(0.5)
         if not shared:
             _write_holder(handle, argv)
