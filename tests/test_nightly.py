@@ -491,6 +491,7 @@ def test_a_nightly_beside_a_plain_luigi_run_names_that_run(tmp_path):
             pass
     finally:
         holder.kill()
+        holder.wait()  # its locks go with it
     said = str(refused.value)
     assert "unknown holder" not in said and "run night:" in said and f'"pid": {holder.pid}' in said
     with nightly.workdir_lock(workdir):  # once it is gone, the workdir is free
