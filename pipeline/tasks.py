@@ -637,11 +637,6 @@ class Bench(StackBound):
         self.claim_stages()
         options = self.backend_options()
         problems, out, settings = self.problems(), self.layout().bench, self.tune_settings()
-        spec = mgrid.parse_grid(self.m_grid)
-        if spec != mgrid.EXACT:
-            seen = sum(record.seen for record in read_shapes_json(self.layout().shapes))
-            log.info("%s", mgrid.cost_line(spec, len(problems), seen, len(self.gpu_indices("Bench"))))
-
         bar = ProgressBar("Bench")
 
         def progress(done: int, total: int) -> None:
@@ -677,10 +672,12 @@ class Bench(StackBound):
             )
 
         def tune_pending(previous: dict, sources: dict) -> None:
-            if mgrid.parse_grid(self.m_grid) == mgrid.EXACT:
+            spec = mgrid.parse_grid(self.m_grid)
+            if spec == mgrid.EXACT:
                 run(problems, previous, sources)
                 return
             seen = {record.problem for record in read_shapes_json(self.layout().shapes) if record.seen}
+            log.info("%s", mgrid.cost_line(spec, len(problems), len(seen & set(problems)), len(gpus)))
             grid_seeds.tune_in_two_passes(problems, seen, self.layout().bench, run, previous, sources)
 
         return tuned_cache.tune_through_cache(

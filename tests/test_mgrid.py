@@ -100,7 +100,7 @@ def test_expand_keeps_what_ran_and_adds_the_grid():
     assert by_n[512].seen and by_n[512].bucket == (497, 512)
     assert sorted(by_n) == sorted({*mgrid.serving_points(512), 7})
     rotary = GemmProblem("gemm", "N", "N", 94, 1, 1, 94, 1, 94, a_type="float32", b_type="float32", c_type="float32")
-    assert mgrid.expand([rotary], mgrid.SERVING) == [mgrid.GridPoint(rotary, (0, 0), True)]  # tokens are its m
+    assert mgrid.expand([rotary], mgrid.SERVING) == [mgrid.GridPoint(rotary, None, True)]  # tokens are its m
     line = mgrid.cost_line(mgrid.SERVING, len(points), 2, gpus=4)
     assert f"{len(points)} GEMMs to tune (2 the workload ran" in line and "on 4 GPUs" in line
 

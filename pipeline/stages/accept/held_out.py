@@ -71,10 +71,11 @@ def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
     by_grid: dict[str, list[dict]] = {}
     split: dict[str, dict] = {}
     for row in sorted(rows, key=lambda r: r.n):
+        low = below(row)
         by_grid.setdefault(row.held_out_of, []).append(
-            {"m": row.n, "speedup": round(row.speedup, 4), "noise": round(row.noise, 4), "below": below(row)}
+            {"m": row.n, "speedup": round(row.speedup, 4), "noise": round(row.noise, 4), "below": low}
         )
-        if below(row):  # in ascending order: the last one below sets the split
+        if low:  # in ascending order: the last one below sets the split
             split[row.held_out_of] = {
                 "lo": row.n + 1,
                 "why": f"M = {row.n} held out at x{row.speedup:.3f}, below x{FLOOR} beyond noise",

@@ -128,11 +128,11 @@ def buckets(points: Sequence[int], spec: GridSpec = SERVING) -> dict[int, tuple[
 
 @dataclass(frozen=True)
 class GridPoint:
-    """One problem to tune: a family at one grid M, the bucket of token counts it serves, whether the
-    workload ran that exact M."""
+    """One problem to tune: a family at one grid M, the bucket of token counts it serves (None: a problem
+    outside any family, served as recorded), whether the workload ran that exact M."""
 
     problem: GemmProblem
-    bucket: tuple[int, int]
+    bucket: tuple[int, int] | None
     seen: bool
 
 
@@ -145,7 +145,7 @@ def expand(problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = 
     for problem in problems:
         fam = problem.token_family() if problem.k != 1 else None
         if fam is None:
-            points.append(GridPoint(problem, (0, 0), True))  # no bucket: served as recorded
+            points.append(GridPoint(problem, None, True))
         else:
             families.setdefault(fam, {})[problem.n] = problem  # type: ignore[index]
     for members in families.values():
@@ -156,16 +156,6 @@ def expand(problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = 
             if problem is not None:
                 points.append(GridPoint(problem, bucket, m in members))
     return points
-
-
-def token_counts(problems: Iterable[GemmProblem]) -> dict[GemmProblem, list[int]]:
-    """The token counts each family ran, sorted."""
-    found: dict[GemmProblem, set[int]] = {}
-    for problem in problems:
-        fam = problem.token_family()
-        if fam is not None:
-            found.setdefault(fam, set()).add(problem.n)  # type: ignore[arg-type]
-    return {fam: sorted(ms) for fam, ms in found.items()}
 
 
 def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1) -> str:

@@ -179,7 +179,7 @@ def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = N
         if record is None:
             record = ShapeRecord(point.problem, *format_key(point.problem), count=0, calls=0)
             record.time_share = 0.0 if shares_known else None
-        record.bucket = point.bucket if point.bucket != (0, 0) else None
+        record.bucket = point.bucket
         shapes.append(record)
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
     result.weight_notes.append(mgrid.cost_line(spec, len(points), sum(point.seen for point in points)))
