@@ -532,3 +532,33 @@ def test_the_html_report_escapes_what_it_shows(tmp_path, capsys, no_nvmath):
     md = (odd / "report" / "report.md").read_text()
     assert "<i>x&y" in md
     assert md.split("![speedup per problem]")[0].endswith("|\n\n"), "the charts after the table, not in it"
+
+
+def test_an_interrupted_ab_resumes_at_its_first_unfinished_alternation(tmp_path):
+    """The A/B of a job killed mid-way (a 10-minute limit, a reboot) goes on where it stopped when the job is run
+    again: the alternations it finished are kept, not run again; another bundle starts afresh."""
+    from pipeline.stages.accept.e2e import CHECKPOINT
+
+    counter, script = tmp_path / "runs", tmp_path / "workload.py"
+    script.write_text(
+        "import os, pathlib\n"
+        f"p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
+        "if n == int(os.environ.get('DIE_AT', '-1')): raise SystemExit(3)\n"
+        "tuned = 'PYTORCH_TUNABLEOP_FILENAME' in os.environ\n"
+        "print(f'throughput: {1500.0 if tuned else 1000.0} tokens/s')\n"
+    )
+    csv = tmp_path / "bundle.csv"
+    csv.write_text("Validator,PT_VERSION,2.11.0\n")
+    scratch = tmp_path / "s"
+    with pytest.raises(RuntimeError, match="exited with code 3"):
+        ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60, env={**os.environ, "DIE_AT": "4"})
+    assert len(json.loads((scratch / CHECKPOINT).read_text())["runs"]["tuned"]) == 2  # two whole alternations
+    out = ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60)
+    assert int(counter.read_text()) == 5 + 2 and out["reps"] == 3 and out["tokens_speedup"] == pytest.approx(1.5)
+    assert not (scratch / CHECKPOINT).exists()  # finished: nothing to resume
+    with pytest.raises(RuntimeError):
+        ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60, env={**os.environ, "DIE_AT": "8"})
+    csv.write_text("Validator,PT_VERSION,2.12.0\n")  # another bundle: its A/B is its own
+    counter.write_text("0")
+    ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60)
+    assert int(counter.read_text()) == 6

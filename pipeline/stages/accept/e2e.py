@@ -21,6 +21,7 @@ child): the loss a host-bound workload can take that its A/B may be too noisy to
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 from ... import procs
+from ...atomic import atomic_write_json
 from ...backends.base import ToolMissing
 from ...errors import ToolError
 from ...kernels.triton_cache import CACHE_ENV
@@ -45,6 +47,7 @@ RESOLVE = 0.03  # the end-to-end effect the A/B must resolve: the interval of it
 MORE_REPS = 4  # alternations run at most, per one asked, while the interval is wider than that
 COVERAGE_SUMS = ("unseen_calls", "unseen_tuned_calls", "unseen_us", "unseen_tuned_us")
 STATUS_RECORDS = "runtime*.json"  # the tuned runs' status records (``status_records``)
+CHECKPOINT = "alternations.json"  # the finished alternations, so that a killed A/B resumes (``resumed``)
 HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
 
 
@@ -157,10 +160,12 @@ def ab_test(
         name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
         for name, e in envs.items()
     }
-    for stale in scratch.glob(STATUS_RECORDS):  # an earlier attempt's status records: these runs write their own
-        stale.unlink()
-    runs: dict[str, list[dict]] = {"baseline": [], "tuned": []}
-    rep, most = 0, max(reps, max_reps if max_reps is not None else MORE_REPS * reps)
+    identity = {"baseline": command, "tuned": tuned_command, "via": via, "bundle": _digest(Path(bundle_csv))}
+    runs = resumed(scratch, identity)
+    if not runs["baseline"]:
+        for stale in scratch.glob(STATUS_RECORDS):  # an earlier attempt's status records: these runs write their own
+            stale.unlink()
+    rep, most = len(runs["baseline"]), max(reps, max_reps if max_reps is not None else MORE_REPS * reps)
     while rep < reps or (rep < most and not resolved(runs)):
         for name in round_order(("baseline", "tuned"), rep):
             argv = command if name == "baseline" else tuned_command
@@ -178,7 +183,9 @@ def ab_test(
                 {"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout), "p99_ms": parse_p99_ms(proc.stdout)}
             )
         rep += 1
+        atomic_write_json(scratch / CHECKPOINT, {"identity": identity, "runs": runs})
     reps = rep
+    (scratch / CHECKPOINT).unlink(missing_ok=True)  # finished: the outcome holds the runs
     out: dict = {"reps": reps, "via": via, "runs": runs}
     bounds = interval(runs)
     if bounds is not None:
@@ -210,6 +217,22 @@ def ab_test(
         out["coverage"] = coverage(records)
         out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+
+
+def resumed(scratch: Path, identity: dict) -> dict[str, list[dict]]:
+    """The alternations an earlier, interrupted A/B of the same commands and bundle finished (``CHECKPOINT``,
+    written after each): a rerun goes on from there. Anything else starts afresh."""
+    path = scratch / CHECKPOINT
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("identity") == identity:
+            return saved["runs"]
+        path.unlink()
+    return {"baseline": [], "tuned": []}
 
 
 def tuned_calls_per_run(records: list[dict], reps: int) -> dict[str, float]:
