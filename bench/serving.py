@@ -8,9 +8,12 @@ decode through ``pipeline.runtime``. One record:
 
 Per model, dtype and arm (``graphs``, ``eager``): ``coverage`` (the share of GEMM time at token counts the collection
 never saw that ran a tuned choice, a roofline estimate), ``held_out_worst`` (the lowest speedup Validate measured at
-a held-out count), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step latency both
+a held-out count inside the ranges the bundle serves, after it split the buckets that lost; the lowest before the
+splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step latency both
 ways; per model and dtype the job's verdict, its Bench time and GPUs. ``targets`` says which of the issue's targets
-each row meets. The job runs with ``--allow-e2e-regression`` so that a refused bundle is still measured eager (the
+each row meets. Run again with the same ``--workdir`` after an interruption, it resumes: each job where Luigi
+left it, each A/B at its first unfinished alternation. Each job's log is ``<workdir>/<model>-<dtype>.log``.
+The job runs with ``--allow-e2e-regression`` so that a refused bundle is still measured eager (the
 verdict says it was refused).
 """
 
@@ -67,7 +70,8 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "coverage": coverage.get("tuned_share_of_time"),
         "coverage_calls": coverage.get("tuned_share_of_calls"),
         "unseen_calls": coverage.get("unseen_calls"),
-        "held_out_worst": ((held or {}).get("worst") or {}).get("speedup"),
+        "held_out_worst": ((held or {}).get("worst_shipped") or {}).get("speedup"),  # inside what ships
+        "held_out_worst_before_splits": ((held or {}).get("worst") or {}).get("speedup"),
         "tokens_per_s": {"baseline": base.get("median_tokens_per_s"), "tuned": tuned.get("median_tokens_per_s")},
         "speedup": e2e.get("tokens_speedup"),
         "interval": e2e.get("interval"),
@@ -107,10 +111,13 @@ def run_dir_figures(run: Path) -> tuple[dict, dict | None, dict, Path]:
 
 def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> list[dict]:
     """The job and the eager A/B of one model and dtype: its two rows."""
-    done = procs.run(job_command(model, dtype, workdir, args), timeout_s=args.timeout)
+    log = workdir / f"{model}-{dtype}.log"
+    workdir.mkdir(parents=True, exist_ok=True)
+    done = procs.run(job_command(model, dtype, workdir, args), timeout_s=args.timeout, log=log)
     run = workdir / f"{model}-{dtype}"
     if done.returncode != 0 or not (run / "report" / "summary.json").exists():
-        raise RuntimeError(f"{model} {dtype}: the job exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        tail = procs.tail_lines(log.read_text(errors="replace"), 30)
+        raise RuntimeError(f"{model} {dtype}: the job exited {done.returncode} (its log: {log}):\n{tail}")
     e2e, held, summary, bundle = run_dir_figures(run)
     eager = ab_test(
         ["bash", "-c", serve_command(model, dtype, 2, args, "--eager --repeat 3")],

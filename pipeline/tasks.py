@@ -656,6 +656,7 @@ class Bench(StackBound):
     ) -> dict:
         """Tune ``problems`` on this host's GPUs through the fingerprint's cache (``tuned_cache``)."""
         gpus, settings = self.gpu_indices("Bench"), self.tune_settings()
+        buckets = {r.problem: r.bucket for r in read_shapes_json(self.layout().shapes) if r.bucket}
 
         def run(part: list, previous: dict, sources: dict) -> None:
             bench.run_shards(
@@ -669,6 +670,7 @@ class Bench(StackBound):
                 previous,
                 sources,
                 name=name,
+                buckets=buckets,
             )
 
         def tune_pending(previous: dict, sources: dict) -> None:

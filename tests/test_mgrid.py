@@ -194,7 +194,7 @@ def test_held_out_rows_skip_default_triton_and_exact_rows():
 
 
 def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss():
-    from pipeline.stages.accept.held_out import FLOOR, verdict
+    from pipeline.stages.accept.held_out import FLOOR, lines, verdict
 
     grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
     rows = [
@@ -208,6 +208,8 @@ def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss()
         grid: {"lo": 11, "why": f"M = 10 held out at x{10 / 10.4:.3f}, below x{FLOOR} beyond noise"}
     }
     assert result["worst"] == {"key": "d", "m": 10, "speedup": round(10 / 10.4, 4)}
+    assert result["worst_shipped"] == {"key": "b", "m": 12, "speedup": round(10 / 9.0, 4)}  # above the split
+    assert "after the splits: the worst x1.111" in lines(result)[-2]
     assert [r["m"] for r in result["by_grid_row"][grid]] == [9, 10, 12]
     assert verdict([rows[3]])["split"] == {}  # x0.995: within the floor
 
@@ -229,6 +231,10 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     run = tmp_path / "w" / "grid"
     shapes = read_shapes_json(run / "shapes" / "shapes.json")
     assert any(not r.seen and r.bucket == (5, 16) for r in shapes)
+    results = json.loads((run / "bench" / "results.json").read_text())
+    scored = [r for r in results if r["bucket"].get("speedups")]  # Bench timed the winners inside their buckets
+    assert scored and all(r["bucket"]["hi"] == r["problem"]["n"] for r in scored)
+    assert all(str(r["bucket"]["lo"]) in r["bucket"]["speedups"] for r in scored)
     held = json.loads((run / "validate" / "held_out.json").read_text())
     measured = json.loads((run / "validate" / "measurements.json").read_text())
     assert held["rows"] == len(measured["held_out"]) > 0 and all(r["held_out_of"] for r in measured["held_out"])
@@ -237,6 +243,7 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     assert not {r["key"] for r in measured["held_out"]} & set(gate["kept"])
     report = (run / "report" / "report.md").read_text()
     assert "Held-out token counts" in report and f"{held['rows']} timed" in report
+    assert f"Bench timed {len(scored)} grid winners inside their buckets" in report
     manifest = json.loads((run / "bundle" / "manifest.json").read_text())
     bundle_keys = (run / "bundle" / "tunableop_results.csv").read_text()
     assert manifest["collected"] == sorted(r.key for r in shapes if r.seen)
@@ -330,3 +337,102 @@ def test_bench_searches_the_anchors_then_starts_every_other_grid_point_from_its_
     seeded = ProblemResult.from_json(previous[problem_id(QKV.with_tokens(3))])
     assert seeded.problem == QKV.with_tokens(3) and seeded.winner == "W4"  # the anchor above, at this size
     assert ProblemResult.from_json(previous[problem_id(QKV.with_tokens(12))]).winner == "W8"  # none above: below
+
+
+class ScriptedRetime:
+    """A backend whose ``retime`` gives each (winner, token count) the speedup a table says (None: the library
+    refuses it there), crowning it by a 2% margin as the real ones do."""
+
+    name = "scripted"
+
+    def __init__(self, table):
+        self.table, self.asked = table, []
+
+    def retime(self, previous, settings):
+        from pipeline.backends.base import CandidateResult, ProblemResult
+
+        name, n = previous.winner, previous.problem.n
+        self.asked.append((name, n))
+        speedup = self.table[name].get(n)
+        if speedup is None:
+            raise ValueError(f"CUBLAS_STATUS_NOT_SUPPORTED: {name} at n = {n}")
+        result = ProblemResult(previous.problem, default_us=10.0, winner_us=10.0)
+        result.candidates = [CandidateResult(name, final_us=10.0 / speedup, verdict_speedup=speedup)]
+        if speedup >= 1.02:
+            result.crown(name, 10.0 / speedup, previous.record)
+        return result
+
+
+def grid_result(problem, speedup=1.2):
+    from pipeline.backends.base import DEFAULT, CandidateResult, ProblemResult, WinnerRecord
+
+    result = ProblemResult(problem, default_us=10.0)
+    result.crown("A", 10.0 / speedup, WinnerRecord({"AlgoId": 1}))
+    result.candidates = [
+        CandidateResult(DEFAULT, final_us=10.0),
+        CandidateResult("A", final_us=10.0 / speedup, config={"AlgoId": 1}),
+        CandidateResult("B", final_us=10.0 / 1.1, config={"AlgoId": 2}),
+        CandidateResult("C", final_us=10.0 / 1.05, config={"AlgoId": 3}),
+    ]
+    return result
+
+
+def test_bench_scores_a_grid_winner_over_its_bucket_and_keeps_it_where_it_holds():
+    from pipeline.backends.base import TuneSettings
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    backend = ScriptedRetime({"A": {9: 1.05, 12: 1.1, 15: 1.08}})
+    result = bucket_score.score(backend, grid_result(top), (9, 16), TuneSettings())
+    assert backend.asked == [("A", 9), ("A", 12), ("A", 15)]  # lower edge, middle, one below; each at its size
+    assert result.winner == "A" and result.bucket["worst"] == 1.05 and result.bucket["serves_from"] == 9
+    assert result.bucket["speedups"] == {"9": 1.05, "12": 1.1, "15": 1.08, "16": 1.2}
+    assert bucket_score.score(backend, grid_result(top), (16, 16), TuneSettings()).bucket == {}  # one count
+
+
+def test_a_winner_that_loses_inside_its_bucket_gives_way_to_a_finalist_that_serves_all_of_it():
+    from pipeline.backends.base import TuneSettings
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    table = {
+        "A": {9: 0.6, 12: 1.1, 15: 1.1},
+        "B": {16: 1.1, 9: 1.0, 12: 1.08, 15: 1.05},
+        "C": {16: 1.05, 9: 1.01, 12: 1.0, 15: 1.0},
+    }
+    result = bucket_score.score(ScriptedRetime(table), grid_result(top), (9, 16), TuneSettings())
+    assert result.winner == "B" and result.record.solution == {"AlgoId": 2} and result.winner_us == 10.0 / 1.1
+    assert result.bucket["worst"] == 1.0 and result.bucket["serves_from"] == 9  # B's worst beats C's
+    assert [t["name"] for t in result.bucket["tried"]] == ["A", "B", "C"]
+    assert "B serves it better" in result.origin
+
+
+def test_where_no_finalist_serves_the_bucket_the_winner_serves_above_its_highest_loss():
+    from pipeline.backends.base import TuneSettings
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    table = {"A": {9: 0.6, 12: 1.1, 15: 1.1}, "B": {16: 1.01}, "C": {16: 1.1, 9: None, 12: 1.2, 15: 1.2}}
+    result = bucket_score.score(ScriptedRetime(table), grid_result(top), (9, 16), TuneSettings())
+    # B is not crowned at the grid point; C is refused by the library at M = 9
+    assert result.winner == "A" and result.bucket["serves_from"] == 10 and result.bucket["worst"] == 0.6
+    assert [t["name"] for t in result.bucket["tried"]] == ["A", "C"] and result.bucket["tried"][1]["worst"] == 0.0
+    key = ",".join(format_key(top))
+    data = result.to_json()
+    assert bucket_score.served([data], {key: (9, 16)}) == {
+        key: {"lo": 10, "why": "Bench: x0.600 at worst over its bucket"}
+    }
+    assert bucket_score.served([data], {key: (5, 16)}) == {}  # a score of another grid's bucket does not count
+
+
+def test_a_triton_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it_was():
+    from pipeline.backends.base import BackendBase, TuneSettings, WinnerRecord
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    triton = grid_result(top)
+    triton.crown("triton_x", 5.0, WinnerRecord({"Tuner": "triton"}))
+    backend = ScriptedRetime({})
+    assert bucket_score.score(backend, triton, (9, 16), TuneSettings()).bucket == {} and backend.asked == []
+    result = bucket_score.score(BackendBase(), grid_result(top), (9, 16), TuneSettings())
+    assert result.winner == "A" and result.bucket["note"].startswith("not scored")

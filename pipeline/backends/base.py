@@ -93,6 +93,7 @@ class ProblemResult:
     skipped: str | None = None
     origin: str = ""  # how the result came: "" tuned here, "cache <fp>", "retimed ...", "retuned ..."
     timeline: dict = field(default_factory=dict)  # where and when it was tuned: gpu, pid, start, end (epoch s)
+    bucket: dict = field(default_factory=dict)  # its winner scored over its grid bucket (``bench/bucket_score``)
 
     @property
     def speedup(self) -> float | None:

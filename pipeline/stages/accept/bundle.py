@@ -17,6 +17,7 @@ from ...formats.rocm import problem_type_name
 from ...formats.tunableop import TunableOpEntry, format_key, parse_key, read_file, write_file
 from ...kernels import triton_gemm
 from ...problem import GemmProblem
+from ..bench import bucket_score
 from ..bench.tune import OVERRIDE
 from ..gather import mgrid
 from ..gather.shapes import ShapeRecord, read_shapes_json
@@ -53,6 +54,16 @@ def buckets_of(shapes: Sequence[ShapeRecord]) -> dict[str, tuple[int, int]]:
     return {record.key: record.bucket for record in shapes if record.bucket is not None}
 
 
+def grid_buckets(layout: RunLayout) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
+    """Each grid row's bucket as Bench left it (narrowed where its winner lost inside it: ``bucket_score``),
+    and the narrowed ones (grid key -> ``{"lo", "why"}``)."""
+    shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
+    buckets = buckets_of(shapes)
+    results = json.loads(layout.bench_results.read_text()) if layout.bench_results.exists() else []
+    narrowed = bucket_score.served(results, buckets)
+    return {k: (max(lo, narrowed.get(k, {}).get("lo", lo)), hi) for k, (lo, hi) in buckets.items()}, narrowed
+
+
 def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[str, dict] | None = None) -> Path:
     """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, each grid row spread
     over its bucket (``mgrid.spread``; a bucket in ``split``, grid key -> ``{"lo", "why"}``, failed at a held-out
@@ -64,9 +75,10 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     kept_sizes = {
         (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
     }
-    split = split or {}
     shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
-    buckets = {key: (max(lo, split.get(key, {}).get("lo", lo)), hi) for key, (lo, hi) in buckets_of(shapes).items()}
+    buckets, narrowed = grid_buckets(layout)
+    split = {**narrowed, **(split or {})}  # Validate's split lies inside Bench's narrowed bucket
+    buckets = {key: (max(lo, split.get(key, {}).get("lo", lo)), hi) for key, (lo, hi) in buckets.items()}
     entries, ranges = mgrid.spread(entries, buckets)
     for record in ranges:
         if record["key"] in split:

@@ -81,13 +81,20 @@ def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
                 "why": f"M = {row.n} held out at x{row.speedup:.3f}, below x{FLOOR} beyond noise",
             }
     worst = min(rows, key=lambda r: r.speedup, default=None)
+    shipped = [r for r in rows if r.n >= split.get(r.held_out_of, {}).get("lo", 0)]  # inside what the bundle serves
+    worst_shipped = min(shipped, key=lambda r: r.speedup, default=None)
     return {
         "seed": seed,
         "rows": len(rows),
-        "worst": None if worst is None else {"key": worst.key, "m": worst.n, "speedup": round(worst.speedup, 4)},
+        "worst": _figure(worst),
+        "worst_shipped": _figure(worst_shipped),
         "by_grid_row": by_grid,
         "split": split,
     }
+
+
+def _figure(row: MeasuredRow | None) -> dict | None:
+    return None if row is None else {"key": row.key, "m": row.n, "speedup": round(row.speedup, 4)}
 
 
 def lines(result: dict | None) -> list[str]:
@@ -99,5 +106,8 @@ def lines(result: dict | None) -> list[str]:
         f"{result['rows']} timed at token counts inside the grid rows' buckets that nobody tuned (seed "
         f"{result['seed']}); the worst x{worst['speedup']:.3f} at M = {worst['m']} (`{worst['key']}`)"
     ]
+    shipped = result.get("worst_shipped")
+    if result["split"] and shipped:
+        out.append(f"inside the ranges the bundle serves after the splits: the worst x{shipped['speedup']:.3f}")
     out += [f"split `{key}`: serves from M = {s['lo']} up ({s['why']})" for key, s in sorted(result["split"].items())]
     return out

@@ -14,7 +14,7 @@ from ...backends.base import DEFAULT, ProblemResult
 from ...formats.tunableop import parse_key, read_file
 from ...problem import distinct_labels
 from ...stats import geomean
-from ..bench import own_kernels
+from ..bench import bucket_score, own_kernels
 from ..configs.render import TEMPLATES
 from ..gather import compiled
 from ..run import timings
@@ -168,7 +168,7 @@ def build(run_dir: Path) -> dict:
         "bundle": str(layout.bundle) if passed else "refused (see verdict)",
         "not_sent_lines": compiled.lines(not_sent),
         "agreement_line": agreement.line(agreed),
-        "held_out_lines": held_out.lines(held),
+        "held_out_lines": [x for x in [bucket_score.line(bench_summary.get("buckets")), *held_out.lines(held)] if x],
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""

@@ -31,7 +31,7 @@ from ...problem import GemmProblem
 from ...stats import Stats
 from ..gather.shapes import ShapeRecord
 from ..run.layout import RunLayout
-from . import held_out
+from . import bundle, held_out
 from .measured import MeasuredRow, Padded, Pair
 
 MEASUREMENTS = "measurements.json"
@@ -96,7 +96,7 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
         rows.append(
             MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
         )
-    return rows + held_out.held_out_rows(rows, {s.key: s.bucket for s in shapes if s.bucket})
+    return rows + held_out.held_out_rows(rows, bundle.grid_buckets(layout)[0])
 
 
 class Checkpoints:

@@ -30,7 +30,7 @@ from ...problem import GemmProblem
 from ...procs import tail_lines
 from ...stats import geomean
 from ..run.layout import OVERRIDE, RUNTIME
-from . import own_kernels
+from . import bucket_score, own_kernels
 
 TOOL_LOGIC = "logic-tool"  # logic a vendor tool wrote (find_exact, TensileLite): replaces the winners' records
 
@@ -89,6 +89,7 @@ def run_shards(
     previous: dict[str, dict] | None = None,
     previous_from: dict[str, str] | None = None,
     name: str = "shard",
+    buckets: dict[GemmProblem, tuple[int, int]] | None = None,
 ) -> None:
     """Tune every problem without a result yet: one worker process per GPU, all pulling from one queue,
     costliest first (each claims a problem with a lock the kernel drops if it dies, so none is tuned twice
@@ -96,11 +97,12 @@ def run_shards(
     ``registry.BackendEntry.factory_path``), ``backend_options`` its arguments besides the GPU (e.g.
     ``bench``); ``previous`` the winners to re-time first and ``previous_from`` the stack each was tuned
     under (both by problem id; ``base.CACHED``: this stack's own cache); ``name`` prefixes the worker files
-    under ``shards/`` (concurrent callers on one directory use their own)."""
+    under ``shards/`` (concurrent callers on one directory use their own); ``buckets`` the token counts each
+    grid point's winner serves (``bucket_score``)."""
     out_dir = Path(out_dir).absolute()
     todo = sorted(pending(problems, out_dir), key=lambda p: (-estimate_cost(p), p.sort_key()))
     queue = out_dir / "shards" / f"{name}queue.json"
-    previous = previous or {}
+    previous, todo_set = previous or {}, set(todo)
     carried = [problem_id(p) for p in todo if problem_id(p) in previous]  # the winners to re-time, costliest first
     atomic_write_json(
         queue,
@@ -111,6 +113,7 @@ def run_shards(
             "backend_options": backend_options or {},
             "previous": {pid: previous[pid] for pid in carried},
             "previous_from": {pid: (previous_from or {}).get(pid, "") for pid in carried},
+            "buckets": {problem_id(p): list(b) for p, b in (buckets or {}).items() if p in todo_set},
         },
     )
     with contextlib.ExitStack() as stack:  # a failure here, or this run's death, kills every worker
@@ -204,6 +207,7 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
         "skipped": [{"problem": ",".join(format_key(r.problem)), "reason": r.skipped} for r in results if r.skipped],
         "errors": [{"problem": ",".join(format_key(r.problem)), "error": r.errors[0]} for r in results if r.errors],
         "tuning_s": sum(r.tuning_s for r in results),
+        "buckets": bucket_score.summary(results),
         "tensile": [
             {
                 "problem": ",".join(format_key(r.problem)),

@@ -25,6 +25,7 @@ from ...atomic import atomic_write_json
 from ...backends.base import BackendBase, ProblemResult, TuneSettings, tune
 from ...backends.slots import gpu_slot, lock_dir
 from ...problem import GemmProblem
+from . import bucket_score
 from .registry import load_factory
 from .tune import RUNTIME, pending, problem_id, result_path
 
@@ -67,14 +68,19 @@ def work(
     previous: dict[GemmProblem, ProblemResult],
     previous_from: dict[GemmProblem, str],
     gpu: int,
+    buckets: dict[GemmProblem, tuple[int, int]] | None = None,
 ) -> int:
-    """Tune each problem no other worker has claimed, writing each result as it finishes; how many it tuned."""
+    """Tune each problem no other worker has claimed, writing each result as it finishes; how many it tuned.
+    A grid point's winner (``buckets``: the token counts it serves) is scored over its bucket first."""
     tuned = 0
     for problem in problems:
         with claimed_problem(out_dir, problem) as mine:
             if not mine or result_path(out_dir, problem).exists():
                 continue
             for result in tune(backend, [problem], settings, previous, previous_from):
+                start = time.monotonic()
+                result = bucket_score.score(backend, result, (buckets or {}).get(problem), settings)
+                result.tuning_s += time.monotonic() - start
                 result.timeline.update(gpu=gpu, pid=os.getpid())
                 atomic_write_json(result_path(out_dir, result.problem), result.to_json())
                 tuned += 1
@@ -111,6 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = ProblemResult.from_json(data)
         previous[result.problem] = result
         previous_from[result.problem] = sources.get(pid, "")
+    buckets = {
+        problem: tuple(spec["buckets"][problem_id(problem)])
+        for problem in problems
+        if problem_id(problem) in spec.get("buckets", {})
+    }
     marks = {"spawned": args.spawned_at or started, "started": started}
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
         marks["slot_claimed"] = time.time()
@@ -121,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.prepare()
         marks["prepared"] = time.time()
         try:
-            tuned = work(backend, problems, out_dir, settings, previous, previous_from, gpu)
+            tuned = work(backend, problems, out_dir, settings, previous, previous_from, gpu, buckets)
         finally:
             backend.close()
     atomic_write_json(

@@ -1,0 +1,183 @@
+"""A grid point's winner scored over its bucket (``--m-grid``, docs/serving.md): the winner serves every token
+count from the previous grid point + 1 to its own, so Bench times it at the bucket's lower edge, its middle and
+one count below the grid point too, each against torch's default (the backend's ``retime``: the library's own
+check at that size, then a verdict), and its score is its worst ratio over them. Where that is below ``FLOOR``,
+the next finalists of the search (up to ``ALTERNATIVES``, each crowned again at the grid point) are scored the
+same way and the best worst ratio wins; where none reaches ``FLOOR``, the best at the grid point stays and
+serves only above the highest count it lost at (``serves_from``). A count where the library refuses a
+candidate scores 0: it is not valid there.
+
+A Triton winner is compiled for its own sizes and serves its grid point alone (docs/triton.md): not scored. A
+backend that cannot re-time a winner (``retime`` returns None) leaves the bucket unscored, as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ...backends.base import DEFAULT, Backend, ProblemResult, TuneSettings, WinnerRecord
+from ...formats.tunableop import format_key
+from ...kernels.triton_gemm import PREFIX as TRITON
+from ...problem import GemmProblem
+
+FLOOR = 0.99  # the worst ratio a candidate may have over its bucket (as Validate's held-out counts)
+ALTERNATIVES = 2  # finalists scored where the winner falls below FLOOR inside its bucket
+
+
+@dataclass
+class Scored:
+    name: str
+    record: WinnerRecord
+    at_top: ProblemResult  # crowned at the grid point
+    speedups: dict[int, float]  # token count -> speedup over torch's default (0: not valid there)
+
+    @property
+    def worst(self) -> float:
+        return min(self.speedups.values())
+
+    def serves_from(self, lo: int) -> int:
+        """The lowest count it serves: above the highest count where it fell below ``FLOOR``."""
+        lost = [m for m, s in self.speedups.items() if s < FLOOR]
+        return max(lost) + 1 if lost else lo
+
+
+def edge_counts(bucket: tuple[int, int]) -> list[int]:
+    """The counts a bucket's candidates are timed at besides the grid point: its lower edge, its middle and the
+    count just below the grid point (a winner whose tile fits its grid point exactly loses there: on the H200,
+    x0.92 at M = 95 under the M = 96 winner, docs/serving.md)."""
+    lo, hi = bucket
+    return sorted({lo, (lo + hi) // 2, hi - 1} - {hi})
+
+
+def speedup_at(backend: Backend, problem: GemmProblem, name: str, record: WinnerRecord, settings: TuneSettings):
+    """``name``'s speedup over torch's default at ``problem`` (0.0 where it cannot run there) and the re-timed
+    result; None where the backend cannot re-time a winner."""
+    try:
+        again = backend.retime(ProblemResult(problem, winner=name, record=record), settings)
+    except Exception as err:  # refused by the library at this size, or a reading under the floor
+        return 0.0, ProblemResult(problem, errors=[f"{type(err).__name__}: {err}"])
+    if again is None:
+        return None
+    first = again.candidates[0] if again.candidates else None
+    speedup = (first.verdict_speedup if first else None) or again.speedup
+    if speedup is None and first and first.final_us and again.default_us:
+        speedup = again.default_us / first.final_us
+    return float(speedup or 0.0), again
+
+
+def score(
+    backend: Backend, result: ProblemResult, bucket: tuple[int, int] | None, settings: TuneSettings
+) -> ProblemResult:
+    """``result`` with its winner scored over ``bucket`` (``result.bucket``), replaced by a finalist that serves
+    the bucket better where the winner falls below ``FLOOR`` in it."""
+    if bucket is None or bucket[0] >= bucket[1] or not result.has_winner or result.winner.startswith(TRITON):
+        return result
+    lo, hi = bucket
+    counts = [m for m in edge_counts(bucket) if result.problem.with_tokens(m) is not None]
+    winner = _scored(backend, result, result.winner, result.record, counts, settings, top=result)  # type: ignore[arg-type]
+    if winner is None:
+        result.bucket = {"lo": lo, "hi": hi, "note": f"not scored: the {backend.name} backend cannot re-time"}
+        return result
+    tried = [winner]
+    if winner.worst < FLOOR:
+        for candidate in _finalists(result)[:ALTERNATIVES]:
+            record = WinnerRecord(dict(candidate.config or {}))
+            _, top = speedup_at(backend, result.problem, candidate.name, record, settings) or (0.0, None)
+            if top is None or not top.has_winner:
+                continue
+            scored = _scored(backend, top, candidate.name, top.record, counts, settings, top=top)  # type: ignore[arg-type]
+            if scored is not None:
+                tried.append(scored)
+    best = max(tried, key=lambda s: (s.worst >= FLOOR, s.worst if s.worst >= FLOOR else s.speedups[hi]))
+    if best is not winner:
+        result = _crowned(result, best)
+    result.bucket = {
+        "lo": lo,
+        "hi": hi,
+        "speedups": {str(m): round(s, 4) for m, s in sorted(best.speedups.items())},
+        "worst": round(best.worst, 4),
+        "serves_from": best.serves_from(lo),
+        "tried": [{"name": s.name, "worst": round(s.worst, 4)} for s in tried],
+    }
+    return result
+
+
+def _scored(
+    backend: Backend,
+    result: ProblemResult,
+    name: str,
+    record: WinnerRecord,
+    counts: Sequence[int],
+    settings: TuneSettings,
+    top: ProblemResult,
+) -> Scored | None:
+    speedups = {result.problem.n: float(top.speedup or 0.0)}
+    for m in counts:
+        timed = speedup_at(backend, result.problem.with_tokens(m), name, record, settings)  # type: ignore[arg-type]
+        if timed is None:
+            return None
+        speedups[m] = timed[0]
+    return Scored(name, record, top, speedups)  # type: ignore[arg-type]
+
+
+def _finalists(result: ProblemResult) -> list:
+    """The search's other finalists with a config, fastest at the grid point first."""
+    found = [
+        c
+        for c in result.candidates
+        if c.name not in (DEFAULT, result.winner) and c.final_us and not c.error and c.config
+    ]
+    return sorted(found, key=lambda c: c.final_us)
+
+
+def _crowned(result: ProblemResult, best: Scored) -> ProblemResult:
+    """``result`` with ``best`` (re-timed and crowned at the grid point) as its winner; the search kept."""
+    top = best.at_top
+    result.crown(best.name, top.winner_us, top.record)  # type: ignore[arg-type]
+    result.default_us = top.default_us
+    result.numerics = {**result.numerics, **top.numerics}
+    result.origin = f"{result.origin + '; ' if result.origin else ''}bucket: {best.name} serves it better"
+    return result
+
+
+def served(results: Sequence[dict], buckets: Mapping[str, tuple[int, int]]) -> dict[str, dict]:
+    """Per grid key whose Bench score narrowed its bucket, ``{"lo": the lowest count it serves, "why"}`` (the
+    shape of Validate's held-out split). Only a score of the bucket the shapes give counts (a cached result may
+    carry another grid's)."""
+    narrowed = {}
+    for data in results:
+        scored = data.get("bucket") or {}
+        key = ",".join(format_key(GemmProblem.from_dict(data["problem"])))
+        if key not in buckets or (scored.get("lo"), scored.get("hi")) != tuple(buckets[key]):
+            continue
+        lo = scored.get("serves_from", scored["lo"])
+        if lo > scored["lo"]:
+            narrowed[key] = {"lo": lo, "why": f"Bench: x{scored['worst']:.3f} at worst over its bucket"}
+    return narrowed
+
+
+def summary(results: Sequence[ProblemResult]) -> dict | None:
+    """What scoring did over a Bench (None: no grid winner was scored): how many winners, how many gave way
+    to a finalist, how many serve part of their bucket, and the worst ratio a shipped one has inside it."""
+    scored = [r for r in results if r.bucket.get("speedups")]
+    if not scored:
+        return None
+    return {
+        "scored": len(scored),
+        "replaced": sum(r.bucket["tried"][0]["name"] != r.winner for r in scored),
+        "narrowed": sum(r.bucket["serves_from"] > r.bucket["lo"] for r in scored),
+        "worst": min(r.bucket["worst"] for r in scored),
+    }
+
+
+def line(figures: dict | None) -> str:
+    """The report's line on it ("" where nothing was scored)."""
+    if not figures:
+        return ""
+    return (
+        f"Bench timed {figures['scored']} grid winners inside their buckets too (lower edge, middle, one below "
+        "the grid point): "
+        f"{figures['replaced']} gave way to a finalist that serves the bucket better, {figures['narrowed']} serve "
+        f"only the counts above their highest loss (the worst ratio inside a bucket: x{figures['worst']:.3f})"
+    )
