@@ -44,7 +44,7 @@ def _shapes(args: argparse.Namespace) -> int:
             for f, what in ((args.calls, "calls JSON"), (args.baseline, "baseline JSON"))
         ),
     )
-    apply_grid(result, spec, m_max)
+    apply_grid(result, spec, m_max, 60 * args.grid_budget)
     sys.stdout.write(summary_table(result))
     if args.json:
         write_shapes_json(args.json, result)
@@ -216,6 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="M",
         help="the largest token count of the serving grid (default: the largest the files show)",
+    )
+    shapes.add_argument(
+        "--grid-budget",
+        type=_non_negative,
+        default=0.0,
+        metavar="MIN",
+        help="minutes of Bench on one GPU the grid may cost (estimated): the finest grid points the files do not "
+        "show are dropped to fit (default: no bound)",
     )
     shapes.set_defaults(func=_shapes)
 

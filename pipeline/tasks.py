@@ -479,7 +479,15 @@ class GatherShapes(PipelineTask):
     m_max = counted(
         int, 0, 1 << 24, default=0, description="largest token count of the serving grid (0: the largest M seen)"
     )
-    made_from_params = ("untuned", "lenient", "m_grid", "m_max")
+    grid_budget = counted(
+        float,
+        0.0,
+        1e6,
+        default=0.0,
+        description="minutes of Bench on one GPU the M grid may cost (estimated; 0: no bound): the finest grid "
+        "points the workload did not run are dropped to fit",
+    )
+    made_from_params = ("untuned", "lenient", "m_grid", "m_max", "grid_budget")
 
     def requires(self) -> luigi.Task | None:
         return None if self.untuned else self.clone(CollectShapes)
@@ -511,7 +519,7 @@ class GatherShapes(PipelineTask):
             if collected is None
             else (read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)),
         )
-        apply_grid(result, mgrid.parse_grid(self.m_grid), mgrid.parse_m_max(self.m_max))
+        apply_grid(result, mgrid.parse_grid(self.m_grid), mgrid.parse_m_max(self.m_max), 60 * self.grid_budget)
         summary = summary_table(result)
         atomic_write_text(self.layout().shapes_summary, summary)
         write_shapes_json(self.output().path, result)

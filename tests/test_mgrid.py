@@ -93,16 +93,37 @@ def test_a_family_is_the_gemm_at_every_token_count():
 
 def test_expand_keeps_what_ran_and_adds_the_grid():
     ran = [QKV, QKV.with_tokens(512)]
-    points = mgrid.expand(ran, mgrid.SERVING)
+    points, _ = mgrid.expand(ran, mgrid.SERVING)
     by_n = {p.problem.n: p for p in points}
     assert by_n[7].seen and by_n[7].problem is QKV and by_n[7].bucket == (5, 7)
     assert by_n[8].bucket == (8, 8) and not by_n[8].seen
     assert by_n[512].seen and by_n[512].bucket == (497, 512)
     assert sorted(by_n) == sorted({*mgrid.serving_points(512), 7})
     rotary = GemmProblem("gemm", "N", "N", 94, 1, 1, 94, 1, 94, a_type="float32", b_type="float32", c_type="float32")
-    assert mgrid.expand([rotary], mgrid.SERVING) == [mgrid.GridPoint(rotary, None, True)]  # tokens are its m
+    assert mgrid.expand([rotary], mgrid.SERVING) == ([mgrid.GridPoint(rotary, None, True)], "")  # tokens are its m
     line = mgrid.cost_line(mgrid.SERVING, len(points), 2, gpus=4)
     assert f"{len(points)} GEMMs to tune (2 the workload ran" in line and "on 4 GPUs" in line
+
+
+def test_a_grid_budget_drops_the_finest_points_the_workload_did_not_run_and_never_what_it_ran():
+    ran = [QKV.with_tokens(n) for n in (3, 7, 300)]  # one family; the serving grid to 304 has 41 points
+    full, note = mgrid.expand(ran, mgrid.SERVING)
+    assert note == "" and len(full) == 41
+    cost = mgrid.SECONDS_PER_PROBLEM
+    fitted, note = mgrid.expand(ran, mgrid.SERVING, budget_s=20 * cost)
+    kept = sorted(p.problem.n for p in fitted)
+    assert len(kept) <= 20 and {3, 7, 300} <= set(kept)
+    assert all(n in (3, 7, 300) or mgrid.coarseness(n) <= 1 for n in kept)
+    assert kept == [1, 2, 3, 4, 7, 8, 16, 32, 64, 128, 192, 256, 300]  # powers of two, multiples of 64
+    assert f"{41 - 13} of 41 grid points dropped to fit" in note and "multiples of 64" in note
+    by_n = {p.problem.n: p.bucket for p in fitted}
+    assert by_n[192] == (129, 192) and by_n[300] == (257, 300)  # buckets widen to the next point kept
+    alone, note = mgrid.expand(ran, mgrid.SERVING, budget_s=2 * cost)
+    assert sorted(p.problem.n for p in alone) == [3, 7, 300]  # what ran stays, over any budget
+    assert "the 3 GEMMs the workload ran cost about" in note and "no other grid point is tuned" in note
+    just, note = mgrid.expand(ran, mgrid.SERVING, budget_s=3 * cost)
+    assert len(just) == 3 and "38 of 41 grid points dropped" in note and "and no other point" in note
+    assert [mgrid.coarseness(m) for m in (64, 96, 128, 768, 48, 40, 1)] == [0, 2, 0, 1, 2, 3, 0]
 
 
 def test_apply_grid_gives_grid_points_no_weight(tmp_path):
@@ -151,6 +172,10 @@ def test_gemm_tune_shapes_takes_the_grid_and_refuses_bad_values(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "serves" in done.stdout and "m-grid 1,2,4:" in done.stdout
     assert any(row["bucket"] == [3, 4] for row in json.loads(out.read_text()))
+    budget = subprocess.run([*run, "--m-grid", "serving", "--grid-budget", "0.5"], capture_output=True, text=True)
+    assert budget.returncode == 0 and "--grid-budget 0.5 min:" in budget.stdout, budget.stderr
+    refused = subprocess.run([*run, "--grid-budget", "-1"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "'-1': must be a finite number >= 0" in refused.stderr
     for bad, said in ((["--m-grid", "2,1"], "1 comes after 2"), (["--m-max", "8"], "--m-max 8 is below M = 128")):
         refused = subprocess.run([*run, "--m-grid", "serving", *bad], capture_output=True, text=True)
         assert refused.returncode == 12 and said in refused.stderr

@@ -23,7 +23,7 @@ needs torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BadInput
@@ -136,10 +136,55 @@ class GridPoint:
     seen: bool
 
 
-def expand(problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = None) -> list[GridPoint]:
-    """Every family of ``problems`` over its grid: the collected problems (seen) and the grid's others.
-    Wildcard problems and outer products (``k = 1``, the rotary embedding's position x frequency, whose token
-    count is not ``n``) stay as they are, a bucket of their own."""
+def coarseness(m: int) -> int:
+    """How coarse a grid point is, 0 the coarsest: a power of two, then a ladder point or a multiple of 64,
+    then of 16, then the rest (the capture sizes in steps of 8). A budget keeps the coarsest."""
+    if m & (m - 1) == 0:
+        return 0
+    if m > LADDER_START or m % 64 == 0:
+        return 1
+    return 2 if m % 16 == 0 else 3
+
+
+def fit_budget(
+    grids: Mapping[GemmProblem, tuple[list[int], Collection[int]]], budget_s: float, others: int = 0
+) -> tuple[int, str]:
+    """The finest ``coarseness`` of grid points the workload did not run that keeps the grids (family ->
+    (points, the counts it ran)) and ``others`` GEMMs outside any family within ``budget_s`` of Bench on one GPU
+    at ``SECONDS_PER_PROBLEM`` a GEMM, and a note of what it dropped ("" where all fit). The counts a workload
+    ran are never dropped; where they alone overrun the budget the note says so and every other point goes
+    (-1)."""
+    for finest in (3, 2, 1, 0, -1):
+        in_grids = (1 for points, seen in grids.values() for m in points if m in seen or coarseness(m) <= finest)
+        kept = others + sum(in_grids)
+        if kept * SECONDS_PER_PROBLEM <= budget_s or finest == -1:
+            break
+    total = others + sum(len(points) for points, _ in grids.values())
+    if kept == total:
+        return 3, ""
+    minutes = f"{budget_s / 60:g} min"
+    if kept * SECONDS_PER_PROBLEM > budget_s:
+        alone = kept * SECONDS_PER_PROBLEM / 60
+        return -1, (
+            f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one "
+            "GPU by themselves; no other grid point is tuned"
+        )
+    kind = {2: "the multiples of 16", 1: "the multiples of 64 and the ladder", 0: "the powers of two"}.get(
+        finest, "no other point"
+    )
+    return finest, (
+        f"--grid-budget {minutes}: {total - kept} of {total} grid points dropped to fit; the grid keeps what the "
+        f"workload ran and {kind} (their buckets widen to the next point kept)"
+    )
+
+
+def expand(
+    problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = None, budget_s: float | None = None
+) -> tuple[list[GridPoint], str]:
+    """Every family of ``problems`` over its grid: the collected problems (seen) and the grid's others, within
+    ``budget_s`` seconds of Bench on one GPU where given (``fit_budget``), and the note of what the budget
+    dropped. Wildcard problems and outer products (``k = 1``, the rotary embedding's position x frequency, whose
+    token count is not ``n``) stay as they are, a bucket of their own."""
     families: dict[GemmProblem, dict[int, GemmProblem]] = {}
     points: list[GridPoint] = []
     for problem in problems:
@@ -148,14 +193,16 @@ def expand(problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = 
             points.append(GridPoint(problem, None, True))
         else:
             families.setdefault(fam, {})[problem.n] = problem  # type: ignore[index]
-    for members in families.values():
-        grid = grid_points(spec, members, m_max)
+    grids = {fam: (grid_points(spec, members, m_max), members.keys()) for fam, members in families.items()}
+    finest, note = fit_budget(grids, budget_s, len(points)) if budget_s else (3, "")
+    for fam, members in families.items():
+        grid = [m for m in grids[fam][0] if m in members or coarseness(m) <= finest]
         any_member = next(iter(members.values()))
         for m, bucket in buckets(grid, spec).items():
             problem = members.get(m) or any_member.with_tokens(m)
             if problem is not None:
                 points.append(GridPoint(problem, bucket, m in members))
-    return points
+    return points, note
 
 
 def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1) -> str:

@@ -163,13 +163,16 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
         record.per_call_us = per_call.get(record.problem)
 
 
-def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None) -> None:
+def apply_grid(
+    result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None, budget_s: float | None = None
+) -> None:
     """Expand every family of the gathered GEMMs over its M grid (``mgrid``): the collected ones get their
     bucket, the grid points the workload did not run join with no count and no time share (they weigh nothing
     in the workload's figures; they serve token counts it did not show). ``exact`` leaves the GEMMs as they
-    are (an ``m_max`` below a count they ran is still refused). The notes say what the grid costs."""
+    are (an ``m_max`` below a count they ran is still refused). ``budget_s`` bounds Bench's estimated time on
+    one GPU (``mgrid.fit_budget``). The notes say what the grid costs and what the budget dropped."""
     records = {record.problem: record for record in result.shapes}
-    points = mgrid.expand(list(records), spec, m_max)
+    points, dropped = mgrid.expand(list(records), spec, m_max, budget_s)
     if spec == mgrid.EXACT:
         return
     shares_known = any(record.time_share is not None for record in result.shapes)
@@ -182,6 +185,7 @@ def apply_grid(result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = N
         record.bucket = point.bucket
         shapes.append(record)
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
+    result.weight_notes += [note for note in (dropped,) if note]
     result.weight_notes.append(mgrid.cost_line(spec, len(points), sum(point.seen for point in points)))
 
 
