@@ -433,3 +433,33 @@ def test_a_package_ships_the_kernels_its_triton_rows_were_validated_with(tmp_pat
     with pytest.raises(ValueError, match=r"e2e\.json: not the end-to-end record Validate writes"):
         write_package(run, tmp_path / "dist3", stack, devices=1)
     assert "COPY kernels/" not in (tmp_path / "dist2" / STACK.fingerprint / "Dockerfile").read_text()
+
+
+def test_the_runtime_rows_of_an_m_grid_are_its_grid_rows_and_the_manifest_carries_their_ranges(tmp_path):
+    """A bundle spread over M ranges (one row per token count, for TunableOp) ships the runtime its grid rows
+    alone and the ranges in the package's manifest: the runtime finds every count of a range from them."""
+    from pipeline.runtime.table import load_table, runtime_key
+    from pipeline.stages.gather import mgrid
+
+    op = "GemmTunableOp_BFloat16_TN"
+    grid = [
+        TunableOpEntry.from_problem(parse_key(op, f"tn_4096_{n}_4096_ld_4096_4096_4096"), CUBLASLT, 0.01)
+        for n in (8, 16)
+    ]
+    exact = TunableOpEntry.from_problem(parse_key(op, "tn_1024_3_4096_ld_4096_4096_1024"), CUBLASLT, 0.01)
+    buckets = {f"{e.op_signature},{e.params_signature}": b for e, b in zip(grid, [(5, 8), (9, 16)], strict=True)}
+    entries, ranges = mgrid.spread([*grid, exact], buckets)
+    run = tmp_path / "run"
+    (run / "bundle" / "logic").mkdir(parents=True)
+    write_file(run / "bundle" / "tunableop_results.csv", {"PT_VERSION": "2.11.0"}, entries)
+    (run / "bundle" / "manifest.json").write_text(json.dumps({"rows": len(entries), "m_ranges": ranges}))
+    manifest = write_package(run, tmp_path / "dist", STACK, devices=1)
+    out = tmp_path / "dist" / STACK.fingerprint
+    shipped = read_file(out / "runtime_results.csv").entries
+    assert len(entries) == 13 and [e.problem.n for e in shipped] == [8, 16, 3]
+    assert manifest["serves"]["runtime_rows"] == 3 and manifest["m_ranges"] == ranges
+    table = load_table(out)
+    for n in range(5, 17):
+        assert table.find(runtime_key(parse_key(op, f"tn_4096_{n}_4096_ld_4096_4096_4096")))[1] == CUBLASLT
+    assert table.find(runtime_key(parse_key(op, "tn_4096_4_4096_ld_4096_4096_4096"))) is None
+    assert mgrid.unspread(entries, []) == entries  # no ranges: nothing is a copy

@@ -719,3 +719,65 @@ def test_calls_at_untuned_token_counts_are_counted_per_key_with_the_coverage(tmp
     assert f"the collection never saw: {share} of their GEMM time (roofline estimate; 2 of 6 calls)" in summary_line(
         status
     )
+
+
+def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_size(tmp_path):
+    """A bundle whose manifest lists M ranges needs no spread row for the runtime: an unseen token count inside a
+    range finds its grid row's solution, built for its own size (kept for the next call); one below a range, a
+    Triton grid row and a weight the ranges do not hold find nothing."""
+    op = "GemmTunableOp_BFloat16_TN"
+    triton = "triton_r16c64k128_s1_g8_w4_st3_swap"
+    _rows(
+        tmp_path / RESULTS,
+        [
+            (op, "tn_512_8_256_ld_256_256_512", SOLUTION),
+            (op, "tn_512_16_256_ld_256_256_512", REFUSED),
+            (op, "tn_1024_16_256_ld_256_256_1024", triton),
+        ],
+    )
+    ranges = [
+        {"key": f"{op},tn_512_8_256_ld_256_256_512", "solution": SOLUTION, "lo": 5, "hi": 8},
+        {"key": f"{op},tn_512_16_256_ld_256_256_512", "solution": REFUSED, "lo": 12, "hi": 16},
+        {"key": f"{op},tn_1024_16_256_ld_256_256_1024", "solution": triton, "lo": 16, "hi": 16},
+    ]
+    (tmp_path / "manifest.json").write_text(json.dumps({"m_ranges": ranges}))
+    table = load_table(tmp_path)
+    rows = len(table)
+
+    def key(m: int, n: int) -> tuple:
+        return runtime_key(parse_key(op, f"tn_{m}_{n}_256_ld_256_256_{m}"))
+
+    problem, solution = table.find(key(512, 6))
+    assert solution == SOLUTION and problem == parse_key(op, "tn_512_6_256_ld_256_256_512")
+    assert len(table) == rows + 1 and table.find(key(512, 6))[0] is problem  # kept
+    assert table.find(key(512, 13))[1] == REFUSED and table.find(key(512, 16))[1] == REFUSED
+    assert table.find(key(512, 4)) is None and table.find(key(512, 10)) is None  # below a range, between two
+    assert table.find(key(512, 17)) is None and table.find(key(1024, 15)) is None  # above every range; Triton
+    assert table.find(runtime_key(parse_key(op, "tn_512_6_128_ld_128_128_512"))) is None  # another weight
+    assert table.miss(key(512, 10)).startswith("outside every range")
+
+
+@needs
+def test_the_runtime_routes_an_unseen_token_count_through_its_manifest_range(tmp_path):
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    op = "GemmTunableOp_BFloat16_TN"
+    _rows(tmp_path / RESULTS, [(op, "tn_512_8_256_ld_256_256_512", SOLUTION)])
+    ranges = [{"key": f"{op},tn_512_8_256_ld_256_256_512", "solution": SOLUTION, "lo": 5, "hi": 8}]
+    (tmp_path / "manifest.json").write_text(json.dumps({"m_ranges": ranges, "collected": [ranges[0]["key"]]}))
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
+    try:
+        w = torch.randn(512, 256).bfloat16()
+        for tokens in (6, 6, 7, 9):
+            torch.nn.functional.linear(torch.randn(tokens, 256).bfloat16(), w)
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert status["tuned_calls"] == {
+        f"{SOLUTION} {op},tn_512_6_256_ld_256_256_512": 2,
+        f"{SOLUTION} {op},tn_512_7_256_ld_256_256_512": 1,
+    }
+    assert status["fallbacks"] == {"outside every range (its weight is tuned at other token counts)": 1}
+    assert status["coverage"]["tuned_share_of_calls"] == pytest.approx(3 / 4)

@@ -359,7 +359,7 @@ class Router:
             if key is None:
                 return Fallback("layout torch copies first")
             tried.append(key)
-            found = self.table.solutions.get(key)
+            found = self.table.find(key)
             if found is not None:
                 break
         else:
@@ -453,7 +453,7 @@ class ScaledRoutes:
         if out is not None and not out_fits(out, (problem.n, problem.m), out_dtype, device):
             return OUT_MISFIT
         key = runtime_key(problem)
-        found = self.router.table.solutions.get(key)
+        found = self.router.table.find(key)
         if found is None:
             return self.router._no_row(key)
         return self.router._build(key, found, device)

@@ -4,11 +4,14 @@ A row is applied only where its solution names a cuBLASLt algorithm (``Gemm_Cubl
 project's Triton kernels (``triton_..``, docs/triton.md), and its op is
 one the runtime routes (``mm``: ``gemm``, ``addmm`` with a vector bias: ``gemm_and_bias``, ``bmm``:
 ``gemm_strided_batched``, ``_scaled_mm``: ``scaled_gemm`` in the 2.15 CUDA grammar, tensorwise or rowwise).
-Every other row is counted with the reason it is not applied.
+Every other row is counted with the reason it is not applied. A call whose key has no row of its own takes
+the grid row whose M range (the manifest's ``m_ranges``) holds its token count (``TunedTable.find``,
+docs/serving.md).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -116,6 +119,47 @@ class TunedTable:
         bundle spread over a serving grid holds tens of thousands of rows (docs/serving.md)."""
         found = (problem.token_family() for problem, _ in self.solutions.values())
         return frozenset(family for family in found if family is not None)
+
+    @functools.cached_property
+    def ranges(self) -> dict[GemmProblem, tuple[list[int], list[tuple[int, RuntimeKey]]]]:
+        """The manifest's M ranges (``m_ranges``: a grid row's key, its solution and the token counts ``lo..hi``
+        it serves) whose grid row this table routes, by token family: the sorted range tops, and per range its
+        bottom and its grid row's key. Triton rows serve their own size alone and have none."""
+        found: dict[GemmProblem, list[tuple[int, int, RuntimeKey]]] = {}
+        for record in self.meta.get("m_ranges") or []:
+            grid = parse_key(*record["key"].split(",", 1))
+            key = runtime_key(grid)
+            if key not in self.solutions or self.solutions[key][1].startswith(TRITON):
+                continue
+            family = grid.token_family()
+            if family is not None:
+                found.setdefault(family, []).append((int(record["hi"]), int(record["lo"]), key))
+        return {
+            family: ([hi for hi, _, _ in sorted(rows)], [(lo, key) for _, lo, key in sorted(rows)])
+            for family, rows in found.items()
+        }
+
+    def find(self, key: RuntimeKey) -> tuple[GemmProblem, str] | None:
+        """The row of a call's key: its own, or the grid row whose M range holds its token count (its plan built
+        for this count, as the libraries look an unseen size up toward the next grid point), kept for the next
+        call; None where neither is."""
+        found = self.solutions.get(key)
+        if found is not None or not self.ranges:
+            return found
+        problem = problem_of(key)
+        family = problem.token_family()
+        if family is None or family not in self.ranges:
+            return None
+        tops, rows = self.ranges[family]
+        at = bisect.bisect_left(tops, problem.n)
+        if at == len(tops) or rows[at][0] > problem.n:  # type: ignore[operator]
+            return None
+        grid, solution = self.solutions[rows[at][1]]
+        moved = grid.with_tokens(problem.n)  # type: ignore[arg-type]
+        if moved is None or runtime_key(moved) != key:
+            return None
+        self.solutions[key] = (moved, solution)
+        return self.solutions[key]
 
     def miss(self, key: RuntimeKey) -> str:
         """Why a call's key found no row: its weight has rows at other token counts, none at this one (outside

@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BadInput
-from ...formats.tunableop import TunableOpEntry
+from ...formats.tunableop import TunableOpEntry, parse_key
 from ...kernels.triton_gemm import PREFIX as TRITON
 from ...problem import GemmProblem
 
@@ -242,3 +242,22 @@ def spread(
                 rows.append(TunableOpEntry.from_problem(problem, entry.solution, entry.time_ms))
         ranges.append({"key": key, "solution": entry.solution, "lo": lo, "hi": hi, **({"note": note} if note else {})})
     return rows, ranges
+
+
+def unspread(entries: Sequence[TunableOpEntry], ranges: Sequence[Mapping]) -> list[TunableOpEntry]:
+    """``entries`` without the copies ``spread`` made: a row inside a range (``ranges``: the manifest's
+    ``m_ranges``) of its weight, below the range's grid point, with the range's solution. What the runtime reads
+    where it finds a call's range itself (``runtime.table.TunedTable.find``)."""
+    by_family: dict[GemmProblem, list[tuple[int, int, str]]] = {}
+    for record in ranges:
+        grid = parse_key(*record["key"].split(",", 1))
+        family = grid.token_family()
+        if family is not None:
+            by_family.setdefault(family, []).append((int(record["lo"]), int(record["hi"]), record["solution"]))
+
+    def copied(entry: TunableOpEntry) -> bool:
+        family = entry.problem.token_family()
+        n = entry.problem.n
+        return any(lo <= n < hi and entry.solution == solution for lo, hi, solution in by_family.get(family, ()))  # type: ignore[arg-type, operator]
+
+    return [entry for entry in entries if not copied(entry)]

@@ -39,6 +39,7 @@ from ...kernels.triton_gemm import PREFIX as TRITON
 from ...runtime.table import KERNELS, RUNTIME_RESULTS
 from ..bench.tune import OVERRIDE
 from ..configs.render import TEMPLATES
+from ..gather import mgrid
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
 from .wheel import write_runtime_wheel
@@ -63,7 +64,8 @@ def needs_compiling(logic_dir: Path) -> bool:
 @dataclass(frozen=True)
 class Rows:
     """The bundle's rows sorted for the target torch: those it dispatches, those it cannot (with the reason),
-    and the cuBLASLt rows among them that ``pipeline.runtime`` applies instead."""
+    and the cuBLASLt rows among them that ``pipeline.runtime`` applies instead (an M grid's grid rows, not the
+    copies spread over their ranges: the runtime looks a range up in the manifest's ``m_ranges``)."""
 
     validators: dict
     platform: str
@@ -89,6 +91,7 @@ def sort_rows(bundle: Path) -> Rows:
                 runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
         else:
             servable.append(entry)
+    runtime_rows = mgrid.unspread(runtime_rows, m_ranges(bundle))  # the runtime finds a call's M range itself
     return Rows(results.validators, platform, torch_version, servable, unservable, runtime_rows)
 
 
@@ -142,6 +145,11 @@ def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -
     return env
 
 
+def m_ranges(bundle: Path) -> list[dict]:
+    """The bundle's M ranges (``manifest.json``'s ``m_ranges``; none under ``--m-grid exact``)."""
+    return json.loads((bundle / "manifest.json").read_text()).get("m_ranges") or []
+
+
 def manifest(
     out: Path,
     run_dir: Path,
@@ -178,6 +186,7 @@ def manifest(
         "compile_logic": compile_logic,
         "triton_kernels": kernels,
         "key_figures": {k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")},
+        "m_ranges": m_ranges(bundle),  # what the runtime looks an unseen token count up in (``runtime.table``)
         "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
     }
     atomic_write_json(out / "manifest.json", data)
