@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 a malformed command line, 10 bundle refused, 11 tool fa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -56,7 +57,9 @@ def _configs(args: argparse.Namespace) -> int:
         arch=args.arch, padding=args.padding, preset=args.tensile_preset, tensile_generation=args.tensile_generation
     )
     out = claim_output_dir(args.out, [args.shapes], args.force)
-    problems = [record.problem for record in read_shapes_json(args.shapes)]
+    records = read_shapes_json(args.shapes)
+    settings = dataclasses.replace(settings, library_type=configs.library_type(r.bucket for r in records))
+    problems = [record.problem for record in records]
     sys.stdout.write(configs.summary(configs.write_configs(out, problems, settings, marker="gemm-tune configs")))
     return 0
 

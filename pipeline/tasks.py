@@ -19,6 +19,7 @@ problems shared by runs. Stages from Bench on stamp ``stack.json`` with the fing
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import io
@@ -557,8 +558,9 @@ class GenerateConfigs(PipelineTask):
 
     @stage_run
     def run(self) -> None:
-        problems = [record.problem for record in read_shapes_json(self.input().path)]
-        data = configs.write_configs(self.layout().configs, problems, self.settings())
+        records = read_shapes_json(self.input().path)
+        settings = dataclasses.replace(self.settings(), library_type=configs.library_type(r.bucket for r in records))
+        data = configs.write_configs(self.layout().configs, [record.problem for record in records], settings)
         log.info("%s", configs.summary(data).rstrip())
 
 

@@ -2,6 +2,7 @@
 
     python tests/tensilelite_forks.py count TREE ARCH CONFIG.yaml [...]   # JSON: file -> [valid, total]
     python tests/tensilelite_forks.py solutions TREE ARCH CASES.json [MAX_LDS]   # JSON: reason or null per case
+    python tests/tensilelite_forks.py read-logic TREE ARCH LOGIC.yaml [...]   # JSON: each file's tables, as read
 
 ``TREE`` is a TensileLite checkout (the folder holding ``Tensile/``, e.g. hipBLASLt's ``tensilelite``; its Python
 needs joblib, msgpack and PyYAML). The script loads each config with the tree's own reader and enumerates its
@@ -161,6 +162,28 @@ def solution_rejections(tree: Path, arch: str, cases: list[dict], max_lds: int |
     return found
 
 
+def read_logic(tree: Path, arch: str, paths: list[Path]) -> dict[str, dict]:
+    """Per logic file, what the tree's own reader makes of it (``LibraryIO.parseLibraryLogicFile``, which builds
+    the ``MasterSolutionLibrary`` TensileCreateLibrary writes): each matching table's distance and keys."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _load_tree(tree, arch, Path(tmp))
+        from Tensile import LibraryIO
+
+        found = {}
+        for path in paths:
+            with contextlib.redirect_stdout(sys.stderr):
+                library = LibraryIO.parseLibraryLogicFile(str(path)).library
+            tables, todo = [], [library.library]
+            while todo:  # the hierarchy: predicate rows, problem maps, then the matching tables
+                node = todo.pop()
+                if hasattr(node, "distance"):
+                    tables.append({"distance": node.distance, "keys": [row["key"] for row in node.table]})
+                todo += [row["library"] for row in getattr(node, "rows", None) or []]
+                todo += list((getattr(node, "mapping", None) or {}).values())
+            found[str(path)] = {"tables": tables}
+    return found
+
+
 def _defaults() -> dict:
     """TensileLite's default solution parameters, one value each (BenchmarkStructs fills them in the same way)."""
     from Tensile.Common import defaultBenchmarkCommonParameters
@@ -172,6 +195,8 @@ if __name__ == "__main__":
     command, tree, arch, *rest = sys.argv[1:]
     if command == "count":
         result = count_forks(Path(tree), arch, [Path(f) for f in rest])
+    elif command == "read-logic":
+        result = read_logic(Path(tree), arch, [Path(f) for f in rest])
     else:  # "solutions" CASES.json [MAX_LDS]
         cases = json.loads(Path(rest[0]).read_text())
         result = solution_rejections(Path(tree), arch, cases, int(rest[1]) if len(rest) > 1 else None)

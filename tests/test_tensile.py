@@ -105,6 +105,7 @@ def test_tune_workload_with_tensilelite(tmp_path):
             hipblaslt_bench=str(DOUBLES / "hipblaslt-bench"),
             validators_from=str(FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"),
             validate_rounds=1,  # the subject is TensileLite, not the validation
+            m_grid="1,16,64",  # a grid: TensileLite writes GridBased logic (the scaled test below keeps Equality)
         ),
         cwd=ROOT,
         capture_output=True,
@@ -119,6 +120,11 @@ def test_tune_workload_with_tensilelite(tmp_path):
     assert all(t["tensile_us"] > 0 and t["heuristic_us"] > 0 for t in summary["tensile"])
     merged = sorted(p.name for p in (run / "merge" / "logic").glob("*.yaml"))
     assert any(name.startswith("aquavanjaram_Cijk_") for name in merged), "TensileLite's logic, merged"
+    from pipeline.formats.logic import load_logic
+
+    grid_logic = [load_logic(p) for p in (run / "merge" / "logic").glob("aquavanjaram_Cijk_*.yaml")]
+    assert grid_logic and all(logic.library_type == "GridBased" for logic in grid_logic)
+    assert any(row[0][1] == 16 for logic in grid_logic for row in logic.exact_logic)  # a grid point's row
     assert all(e.solution == "Default" for e in read_file(run / "merge" / "tunableop_results.csv").entries)
     notes = json.loads((run / "report" / "summary.json").read_text())["notes"]
     assert any("take effect once the merged logic is compiled" in note for note in notes)
@@ -211,3 +217,94 @@ def _scaled_shapes(tmp_path: Path) -> Path:
     if not path.exists():
         assert main(["shapes", str(SCALED), "--json", str(path)]) == 0
     return path
+
+
+# -- an M grid: GridBased logic -----------------------------------------------------------------------------
+def test_an_m_grid_asks_tensilelite_for_gridbased_logic(tmp_path):
+    """Shapes over a serving grid (buckets wider than their point) render TensileLite configs whose
+    LibraryLogic asks for GridBased logic (TensileLite's own default, Common.py defaultAnalysisParameters);
+    exact shapes keep Equality."""
+    from pipeline.stages.configs.render import library_type
+
+    assert library_type([None, (3, 3)]) == "Equality" and library_type([None, (3, 3), (5, 8)]) == "GridBased"
+    untuned = FIXTURES / "configs" / "untuned0.csv"
+    for grid, expected in (("exact", "Equality"), ("serving", "GridBased")):
+        shapes = tmp_path / f"{grid}.json"
+        assert main(["shapes", str(untuned), "--m-grid", grid, "--json", str(shapes)]) == 0
+        assert main(["configs", str(shapes), "--out", str(tmp_path / grid)]) == 0
+        configs = sorted((tmp_path / grid / "tensile").glob("*.yaml"))
+        assert configs and all(
+            yaml.safe_load(p.read_text())["LibraryLogic"]["LibraryType"] == expected for p in configs
+        )
+
+
+def test_a_gridbased_row_whose_kernel_cannot_serve_its_bucket_is_named():
+    """A GridBased row serves the N from the previous grid N of its (M, B, K) + 1 to its own: a kernel that
+    asserts a size multiple, or that loads B along N wider than the bucket's lowest N, is named."""
+    from pipeline.formats.logic import LogicFile, grid_refusals
+
+    from .logic_factory import PROBLEM_TYPE, logic, solution
+
+    loads_b_along_n = {**PROBLEM_TYPE, "TLUB": True}
+    wide = {**solution(128, index=0, problem_type=loads_b_along_n), "GlobalReadVectorWidthB": 8}
+    narrow = {**solution(64, index=1, problem_type=loads_b_along_n), "GlobalReadVectorWidthB": 1}
+    asserted = {**solution(32, index=2, problem_type=loads_b_along_n), "AssertFree1ElementMultiple": 4}
+    rows = [
+        [[256, 4, 1, 512], [1, 10.0]],  # 1-4, narrow: fine
+        [[256, 16, 1, 512], [0, 10.0]],  # 5-16 with a width of 8: refused below 8
+        [[256, 32, 1, 512], [0, 10.0]],  # 17-32: fine
+        [[256, 64, 1, 512], [2, 10.0]],  # 33-64 asserting multiples of 4
+        [[256, 8, 1, 1024], [0, 10.0]],  # another K: 1-8 with a width of 8
+        [[256, 9, 1, 1024], [2, 10.0]],  # 9-9: a point alone, whatever it asserts
+    ]
+    found = grid_refusals(LogicFile(logic(rows, [wide, narrow, asserted], library_type="GridBased")))
+    needs_8 = "which needs N >= 8 (GlobalReadVectorWidthB along N)"
+    assert found == [
+        f"[256, 16, 1, 512] serves N 5-16 with {wide['SolutionNameMin']}, {needs_8}",
+        f"[256, 64, 1, 512] serves N 33-64 with {asserted['SolutionNameMin']}, which asserts "
+        "AssertFree1ElementMultiple 4",
+        f"[256, 8, 1, 1024] serves N 1-8 with {wide['SolutionNameMin']}, {needs_8}",
+    ]
+    assert grid_refusals(LogicFile(logic(rows, [wide, narrow, asserted]))) == []  # Equality: exact sizes only
+
+
+TREE = os.environ.get("GEMM_TUNE_TENSILELITE")
+SHIPPED_GRID = "library/src/amd_detail/rocblaslt/src/Tensile/Logic/asm_full/aldebaran/104CU/GridBased/" + (
+    "aldebaran_Cijk_Ailk_Bjlk_I8II_BH_UserArgs.yaml"
+)
+
+
+@pytest.mark.parametrize("policy", ["upstream", "faster"])
+def test_a_grid_merged_into_shipped_gridbased_logic_reads_back_through_tensilelites_reader(policy, tmp_path):
+    """A grid of sizes merged into a GridBased file hipBLASLt ships, by either policy, is what TensileLite's own
+    reader (``LibraryIO.parseLibraryLogicFile``, building the library TensileCreateLibrary writes) takes: one
+    GridBased table holding the shipped keys and the grid's, in order."""
+    if not TREE:
+        pytest.skip("GEMM_TUNE_TENSILELITE is not set: point it at a TensileLite tree (hipBLASLt's tensilelite)")
+    shipped = Path(TREE).parent / SHIPPED_GRID
+    if not shipped.exists():
+        pytest.skip(f"{shipped}: not in this hipBLASLt tree")
+    from pipeline.stages.merge.logic_merge import MergeOptions, merge_dirs
+
+    base_dir, new_dir = tmp_path / "base", tmp_path / "new"
+    base_dir.mkdir()
+    (base_dir / shipped.name).write_bytes(shipped.read_bytes())
+    data = yaml.safe_load(shipped.read_text())
+    grid = [1, 2, 4, 8, 16, 24, 32, 64, 128]
+    data[7] = [[[512, n, 1, 512, 512, 512, 512, n], [0, 1.0e6]] for n in grid]  # faster than any shipped row
+    new_dir.mkdir()
+    (new_dir / shipped.name).write_text(yaml.safe_dump(data, default_flow_style=None))
+    merge_dirs(base_dir, new_dir, tmp_path / "out", MergeOptions(policy=policy))
+    merged = tmp_path / "out" / shipped.name
+    probe = Path(__file__).with_name("tensilelite_forks.py")
+    done = subprocess.run(
+        [sys.executable, str(probe), "read-logic", TREE, "gfx90a", str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (table,) = json.loads(done.stdout)[str(merged)]["tables"]
+    shipped_keys = [row[0][:4] for row in yaml.safe_load(shipped.read_text())[7]]
+    assert table["distance"] == "GridBased" and table["keys"] == sorted(table["keys"])
+    assert {tuple(k) for k in table["keys"]} == {*map(tuple, shipped_keys), *((512, n, 1, 512) for n in grid)}

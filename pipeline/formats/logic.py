@@ -290,3 +290,37 @@ def tensile_ld_order(logic: LogicFile) -> int:
             row[0] = [m, n, b, k, ldd, ldc, lda, ldb]
             changed += 1
     return changed
+
+
+GRID_ASSERTS = ("AssertFree0ElementMultiple", "AssertFree1ElementMultiple", "AssertSummationElementMultiple")
+
+
+def grid_refusals(logic: LogicFile) -> list[str]:
+    """The GridBased rows whose kernel TensileLite's own predicates refuse at some size the row serves
+    (docs/upstream.md, "GridBased logic"). A row serves the sizes from the previous grid N of its (M, B, K) + 1
+    to its own N. A kernel asserting a size multiple other than 1 serves its grid point alone (upstream's
+    UpdateGrid writes none of them), and one that loads B along N (``TLUB``) needs N >= GlobalReadVectorWidthB
+    (``LeadingFree1SizesGreaterOrEqual``). Empty for other logic."""
+    if logic.library_type != "GridBased":
+        return []
+    position = {s.get("SolutionIndex", i): i for i, s in enumerate(logic.solutions)}
+    previous: dict[tuple, int] = {}
+    found = []
+    for row in sorted(logic.exact_logic or [], key=lambda r: (r[0][0], r[0][2], r[0][3], r[0][1])):
+        m, n, batch, k = row[0][:4]
+        lo = previous.get((m, batch, k), 0) + 1
+        previous[(m, batch, k)] = n
+        if lo >= n or row[1][0] not in position:
+            continue
+        solution = logic.full_solution(position[row[1][0]])
+        name = solution.get("SolutionNameMin", f"solution {row[1][0]}")
+        asserts = [f"{a} {solution[a]}" for a in GRID_ASSERTS if solution.get(a, 1) != 1]
+        width = solution.get("GlobalReadVectorWidthB", 1)
+        if asserts:
+            found.append(f"{[m, n, batch, k]} serves N {lo}-{n} with {name}, which asserts {', '.join(asserts)}")
+        elif (solution.get("ProblemType") or logic.problem_type).get("TLUB") and width > lo:
+            found.append(
+                f"{[m, n, batch, k]} serves N {lo}-{n} with {name}, which needs N >= {width} "
+                "(GlobalReadVectorWidthB along N)"
+            )
+    return found

@@ -14,6 +14,7 @@ figures of this stage are TensileLite's own benchmark, summarised in ``bench/sum
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from ...atomic import atomic_write_text
 from ...backends.base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
 from ...backends.hipblaslt import HipblasltBackend
 from ...errors import BadInput, PipelineError
-from ...formats.logic import dump_logic, load_logic
+from ...formats.logic import dump_logic, grid_refusals, load_logic
 from ...formats.rocm import to_amd
 from ...formats.tensile import benchmark_winners, config_data_types, config_problems, tree_data_types
 from ...problem import GemmProblem
@@ -33,6 +34,7 @@ from ..configs.render import tensile_reason
 from .config_tool import run_into, tool_root
 
 ENV = "TENSILE_ROOT"
+log = logging.getLogger("pipeline")
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,10 @@ class TensileTool:
         )
 
     def keep_logic(self, out: Path, logic_dir: Path, results: Sequence[ProblemResult]) -> None:
-        """``3_LibraryLogic`` whole: MergeLogic merges it into the base logic."""
+        """``3_LibraryLogic`` whole: MergeLogic merges it into the base logic. A GridBased row whose kernel
+        TensileLite refuses at part of the sizes it serves is named in the log (``grid_refusals``)."""
         for path in sorted((out / "3_LibraryLogic").glob("*.yaml")):
-            atomic_write_text(logic_dir / path.name, dump_logic(load_logic(path)))
+            logic = load_logic(path)
+            for refusal in grid_refusals(logic):
+                log.warning("%s: %s", path.name, refusal)
+            atomic_write_text(logic_dir / path.name, dump_logic(logic))

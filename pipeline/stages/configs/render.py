@@ -43,6 +43,9 @@ MANIFEST = "configs.json"
 ARCH_NAMES = tuple(ARCHS)
 
 
+LIBRARY_TYPES = ("Equality", "GridBased")  # what a benchmark config's LibraryLogic section may ask for
+
+
 @dataclass(frozen=True)
 class ConfigSettings:
     arch: str = "gfx942"
@@ -57,6 +60,7 @@ class ConfigSettings:
     max_workspace_bytes: int = 128 * 1024 * 1024
     tensile_generation: str = "2025"  # whose FP8 DataType letters the Tensile configs use (formats/rocm.py)
     templates: Path = TEMPLATES
+    library_type: str = "Equality"  # the TensileLite logic the configs ask for (``library_type``)
 
     def __post_init__(self) -> None:
         get_arch(self.arch)
@@ -67,6 +71,8 @@ class ConfigSettings:
         refusal = tensile_arch_refusal(self.arch, self.tensile_generation)
         if refusal:
             raise BadInput(refusal)
+        if self.library_type not in LIBRARY_TYPES:
+            raise ValueError(f"library_type must be one of {', '.join(LIBRARY_TYPES)}, not {self.library_type!r}")
         if self.padding not in ("auto", "off"):
             raise ValueError(f"padding must be 'auto' or 'off', not {self.padding!r}")
         if any(not 0 <= s <= 255 for s in self.split_k):
@@ -121,6 +127,13 @@ def find_exact_reason(problem: GemmProblem) -> str | None:
         if dtype not in FIND_EXACT_TYPES:
             return f"find_exact.py has no type letter for {dtype} (it knows {', '.join(FIND_EXACT_TYPES.values())})"
     return None
+
+
+def library_type(buckets: Iterable[tuple[int, int] | None]) -> str:
+    """The logic a TensileLite config asks for: ``GridBased`` where an M grid's point serves a bucket of token
+    counts wider than itself (``--m-grid``: the library then looks an unseen size up toward the next grid point,
+    docs/upstream.md, "GridBased logic"), else ``Equality`` (exact sizes only)."""
+    return "GridBased" if any(b is not None and b[0] < b[1] for b in buckets) else "Equality"
 
 
 def tensile_reason(problem: GemmProblem, arch: str | None = None, generation: str = "2025") -> str | None:

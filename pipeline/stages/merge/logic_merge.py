@@ -238,8 +238,10 @@ def _check_same_kind(base: LogicFile, new: LogicFile) -> None:
     if base.layout != new.layout:
         raise LogicFormatError(f"{new.path}: {new.layout} layout cannot merge into {base.path} ({base.layout})")
     if base.library_type != new.library_type:
+        folder = f"the library's {new.library_type}/ folder (asm_full/<schedule>/<arch>/{new.library_type})"
         raise LogicFormatError(
-            f"{new.path}: {new.library_type} logic cannot merge into {base.library_type} logic {base.path}"
+            f"{new.path}: {new.library_type} logic cannot merge into {base.library_type} logic {base.path}: "
+            f"pass {folder} as the base"
         )
     if new.exact_logic is None or base.exact_logic is None:
         raise LogicFormatError(f"{new.path}: {new.library_type} logic has no ExactLogic rows to merge")
