@@ -136,7 +136,7 @@ def main() -> int:
     from pipeline.errors import INPUT, BadInput
 
     try:
-        claim_output_file(args.out)  # before a minute of compiling
+        claim_output_file(args.out, force=True)  # before a minute of compiling
     except BadInput as err:
         print(f"compile_probe: {err}", file=sys.stderr)
         return INPUT

@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
     try:
-        claim_output_file(args.out, [run / "bench" / "results.json" for run in args.runs])
+        claim_output_file(args.out, [run / "bench" / "results.json" for run in args.runs], force=True)
         report = {"runs": [r.name for r in args.runs], **ranks(read_runs(args.runs))}  # names: paths are the machine's
     except BadInput as err:
         print(f"config_ranks: {err}", file=sys.stderr)

@@ -740,7 +740,7 @@ def main() -> int:
 
     try:  # before anything is measured or read
         if args.out:
-            claim_output_file(args.out, [] if args.command == "measure" else [args.floors, args.decode_hbm])
+            claim_output_file(args.out, [] if args.command == "measure" else [args.floors, args.decode_hbm], force=True)
     except BadInput as err:
         print(f"decode_floor: {err}", file=sys.stderr)
         return INPUT

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--winners-from", type=Path, help="an earlier record: time its winners, tune nothing")
     args = parser.parse_args(argv)
     try:  # before torch loads and anything is measured, as the other benchmarks claim theirs
-        claim_output_file(args.out, [args.winners_from] if args.winners_from else [])
+        claim_output_file(args.out, [args.winners_from] if args.winners_from else [], force=True)
         earlier = winners_of(args.winners_from) if args.winners_from else []
     except (BadInput, FileNotFoundError) as err:  # a path or file given is wrong
         print(f"decode_hbm: {err}", file=sys.stderr)

@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     try:
-        claim_output_file(args.out, [])
+        claim_output_file(args.out, [], force=True)
     except BadInput as err:
         print(f"hostcost_ab: {err}", file=sys.stderr)
         return INPUT

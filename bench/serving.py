@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline import procs
-from pipeline.atomic import atomic_write_json, claim_output_file
+from pipeline.atomic import atomic_write_json, claim_output_file, note_written
 from pipeline.errors import INPUT, BadInput
 from pipeline.stages.accept.e2e import ab_test
 
@@ -153,13 +153,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a job or a run may take")
     parser.add_argument("--workdir", default="", help="the jobs' workdir (default: a fresh temporary directory)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--force", action="store_true", help="replace an --out that gemm-tune did not write")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        out = claim_output_file(args.out, [])
+        out = claim_output_file(args.out, [], args.force)
         wrong = [d for d in args.dtypes.split(",") if d not in DTYPES]
         if wrong:
             raise BadInput(f"--dtypes {args.dtypes!r}: {', '.join(wrong)} not one of {', '.join(DTYPES)}")
@@ -180,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.date.today().isoformat(),
             "device": torch.cuda.get_device_name(0),
             "gpus": args.gpus or torch.cuda.device_count(),
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir", "force")},
             "targets": TARGETS,
             "rows": rows,
         },
     )
+    note_written(out)
     for row in rows:
         print(f"{row['model']} {row['dtype']} {row['arm']}: {row['targets']}")
     return 0

@@ -63,7 +63,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
     args = parser.parse_args()
     try:
-        claim_output_file(args.out, [])
+        claim_output_file(args.out, [], force=True)
     except BadInput as err:
         print(f"triton_bench_cost: {err}", file=sys.stderr)
         return INPUT

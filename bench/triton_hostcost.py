@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--compiled", action="store_true", help="each arm in torch.compile's default mode too")
     args = parser.parse_args()
     try:
-        claim_output_file(args.out, [])
+        claim_output_file(args.out, [], force=True)
     except BadInput as err:
         print(f"triton_hostcost: {err}", file=sys.stderr)
         return INPUT

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
-        claim_output_file(args.out, args.results)
+        claim_output_file(args.out, args.results, force=True)
     except BadInput as err:
         print(f"warmup_ab: {err}", file=sys.stderr)
         return INPUT

@@ -111,9 +111,64 @@ def atomic_directory(path: str | Path, marker: str | None = None) -> Iterator[Pa
 OUTPUT_MARKER = ".gemm-tune-output"
 
 
-def claim_output_file(out: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
+WRITTEN_ENV = "GEMM_TUNE_STATE_DIR"  # where the record of the files gemm-tune wrote lives (``written_record``)
+
+
+def written_record() -> Path:
+    """The record of the single files ``gemm-tune`` commands wrote (path -> sha256 of what they wrote), so a
+    command may replace its own earlier output but not a file someone else wrote: ``$GEMM_TUNE_STATE_DIR``, else
+    ``$XDG_STATE_HOME/gemm-tune``, else ``~/.local/state/gemm-tune``, then ``written.json``."""
+    base = os.environ.get(WRITTEN_ENV) or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gemm-tune"
+    )
+    return Path(base) / "written.json"
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _read_record(record: Path) -> dict[str, str]:
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def wrote(path: str | Path) -> bool:
+    """Whether ``path`` holds what a ``gemm-tune`` command last wrote there (unchanged since)."""
+    target = Path(os.path.abspath(path))
+    recorded = _read_record(written_record()).get(str(target))
+    return recorded is not None and target.is_file() and recorded == _sha256(target)
+
+
+def note_written(path: str | Path) -> None:
+    """Record that a command wrote ``path`` as it is now (under a lock; entries of files gone are dropped). A
+    record that cannot be written (a read-only home) costs only a ``--force`` on the next run."""
+    import fcntl
+
+    target = Path(os.path.abspath(path))
+    record = written_record()
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with open(record.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = {k: v for k, v in _read_record(record).items() if os.path.exists(k)}
+            data[str(target)] = _sha256(target)
+            with atomic_open(record, private=True) as handle:
+                json.dump(data, handle, indent=1, sort_keys=True)
+    except OSError:
+        pass
+
+
+def claim_output_file(out: str | Path, inputs: Sequence[str | Path] = (), force: bool = False) -> Path:
     """Check that a command may write the file ``out`` (atomically, replacing it), before it reads or measures
-    anything; its absolute path. Refused (``BadInput``): a directory, or one of the command's ``inputs``."""
+    anything; its absolute path. Refused (``BadInput``): a directory; one of the command's ``inputs`` (never,
+    even with ``force``); an existing file a ``gemm-tune`` command did not write, or that changed since
+    (``wrote``), unless ``force``. The command calls ``note_written`` once it wrote it."""
     from .errors import BadInput
 
     target = Path(os.path.abspath(out))
@@ -121,6 +176,11 @@ def claim_output_file(out: str | Path, inputs: Sequence[str | Path] = ()) -> Pat
         raise BadInput(f"{out}: is a directory; name a file for the output")
     if target.resolve() in {Path(os.path.abspath(p)).resolve() for p in inputs}:
         raise BadInput(f"{out}: is one of the inputs, which writing it would replace; name another file")
+    if target.exists() and not force and not wrote(target):
+        raise BadInput(
+            f"{out}: exists and gemm-tune did not write it (or it changed since); name a new file, or pass "
+            "--force to replace it"
+        )
     return target
 
 

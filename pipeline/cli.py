@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import errors
-from .atomic import atomic_write_text, claim_output_dir, claim_output_file
+from .atomic import atomic_write_text, claim_output_dir, claim_output_file, note_written
 from .formats import json_file
 from .stages.configs import render as configs
 from .stages.gather import mgrid
@@ -37,7 +37,7 @@ def _shapes(args: argparse.Namespace) -> int:
     spec, m_max = mgrid.parse_grid(args.m_grid), mgrid.parse_m_max(args.m_max)
     result = gather(args.paths, lenient=args.lenient)
     if args.json:
-        claim_output_file(args.json, result.files)  # never over one of the files it read
+        claim_output_file(args.json, result.files, args.force)  # never over one of the files it read
     apply_weights(
         result,
         *(
@@ -49,6 +49,7 @@ def _shapes(args: argparse.Namespace) -> int:
     sys.stdout.write(summary_table(result))
     if args.json:
         write_shapes_json(args.json, result)
+        note_written(args.json)
     return 0
 
 
@@ -77,11 +78,12 @@ def _merge_logic(args: argparse.Namespace) -> int:
 
 def _merge_results(args: argparse.Namespace) -> int:
     inputs = expand_paths(args.inputs)
-    claim_output_file(args.out, [*inputs, *([args.validators_from] if args.validators_from else [])])
+    claim_output_file(args.out, [*inputs, *([args.validators_from] if args.validators_from else [])], args.force)
     merged = merge_paths(inputs, args.validators_from, lenient=args.lenient)
     if merged.results is not None and merged.override is not None:
         raise errors.BadInput("inputs mix TunableOp results and hipBLASLt override files; merge each kind separately")
     merged.write(args.out if merged.results else None, args.out if merged.override else None)
+    note_written(args.out)
     print("\n".join(merged.lines))
     print(f"written {args.out}")
     return 0
@@ -200,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     shapes.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     shapes.add_argument("--json", metavar="OUT", help="also write the shapes as JSON")
+    shapes.add_argument("--force", action="store_true", help="replace a --json file that gemm-tune did not write")
     shapes.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
     shapes.add_argument("--calls", metavar="CALLS.json", help="call counts a collection recorded (collect/calls.json)")
     shapes.add_argument(
@@ -320,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="take the validator block (or Git Version) of the runtime to target from FILE",
     )
     results.add_argument("--lenient", action="store_true", help="skip malformed lines, count and list them")
+    results.add_argument("--force", action="store_true", help="replace an OUT that gemm-tune did not write")
     results.set_defaults(func=_merge_results)
 
     night = steps.add_parser(

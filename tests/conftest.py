@@ -90,3 +90,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _own_written_record(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test keeps the record of the files gemm-tune wrote (``atomic.written_record``) to itself, never the
+    user's: commands it runs, in process or as children, replace only what that test's commands wrote."""
+    monkeypatch.setenv("GEMM_TUNE_STATE_DIR", str(tmp_path_factory.mktemp("state")))

@@ -372,3 +372,35 @@ def test_a_cause_of_several_lines_is_said_in_one(tmp_path, monkeypatch, capsys):
     assert main(["merge-logic", "base", "new", "out"]) == 12
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "x.yaml: not YAML" in err and "line 2, column 1" in err
+
+
+def test_a_command_replaces_its_own_output_but_not_a_file_it_did_not_write(tmp_path, capsys):
+    """merge-results and shapes --json over an existing file: refused in one line (exit 12, the file untouched)
+    unless gemm-tune wrote it and it is unchanged since, or --force is given."""
+    import subprocess
+    import sys
+
+    from pipeline.atomic import wrote
+
+    from .helpers import UNTUNED
+
+    mine, theirs = tmp_path / "merged.csv", tmp_path / "theirs.csv"
+    theirs.write_text("a file someone keeps\n")
+    results = FIXTURES / "tunableop" / "torch2.11_rocm_results0.csv"
+    run = [sys.executable, "-m", "pipeline"]
+    refused = subprocess.run([*run, "merge-results", str(theirs), str(results)], capture_output=True, text=True)
+    assert refused.returncode == 12 and theirs.read_text() == "a file someone keeps\n"
+    assert "exists and gemm-tune did not write it" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    for _ in range(2):  # the second run replaces what the first wrote
+        done = subprocess.run([*run, "merge-results", str(mine), str(results)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert wrote(mine)
+    mine.write_text(mine.read_text() + "\n")  # edited since: no longer what gemm-tune wrote
+    again = subprocess.run([*run, "merge-results", str(mine), str(results)], capture_output=True, text=True)
+    assert again.returncode == 12 and "or it changed since" in again.stderr
+    forced = subprocess.run([*run, "merge-results", str(theirs), str(results), "--force"], capture_output=True)
+    assert forced.returncode == 0 and theirs.read_text().startswith("Validator,")
+    shapes = subprocess.run([*run, "shapes", str(UNTUNED), "--json", str(mine)], capture_output=True, text=True)
+    assert shapes.returncode == 12 and "did not write it" in shapes.stderr
+    assert main(["shapes", str(UNTUNED), "--json", str(mine), "--force"]) == 0 and wrote(mine)
+    assert main(["shapes", str(UNTUNED), "--json", str(mine)]) == 0  # its own output, unchanged

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic import atomic_write_json, claim_output_file
+from ..atomic import atomic_write_json, claim_output_file, note_written
 from ..errors import INPUT, BadInput
 from ..errors import TOOL as TOOL_EXIT
 from .table import MANIFEST, RESULTS, RUNTIME_RESULTS
@@ -136,13 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--force", action="store_true", help="replace an --out that gemm-tune did not write")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--calls", type=int, default=CALLS)
     args = parser.parse_args(argv)
     bundle = args.bundle.absolute()
     read = [bundle, *(bundle / name for name in (RESULTS, RUNTIME_RESULTS, MANIFEST))] if bundle.is_dir() else [bundle]
     try:
-        claim_output_file(args.out, read)  # before anything is measured
+        claim_output_file(args.out, read, args.force)  # before anything is measured
     except BadInput as err:
         print(f"gemm-tune runtime host cost: {err}", file=sys.stderr)
         return INPUT
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemm-tune runtime host cost: cannot measure {args.bundle}: {err}", file=sys.stderr)
         return TOOL_EXIT
     atomic_write_json(args.out, record)
+    note_written(args.out)
     if "skipped" in record:
         print(f"gemm-tune runtime host cost: not measured: {record['skipped']}", file=sys.stderr)
     else:

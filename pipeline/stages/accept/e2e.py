@@ -334,7 +334,7 @@ def host_cost(bundle_dir: Path, scratch: Path, env: dict[str, str], timeout_s: f
     out = (Path(scratch) / HOST_COST).absolute()
     argv = [sys.executable, "-m", "pipeline.runtime.hostcost", "--bundle", str(Path(bundle_dir).absolute())]
     try:
-        proc = procs.run([*argv, "--out", str(out)], timeout_s=timeout_s, env=env)
+        proc = procs.run([*argv, "--out", str(out), "--force"], timeout_s=timeout_s, env=env)  # its own scratch
     except subprocess.TimeoutExpired:
         return {"error": f"{' '.join(argv)} ran past {timeout_s:.0f} s"}
     if proc.returncode != 0 or not out.is_file():
