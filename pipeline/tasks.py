@@ -243,9 +243,19 @@ class PipelineTask(luigi.Task):
         except OSError:
             return 0.0
 
-    def says_why(self, changed: list[str]) -> bool:
-        """Whether this stage is where the change is (the stages after it are redone without a word)."""
-        return any(line.startswith(f"{self.record_name()}: ") for line in changed)
+    def say_redo(self, line: str, changed: list[str]) -> None:
+        """Say once why the run is redone: Luigi asks the stage furthest down first, whose changes hold those
+        of every stage it reads, so it says them all in one line, naming the first stage redone, and the stages
+        it reads say nothing more."""
+        stages = {entry.split(": ", 1)[0] for entry in changed} | {self.record_name()}
+        first = min(stages, key=timings.dag_rank)
+        log.warning("gemm-tune: %s: redoing %s and what depends on it", line, first)
+        todo = list(self.dependencies())
+        while todo:
+            dep = todo.pop()
+            if not getattr(dep, "_said_redo", False):
+                dep._said_redo = True
+                todo += dep.dependencies()
 
     def hold_run(self) -> None:
         """Hold this run directory's lock until the process exits, in a plain ``luigi`` command (not with
@@ -268,9 +278,9 @@ class PipelineTask(luigi.Task):
                 line = f"this run ({self.stage_dir('')}) was made from other inputs: {'; '.join(changed)}"
                 if self.no_redo:
                     raise BadInput(f"{line}; --no-redo refuses to redo it (drop --no-redo, or give another --run-name)")
-                if self.says_why(changed) and not getattr(self, "_said_redo", False):
+                if not getattr(self, "_said_redo", False):
                     self._said_redo = True
-                    log.warning("gemm-tune: %s: redoing %s and what depends on it", line, self.record_name())
+                    self.say_redo(line, changed)
                 return False
             return self.done()  # outputs without a record (made before records existed) are taken as they are
         except (PipelineError, OSError) as err:

@@ -86,7 +86,11 @@ def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
     A, B = _inputs(tmp_path)
     run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
     run = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--margin", "0.05", untuned=B)
-    assert "--margin 0.02 -> 0.05" in run.stderr
+    (said,) = [line for line in run.stderr.splitlines() if "redoing" in line]  # one line for every change
+    assert "Bench: --margin 0.02 -> 0.05" in said and "Validate: --margin 0.02 -> 0.05" in said
+    assert f"GatherShapes: --untuned '{A}' -> '{B}'" in said and "redoing GatherShapes and what" in said
+    stamped = [p.name for p in (tmp_path / "w" / "m").iterdir() if p.name.startswith("bench.")]
+    assert len(stamped) == 1, "the stage of the other tuning settings is kept as bench.<its fingerprint>"
     tuned = {
         GemmProblem.from_dict(json.loads(p.read_text())["problem"])
         for p in (tmp_path / "w" / "m" / "bench" / "problems").glob("*.json")
@@ -194,3 +198,20 @@ def test_gemm_tune_report_never_writes_beside_a_run_that_holds_the_directory(tmp
         holder.kill()
     assert main(["report", str(tmp_path / "w" / "typo")]) == 12
     assert not (tmp_path / "w" / "typo").exists()
+
+
+def test_a_redone_stage_drops_the_times_of_later_stages_made_before_it(tmp_path):
+    """A rerun that redid Bench and stopped at Validate keeps no Package time of the earlier run: a stage's
+    record drops those of later stages that ended before it started; an earlier stage's stays."""
+    from pipeline.stages.run import timings
+
+    timings.record(tmp_path, "GatherShapes", 1.0, end=100.0)
+    timings.record(tmp_path, "Bench", 10.0, end=120.0)
+    timings.record(tmp_path, "Validate", 5.0, end=130.0)
+    timings.record(tmp_path, "Package", 0.1, end=131.0)
+    timings.record(tmp_path, "Bench", 12.0, end=200.0)  # the rerun redoes Bench ...
+    assert list(timings.seconds(tmp_path)) == ["GatherShapes", "Bench"]
+    timings.record(tmp_path, "validate-gemms", 3.0, end=205.0)  # ... and Validate, its parts first
+    timings.record(tmp_path, "Validate", 6.0, end=207.0)
+    assert timings.seconds(tmp_path) == {"GatherShapes": 1.0, "Bench": 12.0, "validate-gemms": 3.0, "Validate": 6.0}
+    assert "Package" not in timings.line(timings.seconds(tmp_path))

@@ -33,13 +33,25 @@ ORDER = (
 )
 
 
+def dag_rank(name: str) -> tuple[int, str]:
+    """Where a stage's record comes in the DAG (shards by index; a name it does not know last)."""
+    base = name.split("-")[0] if name.startswith("BenchShard") else name
+    return (ORDER.index(base) if base in ORDER else len(ORDER), name)
+
+
 def record(run_dir: Path, stage: str, seconds: float, end: float | None = None) -> None:
-    """Save that ``stage`` of the run took ``seconds`` of wall time, ending at ``end`` (epoch s, default now)."""
+    """Save that ``stage`` of the run took ``seconds`` of wall time, ending at ``end`` (epoch s, default now).
+    The records of later stages that ended before this one started go: they were made from what this one
+    replaced (a rerun that redid Bench and stopped at Validate keeps no earlier Package time)."""
     end = time.time() if end is None else end
+    start = end - seconds
     atomic_write_json(
         Path(run_dir) / DIRECTORY / f"{stage}.json",
-        {"stage": stage, "seconds": round(seconds, 3), "start": round(end - seconds, 3), "end": round(end, 3)},
+        {"stage": stage, "seconds": round(seconds, 3), "start": round(start, 3), "end": round(end, 3)},
     )
+    for name, data in read(run_dir).items():
+        if dag_rank(name)[0] > dag_rank(stage)[0] and data["end"] < start:
+            (Path(run_dir) / DIRECTORY / f"{name}.json").unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -58,11 +70,7 @@ def read(run_dir: Path) -> dict[str, dict]:
             data = json.loads(path.read_text())
             records[data["stage"]] = data
 
-    def rank(name: str) -> tuple[int, str]:
-        base = name.split("-")[0] if name.startswith("BenchShard") else name
-        return (ORDER.index(base) if base in ORDER else len(ORDER), name)
-
-    return {name: records[name] for name in sorted(records, key=rank)}
+    return {name: records[name] for name in sorted(records, key=dag_rank)}
 
 
 def seconds(run_dir: Path) -> dict[str, float]:
