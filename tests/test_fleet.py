@@ -106,15 +106,16 @@ def _done(fleet: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((fleet / "fleet" / "bench" / "shards").glob("done*of6.json"))]
 
 
-def _assert_like_a_single_worker(tmp_path: Path, fleet: Path, killed: int = 0) -> None:
+def _assert_like_a_single_worker(tmp_path: Path, fleet: Path, killed: int = 0, torn: Path | None = None) -> None:
     """The fleet's results are a single worker's; ``killed`` workers died mid-write at most once each, so no
-    more temporaries than that are left (hidden, never read as output)."""
+    more temporaries than that are left, hidden, and never read as output (``torn``: one such the test left)."""
     bench = fleet / "fleet" / "bench"
     assert sorted(i for d in _done(fleet) for i in d["problems"]) == sorted(
         p.stem for p in (bench / "problems").glob("*.json")
     ), "a problem lost or tuned twice"
     temporaries = [p for p in bench.rglob("*") if p.name.endswith(".tmp")]
     assert len(temporaries) <= killed and all(p.name.startswith(".") for p in temporaries), temporaries
+    assert torn is None or torn in temporaries, "the torn write is still there, left alone"
     for path in bench.rglob("*.json"):  # no partial file: every JSON parses
         json.loads(path.read_text())
     single = tmp_path / "single"
@@ -172,6 +173,11 @@ def test_a_worker_killed_mid_shard_leaves_its_shard_to_the_other(tmp_path):
             time.sleep(0.05)
         os.killpg(victim.pid, signal.SIGKILL)  # the host dies: the worker and its bench processes
         victim.wait()
+        # what a writer killed mid-write leaves (atomic_open's temporary, beside its target, half written); the
+        # kill above may or may not have caught one, so the test leaves one the same way
+        torn = fleet / "fleet" / "bench" / "problems" / ".0123456789abcdef.json.k1ll3d.tmp"
+        torn.parent.mkdir(parents=True, exist_ok=True)
+        torn.write_text('{"problem": {"op": "gemm", "transa": "T"')
         out = survivor.communicate(timeout=600)[0]
     assert survivor.returncode == 0, out[-3000:]
     index = int(Path(shard).name[1:].split("of")[0])
@@ -180,4 +186,4 @@ def test_a_worker_killed_mid_shard_leaves_its_shard_to_the_other(tmp_path):
         for p in (fleet / "fleet" / "bench" / "shards").glob("done*of6.json")
     }
     assert sorted(done) == list(range(6)) and done[index]["pid"] == survivor.pid
-    _assert_like_a_single_worker(tmp_path, fleet, killed=1)
+    _assert_like_a_single_worker(tmp_path, fleet, killed=2, torn=torn)  # the victim's torn write, if any, and ours
