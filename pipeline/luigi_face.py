@@ -20,6 +20,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+import luigi
 import luigi.configuration
 
 from .errors import SEVERITY, PipelineError, exit_code, one_line
@@ -110,9 +111,60 @@ class OneLineErrors(logging.Filter):
         return True
 
 
+def _described(help_text: str, param: luigi.Parameter) -> str:
+    """A parameter's help with its choices (sorted) and its default, ``%`` escaped for argparse."""
+    said = []
+    help_text = re.sub(r"\s*Choices: \{[^}]*\}", "", help_text)  # Luigi's own, in set order: said below in order
+    bounds = re.search(r"\s*permitted values: (.*)$", help_text)  # Luigi's own, run into the sentence
+    if bounds:
+        help_text = help_text[: bounds.start()]
+    choices = getattr(param, "_choices", None)
+    if choices:
+        said.append("one of " + ", ".join(sorted(map(str, choices))))
+    if bounds:
+        said.append(bounds[1])
+    default = getattr(param, "_default", None)
+    flag = isinstance(param, luigi.BoolParameter) and not isinstance(param, luigi.OptionalBoolParameter)
+    named = re.search(r"\(default\b", help_text)  # the description says its default in its own words
+    if default not in (None, luigi.parameter._no_value) and not (flag and default is False) and not named:
+        said.append(f"default: {default if default != '' else 'none'}")
+    return (help_text + (f" ({'; '.join(said)})" if said else "")).replace("%", "%%")
+
+
+def compact_help() -> None:
+    """``luigi --module pipeline TASK --help`` as a user reads it: Luigi lists each of the task's parameters
+    twice (``--TASK-name`` and ``--name``) with neither default nor choices; here the short form alone, with
+    its choices in order and its default. The long form still parses (once per process)."""
+    import argparse
+
+    from luigi.cmdline_parser import CmdlineParser
+    from luigi.task_register import Register
+
+    build = CmdlineParser._build_parser
+    if getattr(build, "compact", False):
+        return
+
+    def compact(root_task: str | None = None, help_all: bool = False) -> argparse.ArgumentParser:
+        parser = build(root_task, help_all)
+        mine = [(name, param) for task, _, name, param in Register.get_all_params() if task == root_task]
+        params = {"--" + name.replace("_", "-"): param for name, param in mine}
+        for action in parser._actions:
+            flags = action.option_strings
+            if root_task and any(flag.startswith(f"--{root_task}-") for flag in flags):
+                action.help = argparse.SUPPRESS
+            elif flags and flags[0] in params and action.help not in (None, argparse.SUPPRESS):
+                action.help = _described(action.help, params[flags[0]])
+        return parser
+
+    compact.compact = True  # type: ignore[attr-defined]
+    CmdlineParser._build_parser = staticmethod(compact)  # type: ignore[method-assign]
+
+
 def install() -> LastLine:
-    """Set the exit codes and the one-line errors on Luigi's logger (once per process)."""
+    """Set the exit codes, the one-line errors on Luigi's logger and the compact ``--help`` (once per
+    process)."""
     set_exit_codes()
+    compact_help()
     logger = logging.getLogger(LUIGI_LOGGER)
     for existing in logger.filters:
         if isinstance(existing, OneLineErrors):

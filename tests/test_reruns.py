@@ -14,7 +14,7 @@ import pytest
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
 
-from .helpers import FIXTURES, amd_dag, first_gemms, run_amd_dag
+from .helpers import FIXTURES, amd_dag, first_gemms, luigi_argv, run_amd_dag
 
 LLAMA = FIXTURES / "tunableop" / "torch2.11_hf_llama_untuned0.csv"
 MISTRAL = FIXTURES / "tunableop" / "torch2.11_hf_mistral_untuned0.csv"
@@ -215,3 +215,18 @@ def test_a_redone_stage_drops_the_times_of_later_stages_made_before_it(tmp_path)
     timings.record(tmp_path, "Validate", 6.0, end=207.0)
     assert timings.seconds(tmp_path) == {"GatherShapes": 1.0, "Bench": 12.0, "validate-gemms": 3.0, "Validate": 6.0}
     assert "Package" not in timings.line(timings.seconds(tmp_path))
+
+
+def test_luigis_help_lists_each_parameter_once_with_its_choices_in_order_and_its_default(tmp_path):
+    """``luigi --module pipeline TuneWorkload --help``: the short form of each parameter alone, its choices sorted
+    and its default said (Luigi's own help lists both forms, with neither); the long form still parses."""
+    help_run = subprocess.run(luigi_argv("TuneWorkload", "--help", local=False), capture_output=True, text=True)
+    text = " ".join(help_run.stdout.split())  # argparse wraps lines
+    assert help_run.returncode == 0 and "--TuneWorkload-" not in help_run.stdout
+    flags = [line.split()[0] for line in help_run.stdout.splitlines() if line.startswith("  --")]
+    assert len(flags) == len(set(flags)) > 30
+    assert "(one of cublaslt, find_exact, hipblaslt, tensile, tunableop; default: cublaslt)" in text
+    assert "a winner must beat the default by this fraction (float in [0, 10); default: 0.02)" in text
+    assert "Choices: {" not in text and "permitted values" not in text
+    long_form = run_amd_dag(tmp_path, "h", "", "TuneWorkload", "--TuneWorkload-m-grid", "2,1", check=False)
+    assert long_form.returncode != 0 and "1 comes after 2" in long_form.stderr
