@@ -109,7 +109,7 @@ def test_worker_processes_do_not_import_luigi(module):
     )
 
 
-STEPS = ("gather", "configs", "bench", "merge", "accept", "ship", "run")  # the README's stage table, in order
+STEPS = ("gather", "configs", "bench", "merge", "accept", "ship", "run")  # docs/design.md's stage table, in order
 
 
 def stage_module(path: Path) -> str:
@@ -137,17 +137,17 @@ def test_the_stages_import_each_other_without_a_circle():
 
 def test_the_stage_folders_tell_the_readmes_story():
     """``pipeline/stages/`` holds one folder per step the user sees (plus ``run/``, what every stage shares),
-    and the README's module table names each folder and every module in it."""
+    and the module table of docs/design.md names each folder and every module in it."""
     folders = sorted(p.name for p in (PACKAGE / "stages").iterdir() if p.is_dir() and p.name != "__pycache__")
     assert folders == sorted(STEPS)
     assert sorted(p.name for p in (PACKAGE / "stages").glob("*.py")) == ["__init__.py", "__main__.py"]
-    readme = (PACKAGE.parent / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `pipeline/stages/`"))
+    design = (PACKAGE.parent / "docs" / "design.md").read_text()
+    row = next(line for line in design.splitlines() if line.startswith("| `pipeline/stages/`"))
     for step in STEPS:
-        assert f"`{step}/`" in row, f"the README's row for pipeline/stages/ does not name {step}/"
+        assert f"`{step}/`" in row, f"docs/design.md's row for pipeline/stages/ does not name {step}/"
         for module in sorted((PACKAGE / "stages" / step).glob("*.py")):
             if module.stem != "__init__":
-                assert f"`{module.name}`" in row, f"the README does not name stages/{step}/{module.name}"
+                assert f"`{module.name}`" in row, f"docs/design.md does not name stages/{step}/{module.name}"
 
 
 def test_test_modules_share_through_helpers_not_each_other():
