@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import errors
 from .atomic import atomic_write_text, claim_output_dir, claim_output_file, note_written
+from .defaults import LOGIC_MARGIN
 from .formats import json_file
 from .stages.configs import render as configs
 from .stages.gather import mgrid
@@ -303,10 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="none (upstream: forced unless the path holds 'arcturus'), true or false",
     )
     merge.add_argument(
+        "--logic-margin",
         "--margin",
+        dest="margin",
         type=_non_negative,
-        default=0.02,
-        help="faster policy: how much faster a new entry must be to replace the base (0.02 = 2%%)",
+        default=LOGIC_MARGIN,
+        help="faster policy: how much faster a new entry must be to replace the base (0.02 = 2%%; the job's "
+        "--logic-margin; --margin is its old name) (default: %(default)s)",
     )
     merge.set_defaults(func=_merge_logic)
 

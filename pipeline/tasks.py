@@ -47,6 +47,7 @@ from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import ToolMissing, TuneSettings
 from .backends.hipblaslt import find_bench
 from .backends.slots import amd_gpu_count, gpu_count
+from .defaults import GATE_MARGIN, LOGIC_MARGIN, TUNE_MARGIN
 from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
 from .formats.torch_build import torch_build
@@ -108,6 +109,15 @@ def counted(
     return luigi.NumericalParameter(
         var_type=kind, min_value=low, max_value=high, left_op=operator.le if low_included else operator.lt, **kwargs
     )
+
+
+def margin_value(alias: float | None, own: float) -> float:
+    """A margin: ``--margin`` (the alias of both) where given, else the stage's own; refused outside [0, 10]."""
+    if alias is None:
+        return own
+    if not 0 <= alias <= 10:
+        raise BadArguments(f"--margin {alias}: must be in [0, 10] (a fraction: 0.02 is 2%)")
+    return alias
 
 
 def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
@@ -366,7 +376,22 @@ class StackBound(PipelineTask):
         "docs/triton.md); another backend: --triton has the report say why no Triton row is offered",
     )
     time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
-    margin = counted(float, 0, 10, default=0.02, description="a winner must beat the default by this fraction")
+    tune_margin = counted(
+        float,
+        0,
+        10,
+        default=TUNE_MARGIN,
+        description="Bench crowns a winner only where it beats torch's default by this fraction (in the stack "
+        "fingerprint: a change tunes again)",
+    )
+    margin = luigi.OptionalFloatParameter(
+        default=None,
+        description="sets --tune-margin and --gate-margin both (an alias, said in the log where given)",
+    )
+
+    def tuning_margin(self) -> float:
+        """Bench's margin: ``--margin`` where given, else ``--tune-margin``."""
+        return margin_value(self.margin, self.tune_margin)
 
     def tuning_settings(self) -> dict:
         """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
@@ -585,6 +610,7 @@ BENCH_PARAMS = (
     "tunableop_numerical_check",
     "triton",
     "time_budget",
+    "tune_margin",
     "margin",
     "shards",
 )  # what Bench's results depend on (--gpus is how, not what)
@@ -642,7 +668,7 @@ class Bench(StackBound):
         return [record.problem for record in read_shapes_json(self.layout().shapes)]
 
     def tune_settings(self) -> TuneSettings:
-        return TuneSettings(margin=self.margin, time_budget_s=self.time_budget)
+        return TuneSettings(margin=self.tuning_margin(), time_budget_s=self.time_budget)
 
     def triton_request(self) -> dict | None:
         """What ``--triton`` (or the backend's default) asked of this backend, for the summary (None: not asked)."""
@@ -831,7 +857,7 @@ class MergeLogic(StackBound):
         description="how tuned logic replaces the base's: faster (where it is faster by --logic-margin) or "
         "upstream (upstream merge.py's rule)",
     )
-    logic_margin = counted(float, 0, 10, default=0.02, description="faster policy: required speedup to replace")
+    logic_margin = counted(float, 0, 10, default=LOGIC_MARGIN, description="faster policy: required speedup to replace")
     made_from_params = ("base_logic", "new_logic", "policy", "logic_margin")
 
     def requires(self) -> list[luigi.Task]:
@@ -868,6 +894,14 @@ class Validate(StackBound):
     min_speedup = counted(
         float, 0, 1000, default=1.0, description="refuse a bundle whose weighted GEMM speedup is under this"
     )
+    gate_margin = counted(
+        float,
+        0,
+        10,
+        default=GATE_MARGIN,
+        description="Validate keeps a row only where it beats torch's default by this fraction, confirmed "
+        "(not in the fingerprint: a change re-judges without tuning again)",
+    )
     validate_rounds = counted(int, 1, 10000, default=7, description="interleaved rounds per GEMM")
     e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
     allow_e2e_regression = luigi.BoolParameter(
@@ -883,6 +917,7 @@ class Validate(StackBound):
         "min_speedup",
         "validate_rounds",
         "e2e_reps",
+        "gate_margin",
         "margin",
         "workload_cmd",
         "e2e_cmd",
@@ -924,7 +959,7 @@ class Validate(StackBound):
 
         settings = AcceptanceSettings(
             gpus=lambda: self.gpu_indices("Validate"),
-            margin=self.margin,
+            margin=margin_value(self.margin, self.gate_margin),
             min_speedup=self.min_speedup,
             rounds=self.validate_rounds,
             e2e_reps=self.e2e_reps,
@@ -1045,6 +1080,9 @@ def preflight(task: luigi.Task) -> None:
     parameters).
     ``task`` is Bench or a task that inherits its parameters."""
     task.clone(GenerateConfigs).settings()  # options no TensileLite takes (Validate reads the configs too)
+    if task.margin is not None:
+        tuning = margin_value(task.margin, task.tune_margin)
+        log.info("--margin %s sets --tune-margin %s and --gate-margin %s", task.margin, tuning, tuning)
     tuner = task.clone(Bench)
     merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
     if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):

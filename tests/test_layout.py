@@ -1,7 +1,7 @@
 """The package layout is the architecture: imports only run downward.
 
-problem, atomic, stats,  the data model, helpers, the error hierarchy and the process helper:
-errors, procs            import nothing of the package but each other
+problem, atomic, stats,  the data model, helpers, the error hierarchy, the process helper and the shared
+errors, procs, defaults  defaults: import nothing of the package but each other
 formats/                 one module per file format: the helpers alone
 kernels/                 what a tuned row runs (cuBLASLt call, torch's call, Triton kernels): formats, helpers
 backends/                tuners, timing harness, GPU slots: kernels, formats and helpers
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
-FOUNDATION = {"problem", "atomic", "stats", "errors", "procs"}
+FOUNDATION = {"problem", "atomic", "stats", "errors", "procs", "defaults"}
 ALLOWED = {  # layer -> the layers its modules may import
     "foundation": {"foundation"},
     "formats": {"foundation"},
@@ -73,6 +73,7 @@ def test_every_module_belongs_to_a_layer():
         "__main__",
         "atomic",
         "cli",
+        "defaults",
         "errors",
         "luigi_face",
         "problem",

@@ -87,7 +87,7 @@ def test_a_changed_tuning_parameter_redoes_bench_with_the_new_shapes(tmp_path):
     run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
     run = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--margin", "0.05", untuned=B)
     (said,) = [line for line in run.stderr.splitlines() if "redoing" in line]  # one line for every change
-    assert "Bench: --margin 0.02 -> 0.05" in said and "Validate: --margin 0.02 -> 0.05" in said
+    assert "Bench: --margin unset -> 0.05" in said and "Validate: --margin unset -> 0.05" in said
     assert f"GatherShapes: --untuned '{A}' -> '{B}'" in said and "redoing GatherShapes and what" in said
     stamped = [p.name for p in (tmp_path / "w" / "m").iterdir() if p.name.startswith("bench.")]
     assert len(stamped) == 1, "the stage of the other tuning settings is kept as bench.<its fingerprint>"
@@ -226,7 +226,30 @@ def test_luigis_help_lists_each_parameter_once_with_its_choices_in_order_and_its
     flags = [line.split()[0] for line in help_run.stdout.splitlines() if line.startswith("  --")]
     assert len(flags) == len(set(flags)) > 30
     assert "(one of cublaslt, find_exact, hipblaslt, tensile, tunableop; default: cublaslt)" in text
-    assert "a winner must beat the default by this fraction (float in [0, 10); default: 0.02)" in text
+    assert "by this fraction (in the stack fingerprint: a change tunes again) (float in [0, 10); default: 0.02)" in text
+    assert "sets --tune-margin and --gate-margin both" in text
     assert "Choices: {" not in text and "permitted values" not in text
     long_form = run_amd_dag(tmp_path, "h", "", "TuneWorkload", "--TuneWorkload-m-grid", "2,1", check=False)
     assert long_form.returncode != 0 and "1 comes after 2" in long_form.stderr
+
+
+def test_the_gate_margin_rejudges_without_tuning_again_and_margin_sets_both(tmp_path):
+    """--gate-margin is Validate's alone: a change redoes Validate under the same fingerprint (Bench's results
+    stand, nothing moves aside); --tune-margin is in the fingerprint; --margin sets both and says so."""
+    from pipeline.stages.bench.registry import entry
+
+    A, _ = _inputs(tmp_path)
+    run_amd_dag(tmp_path, "g", "", "TuneWorkload", *FAST, untuned=A)
+    bench_summary = tmp_path / "w" / "g" / "bench" / "summary.json"
+    made = bench_summary.stat().st_mtime_ns
+    gate = run_amd_dag(tmp_path, "g", "", "TuneWorkload", *FAST, "--gate-margin", "0.05", untuned=A)
+    (said,) = [line for line in gate.stderr.splitlines() if "redoing" in line]
+    assert "Validate: --gate-margin 0.02 -> 0.05" in said and "redoing Validate and what" in said
+    assert bench_summary.stat().st_mtime_ns == made and "Bench" not in said
+    aside = sorted(p.name for p in (tmp_path / "w" / "g").iterdir() if "." in p.name and not p.name.startswith("."))
+    assert aside == ["bundle.before-redo", "report.before-redo", "tune-workload.txt", "validate.before-redo"], aside
+    both = run_amd_dag(tmp_path, "g", "", "TuneWorkload", *FAST, "--margin", "0.03", untuned=A)
+    assert "--margin 0.03 sets --tune-margin 0.03 and --gate-margin 0.03" in both.stderr
+    settings = {"margin": None, "tune_margin": 0.02, "time_budget": 20.0}
+    assert entry("hipblaslt").fingerprint_settings(settings)["margin"] == 0.02  # the fingerprints of old runs
+    assert entry("hipblaslt").fingerprint_settings({**settings, "margin": 0.03})["margin"] == 0.03

@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 
+from ..defaults import TUNE_MARGIN
 from ..errors import ToolError
 from ..formats.tunableop import DEFAULT
 from ..kernels.support import WORKSPACE_BYTES, Unsupported, unsupported_reason
@@ -30,7 +31,7 @@ class ToolMissing(ToolError):
 class TuneSettings:
     """Search knobs shared by backends (each reads what applies to it)."""
 
-    margin: float = 0.02  # a winner must beat the default by this much after re-measurement
+    margin: float = TUNE_MARGIN  # a winner must beat the default by this much after re-measurement
     time_budget_s: float = 20.0  # screening budget per problem
     heuristic_count: int = 128  # cuBLASLt heuristic candidates requested
     neighbours: int = 16  # valid configs kept one axis away from each heuristic result (cuBLASLt's local search)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...atomic import atomic_write_json
 from ...backends.slots import gpu_count
+from ...defaults import GATE_MARGIN
 from ...errors import Refused
 from ...kernels.triton_gemm import PREFIX as TRITON
 from ..gather.collect import embedded_command
@@ -31,7 +32,7 @@ class AcceptanceSettings:
     """What the acceptance needs to know of the run's parameters."""
 
     gpus: Sequence[int] | Callable[[], Sequence[int]]  # GPUs the validation worker may take (asked when needed)
-    margin: float = 0.02
+    margin: float = GATE_MARGIN
     min_speedup: float = 1.0
     rounds: int = 7
     e2e_reps: int = 3

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...backends.base import DEFAULT
+from ...defaults import GATE_MARGIN
 from ...errors import Refused
 from .measured import MeasuredRow, pooled
 
@@ -30,7 +31,7 @@ class GateRefused(Refused):
 
 @dataclass(frozen=True)
 class GateSettings:
-    margin: float = 0.02
+    margin: float = GATE_MARGIN
     min_speedup: float = 1.0
     noise_floor: float = 0.005
 

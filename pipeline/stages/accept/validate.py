@@ -25,6 +25,7 @@ from ... import procs
 from ...atomic import atomic_write_json, atomic_write_text
 from ...backends.base import DEFAULT, ProblemResult, TuneSettings
 from ...backends.slots import gpu_slot, lock_dir
+from ...defaults import GATE_MARGIN
 from ...errors import ToolError
 from ...formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
 from ...problem import GemmProblem
@@ -294,7 +295,7 @@ def measure(
     timer_kind: type,
     gpu: int = 0,
     rounds: int = 7,
-    margin: float = 0.02,
+    margin: float = GATE_MARGIN,
     progress: Callable[[int, int], None] | None = None,
     checkpoints: Path | None = None,
 ) -> dict:
@@ -352,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir")
     parser.add_argument("--gpus", default="0", help="GPUs it may use; it claims a free one's slot itself")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--margin", type=float, default=0.02)
+    parser.add_argument("--margin", type=float, default=GATE_MARGIN)
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     layout = RunLayout.of(run_dir)

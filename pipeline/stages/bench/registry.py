@@ -42,7 +42,7 @@ class BackendEntry:
     needs: tuple[tuple[str, str], ...] = ()  # (module, distribution) the workers import
     options: Callable[[Params], dict] = lambda params: {}  # constructor options; checks the tool, before any work
     settings: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> parameter, beyond backend,
-    # margin and time budget (every fingerprint has those)
+    # margin (Bench's: --tune-margin, or --margin) and time budget (every fingerprint has those)
     flags: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> boolean parameter, in the
     # fingerprint only when on: a flag added later leaves the fingerprints of runs without it as they were
     flags_on: frozenset[str] = frozenset()  # the flag parameters that are on for this backend unless turned off
@@ -51,7 +51,7 @@ class BackendEntry:
         """The tuning settings of this backend that are part of the stack fingerprint."""
         return {
             "backend": self.name,
-            "margin": params["margin"],
+            "margin": params["tune_margin"] if params.get("margin") is None else params["margin"],
             "time_budget": params["time_budget"],
             **{key: params[name] for key, name in self.settings.items()},
             **{key: True for key, name in self.flags.items() if self.flag(name, params)},

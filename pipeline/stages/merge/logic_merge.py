@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...atomic import atomic_directory, atomic_write_text
+from ...defaults import LOGIC_MARGIN
 from ...errors import BadInput
 from ...formats.logic import LogicFile, LogicFormatError, dump_logic, load_logic
 
@@ -38,7 +39,7 @@ class MergeOptions:
     trim: bool = True
     no_eff: bool = False
     force_merge: str = "none"  # none | true | 1 | false | 0 (anything else counts as true, as upstream)
-    margin: float = 0.02
+    margin: float = LOGIC_MARGIN
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

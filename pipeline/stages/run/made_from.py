@@ -104,10 +104,14 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _value(value: object) -> str:
+    return "unset" if value is None else repr(value)
+
+
 def changes(old: MadeFrom, new: MadeFrom) -> list[str]:
     """What differs between two records, parameters and files (inputs are the caller's to explain)."""
     said = [
-        f"{_option(k)} {old.params.get(k)!r} -> {new.params.get(k)!r}"
+        f"{_option(k)} {_value(old.params.get(k))} -> {_value(new.params.get(k))}"
         for k in sorted(set(old.params) | set(new.params))
         if old.params.get(k) != new.params.get(k)
     ]
