@@ -91,12 +91,13 @@ def _merge_results(args: argparse.Namespace) -> int:
 
 
 def _nightly(args: argparse.Namespace) -> int:
-    from . import tasks
+    from . import tasks  # noqa: F401  (registers the task classes the check looks up)
+    from .dag.arguments import check_parameters
     from .stages.ship import nightly
 
     workdir = Path(os.path.abspath(args.workdir))
     task = "Package" if args.package else "TuneWorkload"
-    tasks.check_parameters(task, ["--workdir", str(workdir), *args.luigi_args])
+    check_parameters(task, ["--workdir", str(workdir), *args.luigi_args])
     if args.print_units:
         texts = nightly.units(workdir, ["--package"] * args.package + args.luigi_args, args.at)
         env_file, secrets = workdir / nightly.ENV_FILE, texts.pop(nightly.SECRETS_FILE, None)

@@ -95,7 +95,7 @@ class OneLineErrors(logging.Filter):
             return True
         message = record.getMessage()
         if record.msg == "Uncaught exception in luigi" and isinstance(error, ValueError):
-            from .tasks import BadArguments, refused_argument
+            from .dag.arguments import BadArguments, refused_argument
 
             reason = refused_argument(sys.argv[1:]) or str(error)
             failure = BadArguments(reason)

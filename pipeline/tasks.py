@@ -22,10 +22,8 @@ import contextlib
 import dataclasses
 import datetime
 import functools
-import io
 import json
 import logging
-import operator
 import os
 import shutil
 import socket
@@ -38,8 +36,6 @@ from pathlib import Path
 import luigi
 import luigi.configuration
 import luigi.interface
-from luigi.cmdline_parser import CmdlineParser
-from luigi.task_register import Register, TaskClassException
 from luigi.util import inherits
 
 from . import luigi_face
@@ -47,6 +43,7 @@ from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import ToolMissing, TuneSettings
 from .backends.hipblaslt import find_bench
 from .backends.slots import amd_gpu_count, gpu_count
+from .dag.arguments import BadArguments, GridParameter, RunName, counted, margin_value
 from .defaults import GATE_MARGIN, LOGIC_MARGIN, TUNE_MARGIN
 from .errors import BadInput, PipelineError, one_line
 from .formats import tunableop
@@ -98,28 +95,6 @@ RUN_LOCKS = nightly.RunLocks()  # the run directories this process holds, until 
 STARTED = time.time()  # when this process began (a record written since is this run's own)
 
 
-class BadArguments(BadInput):
-    """Parameters the job does not take, or values it cannot use."""
-
-
-def counted(
-    kind: type = int, low: float = 0, high: float = float("inf"), low_included: bool = True, **kwargs
-) -> luigi.NumericalParameter:
-    """A number parameter refused outside ``[low, high]`` (``low_included=False``: above ``low``)."""
-    return luigi.NumericalParameter(
-        var_type=kind, min_value=low, max_value=high, left_op=operator.le if low_included else operator.lt, **kwargs
-    )
-
-
-def margin_value(alias: float | None, own: float) -> float:
-    """A margin: ``--margin`` (the alias of both) where given, else the stage's own; refused outside [0, 10]."""
-    if alias is None:
-        return own
-    if not 0 <= alias <= 10:
-        raise BadArguments(f"--margin {alias}: must be in [0, 10] (a fraction: 0.02 is 2%)")
-    return alias
-
-
 def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
     """A task's ``run``: holding its workdir's lock shared (so never beside a ``gemm-tune nightly``) and its run
     directory's, unless Luigi runs with ``--no-lock`` (a fleet's workers, and the nightly's own Luigi process,
@@ -143,33 +118,6 @@ def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]
             write_record(self.stage_dir(""), self.record_name(), made_from)
 
     return held
-
-
-class RunName(luigi.Parameter):
-    """A run directory's name: one path component under --workdir."""
-
-    def normalize(self, x: object) -> str:
-        given = CmdlineParser.get_instance()  # Luigi reads an empty --run-name "" as not given: today's date
-        if given is not None and getattr(given.known_args, "run_name", None) == "":
-            raise ValueError("an empty run name: name the run (one path component under --workdir) or leave it out")
-        name = str(super().normalize(x))
-        if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
-            raise ValueError(
-                f"{name!r} is not a run name: one path component under --workdir, not starting "
-                "with a dot (e.g. 2026-11-24 or llama-nightly)"
-            )
-        return name
-
-
-class GridParameter(luigi.Parameter):
-    """``--m-grid``: exact, serving or an ascending list of token counts (``mgrid.parse_grid``)."""
-
-    def normalize(self, x: object) -> str:
-        try:
-            spec = mgrid.parse_grid(str(x), option=None)
-        except mgrid.GridError as err:
-            raise ValueError(str(err)) from None  # Luigi's refusal of a parameter (``luigi_face``), as RunName's
-        return spec if isinstance(spec, str) else ",".join(map(str, spec))
 
 
 class PipelineTask(luigi.Task):
@@ -1098,59 +1046,3 @@ def preflight(task: luigi.Task) -> None:
         )
     elif registry.amd(task.backend):
         require_target(task.backend, bool(build and build["hip"]), task.validators_from)
-
-
-def check_parameters(task: str, arguments: Sequence[str]) -> None:
-    """Parse ``arguments`` as Luigi would for ``task``; raise ``BadArguments`` naming the option that it
-    refuses (an unknown name, a value of the wrong type or out of range)."""
-    try:
-        Register.get_task_cls(task)
-    except TaskClassException as err:
-        raise BadArguments(str(err)) from None
-    refusal = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(refusal), CmdlineParser.global_instance([task, *arguments]) as parser:
-            parser.get_task_obj()
-    except SystemExit:  # argparse's own refusal (it wrote why)
-        said = [line for line in refusal.getvalue().splitlines() if "error:" in line]
-        raise BadArguments(
-            f"{task}: {said[-1].split('error:', 1)[1].strip() if said else 'parameters refused'} "
-            f"(see luigi --module pipeline {task} --help)"
-        ) from None
-    except ValueError as err:
-        raise BadArguments(f"{task}: {_culprit(task, arguments) or err}") from None
-
-
-def _culprit(task: str, arguments: Sequence[str]) -> str | None:
-    """``--name 'value': why`` for the first argument whose value its parameter refuses."""
-    params = dict(Register.get_task_cls(task).get_params())
-    pairs, items = [], list(arguments)
-    for i, arg in enumerate(items):
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            if not eq and i + 1 < len(items):
-                value = items[i + 1]
-            pairs.append((name, value))
-    for name, value in pairs:
-        param = params.get(name.replace("-", "_"))
-        if param is None:
-            continue
-        try:
-            param.normalize(param.parse(value))
-        except (ValueError, TypeError) as err:
-            return f"--{name} {value!r}: {err}"
-    return None
-
-
-def refused_argument(argv: Sequence[str]) -> str | None:
-    """For a ``luigi`` command line whose parameters Luigi could not take: ``Task: --name 'value': why``."""
-    for i, arg in enumerate(argv):
-        if arg.startswith("-"):
-            continue
-        try:
-            Register.get_task_cls(arg)
-        except TaskClassException:
-            continue
-        culprit = _culprit(arg, argv[i + 1 :])
-        return f"{arg}: {culprit} (see luigi --module pipeline {arg} --help)" if culprit else None
-    return None

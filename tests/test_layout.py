@@ -7,6 +7,7 @@ kernels/                 what a tuned row runs (cuBLASLt call, torch's call, Tri
 backends/                tuners, timing harness, GPU slots: kernels, formats and helpers
 runtime/                 applies tuned rows inside torch at run time: kernels, formats, helpers (not the tuner)
 stages/                  the pure core of each DAG stage: runtime, backends, formats, helpers, other stages
+dag/                     the wiring's parts besides the task classes: anything below it
 tasks, cli, luigi_face   wiring: anything
 workloads/               standalone programs: each other, nothing else of the package
 """
@@ -28,6 +29,7 @@ ALLOWED = {  # layer -> the layers its modules may import
     "runtime": {"foundation", "formats", "kernels", "runtime"},
     "stages": {"foundation", "formats", "kernels", "backends", "runtime", "stages"},
     "workloads": {"workloads"},
+    "dag": {"foundation", "formats", "kernels", "backends", "runtime", "stages", "dag"},
 }
 
 
@@ -83,6 +85,7 @@ def test_every_module_belongs_to_a_layer():
     ]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "backends",
+        "dag",
         "formats",
         "kernels",
         "runtime",
@@ -226,3 +229,27 @@ def test_the_runtime_an_image_ships_imports_nothing_of_the_tuner():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circle in the package, lazy imports inside functions included: a circle is a pair of modules a
+    maintainer cannot read or change one at a time (``graphlib`` finds one in the import graph)."""
+    import graphlib
+
+    modules = {
+        "pipeline." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in PACKAGE.rglob("*.py")
+    }
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for target in imported(path):  # ``from .x import y``: the module x.y where it is one, else x
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):  # a package's own __init__
+                found.add(target)
+        graph[name] = found
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as err:
+        pytest.fail(f"an import circle: {' -> '.join(err.args[1])}")

@@ -406,8 +406,7 @@ def _compiled_in_e2e(run: Path, key: dict) -> Path:
 
 
 def test_a_package_ships_the_kernels_its_triton_rows_were_validated_with(tmp_path):
-    from pipeline.kernels.triton_cache import cache_key, cache_name
-    from pipeline.kernels.triton_gemm import source_hash
+    from pipeline.kernels.triton_cache import cache_key, cache_name, source_hash
 
     stack = Stack(STACK.fingerprint, {**STACK.facts, "triton": "3.6.0", "triton_kernels": source_hash()}, {})
     run = _bundle(tmp_path / "run", {"PT_VERSION": "2.11.0"}, [TRITON])

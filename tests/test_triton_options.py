@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.backends.base import ToolMissing
 from pipeline.kernels import triton_gemm as tg
-from pipeline.kernels.triton_gemm import source_hash
+from pipeline.kernels.triton_cache import source_hash
 from pipeline.stages.bench import registry
 from pipeline.stages.run import fingerprint as fp
 

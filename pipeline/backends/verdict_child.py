@@ -25,7 +25,7 @@ import os
 import select
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import procs
@@ -149,17 +149,15 @@ def _timed(backend: Any, request: dict[str, Any]) -> dict[str, list[float]]:
     return backend.time_verdict(problem, request["config"], settings, request["rounds"], request["workspace_bytes"])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The child: ``python -m pipeline.stages verdict-child --gpu N``, stdin and stdout its pipe."""
+def main(make_backend: Callable[[int], Any], argv: Sequence[str] | None = None) -> int:
+    """The child: ``python -m pipeline.stages verdict-child --gpu N``, stdin and stdout its pipe;
+    ``make_backend(gpu)`` the backend that times (``cublaslt.CublasLtBackend`` without a child of its own)."""
     parser = argparse.ArgumentParser(description="time Bench's verdicts in a process that never searched")
     parser.add_argument("--gpu", type=int, default=0)
     args = parser.parse_args(argv)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # prints of torch, Triton or nvmath land in the log, never in the protocol
-
-    from .cublaslt import CublasLtBackend
-
-    backend = CublasLtBackend(args.gpu, verdict_process=False)
+    backend = make_backend(args.gpu)
     _answer(protocol, {"ready": os.getpid()})
     for line in sys.stdin:
         try:

@@ -27,11 +27,18 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..atomic import atomic_write_json
-from .triton_gemm import source_hash
 
 CACHE_ENV = "GEMM_TUNE_CACHE"  # the directory a workload's process compiles these kernels in (``user_cache_root``)
 KEY_FILE = "key.json"
 GROUP_PREFIX = "__grp__"  # Triton's name for a kernel's list of files
+
+
+def source_hash() -> str:
+    """A digest of the kernels' source and of how ``triton_gemm`` launches them: the cache key's last part (and
+    the stack fingerprint's, ``triton_kernels``)."""
+    here = Path(__file__).parent
+    text = b"".join((here / name).read_bytes() for name in ("triton_gemm.py", "triton_kernels.py"))
+    return hashlib.sha256(text).hexdigest()[:16]
 
 
 def cache_key(gpu: str, capability: str, triton_version: str, torch_version: str) -> dict:

@@ -26,13 +26,13 @@ it holds. Needs torch and triton (both with the ``cuda`` extra); ``serves``/``co
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..problem import ROWWISE, GemmProblem, dtype_bytes
+from .triton_cache import compiling_into
 
 SERVED_OPS = ("gemm", "gemm_and_bias", "gemm_strided_batched", "scaled_gemm")
 SERVED_TYPES = ("bfloat16", "float16")
@@ -214,13 +214,6 @@ def literal_configs(problem: GemmProblem) -> list[TritonConfig]:
     ]
 
 
-def source_hash() -> str:
-    """A digest of the kernels' source and of how this module launches them: the cache key's last part."""
-    here = Path(__file__).parent
-    text = b"".join((here / name).read_bytes() for name in ("triton_gemm.py", "triton_kernels.py"))
-    return hashlib.sha256(text).hexdigest()[:16]
-
-
 NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)(_swap|_lit)?")
 
 
@@ -335,8 +328,6 @@ class Runner:
         bias = out_type if problem.has_bias else None  # a bias of the output's type (``serves``)
         scales = (torch.float32, torch.float32) if scaled else (None, None)
         c = self.config
-        from .triton_cache import compiling_into
-
         with torch.cuda.device(device), compiling_into(cache):
             frame = Frame.of_problem(problem)
             grid, args, reduce_grid, reduce_args = self._args(frame, x_type, x_type, out_type, bias, *scales, device)

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from ..kernels.torch_gemm import torch_dtype
-from ..kernels.triton_cache import CACHE_ENV, cache_dir, cache_name, holds, seed, user_cache_root
-from ..kernels.triton_gemm import Runner, config_from_name, source_hash
+from ..kernels.triton_cache import CACHE_ENV, cache_dir, cache_name, holds, seed, source_hash, user_cache_root
+from ..kernels.triton_gemm import Runner, config_from_name
 from ..problem import GemmProblem
 
 log = logging.getLogger("pipeline")

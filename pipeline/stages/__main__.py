@@ -42,8 +42,9 @@ def _stack_probe(argv: Sequence[str]) -> int:
 
 def _verdict_child(argv: Sequence[str]) -> int:
     from ..backends import verdict_child
+    from ..backends.cublaslt import CublasLtBackend
 
-    return verdict_child.main(argv)
+    return verdict_child.main(lambda gpu: CublasLtBackend(gpu, verdict_process=False), argv)
 
 
 WORKERS = {  # each imports its own module only: a worker starts without the others' imports

@@ -35,7 +35,7 @@ from ... import procs
 from ...atomic import atomic_write_json
 from ...errors import PipelineError, ToolError, exit_code, one_line
 from ...formats.torch_build import torch_build, torch_package_dir
-from ...kernels.triton_gemm import source_hash
+from ...kernels.triton_cache import source_hash
 
 STAMP = "stack.json"
 ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
