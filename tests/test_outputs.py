@@ -252,7 +252,6 @@ def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
     ("compile_probe.py", ["--out", "."]),
     ("triton_bench_cost.py", ["--out", "."]),
     ("triton_hostcost.py", ["--out", "."]),
-    ("hostcost_ab.py", ["old-tree", "a2ae49f", "--out", "."]),
     ("decode_hbm.py", ["--out", "."]),
     ("decode_hbm.py", ["--winners-from", "decode.json", "--out", "decode.json"]),
     ("serving.py", ["--out", "."]),

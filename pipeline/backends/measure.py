@@ -367,7 +367,7 @@ def warm_up(timers: Sequence[GraphTimer], settings: TimingSettings, turns: int =
     at other clocks. On the H100, three A/Bs of one decode GEMM pair without a warm-up spread by up to 12%,
     the first one off; with 200 ms of warm-up most spreads fell to 0.5-2%, but one window in ten still lands
     5-20% off whatever the warm-up, so a single A/B stays a noisy figure
-    (``bench/results/verdict_repeatability_h100_2026-11-24*.json``, ``bench/README.md``)."""
+    (docs/decisions.md, "Why windows, a warm-up, alternation and a rebuilt winner")."""
     least, most = (value / 1000.0 for value in settings.warmup_ms)
     start = time.perf_counter()
     recent: list[float] = []
@@ -442,7 +442,7 @@ def windowed_samples(
     """``settings.windows`` interleaved comparisons, each on operand copies of its own (all held until the end,
     so no window reuses another's memory), their samples pooled per candidate (the i-th sample of every
     candidate comes from the same round). On the H100 about one window in ten lands 5-20% off the others (its
-    clocks, or where its buffers fell; ``bench/results/verdict_repeatability_h100_2026-11-24*.json``): the
+    clocks, or where its buffers fell; docs/decisions.md): the
     median of the pooled samples stays with the windows that agree. The first window warms up for
     ``warmup_ms``, each later one for ``rewarm_ms``, as long as its clocks take to settle: the GPU ran the window
     before it a moment ago, and the 150 ms saved on each of six windows of a verdict and its report take 1.5 s
