@@ -56,6 +56,7 @@ def job_command(model: str, dtype: str, workdir: Path, args: argparse.Namespace)
         "--workload-cmd", serve_command(model, dtype, 1, args),
         "--e2e-cmd", serve_command(model, dtype, 2, args, "--repeat 3"),
         "--m-grid", args.m_grid, "--gpus", str(args.gpus), "--allow-e2e-regression",
+        "--e2e-reps", str(args.e2e_reps), "--validate-rounds", str(args.validate_rounds),
     ]  # fmt: skip
 
 
@@ -150,6 +151,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--m-grid", default="serving")
     parser.add_argument("--gpus", type=int, default=0, help="Bench's GPUs (0: every visible one)")
     parser.add_argument("--eager-reps", type=int, default=3)
+    parser.add_argument("--e2e-reps", type=int, default=3, help="the job's end-to-end alternations (at least)")
+    parser.add_argument("--validate-rounds", type=int, default=7, help="the job's interleaved rounds per GEMM")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a job or a run may take")
     parser.add_argument("--workdir", default="", help="the jobs' workdir (default: a fresh temporary directory)")
     parser.add_argument("--out", required=True)

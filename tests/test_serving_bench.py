@@ -16,8 +16,9 @@ def _args(*argv: str):
 
 
 def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
-    args = _args("--m-grid", "1,2,4,8", "--gpus", "2")
+    args = _args("--m-grid", "1,2,4,8", "--gpus", "2", "--e2e-reps", "2", "--validate-rounds", "5")
     command = serving.job_command("qwen2-7b", "fp8", ROOT / "w", args)
+    assert command[command.index("--e2e-reps") + 1] == "2" and command[command.index("--validate-rounds") + 1] == "5"
     collect = command[command.index("--workload-cmd") + 1]
     ab = command[command.index("--e2e-cmd") + 1]
     assert "--seed 1" in collect and "--seed 2" in ab and "--repeat 3" in ab and "--repeat" not in collect
