@@ -18,19 +18,11 @@ problems shared by runs. Stages from Bench on stamp ``stack.json`` with the fing
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime
-import functools
 import json
-import logging
 import os
-import shutil
 import socket
-import sys
-import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import luigi
@@ -38,16 +30,14 @@ import luigi.configuration
 import luigi.interface
 from luigi.util import inherits
 
-from . import luigi_face
 from .atomic import atomic_write_json, atomic_write_text
-from .backends.base import ToolMissing, TuneSettings
-from .backends.hipblaslt import find_bench
-from .backends.slots import amd_gpu_count, gpu_count
-from .dag.arguments import BadArguments, GridParameter, RunName, counted, margin_value
-from .defaults import GATE_MARGIN, LOGIC_MARGIN, TUNE_MARGIN
-from .errors import BadInput, PipelineError, one_line
-from .formats import tunableop
-from .formats.torch_build import torch_build
+from .backends.base import TuneSettings
+from .backends.slots import gpu_count
+from .dag.arguments import BadArguments, GridParameter, counted, margin_value
+from .dag.base import PipelineTask, StackBound, log, stage_run
+from .dag.preflight import preflight
+from .defaults import GATE_MARGIN, LOGIC_MARGIN
+from .errors import BadInput
 from .stages.accept import report
 from .stages.accept.acceptance import AcceptanceSettings, accept
 from .stages.bench import config_tool, grid_seeds, registry, tuned_cache
@@ -66,327 +56,12 @@ from .stages.gather.shapes import (
     write_shapes_json,
 )
 from .stages.merge.logic_merge import MergeOptions, merge_dirs
-from .stages.merge.results_merge import check_target, merge_paths, require_target
-from .stages.run import timings
-from .stages.run.fingerprint import Stack, claim, current_stack, stamped
-from .stages.run.layout import RunLayout
-from .stages.run.made_from import MadeFrom, changes, read_record, record_path, tree_files, write_record
+from .stages.merge.results_merge import merge_paths
+from .stages.run.made_from import tree_files
 from .stages.run.progress import ProgressBar
-from .stages.ship import nightly, package
+from .stages.ship import package
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
-
-
-def _default_logging() -> None:
-    """Show what the stages say (the ``pipeline`` logger, INFO) where nothing else was set up to (Luigi sets up
-    only its own logger; a ``--logging-conf-file`` that names ``pipeline`` wins)."""
-    logger = logging.getLogger("pipeline")
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-
-
-LAST_LINE = luigi_face.install()  # luigi's exit codes, one-line errors, the failure repeated last
-_default_logging()
-log = logging.getLogger("pipeline")
-RUN_LOCKS = nightly.RunLocks()  # the run directories this process holds, until it exits
-STARTED = time.time()  # when this process began (a record written since is this run's own)
-
-
-def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]:
-    """A task's ``run``: holding its workdir's lock shared (so never beside a ``gemm-tune nightly``) and its run
-    directory's, unless Luigi runs with ``--no-lock`` (a fleet's workers, and the nightly's own Luigi process,
-    which holds the workdir); a stage made from other inputs before is moved aside first
-    (``<stage>.before-redo``); the record of what it was made from is written last."""
-
-    @functools.wraps(run)
-    def held(self: PipelineTask) -> None:
-        lock = (
-            contextlib.nullcontext()
-            if luigi.interface.core().no_lock
-            else nightly.workdir_lock(Path(self.workdir), shared=True)
-        )
-        with lock:
-            self.hold_run()
-            made_from = self.made_from()
-            old = read_record(self.stage_dir(""), self.record_name())
-            if old is not None and old.identity != made_from.identity:
-                self.set_aside(self.redo_stages())
-            run(self)
-            write_record(self.stage_dir(""), self.record_name(), made_from)
-
-    return held
-
-
-class PipelineTask(luigi.Task):
-    """Common parameters: where runs live and which run this is."""
-
-    workdir = luigi.Parameter(default="workdir", description="root of all run directories")
-    run_name = RunName(
-        default=datetime.date.today().isoformat(),
-        description="run directory under --workdir (default: today's date); a rerun with the same "
-        "name resumes, and redoes each stage whose parameters or input files changed",
-    )
-    no_redo = luigi.BoolParameter(
-        default=False,
-        significant=False,
-        description="refuse (exit 12), rather than redo, a stage of this run name whose "
-        "parameters or input files changed since it was made",
-    )
-
-    made_from_params: tuple[str, ...] = ()  # the parameters this stage's output depends on (its record)
-
-    def timing_name(self) -> str:
-        """The name of this task's record in ``<run>/timings/`` and ``<run>/made_from/``."""
-        return self.task_family
-
-    def record_name(self) -> str:
-        return self.timing_name()
-
-    def dependencies(self) -> list[PipelineTask]:
-        """What ``requires`` names, without the checks some tasks run there."""
-        return luigi.task.flatten(self.requires())
-
-    def user_files(self) -> list[Path]:
-        """The files of the user's this stage reads (their content is part of its record)."""
-        return []
-
-    def redo_stages(self) -> tuple[str, ...]:
-        """The stage directories moved aside when this stage is redone (what a resume would otherwise reuse)."""
-        return ()
-
-    def set_aside(self, stages: Sequence[str]) -> None:
-        """Move each of ``stages`` to ``<stage>.before-redo`` (replacing the one an earlier redo left)."""
-        for stage in stages:
-            path = self.stage_dir(stage)
-            if path.exists():
-                aside = path.with_name(path.name + ".before-redo")
-                shutil.rmtree(aside, ignore_errors=True)
-                path.rename(aside)
-
-    def made_from(self) -> MadeFrom:
-        """This stage's parameters, user files and inputs' identities, as of now (computed once)."""
-        if getattr(self, "_made_from", None) is None:
-            self._made_from = MadeFrom.of(
-                {name: self.param_kwargs[name] for name in self.made_from_params},
-                self.user_files(),
-                {dep.record_name(): dep.made_from().identity for dep in self.dependencies()},
-            )
-        return self._made_from
-
-    def what_changed(self) -> list[str]:
-        """Why this stage's record is not what its inputs give now, in the user's words (empty: it is, or
-        there is no record)."""
-        old = read_record(self.stage_dir(""), self.record_name())
-        if old is None:
-            return []
-        now = self.made_from()
-        if old.identity == now.identity:
-            return []
-        said = [f"{self.record_name()}: {what}" for what in changes(old, now)]
-        for dep in self.dependencies():
-            if old.inputs.get(dep.record_name()) != dep.made_from().identity:
-                redone_now = dep.record_time() >= STARTED  # by this process: the change was said where it was
-                said += dep.what_changed() or (
-                    [] if redone_now else [f"{self.record_name()}: {dep.record_name()} was redone since"]
-                )
-        return list(dict.fromkeys(said)) or [f"the inputs of {self.record_name()} were redone in this run"]
-
-    def record_time(self) -> float:
-        """When this stage's record was written (0: never)."""
-        try:
-            return record_path(self.stage_dir(""), self.record_name()).stat().st_mtime
-        except OSError:
-            return 0.0
-
-    def say_redo(self, line: str, changed: list[str]) -> None:
-        """Say once why the run is redone: Luigi asks the stage furthest down first, whose changes hold those
-        of every stage it reads, so it says them all in one line, naming the first stage redone, and the stages
-        it reads say nothing more."""
-        stages = {entry.split(": ", 1)[0] for entry in changed} | {self.record_name()}
-        first = min(stages, key=timings.dag_rank)
-        log.warning("gemm-tune: %s: redoing %s and what depends on it", line, first)
-        todo = list(self.dependencies())
-        while todo:
-            dep = todo.pop()
-            if not getattr(dep, "_said_redo", False):
-                dep._said_redo = True
-                todo += dep.dependencies()
-
-    def hold_run(self) -> None:
-        """Hold this run directory's lock until the process exits, in a plain ``luigi`` command (not with
-        ``--no-lock``, nor under ``luigi.build``, whose caller holds what it needs)."""
-        if "luigi.cmdline" in sys.modules and not luigi.interface.core().no_lock:
-            RUN_LOCKS.hold(self.stage_dir(""), sys.argv)
-
-    def done(self) -> bool:
-        """Whether the outputs are there (and, for a stack-bound stage, made under this stack)."""
-        return super().complete()
-
-    def complete(self) -> bool:
-        """Done, and made from what the parameters and input files give now. Where they changed, it says so
-        once and is redone (``--no-redo``: refused). An error the pipeline expects (bad input, a busy run
-        directory) is recorded for the nightly and Luigi's last line."""
-        try:
-            self.hold_run()
-            changed = self.what_changed()
-            if changed:
-                line = f"this run ({self.stage_dir('')}) was made from other inputs: {'; '.join(changed)}"
-                if self.no_redo:
-                    raise BadInput(f"{line}; --no-redo refuses to redo it (drop --no-redo, or give another --run-name)")
-                if not getattr(self, "_said_redo", False):
-                    self._said_redo = True
-                    self.say_redo(line, changed)
-                return False
-            return self.done()  # outputs without a record (made before records existed) are taken as they are
-        except (PipelineError, OSError) as err:
-            error = (
-                err
-                if isinstance(err, PipelineError)
-                else BadInput(f"{self.stage_dir('')}: {err.strerror or err} (--workdir names where runs go)")
-            )
-            _record(f"{self.task_family} (checked before any work)", error, "scheduling_error")
-            if error is err:
-                raise
-            raise error from None
-
-    def on_failure(self, exception: BaseException) -> str:
-        """What the scheduler shows: the error's class, exit code and message; a traceback only for a bug."""
-        if isinstance(exception, PipelineError):
-            return f"{one_line(exception)}\n{exception}"
-        return f"{one_line(exception)}\n{traceback.format_exc()}"
-
-    def gpu_indices(self, who: str) -> list[int]:
-        """``--gpus`` GPUs, else every visible one (through torch for cuBLASLt, the AMD tools' own count)."""
-        if getattr(self, "gpus", 0):
-            return list(range(self.gpus))
-        amd = registry.amd(getattr(self, "backend", "cublaslt"))
-        return list(range(amd_gpu_count() if amd else gpu_count(who)))
-
-    def layout(self) -> RunLayout:
-        """This run's directory and the files its stages hand each other (``stages/run/layout.py``); absolute:
-        these paths reach subprocesses, environment variables and files other programs read."""
-        return RunLayout.of(Path(os.path.abspath(self.workdir)) / self.run_name)
-
-    def stage_dir(self, stage: str) -> Path:
-        return self.layout().stage(stage)
-
-
-def _record(who: str, error: BaseException, luigi_code: str) -> None:
-    """A failure, for the nightly's record, the log and the line printed last."""
-    LAST_LINE.add(error, nightly.record_failure(who, error), luigi_code)
-
-
-@PipelineTask.event_handler(luigi.Event.FAILURE)
-def _failed(task: PipelineTask, error: BaseException) -> None:
-    _record(task.task_family, error, "task_failed")
-
-
-@PipelineTask.event_handler(luigi.Event.BROKEN_TASK)
-def _refused_before_running(task: PipelineTask, error: BaseException) -> None:
-    _record(f"{task.task_family} (checked before any work)", error, "scheduling_error")
-
-
-@PipelineTask.event_handler(luigi.Event.PROCESSING_TIME)
-def _timed(task: PipelineTask, seconds: float) -> None:
-    timings.record(task.stage_dir(""), task.timing_name(), seconds)
-
-
-class StackBound(PipelineTask):
-    """A task whose outputs hold for one stack: complete only where its stage directories record this
-    machine's fingerprint (``stage/stack.json``); run under another one, it moves them aside and redoes them."""
-
-    stack_stages: tuple[str, ...] = ()
-    written_whole: tuple[str, ...] = ()  # stages whose writer puts the stamp in itself (only set aside here)
-    chained = False  # complete only while what it requires is (its output summarises theirs)
-
-    # The tuning settings a stack's fingerprint includes, declared here for every stack-bound task (Bench's own)
-    backend = luigi.ChoiceParameter(
-        default="cublaslt",
-        choices=list(registry.REGISTRY),
-        description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD",
-    )
-    hipblaslt_bench = luigi.Parameter(
-        default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, then hipblaslt-bench on PATH)"
-    )
-    tunableop_iterations = counted(int, 0, default=100, description="tunableop: tuning iterations per candidate")
-    tunableop_duration_ms = counted(int, 0, default=30, description="tunableop: tuning ms per candidate")
-    tunableop_rotating_mb = counted(int, -1, default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
-    tunableop_numerical_check = luigi.BoolParameter(
-        default=False, description="tunableop: check every candidate against Default"
-    )
-    triton = luigi.OptionalBoolParameter(
-        default=None,
-        parsing=luigi.BoolParameter.EXPLICIT_PARSING,
-        description="cublaslt: time this project's Triton kernels per GEMM too (on unless --triton false; "
-        "docs/triton.md); another backend: --triton has the report say why no Triton row is offered",
-    )
-    time_budget = counted(float, 0, low_included=False, default=20.0, description="screening seconds per problem")
-    tune_margin = counted(
-        float,
-        0,
-        10,
-        default=TUNE_MARGIN,
-        description="Bench crowns a winner only where it beats torch's default by this fraction (in the stack "
-        "fingerprint: a change tunes again)",
-    )
-    margin = luigi.OptionalFloatParameter(
-        default=None,
-        description="sets --tune-margin and --gate-margin both (an alias, said in the log where given)",
-    )
-
-    def tuning_margin(self) -> float:
-        """Bench's margin: ``--margin`` where given, else ``--tune-margin``."""
-        return margin_value(self.margin, self.tune_margin)
-
-    def tuning_settings(self) -> dict:
-        """The Bench settings that are part of the fingerprint (a change of them is a new stack too)."""
-        return registry.entry(self.backend).fingerprint_settings(self.param_kwargs)
-
-    def stack(self) -> Stack:
-        if getattr(self, "_stack", None) is None:
-            bench_path = None
-            if registry.amd(self.backend):
-                try:
-                    bench_path = find_bench(self.hipblaslt_bench or None)
-                except ToolMissing:
-                    bench_path = None  # Bench itself names what is missing
-            self._stack = current_stack(Path(self.workdir), self.tuning_settings(), bench_path)
-        return self._stack
-
-    def done(self) -> bool:
-        """Done under this stack's fingerprint. A stack that cannot be probed is not done here; the error
-        comes from the preflight (or the run) with its exit code."""
-        if not super().done():
-            return False
-        try:
-            fp = self.stack().fingerprint
-        except PipelineError:
-            return False
-        return all(stamped(self.stage_dir(s)) == fp for s in self.stack_stages) and (
-            not self.chained or self.upstream().complete()
-        )
-
-    def upstream(self) -> luigi.Task:
-        """What a chained task summarises (its requirement, without the preflight)."""
-        raise NotImplementedError
-
-    def set_aside(self, stages: Sequence[str]) -> None:
-        """As ``PipelineTask.set_aside`` for the stages made under this stack; those of another stack are
-        ``claim``'s to move (``<stage>.<fingerprint>``)."""
-        fp = self.stack().fingerprint
-        super().set_aside([s for s in stages if stamped(self.stage_dir(s)) in (fp, None)])
-
-    def claim_stages(self) -> None:
-        for stage in self.stack_stages:
-            claim(
-                self.stage_dir(stage),
-                self.stack().fingerprint,
-                self.stack().facts,
-                create=stage not in self.written_whole,
-            )
 
 
 def embedded_args(task: luigi.Task) -> tuple[str, ...]:
@@ -1019,30 +694,3 @@ def _user_files(specs: list[str]) -> list[Path]:
 
 def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def preflight(task: luigi.Task) -> None:
-    """What would fail the run after its costly stages, checked before any of them starts (in ``requires``,
-    so Luigi runs nothing): the config settings, the tool the backend needs and the stack probe where Bench is
-    still to run, and the validator block the rows will carry while MergeResults is (where ``task`` has its
-    parameters).
-    ``task`` is Bench or a task that inherits its parameters."""
-    task.clone(GenerateConfigs).settings()  # options no TensileLite takes (Validate reads the configs too)
-    if task.margin is not None:
-        tuning = margin_value(task.margin, task.tune_margin)
-        log.info("--margin %s sets --tune-margin %s and --gate-margin %s", task.margin, tuning, tuning)
-    tuner = task.clone(Bench)
-    merges = [task.clone(MergeResults), task.clone(MergeLogic)] if hasattr(task, "validators_from") else []
-    if not tuner.complete() and (not merges or any(m.requires() and not m.complete() for m in merges)):
-        tuner.backend_options()
-        tuner.stack()
-    if not hasattr(task, "validators_from") or task.results or task.clone(MergeResults).complete():
-        return
-    build = torch_build()
-    rocm = registry.amd(task.backend) or (task.backend == "tunableop" and bool(build and build["hip"]))
-    if task.validators_from:
-        check_target(
-            "rocm" if rocm else "cuda", tunableop.read_file(task.validators_from).validators, task.validators_from
-        )
-    elif registry.amd(task.backend):
-        require_target(task.backend, bool(build and build["hip"]), task.validators_from)
