@@ -4,7 +4,7 @@
         --out bench/results/bench_agreement_<gpu>_<date>.json
 
 Each argument is a run directory whose report was written (``report/summary.json``: its ``bench_agreement``,
-``pipeline/stages/accept/agreement.py``), or a file this script wrote (its runs join, so runs made on separate
+``pipeline/stages/validate/agreement.py``), or a file this script wrote (its runs join, so runs made on separate
 machines of one kind combine: ``bench_agreement.py a.json b.json --out all.json``; devices must match).
 Over all of them: how many winners Bench named and Validate measured, the fraction whose validated speedup is
 within 2% of the predicted one (target >= 95%), the worst validated speedup of a Bench winner (target >=
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.atomic import atomic_write_json
 from pipeline.kernels.triton_gemm import PREFIX as TRITON_PREFIX
-from pipeline.stages.accept import agreement
+from pipeline.stages.validate import agreement
 
 TARGET_FRACTION, TARGET_WORST = 0.95, 0.99
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from pipeline.atomic import atomic_write_json
-from pipeline.stages.accept.e2e import ab_test
+from pipeline.stages.validate.e2e import ab_test
 
 EMBEDDED = "pipeline.workloads.llama"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from pipeline import procs
 from pipeline.atomic import atomic_write_json, claim_output_file, note_written
 from pipeline.errors import INPUT, BadInput
-from pipeline.stages.accept.e2e import ab_test
+from pipeline.stages.validate.e2e import ab_test
 
 TARGETS = {"coverage": 0.95, "held_out_worst": 0.99, "graphs": 1.05, "eager": 1.00}
 DTYPES = ("bf16", "fp8")

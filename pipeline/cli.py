@@ -125,8 +125,8 @@ def _nightly(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .stages.accept import report
     from .stages.ship import nightly
+    from .stages.validate import report
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

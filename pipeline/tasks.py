@@ -38,8 +38,6 @@ from .dag.base import PipelineTask, StackBound, log, stage_run
 from .dag.preflight import preflight
 from .defaults import GATE_MARGIN, LOGIC_MARGIN
 from .errors import BadInput
-from .stages.accept import report
-from .stages.accept.acceptance import AcceptanceSettings, accept
 from .stages.bench import config_tool, grid_seeds, registry, tuned_cache
 from .stages.bench import tune as bench
 from .stages.configs import render as configs
@@ -60,6 +58,8 @@ from .stages.merge.results_merge import merge_paths
 from .stages.run.made_from import tree_files
 from .stages.run.progress import ProgressBar
 from .stages.ship import package
+from .stages.validate import report
+from .stages.validate.acceptance import AcceptanceSettings, accept
 
 REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 

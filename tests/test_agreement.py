@@ -10,8 +10,8 @@ import pytest
 
 from pipeline.backends.base import DEFAULT, ProblemResult, WinnerRecord
 from pipeline.formats.tunableop import parse_key
-from pipeline.stages.accept import agreement
-from pipeline.stages.accept.measured import MeasuredRow, Pair
+from pipeline.stages.validate import agreement
+from pipeline.stages.validate.measured import MeasuredRow, Pair
 from pipeline.stats import Stats
 
 from .helpers import O_PROJ, QKV

@@ -15,9 +15,9 @@ import pytest
 from pipeline.backends.base import DEFAULT, TuneSettings, tune
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
-from pipeline.stages.accept.measured import MeasuredRow, pooled
 from pipeline.stages.bench import registry
 from pipeline.stages.bench.tune import result_path, run_shards
+from pipeline.stages.validate.measured import MeasuredRow, pooled
 
 from .helpers import luigi_argv
 

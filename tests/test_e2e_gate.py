@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.formats.tunableop import parse_key
 from pipeline.problem import distinct_labels
-from pipeline.stages.accept import e2e
+from pipeline.stages.validate import e2e
 
 from .helpers import UNTUNED, first_gemms, run_amd_dag
 

@@ -95,7 +95,7 @@ def test_every_module_belongs_to_a_layer():
 
 
 @pytest.mark.parametrize(
-    "module", ["pipeline.stages.bench.worker", "pipeline.stages.accept.validate", "pipeline.runtime"]
+    "module", ["pipeline.stages.bench.worker", "pipeline.stages.validate.validate", "pipeline.runtime"]
 )
 def test_worker_processes_do_not_import_luigi(module):
     """A GPU worker (or a user's program under the runtime) starts without Luigi and the task modules;
@@ -113,7 +113,7 @@ def test_worker_processes_do_not_import_luigi(module):
     )
 
 
-STEPS = ("gather", "configs", "bench", "merge", "accept", "ship", "run")  # docs/design.md's stage table, in order
+STEPS = ("gather", "configs", "bench", "merge", "validate", "ship", "run")  # docs/design.md's stage table, in order
 
 
 def stage_module(path: Path) -> str:

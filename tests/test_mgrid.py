@@ -184,7 +184,7 @@ def test_gemm_tune_shapes_takes_the_grid_and_refuses_bad_values(tmp_path):
 
 # -- held-out token counts (Validate) and the bundle ------------------------------------------------------
 def _measured(key: str, n: int, baseline: float, tuned: float, held_out_of: str | None = None):
-    from pipeline.stages.accept.measured import MeasuredRow, Pair
+    from pipeline.stages.validate.measured import MeasuredRow, Pair
     from pipeline.stats import Stats
 
     pair = Pair(Stats.of([baseline] * 5), Stats.of([tuned] * 5))
@@ -192,7 +192,7 @@ def _measured(key: str, n: int, baseline: float, tuned: float, held_out_of: str 
 
 
 def test_held_out_counts_are_the_lower_edge_the_middle_and_two_seeded_draws():
-    from pipeline.stages.accept.held_out import held_out_counts
+    from pipeline.stages.validate.held_out import held_out_counts
 
     counts = held_out_counts((17, 24), "k")
     assert counts[0] == 17 and 20 in counts and 3 <= len(counts) <= 4 and all(17 <= m < 24 for m in counts)
@@ -203,8 +203,8 @@ def test_held_out_counts_are_the_lower_edge_the_middle_and_two_seeded_draws():
 
 
 def test_held_out_rows_skip_default_triton_and_exact_rows():
-    from pipeline.stages.accept.held_out import held_out_rows
-    from pipeline.stages.accept.validate import MergedRow
+    from pipeline.stages.validate.held_out import held_out_rows
+    from pipeline.stages.validate.validate import MergedRow
 
     def row(n: int, solution: str) -> MergedRow:
         problem = QKV.with_tokens(n)
@@ -219,7 +219,7 @@ def test_held_out_rows_skip_default_triton_and_exact_rows():
 
 
 def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss():
-    from pipeline.stages.accept.held_out import FLOOR, lines, verdict
+    from pipeline.stages.validate.held_out import FLOOR, lines, verdict
 
     grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
     rows = [
@@ -294,7 +294,7 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
 
 
 def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_line():
-    from pipeline.stages.accept import e2e
+    from pipeline.stages.validate import e2e
 
     def record(tuned_calls, calls, tuned_us, us):
         return {

@@ -21,9 +21,9 @@ from pipeline.backends.base import ToolMissing
 from pipeline.backends.slots import NoFreeGpu
 from pipeline.cli import main
 from pipeline.formats.tunableop import TunableOpFormatError
-from pipeline.stages.accept.gate import GateRefused
 from pipeline.stages.run.fingerprint import ProbeFailed
 from pipeline.stages.ship import nightly
+from pipeline.stages.validate.gate import GateRefused
 
 from .helpers import DOUBLE, FIXTURES, TARGET, UNTUNED, amd_dag
 

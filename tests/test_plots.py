@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pipeline.stages.accept import plots
+from pipeline.stages.validate import plots
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -42,7 +42,7 @@ def test_dots_give_each_series_a_dot_per_label_higher_for_higher_values():
 
 
 def test_ticks_sit_at_round_steps_with_as_many_decimals_as_the_step_needs():
-    from pipeline.stages.accept.plots import ticks
+    from pipeline.stages.validate.plots import ticks
 
     def said(low, high):
         values, form = ticks(low, high)

@@ -234,7 +234,7 @@ def test_the_bundle_ships_current_rows_of_a_shape_kept_with_two_scalings(tmp_pat
     from types import SimpleNamespace
 
     from pipeline.formats.tunableop import parse_key
-    from pipeline.stages.accept.bundle import _kept_overrides
+    from pipeline.stages.validate.bundle import _kept_overrides
 
     op = "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_BFloat16_TN"
     kept = [

@@ -185,7 +185,7 @@ def test_windows_pool_their_samples_on_operands_of_their_own(monkeypatch):
     import statistics
 
     from pipeline.backends import measure
-    from pipeline.stages.accept.measured import Pair
+    from pipeline.stages.validate.measured import Pair
     from pipeline.stats import Verdict
 
     seeds, held, warm = [], [], []

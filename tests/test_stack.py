@@ -193,7 +193,7 @@ def _drift_run(root, name: str, fp: str, kept: list[str], speedups: dict[str, fl
 
 
 def test_drift_names_what_changed_and_why_a_row_was_dropped(tmp_path):
-    from pipeline.stages.accept.drift import compare
+    from pipeline.stages.validate.drift import compare
 
     a, b, c = (
         "GemmTunableOp_Half_TN,tn_1_2_3_ld_3_3_1",

@@ -136,8 +136,8 @@ def test_bench_outputs_carry_a_triton_winner_with_its_figures_through_the_logic_
 
 def test_the_bundle_manifest_lists_each_triton_row_with_its_config_and_figures(tmp_path):
     from pipeline.formats.tunableop import TunableOpEntry, format_key
-    from pipeline.stages.accept.bundle import own_kernel_rows
     from pipeline.stages.run.layout import RunLayout
+    from pipeline.stages.validate.bundle import own_kernel_rows
 
     result, config = _triton_winner()
     problem, figures = result.problem, FIGURES

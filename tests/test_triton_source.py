@@ -258,7 +258,7 @@ def test_a_problem_frame_is_the_integers_its_calls_hand_the_kernels():
 
 
 def test_a_solution_name_spells_its_config_and_a_broken_one_is_refused():
-    from pipeline.stages.accept.validate import solution_config
+    from pipeline.stages.validate.validate import solution_config
 
     for config in [c for t in (1, 8, 512) for c in tg.configs(linear(4096, t, 4096), 132)]:  # all three families
         assert tg.config_from_name(config.name) == config

@@ -18,7 +18,8 @@ from pipeline.cli import main
 from pipeline.errors import ToolError
 from pipeline.formats.logic import cublaslt_equality, dump_logic
 from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
-from pipeline.stages.accept.e2e import (
+from pipeline.stages.run.fingerprint import STAMP
+from pipeline.stages.validate.e2e import (
     TUNABLEOP_AND_RUNTIME,
     ab_test,
     consumer,
@@ -27,10 +28,9 @@ from pipeline.stages.accept.e2e import (
     skip_reason,
     summary_line,
 )
-from pipeline.stages.accept.gate import GateSettings, gate
-from pipeline.stages.accept.measured import MeasuredRow, Pair
-from pipeline.stages.accept.validate import run_worker
-from pipeline.stages.run.fingerprint import STAMP
+from pipeline.stages.validate.gate import GateSettings, gate
+from pipeline.stages.validate.measured import MeasuredRow, Pair
+from pipeline.stages.validate.validate import run_worker
 
 from .helpers import FIXTURES
 
@@ -106,7 +106,7 @@ def test_gate_refuses_regressions_and_low_speedup():
 
 def _row(first: float, confirmed: float | None) -> MeasuredRow:
     """A non-default row whose pairs measured these speedups (baseline 100 us, tight rounds)."""
-    from pipeline.stages.accept.measured import Pair
+    from pipeline.stages.validate.measured import Pair
     from pipeline.stats import Stats
 
     def pair(speedup: float) -> Pair:
@@ -122,7 +122,7 @@ def _row(first: float, confirmed: float | None) -> MeasuredRow:
 
 
 def test_a_first_pair_near_the_baseline_gets_a_second_and_the_gate_decides_on_both():
-    from pipeline.stages.accept.validate import measure_rows, second_look
+    from pipeline.stages.validate.validate import measure_rows, second_look
 
     assert second_look(1.019, 0.02) and second_look(0.985, 0.02) and not second_look(0.975, 0.02)
     kept = gate([_row(1.015, 1.04)], GateSettings())  # pooled x1.027: the first pair alone had dropped it
@@ -141,7 +141,7 @@ def test_a_first_pair_near_the_baseline_gets_a_second_and_the_gate_decides_on_bo
             self.fresh.append(fresh)
             return _row(self.speedups.pop(0), None).measured, None
 
-    from pipeline.stages.accept.validate import MergedRow
+    from pipeline.stages.validate.validate import MergedRow
 
     merged = MergedRow(_row(1, None).key, parse_key(*_row(1, None).key.split(",", 1)), "Gemm_Cublaslt_x", 1, 1.0)
     for speedups, fresh in (([0.99, 1.05], [False, True]), ([0.97], [False]), ([1.03, 1.02], [False, True])):
@@ -180,7 +180,7 @@ def test_triton_rows_on_a_torch_with_cublaslt_solutions_take_tunableop_and_the_r
 
 
 def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp_path, monkeypatch):
-    import pipeline.stages.accept.e2e as e2e
+    import pipeline.stages.validate.e2e as e2e
 
     wrapper = tmp_path / "runtime.py"  # stands for python -m pipeline.runtime --bundle DIR -- CMD
     wrapper.write_text(
@@ -255,7 +255,7 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
     """A workload whose rate wanders run to run: the A/B goes on past the alternations asked while the interval
     of the paired ratio is wider than 3%, stops at four times as many, and its line says it could not resolve;
     a steady one stops at the alternations asked, resolved."""
-    from pipeline.stages.accept.e2e import MORE_REPS, resolution_line
+    from pipeline.stages.validate.e2e import MORE_REPS, resolution_line
 
     counter = tmp_path / "runs"
     script = tmp_path / "workload.py"
@@ -331,7 +331,7 @@ def _build(task) -> bool:
 @pytest.fixture
 def no_nvmath(monkeypatch):
     """Validate as on a machine without nvmath-python, whatever this one has (the skip reason is fixed)."""
-    from pipeline.stages.accept import e2e
+    from pipeline.stages.validate import e2e
 
     monkeypatch.setattr(e2e, "has_nvmath", lambda: False)
 
@@ -479,7 +479,7 @@ def test_report_lists_gemms_the_compiled_workload_kept_from_the_library(tmp_path
 
 
 def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_said(tmp_path):
-    import pipeline.stages.accept.e2e as e2e
+    import pipeline.stages.validate.e2e as e2e
 
     (tmp_path / "runtime.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {"no tuned row": 12}}))
     (tmp_path / "runtime.77.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {}}))
@@ -501,7 +501,7 @@ def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_s
 
 
 def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_it_saves_gpu_time():
-    from pipeline.stages.accept.e2e import budget_line, host_budget, tuned_calls_per_run
+    from pipeline.stages.validate.e2e import budget_line, host_budget, tuned_calls_per_run
 
     records = [{"tuned_calls": {"Gemm_x k1": 30, "triton_y k2": 6}}, {"tuned_calls": {"Gemm_x k1": 30}}]
     calls = tuned_calls_per_run(records, reps=3)
@@ -537,7 +537,7 @@ def test_the_html_report_escapes_what_it_shows(tmp_path, capsys, no_nvmath):
 def test_an_interrupted_ab_resumes_at_its_first_unfinished_alternation(tmp_path):
     """The A/B of a job killed mid-way (a 10-minute limit, a reboot) goes on where it stopped when the job is run
     again: the alternations it finished are kept, not run again; another bundle starts afresh."""
-    from pipeline.stages.accept.e2e import CHECKPOINT
+    from pipeline.stages.validate.e2e import CHECKPOINT
 
     counter, script = tmp_path / "runs", tmp_path / "workload.py"
     script.write_text(

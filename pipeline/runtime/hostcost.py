@@ -9,7 +9,7 @@ torch alone and through the installed runtime in alternating order, and the medi
 differences. A tuned call pays about as much (docs/triton.md, "Host-bound workloads"). The figure is for eager
 code: under ``torch.compile`` without CUDA graphs a call pays about twice it, under CUDA graphs nothing after
 capture. Validate's end-to-end A/B reports it with the calls that passed the runtime a run
-(``stages/accept/e2e``).
+(``stages/validate/e2e``).
 """
 
 from __future__ import annotations

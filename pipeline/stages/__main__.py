@@ -23,7 +23,7 @@ def _bench_worker(argv: Sequence[str]) -> int:
 
 
 def _validate(argv: Sequence[str]) -> int:
-    from .accept import validate
+    from .validate import validate
 
     return validate.main(argv)
 
