@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 import luigi
@@ -38,7 +37,7 @@ from .dag.base import PipelineTask, StackBound, log, stage_run
 from .dag.preflight import preflight
 from .defaults import GATE_MARGIN, LOGIC_MARGIN
 from .errors import BadInput
-from .stages.bench import config_tool, grid_seeds, registry, tuned_cache
+from .stages.bench import config_tool, on_host, registry
 from .stages.bench import tune as bench
 from .stages.configs import render as configs
 from .stages.gather import call_weights, mgrid
@@ -317,42 +316,20 @@ class Bench(StackBound):
             tool = registry.entry(self.backend).factory(self.gpu_indices("Bench")[0], **options)
             config_tool.tune_configs(tool, problems, self.layout().configs, out, settings, progress)
         else:
-            atomic_write_json(out / "cache.json", self.tune_cached(problems, options, progress))
+            atomic_write_json(out / "cache.json", self.host_bench(options).tune(problems, progress))
         bench.write_outputs(problems, out, self.triton_request())
 
-    def tune_cached(
-        self, problems: list, options: dict, progress: Callable[[int, int], None] | None = None, name: str = "shard"
-    ) -> dict:
-        """Tune ``problems`` on this host's GPUs through the fingerprint's cache (``tuned_cache``)."""
-        gpus, settings = self.gpu_indices("Bench"), self.tune_settings()
-        buckets = {r.problem: r.bucket for r in read_shapes_json(self.layout().shapes) if r.bucket}
-
-        def run(part: list, previous: dict, sources: dict) -> None:
-            bench.run_shards(
-                part,
-                self.layout().bench,
-                gpus,
-                settings,
-                registry.entry(self.backend).factory_path,
-                progress,
-                options,
-                previous,
-                sources,
-                name=name,
-                buckets=buckets,
-            )
-
-        def tune_pending(previous: dict, sources: dict) -> None:
-            spec = mgrid.parse_grid(self.m_grid)
-            if spec == mgrid.EXACT:
-                run(problems, previous, sources)
-                return
-            seen = {record.problem for record in read_shapes_json(self.layout().shapes) if record.seen}
-            log.info("%s", mgrid.cost_line(spec, len(problems), len(seen & set(problems)), len(gpus)))
-            grid_seeds.tune_in_two_passes(problems, seen, self.layout().bench, run, previous, sources)
-
-        return tuned_cache.tune_through_cache(
-            problems, self.layout().bench, Path(self.workdir), self.stack(), tune_pending
+    def host_bench(self, options: dict) -> on_host.HostBench:
+        """This host's Bench: its GPUs, the backend and its ``options``, the settings and the grid."""
+        return on_host.HostBench(
+            self.layout(),
+            Path(self.workdir),
+            self.stack(),
+            self.gpu_indices("Bench"),
+            registry.entry(self.backend).factory_path,
+            options,
+            self.tune_settings(),
+            self.m_grid,
         )
 
 
@@ -404,7 +381,7 @@ class BenchShard(StackBound):
     def run(self) -> None:
         parent = self.clone(Bench)
         problems = bench.plan_shard(Path(self.input().path), self.shard_index)
-        done = parent.tune_cached(problems, parent.backend_options(), name=f"s{self.shard_index}of{self.shards}-")
+        done = parent.host_bench(parent.backend_options()).tune(problems, name=f"s{self.shard_index}of{self.shards}-")
         atomic_write_json(
             self.output().path,
             {
