@@ -223,18 +223,12 @@ class GenerateConfigs(PipelineTask):
 
 BENCH_PARAMS = (
     "backend",
-    "hipblaslt_bench",
-    "hipblaslt_root",
-    "tensile_root",
-    "tunableop_iterations",
-    "tunableop_duration_ms",
-    "tunableop_rotating_mb",
-    "tunableop_numerical_check",
     "triton",
     "time_budget",
     "tune_margin",
     "margin",
     "shards",
+    *registry.parameters(),
 )  # what Bench's results depend on (--gpus is how, not what)
 
 
@@ -245,12 +239,6 @@ class Bench(StackBound):
 
     stack_stages = ("bench",)
 
-    hipblaslt_root = luigi.Parameter(
-        default="", description="find_exact: the hipBLASLt build directory (default: $HIPBLASLT_ROOT)"
-    )
-    tensile_root = luigi.Parameter(
-        default="", description="tensile: hipBLASLt's tensilelite directory (default: $TENSILE_ROOT)"
-    )
     gpus = counted(int, 0, 4096, default=0, description="GPUs to use (0: every visible one)")
     shards = counted(
         int,

@@ -33,6 +33,7 @@ from ..stages.run.layout import RunLayout
 from ..stages.run.made_from import MadeFrom, changes, read_record, record_path, write_record
 from ..stages.ship import nightly
 from .arguments import RunName, counted, margin_value
+from .backend_params import backend_parameters
 
 
 def _default_logging() -> None:
@@ -266,15 +267,6 @@ class StackBound(PipelineTask):
         choices=list(registry.REGISTRY),
         description="tuner: cublaslt on NVIDIA, hipblaslt (hipblaslt-bench) on AMD",
     )
-    hipblaslt_bench = luigi.Parameter(
-        default="", description="hipblaslt-bench to run (default: $HIPBLASLT_BENCH, then hipblaslt-bench on PATH)"
-    )
-    tunableop_iterations = counted(int, 0, default=100, description="tunableop: tuning iterations per candidate")
-    tunableop_duration_ms = counted(int, 0, default=30, description="tunableop: tuning ms per candidate")
-    tunableop_rotating_mb = counted(int, -1, default=-1, description="tunableop: rotating buffer MiB (-1: L2)")
-    tunableop_numerical_check = luigi.BoolParameter(
-        default=False, description="tunableop: check every candidate against Default"
-    )
     triton = luigi.OptionalBoolParameter(
         default=None,
         parsing=luigi.BoolParameter.EXPLICIT_PARSING,
@@ -345,3 +337,8 @@ class StackBound(PipelineTask):
                 self.stack().facts,
                 create=stage not in self.written_whole,
             )
+
+
+for _name, _param in backend_parameters().items():  # what each backend's registry entry declares
+    setattr(StackBound, _name, _param)
+    _param.__set_name__(StackBound, _name)  # as a class body would (Luigi's parameters are descriptors)

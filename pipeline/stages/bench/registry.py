@@ -9,8 +9,10 @@ does, the parameters it takes and those that enter the stack fingerprint, and a 
 
 A tuner runs in the Bench workers, one problem at a time, sharded over GPUs (``bench.run_shards``); a config
 tool runs once over the config files (``config_tool.tune_configs``). Adding a backend is one module (its
-class, on ``backends.base.BackendBase``) and one entry here; the Luigi parameter's choices, the preflight,
-the fingerprint's settings and the workers all read this table. A factory imports its module when called,
+class, on ``backends.base.BackendBase``) and one entry here, its own parameters included (``Param``); the
+``--backend`` choices, those parameters on every stack-bound task (``dag/backend_params.py``), Bench's record of
+what it was made from, the preflight, the fingerprint's settings and the workers all read this table
+(``tests/test_backend_registry.py`` adds one so). A factory imports its module when called,
 so the table costs no torch; the imports are ordinary ones, which ``tests/test_layout.py`` sees.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +31,20 @@ from ...backends.base import ToolMissing
 Platform = Literal["cuda", "rocm", "either"]
 Kind = Literal["tuner", "config tool"]
 Params = Mapping[str, Any]  # the task's parameter values by name
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter a backend takes, as the Luigi tasks declare it (``dag/backend_params.py``) without this table
+    importing Luigi (the workers read it): ``kind`` int, float, str or bool, the bounds of a number (both
+    included), ``default`` and the help text. Several backends may declare one name; the declarations must then
+    be the same."""
+
+    kind: type
+    default: Any
+    description: str
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ class BackendEntry:
     flags: Mapping[str, str] = field(default_factory=dict)  # fingerprint key -> boolean parameter, in the
     # fingerprint only when on: a flag added later leaves the fingerprints of runs without it as they were
     flags_on: frozenset[str] = frozenset()  # the flag parameters that are on for this backend unless turned off
+    parameters: Mapping[str, Param] = field(default_factory=dict)  # what it takes beyond every backend's own
 
     def fingerprint_settings(self, params: Params) -> dict:
         """The tuning settings of this backend that are part of the stack fingerprint."""
@@ -164,6 +181,17 @@ def _find_exact(params: Params) -> dict:
     return {"root": params.get("hipblaslt_root") or None}
 
 
+BENCH_PATH = {
+    "hipblaslt_bench": Param(
+        str, "", "hipblaslt-bench to run (default: $HIPBLASLT_BENCH, then hipblaslt-bench on PATH)"
+    )
+}
+TUNABLEOP_PARAMS = {
+    "tunableop_iterations": Param(int, 100, "tunableop: tuning iterations per candidate", low=0),
+    "tunableop_duration_ms": Param(int, 30, "tunableop: tuning ms per candidate", low=0),
+    "tunableop_rotating_mb": Param(int, -1, "tunableop: rotating buffer MiB (-1: L2)", low=-1),
+    "tunableop_numerical_check": Param(bool, False, "tunableop: check every candidate against Default"),
+}
 TUNABLEOP_SETTINGS = {
     "iterations": "tunableop_iterations",
     "duration_ms": "tunableop_duration_ms",
@@ -187,7 +215,7 @@ ENTRIES = (
         flags={"triton": "triton"},
         flags_on=frozenset({"triton"}),  # docs/triton.md "In Bench"
     ),
-    BackendEntry("hipblaslt", "rocm", "tuner", hipblaslt, options=_bench),
+    BackendEntry("hipblaslt", "rocm", "tuner", hipblaslt, options=_bench, parameters=BENCH_PATH),
     BackendEntry(
         "tunableop",
         "either",
@@ -196,11 +224,43 @@ ENTRIES = (
         needs=(("torch", "torch"),),
         options=_tunableop,
         settings=TUNABLEOP_SETTINGS,
+        parameters=TUNABLEOP_PARAMS,
     ),
-    BackendEntry("find_exact", "rocm", "config tool", find_exact, options=_find_exact),
-    BackendEntry("tensile", "rocm", "config tool", tensile, options=_tensile),
+    BackendEntry(
+        "find_exact",
+        "rocm",
+        "config tool",
+        find_exact,
+        options=_find_exact,
+        parameters={
+            **BENCH_PATH,
+            "hipblaslt_root": Param(str, "", "find_exact: the hipBLASLt build directory (default: $HIPBLASLT_ROOT)"),
+        },
+    ),
+    BackendEntry(
+        "tensile",
+        "rocm",
+        "config tool",
+        tensile,
+        options=_tensile,
+        parameters={
+            **BENCH_PATH,
+            "tensile_root": Param(str, "", "tensile: hipBLASLt's tensilelite directory (default: $TENSILE_ROOT)"),
+        },
+    ),
 )
 REGISTRY: dict[str, BackendEntry] = {entry.name: entry for entry in ENTRIES}
+
+
+def parameters(entries: Sequence[BackendEntry] | None = None) -> dict[str, Param]:
+    """Every backend's own parameters by name, in the table's order (``entries``: the registry's); a name two
+    backends declare differently is an error of the table."""
+    found: dict[str, Param] = {}
+    for backend in REGISTRY.values() if entries is None else entries:
+        for name, param in backend.parameters.items():
+            if found.setdefault(name, param) != param:
+                raise ValueError(f"backend {backend.name} declares --{name.replace('_', '-')} unlike another")
+    return found
 
 
 def entry(name: str) -> BackendEntry:
