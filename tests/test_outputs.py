@@ -249,7 +249,6 @@ def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
 @pytest.mark.parametrize("script,args", [
     ("decode_floor.py", ["analyse", "floors.json", "decode.json", "--out", "floors.json"]),
     ("decode_floor.py", ["measure", "--out", "."]),
-    ("compile_probe.py", ["--out", "."]),
     ("triton_bench_cost.py", ["--out", "."]),
     ("triton_hostcost.py", ["--out", "."]),
     ("decode_hbm.py", ["--out", "."]),
