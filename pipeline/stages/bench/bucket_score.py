@@ -27,9 +27,8 @@ ALTERNATIVES = 2  # finalists scored where the winner falls below FLOOR inside i
 
 @dataclass
 class Scored:
-    name: str
-    record: WinnerRecord
-    at_top: ProblemResult  # crowned at the grid point
+    name: str  # the candidate, as crowned at the grid point (``at_top`` is the search's result, crowned again)
+    at_top: ProblemResult
     speedups: dict[int, float]  # token count -> speedup over torch's default (0: not valid there)
 
     @property
@@ -75,7 +74,7 @@ def score(
         return result
     lo, hi = bucket
     counts = [m for m in edge_counts(bucket) if result.problem.with_tokens(m) is not None]
-    winner = _scored(backend, result, result.winner, result.record, counts, settings, top=result)  # type: ignore[arg-type]
+    winner = _scored(backend, result, counts, settings)
     if winner is None:
         result.bucket = {"lo": lo, "hi": hi, "note": f"not scored: the {backend.name} backend cannot re-time"}
         return result
@@ -86,7 +85,7 @@ def score(
             _, top = speedup_at(backend, result.problem, candidate.name, record, settings) or (0.0, None)
             if top is None or not top.has_winner:
                 continue
-            scored = _scored(backend, top, candidate.name, top.record, counts, settings, top=top)  # type: ignore[arg-type]
+            scored = _scored(backend, top, counts, settings)
             if scored is not None:
                 tried.append(scored)
     best = max(tried, key=lambda s: (s.worst >= FLOOR, s.worst if s.worst >= FLOOR else s.speedups[hi]))
@@ -103,22 +102,16 @@ def score(
     return result
 
 
-def _scored(
-    backend: Backend,
-    result: ProblemResult,
-    name: str,
-    record: WinnerRecord,
-    counts: Sequence[int],
-    settings: TuneSettings,
-    top: ProblemResult,
-) -> Scored | None:
-    speedups = {result.problem.n: float(top.speedup or 0.0)}
+def _scored(backend: Backend, top: ProblemResult, counts: Sequence[int], settings: TuneSettings) -> Scored | None:
+    """``top``'s winner (crowned at the grid point) timed at ``counts`` too; None where it cannot be re-timed."""
+    speedups = {top.problem.n: float(top.speedup or 0.0)}
     for m in counts:
-        timed = speedup_at(backend, result.problem.with_tokens(m), name, record, settings)  # type: ignore[arg-type]
+        problem = top.problem.with_tokens(m)
+        timed = speedup_at(backend, problem, top.winner, top.record, settings)  # type: ignore[arg-type]
         if timed is None:
             return None
         speedups[m] = timed[0]
-    return Scored(name, record, top, speedups)  # type: ignore[arg-type]
+    return Scored(top.winner, top, speedups)  # type: ignore[arg-type]
 
 
 def _finalists(result: ProblemResult) -> list:

@@ -162,6 +162,7 @@ def manifest(
 ) -> dict:
     """Step 3: what the package is (fingerprint, inputs, what it serves, the sha256 of every file), written last."""
     bundle_manifest = (bundle / "manifest.json").read_text()
+    bundle_meta = json.loads(bundle_manifest)
     data = {
         "fingerprint": stack.fingerprint,
         "stack": stack.facts,
@@ -185,8 +186,8 @@ def manifest(
         "environment": env,
         "compile_logic": compile_logic,
         "triton_kernels": kernels,
-        "key_figures": {k: v for k, v in json.loads(bundle_manifest).items() if k in ("rows", "weighted_gemm_speedup")},
-        "m_ranges": m_ranges(bundle),  # what the runtime looks an unseen token count up in (``runtime.table``)
+        "key_figures": {k: v for k, v in bundle_meta.items() if k in ("rows", "weighted_gemm_speedup")},
+        "m_ranges": bundle_meta.get("m_ranges") or [],  # what the runtime looks an unseen M up in (runtime.table)
         "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
     }
     atomic_write_json(out / "manifest.json", data)

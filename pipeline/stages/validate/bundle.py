@@ -54,10 +54,11 @@ def buckets_of(shapes: Sequence[ShapeRecord]) -> dict[str, tuple[int, int]]:
     return {record.key: record.bucket for record in shapes if record.bucket is not None}
 
 
-def grid_buckets(layout: RunLayout) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
-    """Each grid row's bucket as Bench left it (narrowed where its winner lost inside it: ``bucket_score``),
-    and the narrowed ones (grid key -> ``{"lo", "why"}``)."""
-    shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
+def grid_buckets(
+    layout: RunLayout, shapes: Sequence[ShapeRecord]
+) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
+    """Each grid row's bucket (of ``shapes``, the run's) as Bench left it (narrowed where its winner lost inside
+    it: ``bucket_score``), and the narrowed ones (grid key -> ``{"lo", "why"}``)."""
     buckets = buckets_of(shapes)
     results = json.loads(layout.bench_results.read_text()) if layout.bench_results.exists() else []
     narrowed = bucket_score.served(results, buckets)
@@ -76,7 +77,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
         (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
     }
     shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
-    buckets, narrowed = grid_buckets(layout)
+    buckets, narrowed = grid_buckets(layout, shapes)
     split = {**narrowed, **(split or {})}  # Validate's split lies inside Bench's narrowed bucket
     buckets = {key: (max(lo, split.get(key, {}).get("lo", lo)), hi) for key, (lo, hi) in buckets.items()}
     entries, ranges = mgrid.spread(entries, buckets)

@@ -21,7 +21,6 @@ child): the loss a host-bound workload can take that its A/B may be too noisy to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import statistics
@@ -40,6 +39,7 @@ from ...runtime.table import KERNELS
 from ...stats import median_bounds, round_order
 from ..bench import registry
 from ..gather.collect import parse_p99_ms, parse_tokens_per_s
+from ..run.made_from import file_digest
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
@@ -160,7 +160,7 @@ def ab_test(
         name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
         for name, e in envs.items()
     }
-    identity = {"baseline": command, "tuned": tuned_command, "via": via, "bundle": _digest(Path(bundle_csv))}
+    identity = {"baseline": command, "tuned": tuned_command, "via": via, "bundle": file_digest(bundle_csv)}
     runs = resumed(scratch, identity)
     if not runs["baseline"]:
         for stale in scratch.glob(STATUS_RECORDS):  # an earlier attempt's status records: these runs write their own
@@ -217,10 +217,6 @@ def ab_test(
         out["coverage"] = coverage(records)
         out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
 
 
 def resumed(scratch: Path, identity: dict) -> dict[str, list[dict]]:

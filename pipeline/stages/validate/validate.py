@@ -97,7 +97,7 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
         rows.append(
             MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
         )
-    return rows + held_out.held_out_rows(rows, bundle.grid_buckets(layout)[0])
+    return rows + held_out.held_out_rows(rows, bundle.grid_buckets(layout, shapes)[0])
 
 
 class Checkpoints:
