@@ -19,14 +19,9 @@ import datetime
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.atomic import atomic_write_json
-from pipeline.kernels.triton_gemm import PREFIX as TRITON_PREFIX
-from pipeline.stages.validate import agreement
+from pipeline.api import TRITON_PREFIX, agreement_upgraded, atomic_write_json
 
 TARGET_FRACTION, TARGET_WORST = 0.95, 0.99
 
@@ -45,7 +40,7 @@ def run_entries(path: Path) -> list[tuple[dict, str]]:
     agreed = summary.get("bench_agreement")
     if agreed is None:
         raise SystemExit(f"{summary_path}: written before reports compared Bench with Validate; rebuild the report")
-    agreed = agreement.upgraded(agreed)  # one written before Validate's pairs were pooled: from its figures
+    agreed = agreement_upgraded(agreed)  # one written before Validate's pairs were pooled: from its figures
     return [({"run": str(path), "passed": summary["passed"], **agreed}, summary["device"])]
 
 

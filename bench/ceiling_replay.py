@@ -1,6 +1,6 @@
 """Replay searches offline on the ceiling dataset of ``bench/cublaslt_ceiling.py`` (CPU, no GPU needed).
 
-    python bench/ceiling_replay.py bench/results/cublaslt_ceiling_h100_2026-11-22.json.gz
+    python bench/ceiling_replay.py bench/results/cublaslt_ceiling_full_h100_2026-11-23.json.gz
     python bench/ceiling_replay.py --merge OUT.json.gz PART1.json.gz PART2.json.gz   # runs split by --start
     python bench/ceiling_replay.py --table DATASET.json.gz                             # per problem, markdown
 
@@ -22,10 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.backends.selection import TIERS, finalists
-from pipeline.stats import geomean
+from pipeline.api import TIERS, finalists, geomean
 
 Strategy = Callable[[dict], int]  # problem row -> how many candidates (a prefix of the order) it screens
 STRATEGIES: dict[str, Strategy] = {  # a dataset made with --neighbours has them right after the heuristic's

@@ -30,7 +30,7 @@ RULES = {  # name: (which GEMMs by tokens, whether a config is kept)
 
 def gemms(results: list[dict]) -> list[dict]:
     """Per GEMM with screened Triton configs: its tokens, the Triton configs' screening times, the library's best."""
-    from pipeline.kernels.triton_gemm import PREFIX
+    from pipeline.api import TRITON_PREFIX as PREFIX
 
     found = []
     for r in results:
@@ -46,7 +46,7 @@ def gemms(results: list[dict]) -> list[dict]:
 
 def ranks(rows: list[dict]) -> dict:
     """Each rule's worst loss and kept configs over the GEMMs it applies to; each GEMM's best family and figures."""
-    from pipeline.kernels.triton_gemm import config_from_name
+    from pipeline.api import triton_config_from_name as config_from_name
 
     rules = {}
     for name, (applies, keeps) in RULES.items():
@@ -72,8 +72,7 @@ def ranks(rows: list[dict]) -> dict:
 def read_runs(runs: list[Path]) -> list[dict]:
     """``gemms`` of every run directory's ``bench/results.json``; ``BadInput`` naming the file (and line) that is
     missing, not JSON, or not Bench's results."""
-    from pipeline.errors import BadInput
-    from pipeline.formats import json_file
+    from pipeline.api import BadInput, load_json
 
     rows = []
     for run in runs:
@@ -81,15 +80,14 @@ def read_runs(runs: list[Path]) -> list[dict]:
         if not path.is_file():
             raise BadInput(f"{path}: no such file; give run directories of TuneWorkload (workdir/<run-name>)")
         try:
-            rows += gemms(json_file.load(path, "Bench results JSON"))
+            rows += gemms(load_json(path, "Bench results JSON"))
         except (KeyError, TypeError, AttributeError) as err:
             raise BadInput(f"{path}: not Bench's results ({type(err).__name__}: {err})") from None
     return rows
 
 
 def main() -> int:
-    from pipeline.atomic import atomic_write_json, claim_output_file
-    from pipeline.errors import INPUT, BadInput
+    from pipeline.api import INPUT, BadInput, atomic_write_json, claim_output_file
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path)

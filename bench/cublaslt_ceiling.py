@@ -3,15 +3,18 @@
     python bench/cublaslt_ceiling.py --set all --out bench/results/cublaslt_ceiling_<gpu>_<date>.json.gz \\
         [--enum-s 2] [--max-configs 2500] [--neighbours 40] [--nvmath] [--shard 0/1] [--deadline-s S] [--start N]
 
-Per problem (the 53 of ``bench/cublaslt_search.py``): the candidate order is torch's default, the cuBLASLt
-heuristic's list (128 requested), with ``--neighbours N`` the valid configs one axis away from each of its
-results (``pipeline.kernels.space``), then the enumeration: algorithm ids x tiles x stages x cluster shapes x
-custom options (all the caps allow) x swizzle x {no split, split-K in 2..32 x each reduction scheme}, drawn
-at random without replacement, round-robin over ids, each through ``cublasLtMatmulAlgoCheck`` under torch's
-32 MiB workspace, until ``--enum-s`` or ``--max-configs`` (``LtGemm.sample``, the product's enumeration). The
-size of the whole space is recorded, so the dataset says what share of it was seen.
+Per problem (the 53 of ``problem_sets``: Llama-shaped bf16 ``F.linear``, qkv 4096->6144, o 4096->4096, gate_up
+4096->28672, down 14336->4096, 5120->13824 at M in 1..8192, lm_head 4096->128256 up to M = 512, and what the
+embedded workload records; ``--set fp8``: the 16 tensorwise e4m3 ``_scaled_mm`` of its projections): the candidate
+order is torch's default, the cuBLASLt heuristic's list (128 requested), with ``--neighbours N`` the valid configs
+one axis away from each of its results (``pipeline.kernels.space``), then the enumeration: algorithm ids x tiles x
+stages x cluster shapes x custom options (all the caps allow) x swizzle x {no split, split-K in 2..32 x each
+reduction scheme}, drawn at random without replacement, round-robin over ids, each through
+``cublasLtMatmulAlgoCheck`` under torch's 32 MiB workspace, until ``--enum-s`` or ``--max-configs``
+(``LtGemm.sample``, the product's enumeration). The size of the whole space is recorded, so the dataset says what
+share of it was seen.
 
-The pool, the screen, the floor filter and the numerics check are the product's own (``cublaslt.pool_of``,
+The pool, the screen, the floor filter and the numerics check are the product's own (``pool.pool_of``,
 ``CublasLtBackend.screen`` and ``numerically_sound``), so the ceiling measures the same physics. Screening is
 the product's batched screen (``measure.screen_batch``): configs enqueued back to back behind a GPU spin long
 enough to cover the host's enqueueing, each timed by events over one pass through the rotating operand copies
@@ -43,33 +46,91 @@ import dataclasses
 import datetime
 import gzip
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+import numpy as np
 import torch
-from ceiling_replay import summarize
-from cublaslt_search import nvmath_pick, problem_sets
+from ceiling_replay import summarize  # bench/ is the script's directory, first on sys.path
 from nvmath.bindings import cublasLt as lt
+from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
 
-from pipeline.backends import selection
-from pipeline.backends.base import DEFAULT, TuneSettings
-from pipeline.backends.cublaslt import CublasLtBackend, pool_of
-from pipeline.backends.measure import (
+from pipeline.api import (
+    DEFAULT,
+    TENSORWISE_E4M3,
+    TIERS,
     BelowFloor,
+    CublasLtBackend,
+    GemmProblem,
+    LtGemm,
+    OperandSet,
     TimingSettings,
+    TuneSettings,
     check_numerics,
     device_info,
+    finalists,
     interleaved,
+    new_record,
     poison,
+    pool_of,
+    read_config,
+    reference,
     rotating_operands,
+    torch_views,
 )
-from pipeline.kernels.cublaslt_algo import read_config
-from pipeline.kernels.lt_gemm import LtGemm
-from pipeline.kernels.torch_gemm import reference
+
+LINEARS = {
+    "qkv": (4096, 6144),
+    "o": (4096, 4096),
+    "gate_up": (4096, 28672),
+    "down": (14336, 4096),
+    "5120->13824": (5120, 13824),
+}
+TOKENS = (1, 8, 32, 128, 512, 2048, 8192)
+LM_HEAD_TOKENS = (1, 8, 32, 128, 512)
+WORKLOAD_TOKENS = (1, 4, 128, 512, 1024, 4096)
+FP8_TOKENS = (1, 8, 512, 2048)  # decode and prefill
+
+
+def linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmProblem]:
+    """A bf16 ``F.linear`` without bias in the BLAS frame (``tn``), labelled as the README's tables label it."""
+    return f"{name} M={tokens}", GemmProblem("gemm", "T", "N", n_out, tokens, k, k, k, n_out)
+
+
+def fp8_linear(name: str, tokens: int, k: int, n_out: int) -> tuple[str, GemmProblem]:
+    """The tensorwise e4m3 ``_scaled_mm`` of a linear layer, bf16 out, keyed as the recorder keys it."""
+    return f"fp8 {name} M={tokens}", GemmProblem(
+        "scaled_gemm", "T", "N", n_out, tokens, k, k, k, n_out, **TENSORWISE_E4M3
+    )
+
+
+def problem_sets() -> dict[str, list[tuple[str, GemmProblem]]]:
+    llama = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() for t in TOKENS]
+    llama += [linear("lm_head", t, 4096, 128256) for t in LM_HEAD_TOKENS]
+    workload = [linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824" for t in WORKLOAD_TOKENS]
+    workload += [linear("lm_head", t, 4096, 128256) for t in (1, 4)]
+    seen = {p for _, p in llama}
+    extra = [(label, p) for label, p in workload if p not in seen]
+    fp8 = [fp8_linear(n, t, k, o) for n, (k, o) in LINEARS.items() if n != "5120->13824" for t in FP8_TOKENS]
+    smoke = [llama[1], llama[10], llama[-1]]
+    return {"llama": llama, "workload": extra, "all": llama + extra, "smoke": smoke, "fp8": fp8}
+
+
+def nvmath_pick(p: GemmProblem, ops: OperandSet) -> tuple[np.ndarray, float, int]:
+    """nvmath's own pick: ``Matmul(x, y)`` in torch's frame (which cuBLASLt sees as our BLAS frame), planned
+    with its 8 heuristic algorithms, ``autotune``d; its best algorithm as a record, the seconds it took and
+    how many it compared."""
+    x, y, _ = torch_views(p, ops)
+    start = time.monotonic()
+    mm = Matmul(x, y)
+    mm.plan(preferences=MatmulPlanPreferences(limit=8))
+    mm.autotune(iterations=10)
+    record = new_record()
+    record["algo"] = mm.algorithms[0].as_numpy()["algo"]
+    count = len(mm.algorithms)
+    mm.free()
+    return record, time.monotonic() - start, count
+
 
 FIELDS = ("AlgoId", "Tile", "Stages", "SplitK", "ReductionScheme", "Swizzle", "CustomOption", "ClusterShape")
 TOP = 16
@@ -103,7 +164,7 @@ NVMATH = "nvmath autotune"  # its pick's name among the contenders (it may also 
 
 
 def nvmath_contender(problem, gemm: LtGemm, ops, ref, contenders: dict) -> dict:
-    """nvmath's ``Matmul.autotune`` pick (``cublaslt_search.nvmath_pick``) added to the contenders of the final
+    """nvmath's ``Matmul.autotune`` pick (``nvmath_pick``) added to the contenders of the final
     comparison, so it is judged in the same interleaved rounds as the ceiling's finalists."""
     try:
         record, tuning_s, count = nvmath_pick(problem, ops)
@@ -157,8 +218,8 @@ def run_problem(label: str, problem, backend: CublasLtBackend, timing: TimingSet
     screened = [candidates[n].screen_us for n in names]  # None: refused, or under the floor (its error says)
     errors = {n: c.error for n, c in candidates.items() if c.error}
     best = sorted((i for i in range(1, len(screened)) if screened[i] is not None), key=lambda i: screened[i])[:TOP]
-    tiers = (pool.heuristic_end, *selection.TIERS)  # the heuristic's list is a tier, as in the product
-    chosen = sorted(set(best) | set(selection.finalists([None, *screened[1:]], 4, tiers)), key=lambda i: screened[i])
+    tiers = (pool.heuristic_end, *TIERS)  # the heuristic's list is a tier, as in the product
+    chosen = sorted(set(best) | set(finalists([None, *screened[1:]], 4, tiers)), key=lambda i: screened[i])
     ref = reference(problem, sets[0])
     checked = backend.numerically_sound(problem, pool, [candidates[names[i]] for i in chosen], sets, ref, len(chosen))
     sound = [names.index(c.name) for c in checked]

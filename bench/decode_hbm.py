@@ -9,7 +9,7 @@ of the same call, in a fresh Inductor cache. Every method's calls are captured i
 weights (together more than three times the L2), so the time is the GPU's alone; the graphs are replayed
 interleaved, 9 rounds in ``stats.round_order``, medians. The limit is the bytes a call must move over the
 bandwidth a device copy or read reaches in the same run (``measure.bandwidth``); beside it each row records the
-fraction a streaming read of the call's bytes reaches in the same run (``decode_floor.read_floor``: what one
+fraction a streaming read of the call's bytes reaches in the same run (``read_floor.read_floor``: what one
 launch of that size can reach) and each method's time against that read.
 
 ``--winners-from RECORD`` tunes nothing: it times torch's default and the winners an earlier record names for
@@ -35,11 +35,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch loads after the output is claimed (main)
     import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's pipeline, installed or not
+from pipeline.api import GemmProblem, geomean, round_order
 
-from pipeline.problem import GemmProblem
-from pipeline.stats import geomean, round_order
-
+MODELS = {  # projection -> (output features, input features)
+    "llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+                  "lm_head": (128256, 4096)},
+    "qwen2-7b": {"qkv": (4608, 3584), "o": (3584, 3584), "gate_up": (37888, 3584), "down": (3584, 18944),
+                 "lm_head": (152064, 3584)},
+}  # fmt: skip
+MODELS["llama3-8b-fp8"] = MODELS["llama3-8b"]  # the same projections as tensorwise-scaled e4m3 _scaled_mm
 METHODS = ("default", "cublaslt", "max_autotune", "product")
 ROUNDS = 9
 
@@ -50,7 +54,7 @@ class Case:
     def __init__(self, n_out: int, k: int, tokens: int, fp8: bool, l2: int) -> None:
         import torch
 
-        from pipeline.backends.measure import TimingSettings, copies_of
+        from pipeline.api import TimingSettings, copies_of
 
         weight_bytes = n_out * k * (1 if fp8 else 2)
         self.copies = copies_of(weight_bytes, l2, TimingSettings().l2_factor)
@@ -113,12 +117,13 @@ def with_row(problem: GemmProblem, winner: str, path: Path):
     import torch
 
     import pipeline.runtime as rt
-    from pipeline.formats.tunableop import TunableOpEntry, write_file
-    from pipeline.kernels.triton_gemm import PREFIX as TRITON
+    from pipeline.api import TRITON_PREFIX as TRITON
+    from pipeline.api import TunableOpEntry, write_tunableop_results
 
     if not winner.startswith(("Gemm_Cublaslt", TRITON)):
         return None
-    write_file(path, {"PT_VERSION": torch.__version__.split("+")[0]}, [TunableOpEntry.from_problem(problem, winner, 0)])
+    row = TunableOpEntry.from_problem(problem, winner, 0)
+    write_tunableop_results(path, {"PT_VERSION": torch.__version__.split("+")[0]}, [row])
     return rt.install(path)
 
 
@@ -168,12 +173,11 @@ def replayed_us(graphs: dict[str, torch.cuda.CUDAGraph], calls: int, rounds: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.atomic import claim_output_file
-    from pipeline.errors import INPUT, BadInput
+    from pipeline.api import INPUT, BadInput, claim_output_file
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--models", nargs="+", help="default: all of triton_decode.MODELS")
+    parser.add_argument("--models", nargs="+", help="default: all of MODELS")
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--gemms", nargs="+", help="these projections alone (default: all)")
     parser.add_argument("--winners-from", type=Path, help="an earlier record: time its winners, tune nothing")
@@ -185,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decode_hbm: {err}", file=sys.stderr)
         return INPUT
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))  # autotuned here, fresh
-    from triton_decode import MODELS  # bench/ is the script's path; the same projections
 
     unknown = sorted(set(args.models or ()) - set(MODELS))
     if unknown:
@@ -195,11 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         retime(args, earlier)
         return 0
     import torch
-    from decode_floor import read_floor
+    from read_floor import read_floor  # bench/ is the script's directory
 
-    from pipeline.backends.base import TuneSettings
-    from pipeline.backends.cublaslt import CublasLtBackend
-    from pipeline.backends.measure import bandwidth
+    from pipeline.api import CublasLtBackend, TuneSettings, bandwidth
 
     device = torch.device("cuda", 0)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
@@ -249,11 +250,10 @@ ROW_FIELDS = ("model", "gemm", "tokens", "winners")  # what --winners-from reads
 def winners_of(path: Path) -> list[dict]:
     """The rows of a record this script wrote (``rows``, each with ``ROW_FIELDS``); ``BadInput`` naming the file
     (and its line, or the row) for one that is not JSON or not such a record; a missing one raises as
-    ``json_file.load`` does (FileNotFoundError, an input error: ``errors.exit_code``)."""
-    from pipeline.errors import BadInput
-    from pipeline.formats import json_file
+    ``load_json`` does (FileNotFoundError, an input error: ``errors.exit_code``)."""
+    from pipeline.api import BadInput, load_json
 
-    record = json_file.load(path, "a decode_hbm.py record")
+    record = load_json(path, "a decode_hbm.py record")
     rows = record.get("rows") if isinstance(record, dict) else None
     if not isinstance(rows, list):
         raise BadInput(f"{path}: no list of rows; --winners-from takes a record decode_hbm.py wrote")
@@ -269,9 +269,8 @@ def retime(args: argparse.Namespace, earlier: list[dict]) -> None:
     beside torch's default, as fractions of the better of a copy and a read and of the copy alone, both measured
     in this run."""
     import torch
-    from triton_decode import MODELS
 
-    from pipeline.backends.measure import copy_and_read
+    from pipeline.api import copy_and_read
 
     device = torch.device("cuda", 0)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size

@@ -23,12 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline.api import GemmProblem, atomic_write_json, format_key, run_process
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from pipeline import procs  # noqa: E402
-from pipeline.atomic import atomic_write_json  # noqa: E402
-from pipeline.formats.tunableop import format_key  # noqa: E402
-from pipeline.problem import GemmProblem  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "scaling_untuned.csv"
 
@@ -42,10 +39,7 @@ def visible_gpus() -> tuple[int, str]:
 def warm_stack_cache(workdir: Path) -> Path:
     """Probe the stack once (a nightly workdir keeps its probe; every fresh run here gets a copy of it)."""
     cache = workdir / "warm" / "cache" / "stack"
-    code = (
-        "import sys; from pathlib import Path; from pipeline.stages.run.fingerprint import stack_facts; "
-        "stack_facts(Path(sys.argv[1]))"
-    )
+    code = "import sys; from pathlib import Path; from pipeline.api import stack_facts; stack_facts(Path(sys.argv[1]))"
     subprocess.run([sys.executable, "-c", code, str(cache)], check=True)
     return cache
 
@@ -81,7 +75,7 @@ def run_bench(
     if stack_cache is not None:
         shutil.copytree(stack_cache, workdir / "cache" / "stack", dirs_exist_ok=True)
     start = time.time()
-    proc = procs.run(command, env=env)
+    proc = run_process(command, env=env)
     wall = time.time() - start
     if proc.returncode != 0:
         raise RuntimeError(f"Bench with {gpus} GPUs failed:\n{proc.stderr[-4000:]}")

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.formats.tunableop import TunableOpEntry, write_file
-from pipeline.problem import GemmProblem
+from pipeline.api import GemmProblem, TunableOpEntry, write_tunableop_results
 
 OUT = Path(__file__).with_name("scaling_untuned.csv")
 DECODE = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -90,7 +89,7 @@ def problems() -> list[GemmProblem]:
 
 def main() -> None:
     chosen = problems()
-    write_file(OUT, {}, [TunableOpEntry.from_problem(p) for p in chosen])
+    write_tunableop_results(OUT, {}, [TunableOpEntry.from_problem(p) for p in chosen])
     print(f"{len(chosen)} problems -> {OUT}")
 
 

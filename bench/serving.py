@@ -26,10 +26,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline import procs
-from pipeline.atomic import atomic_write_json, claim_output_file, note_written
-from pipeline.errors import INPUT, BadInput
-from pipeline.stages.validate.e2e import ab_test
+from pipeline.api import (
+    INPUT,
+    BadInput,
+    ab_test,
+    atomic_write_json,
+    claim_output_file,
+    note_written,
+    run_process,
+    tail_lines,
+)
 
 TARGETS = {"coverage": 0.95, "held_out_worst": 0.99, "graphs": 1.05, "eager": 1.00}
 DTYPES = ("bf16", "fp8")
@@ -114,10 +120,10 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
     """The job and the eager A/B of one model and dtype: its two rows."""
     log = workdir / f"{model}-{dtype}.log"
     workdir.mkdir(parents=True, exist_ok=True)
-    done = procs.run(job_command(model, dtype, workdir, args), timeout_s=args.timeout, log=log)
+    done = run_process(job_command(model, dtype, workdir, args), timeout_s=args.timeout, log=log)
     run = workdir / f"{model}-{dtype}"
     if done.returncode != 0 or not (run / "report" / "summary.json").exists():
-        tail = procs.tail_lines(log.read_text(errors="replace"), 30)
+        tail = tail_lines(log.read_text(errors="replace"), 30)
         raise RuntimeError(f"{model} {dtype}: the job exited {done.returncode} (its log: {log}):\n{tail}")
     e2e, held, summary, bundle = run_dir_figures(run)
     eager = ab_test(

@@ -21,13 +21,10 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from pipeline.atomic import atomic_write_json, claim_output_file
-from pipeline.errors import INPUT, BadInput
-from pipeline.problem import TENSORWISE_E4M3, GemmProblem
+from pipeline.api import INPUT, TENSORWISE_E4M3, BadInput, GemmProblem, atomic_write_json, claim_output_file
 
 if TYPE_CHECKING:
-    from pipeline.backends.base import TuneSettings
-    from pipeline.backends.cublaslt import CublasLtBackend
+    from pipeline.api import CublasLtBackend, TuneSettings
 
 LLAMA3_8B = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 
@@ -70,9 +67,7 @@ def main() -> int:
     import torch  # the GPU's: after the output is claimed
     import triton
 
-    from pipeline.backends.base import TuneSettings
-    from pipeline.backends.cublaslt import CublasLtBackend
-    from pipeline.backends.measure import device_info
+    from pipeline.api import CublasLtBackend, TuneSettings, device_info
 
     settings = TuneSettings()
     cache = tempfile.mkdtemp(prefix="triton-cache-")

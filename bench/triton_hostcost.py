@@ -22,17 +22,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.atomic import atomic_write_json, claim_output_file
-from pipeline.errors import INPUT, BadInput
-from pipeline.formats.tunableop import TunableOpEntry, write_file
-from pipeline.problem import GemmProblem
+from pipeline.api import (
+    INPUT,
+    BadInput,
+    GemmProblem,
+    TunableOpEntry,
+    atomic_write_json,
+    claim_output_file,
+    write_tunableop_results,
+)
 
 CALLS, ROUNDS = 5000, 9
 
 
 def results(problem: GemmProblem, solution: str, pt_version: str) -> Path:
     path = Path(tempfile.mkdtemp()) / "tunableop_results.csv"
-    write_file(path, {"PT_VERSION": pt_version}, [TunableOpEntry.from_problem(problem, solution)])
+    write_tunableop_results(path, {"PT_VERSION": pt_version}, [TunableOpEntry.from_problem(problem, solution)])
     return path
 
 
@@ -40,9 +45,9 @@ def heuristic_row(x, w) -> tuple[GemmProblem, str]:
     """The problem of ``F.linear(x, w)`` as the runtime keys it, and cuBLASLt's heuristic's first algorithm for
     it (a row the runtime applies)."""
     import torch
+    from nvmath.bindings import cublasLt as lt
 
-    from pipeline.kernels.cublaslt_algo import read_config
-    from pipeline.kernels.lt_gemm import LtGemm, lt
+    from pipeline.api import LtGemm, read_config
     from pipeline.runtime.frame import gemm_key
 
     key = gemm_key("gemm", "bfloat16", "float32", x.shape, x.stride(), w.t().shape, w.t().stride())
@@ -69,8 +74,7 @@ def main() -> int:
     import triton
 
     import pipeline.runtime as rt
-    from pipeline.backends.measure import device_info
-    from pipeline.kernels import triton_gemm as tg
+    from pipeline.api import device_info, triton_configs
     from pipeline.runtime.hostcost import issue_us
 
     x = torch.randn(8, 256, device="cuda").bfloat16()
@@ -82,7 +86,7 @@ def main() -> int:
         "no row": results(other, library, version),
         "cublaslt row": results(problem, library, version),
         "triton row": results(
-            problem, tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)[0].name, version
+            problem, triton_configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)[0].name, version
         ),
     }
     forms = {"eager": F.linear}

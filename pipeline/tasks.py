@@ -1,19 +1,17 @@
-"""Luigi tasks: thin wiring of the core modules, one directory per run and per stage.
+"""Luigi tasks: thin wiring of the core modules (docs/design.md), one directory per run and per stage. Each
+task's parameters are its stage's mixin in ``dag/parameters.py``.
 
 ``workdir/<run>/collect/``  untuned<N>.csv, workload logs, manifest.json   (CollectShapes)
 ``workdir/<run>/shapes/``   shapes.json, summary.txt                       (GatherShapes)
 ``workdir/<run>/configs/``  find_exact/*.yaml, tensile/*.yaml, configs.json (GenerateConfigs)
-
 ``workdir/<run>/bench/``    problems/*.json, results.json, tunableop_results.csv, logic/, summary.json (Bench)
 ``workdir/<run>/merge/``    tunableop_results.csv, logic/, merge logs       (MergeResults, MergeLogic)
-
 ``workdir/<run>/validate/`` measurements.json, gate.json, e2e.json       (Validate)
 ``workdir/<run>/bundle/``   tunableop_results.csv, logic/, manifest.json   (Validate, when the gate passes)
 ``workdir/<run>/report/``   report.md, report.html, *.svg, summary.json    (Validate)
 ``workdir/<run>/package/``  package.json; the package itself in ``dist/<fingerprint>/``   (Package)
-
-``workdir/cache/stack/``    stack facts by cheap signature; ``workdir/cache/tuned/<fingerprint>/``: tuned
-problems shared by runs. Stages from Bench on stamp ``stack.json`` with the fingerprint they ran under.
+``workdir/cache/``          ``stack/`` stack facts by cheap signature; ``tuned/<fingerprint>/`` tuned problems
+shared by runs. Stages from Bench on stamp ``stack.json`` with the fingerprint they ran under.
 """
 
 from __future__ import annotations
@@ -32,11 +30,25 @@ from luigi.util import inherits
 from .atomic import atomic_write_json, atomic_write_text
 from .backends.base import TuneSettings
 from .backends.slots import gpu_count
-from .dag.arguments import BadArguments, GridParameter, counted, margin_value
+from .dag.arguments import BadArguments, margin_value
 from .dag.base import PipelineTask, StackBound, log, stage_run
+from .dag.parameters import (
+    BENCH_PARAMS,
+    REPO_LOGIC,
+    BenchParameters,
+    CollectParameters,
+    ConfigsParameters,
+    GatherParameters,
+    MergeLogicParameters,
+    MergeResultsParameters,
+    PackageParameters,
+    ValidateParameters,
+    embedded_args,
+    read_json,
+    split_specs,
+    user_files,
+)
 from .dag.preflight import preflight
-from .defaults import GATE_MARGIN, LOGIC_MARGIN
-from .errors import BadInput
 from .stages.bench import config_tool, on_host, registry
 from .stages.bench import tune as bench
 from .stages.configs import render as configs
@@ -60,41 +72,9 @@ from .stages.ship import package
 from .stages.validate import report
 from .stages.validate.acceptance import AcceptanceSettings, accept
 
-REPO_LOGIC = Path(__file__).resolve().parents[1] / "logic"
 
-
-def embedded_args(task: luigi.Task) -> tuple[str, ...]:
-    """The embedded workload's own options from ``task``'s parameters (none with --workload-cmd, whose command
-    carries its own)."""
-    if task.fp8 and task.workload_cmd:
-        raise BadArguments(
-            "--fp8 is an option of the embedded workload; with --workload-cmd, put the FP8 option "
-            "in your command (e.g. 'python3 -m pipeline.workloads.llama --fp8')"
-        )
-    return ("--fp8",) if task.fp8 else ()
-
-
-class CollectShapes(PipelineTask):
+class CollectShapes(CollectParameters, PipelineTask):
     """Run the workload under TunableOp record-untuned mode and keep what it recorded."""
-
-    workload_cmd = luigi.Parameter(
-        default="", description="shell command of the workload (default: the embedded Llama decoder)"
-    )
-    workload_timeout = counted(
-        float, 0, low_included=False, default=3600.0, description="seconds before the workload is stopped"
-    )
-    call_times = luigi.BoolParameter(
-        default=True,
-        parsing=luigi.BoolParameter.EXPLICIT_PARSING,
-        description="time each recorded GEMM once at baseline on the GPU, for its "
-        "share of the workload's GEMM time (--call-times false: calls only)",
-    )
-    fp8 = luigi.BoolParameter(
-        default=False,
-        description="the embedded workload in FP8 (its --fp8: linear layers "
-        "through torch._scaled_mm, tensorwise scales)",
-    )
-    made_from_params = ("workload_cmd", "call_times", "fp8")
 
     def redo_stages(self) -> tuple[str, ...]:
         return ("collect",)
@@ -121,37 +101,14 @@ class CollectShapes(PipelineTask):
 
 
 @inherits(CollectShapes)
-class GatherShapes(PipelineTask):
+class GatherShapes(GatherParameters, PipelineTask):
     """Parse the recorded (or the user's ``--untuned``) TunableOp files into ``shapes.json``."""
-
-    untuned = luigi.Parameter(
-        default="",
-        description="comma-separated files, directories or globs of TunableOp CSVs; when given, no collection runs",
-    )
-    lenient = luigi.BoolParameter(default=False, description="skip and count malformed lines")
-    m_grid = GridParameter(
-        default=mgrid.EXACT,
-        description="token counts (M) each weight is tuned at: exact (those the workload ran), serving (those "
-        "plus a server's decode and prefill sizes up to --m-max) or an ascending list such as 1,2,4,16",
-    )
-    m_max = counted(
-        int, 0, 1 << 24, default=0, description="largest token count of the serving grid (0: the largest M seen)"
-    )
-    grid_budget = counted(
-        float,
-        0.0,
-        1e6,
-        default=0.0,
-        description="minutes of Bench on one GPU the M grid may cost (estimated; 0: no bound): the finest grid "
-        "points the workload did not run are dropped to fit",
-    )
-    made_from_params = ("untuned", "lenient", "m_grid", "m_max", "grid_budget")
 
     def requires(self) -> luigi.Task | None:
         return None if self.untuned else self.clone(CollectShapes)
 
     def user_files(self) -> list[Path]:
-        return _user_files(self.input_specs()) if self.untuned else []
+        return user_files(self.input_specs()) if self.untuned else []
 
     def redo_stages(self) -> tuple[str, ...]:
         return ("shapes",)
@@ -161,7 +118,7 @@ class GatherShapes(PipelineTask):
 
     def input_specs(self) -> list[str]:
         if self.untuned:
-            return [spec.strip() for spec in self.untuned.split(",") if spec.strip()]
+            return split_specs(self.untuned)
         manifest = Path(self.input().path)
         return [str(manifest.parent / name) for name in json.loads(manifest.read_text())["files"]]
 
@@ -185,18 +142,8 @@ class GatherShapes(PipelineTask):
 
 
 @inherits(GatherShapes)
-class GenerateConfigs(PipelineTask):
+class GenerateConfigs(ConfigsParameters, PipelineTask):
     """Render the find_exact and TensileLite configs of the gathered shapes, with stride padding."""
-
-    arch = luigi.ChoiceParameter(default="gfx942", choices=configs.ARCH_NAMES, description="AMD target arch")
-    padding = luigi.ChoiceParameter(default="auto", choices=["auto", "off"], description="stride padding")
-    tensile_preset = luigi.Parameter(default="mi300x", description="TensileLite parameter preset")
-    tensile_generation = luigi.ChoiceParameter(
-        default="2025",
-        choices=configs.TENSILE_GENERATIONS,
-        description="the TensileLite tree the configs are for (its FP8 DataType letters): 2025 (ROCm 6.4+) or 2024",
-    )
-    made_from_params = ("arch", "padding", "tensile_preset", "tensile_generation")
 
     def redo_stages(self) -> tuple[str, ...]:
         return ("configs",)
@@ -221,35 +168,12 @@ class GenerateConfigs(PipelineTask):
         log.info("%s", configs.summary(data).rstrip())
 
 
-BENCH_PARAMS = (
-    "backend",
-    "triton",
-    "time_budget",
-    "tune_margin",
-    "margin",
-    "shards",
-    *registry.parameters(),
-)  # what Bench's results depend on (--gpus is how, not what)
-
-
 @inherits(GenerateConfigs)
-class Bench(StackBound):
+class Bench(BenchParameters, StackBound):
     """Tune every gathered GEMM on this machine's GPUs with the chosen backend, through the per-fingerprint
     cache of tuned problems (``<workdir>/cache/tuned/<fingerprint>``)."""
 
     stack_stages = ("bench",)
-
-    gpus = counted(int, 0, 4096, default=0, description="GPUs to use (0: every visible one)")
-    shards = counted(
-        int,
-        0,
-        100000,
-        default=0,
-        description="split the tuning into this many BenchShard tasks, "
-        "for Luigi workers on several hosts (0: one task)",
-    )
-
-    made_from_params = BENCH_PARAMS
 
     def requires(self) -> list[luigi.Task]:
         preflight(self)
@@ -382,26 +306,19 @@ class BenchShard(StackBound):
 
 
 @inherits(Bench)
-class MergeResults(StackBound):
+class MergeResults(MergeResultsParameters, StackBound):
     """Merge tuned ``tunableop_results*.csv`` files into ``merge/tunableop_results.csv``, and hipBLASLt override
     files among them into ``merge/hipblaslt_override.txt``.
 
     Inputs: ``--results`` files, or the Bench stage's results (and override file) when none are given.
     """
 
-    results = luigi.Parameter(
-        default="",
-        description="comma-separated TunableOp results and hipBLASLt override files or globs (default: Bench's)",
-    )
-    validators_from = luigi.Parameter(default="", description="results file of the runtime to target")
-    made_from_params = ("results", "validators_from")
-
     def requires(self) -> list[luigi.Task]:
         return [] if self.results else [self.clone(Bench)]
 
     def user_files(self) -> list[Path]:
-        specs = [s.strip() for s in self.results.split(",") if s.strip()]
-        return [*_user_files(specs), *([Path(self.validators_from)] * bool(self.validators_from))]
+        specs = split_specs(self.results)
+        return [*user_files(specs), *([Path(self.validators_from)] * bool(self.validators_from))]
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(self.layout().merged_csv)
@@ -411,14 +328,7 @@ class MergeResults(StackBound):
     @stage_run
     def run(self) -> None:
         self.claim_stages()
-        specs = [s.strip() for s in self.results.split(",") if s.strip()]
-        if not specs:
-            bench_out = self.layout().bench
-            specs = [
-                str(bench_out / name)
-                for name in ("tunableop_results.csv", bench.OVERRIDE)
-                if name == "tunableop_results.csv" or (bench_out / name).exists()
-            ]
+        specs = split_specs(self.results) or bench.files_to_merge(self.layout().bench)
         merged = merge_paths(expand_inputs(specs), self.validators_from or None)
         if merged.results is None:
             raise BadArguments(
@@ -430,23 +340,8 @@ class MergeResults(StackBound):
 
 
 @inherits(Bench)
-class MergeLogic(StackBound):
+class MergeLogic(MergeLogicParameters, StackBound):
     """Merge tuned logic files into the base logic (``logic/`` or ``--base-logic``) under ``merge/logic``."""
-
-    base_logic = luigi.Parameter(
-        default=str(REPO_LOGIC),
-        description="directory of the base logic files "
-        "(default: what Package --publish put in logic/<fingerprint>, else logic/)",
-    )
-    new_logic = luigi.Parameter(default="", description="directory of tuned logic files (default: Bench's)")
-    policy = luigi.ChoiceParameter(
-        default="faster",
-        choices=["upstream", "faster"],
-        description="how tuned logic replaces the base's: faster (where it is faster by --logic-margin) or "
-        "upstream (upstream merge.py's rule)",
-    )
-    logic_margin = counted(float, 0, 10, default=LOGIC_MARGIN, description="faster policy: required speedup to replace")
-    made_from_params = ("base_logic", "new_logic", "policy", "logic_margin")
 
     def requires(self) -> list[luigi.Task]:
         return [] if self.new_logic else [self.clone(Bench)]
@@ -476,42 +371,8 @@ class MergeLogic(StackBound):
 
 
 @inherits(GenerateConfigs, MergeResults, MergeLogic)
-class Validate(StackBound):
+class Validate(ValidateParameters, StackBound):
     """Time the merged artifact against the baseline, gate it, bundle what passes, A/B the workload, report."""
-
-    min_speedup = counted(
-        float, 0, 1000, default=1.0, description="refuse a bundle whose weighted GEMM speedup is under this"
-    )
-    gate_margin = counted(
-        float,
-        0,
-        10,
-        default=GATE_MARGIN,
-        description="Validate keeps a row only where it beats torch's default by this fraction, confirmed "
-        "(not in the fingerprint: a change re-judges without tuning again)",
-    )
-    validate_rounds = counted(int, 1, 10000, default=7, description="interleaved rounds per GEMM")
-    e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
-    allow_e2e_regression = luigi.BoolParameter(
-        default=False,
-        description="ship a bundle even when the workload ran slower with it end to end, beyond the run-to-run spread",
-    )
-    e2e_cmd = luigi.Parameter(
-        default="",
-        description="the workload the end-to-end A/B runs (default: --workload-cmd); a serving workload on another "
-        "seed than the collection's proves the bundle at token counts it never saw",
-    )
-    made_from_params = (
-        "min_speedup",
-        "validate_rounds",
-        "e2e_reps",
-        "gate_margin",
-        "margin",
-        "workload_cmd",
-        "e2e_cmd",
-        "fp8",
-        "allow_e2e_regression",
-    )
 
     def redo_stages(self) -> tuple[str, ...]:
         return ("validate", "bundle", "report")
@@ -597,21 +458,11 @@ def _done_already(task: TuneWorkload) -> None:
 
 
 @inherits(TuneWorkload)
-class Package(StackBound):
+class Package(PackageParameters, StackBound):
     """``dist/<fingerprint>/``: the accepted bundle as an image takes it (results, logic, override, env.sh,
     Dockerfile fragment, README, manifest); ``--publish`` also puts its logic into ``logic/<fingerprint>``."""
 
-    dist = luigi.Parameter(
-        default="", description="where package directories go, one per fingerprint (default: <workdir>/dist)"
-    )
-    publish = luigi.BoolParameter(default=False, description="copy the logic tree to --publish-dir/<fp>/")
-    publish_dir = luigi.Parameter(default=str(REPO_LOGIC), description="where --publish puts logic (the repo's logic/)")
-    package_devices = counted(int, 1, 1024, default=8, description="per-ordinal copies of the results file")
-    docker_builder = luigi.Parameter(
-        default="rocm/dev-ubuntu-24.04", description="image of the logic-compiling build stage (AMD)"
-    )
     stack_stages = ("package",)
-    made_from_params = ("dist", "publish", "publish_dir", "package_devices", "docker_builder")
 
     def requires(self) -> luigi.Task:
         return self.upstream()
@@ -643,19 +494,3 @@ class Package(StackBound):
             f"package: {where} (serves torch {manifest['serves']['torch']}, "
             f"{manifest['serves']['tunableop_rows']} TunableOp rows)"
         )
-
-
-def _user_files(specs: list[str]) -> list[Path]:
-    """The files ``specs`` name (files, directories, globs); a spec that names none stands for itself (its
-    stage names what is missing when it runs)."""
-    files: list[Path] = []
-    for spec in specs:
-        try:
-            files += expand_inputs([spec])
-        except BadInput:
-            files.append(Path(spec))
-    return files
-
-
-def read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None

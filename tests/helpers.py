@@ -157,12 +157,17 @@ def source_module(directory: Path, name: str, text: str):
 
 
 def bench_module(name: str):
-    """The benchmark script ``bench/<name>.py`` imported as a module (its CPU parts: replays, analyses)."""
+    """The benchmark script ``bench/<name>.py`` imported as a module (its CPU parts: replays, analyses), with
+    ``bench/`` first on ``sys.path`` while it loads, as running the script puts it (its helpers beside it)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
     return module
 
 

@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 FOUNDATION = {"problem", "atomic", "stats", "errors", "procs", "defaults"}
 ALLOWED = {  # layer -> the layers its modules may import
     "foundation": {"foundation"},
-    "formats": {"foundation"},
+    "formats": {"foundation", "formats"},  # a format may read another's vocabulary (solution_names: tunableop)
     "kernels": {"foundation", "formats", "kernels"},
     "backends": {"foundation", "formats", "kernels", "backends"},
     "runtime": {"foundation", "formats", "kernels", "runtime"},
@@ -73,6 +73,7 @@ def test_every_module_belongs_to_a_layer():
     assert top == [
         "__init__",
         "__main__",
+        "api",  # what scripts outside the package may import (test_the_benchmarks_import_only_the_public_names)
         "atomic",
         "cli",
         "defaults",
@@ -253,3 +254,63 @@ def test_no_module_imports_itself_through_others():
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as err:
         pytest.fail(f"an import circle: {' -> '.join(err.args[1])}")
+
+
+BENCH = PACKAGE.parent / "bench"
+
+
+def test_the_benchmarks_import_only_the_public_names():
+    """``bench/`` reaches the package through ``pipeline.api`` and the shipped ``pipeline.runtime`` alone, imports
+    only names ``pipeline.api`` lists, and runs on the installed package (no ``sys.path`` patching)."""
+    import pipeline.api
+
+    for path in sorted(BENCH.glob("*.py")):
+        text = path.read_text()
+        assert "sys.path.insert" not in text and "sys.path.append" not in text, path.name
+        for node in ast.walk(ast.parse(text)):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module]
+                if node.module == "pipeline.api":
+                    unknown = {a.name for a in node.names} - set(pipeline.api.__all__)
+                    assert not unknown, f"{path.name} imports {sorted(unknown)}, which pipeline.api does not list"
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            for module in modules:
+                if module == "pipeline" or module.startswith("pipeline."):
+                    assert module == "pipeline.api" or module.split(".")[:2] == ["pipeline", "runtime"], (
+                        f"{path.name} imports {module}: add the name to pipeline/api.py"
+                    )
+        for code in ast.walk(ast.parse(text)):  # the code a benchmark hands to a child interpreter
+            if isinstance(code, ast.Constant) and isinstance(code.value, str) and "from pipeline." in code.value:
+                assert "from pipeline.api import" in code.value, path.name
+
+
+def test_every_public_name_is_defined_where_the_api_says():
+    """Each entry of ``pipeline.api`` names a module and a top-level name it defines (read from the source, so
+    the test needs neither torch nor nvmath); nothing private is public, and the module loads neither."""
+    import subprocess
+    import sys
+
+    import pipeline.api
+
+    for name, where in pipeline.api._WHERE.items():
+        module, _, attribute = where.partition(":")
+        assert not name.startswith("_") and not attribute.startswith("_"), name
+        source = PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
+        defined = set()
+        for node in ast.parse(source.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    defined |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name)}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):  # a name the module takes on: nvmath's ``lt``
+                defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        assert attribute in defined, f"pipeline.api.{name}: {module} defines no {attribute}"
+    with pytest.raises(AttributeError, match=r"docs/design\.md"):
+        _ = pipeline.api.helper_nobody_exported
+    code = "import sys, pipeline.api; print(sorted(m for m in ('torch', 'nvmath', 'luigi') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

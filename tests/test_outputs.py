@@ -247,8 +247,7 @@ def test_a_file_output_is_never_a_directory_or_an_input(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("script,args", [
-    ("decode_floor.py", ["analyse", "floors.json", "decode.json", "--out", "floors.json"]),
-    ("decode_floor.py", ["measure", "--out", "."]),
+    ("gather_bench.py", ["--out", "."]),
     ("triton_bench_cost.py", ["--out", "."]),
     ("triton_hostcost.py", ["--out", "."]),
     ("decode_hbm.py", ["--out", "."]),
@@ -261,7 +260,7 @@ def test_the_benchmarks_refuse_their_output_before_measuring(tmp_path, monkeypat
 
     from .helpers import ROOT
 
-    for name in ("floors.json", "decode.json"):
+    for name in ("decode.json",):
         (tmp_path / name).write_text('{"runs": []}')
     before = _tree(tmp_path)
     monkeypatch.chdir(tmp_path)

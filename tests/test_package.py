@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, unknown_solution, write_file
+from pipeline.formats.solution_names import unknown_solution
+from pipeline.formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
 from pipeline.stages.run.fingerprint import Stack
 from pipeline.stages.ship.package import write_package
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.backends.base import DEFAULT, TuneSettings, WinnerRecord
-from pipeline.formats.tunableop import TunableOpEntry, parse_key, unknown_solution, write_file
+from pipeline.formats.solution_names import unknown_solution
+from pipeline.formats.tunableop import TunableOpEntry, parse_key, write_file
 from pipeline.stages.run.fingerprint import Stack, probe_here
 from pipeline.stages.ship.package import write_package
 

@@ -99,8 +99,8 @@ def test_a_problem_the_kernels_do_not_serve_is_left_to_the_library_with_the_reas
 def test_a_config_that_fails_to_compile_fails_alone():
     import torch
 
-    from pipeline.backends.cublaslt import compile_all
     from pipeline.backends.measure import TimingSettings, rotating_operands
+    from pipeline.backends.pool import compile_all
 
     problem = GemmProblem("gemm", "T", "N", 4096, 512, 4096, 4096, 4096, 4096)
     good, too_big = tg.TritonConfig(64, 128, 64), tg.TritonConfig(256, 256, 256, num_warps=4, num_stages=6)
@@ -110,8 +110,8 @@ def test_a_config_that_fails_to_compile_fails_alone():
 
 
 def test_bench_compiles_on_a_thread_a_cpu_at_most_sixteen(monkeypatch):
-    from pipeline.backends import cublaslt
+    from pipeline.backends import pool
 
     for cpus, threads in ((1, 1), (2, 2), (12, 12), (16, 16), (128, 16)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
-        assert cublaslt.compile_threads() == threads
+        assert pool.compile_threads() == threads

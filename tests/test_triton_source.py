@@ -5,7 +5,6 @@ reference, and a config that cannot run fails in the harness without failing the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -221,30 +220,6 @@ def test_a_config_that_cannot_run_fails_in_the_harness_alone():
     outcomes = screen_passes([torch_launcher(problem), tg.launcher(problem, too_big)], sets, 1, None)
     assert isinstance(outcomes[0], float) and outcomes[0] > 0
     assert isinstance(outcomes[1], Exception), outcomes[1]
-
-
-def test_a_runner_takes_its_kernels_from_the_module_it_is_given():
-    """A benchmark's variant of the kernels' source runs through the product's Runner: each family's kernel and
-    the reduction come from that module (no GPU needed: nothing compiles until a call)."""
-    pytest.importorskip("triton")
-    from .helpers import bench_module
-
-    floor = bench_module("decode_floor")
-    source = (Path(tg.__file__).with_name("triton_kernels.py")).read_text()
-    variant = floor.load_kernels(source)
-    expected = {"gemv": variant.gemv, "skinny": variant.gemm, "tiled": variant.gemm, "swapped": variant.swapped}
-    expected["literal"] = variant.gemv_literal
-    for config in (
-        tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1, literal=True),
-        tg.TritonConfig(1, 4, 512),
-        tg.TritonConfig(16, 64, 128),
-        tg.TritonConfig(64, 128, 64),
-        tg.TritonConfig(16, 64, 128, swapped=True),
-    ):
-        runner = tg.Runner(config, kernels=variant)
-        assert runner._gemm is expected[config.family] and runner._reduce is variant.reduce
-        product = tg.Runner(config)
-        assert product._gemm is not runner._gemm and product._gemm.fn.__name__ == runner._gemm.fn.__name__
 
 
 def test_a_problem_frame_is_the_integers_its_calls_hand_the_kernels():

@@ -202,7 +202,7 @@ def _gemv_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
 
 
 def literal_configs(problem: GemmProblem) -> list[TritonConfig]:
-    """The ``literal`` kernel's configs for one token (``bench/decode_floor.py``'s probe measured the same):
+    """The ``literal`` kernel's configs for one token (``410bb6e:bench/decode_floor.py``'s probe measured the same):
     one column a program (eight never won, docs/triton.md) over K slices of 512-4096, none longer than K's next
     power of two, 4-16 warps holding 2-32 elements a thread, one stage."""
     whole = 1 << (problem.k - 1).bit_length()
@@ -284,15 +284,13 @@ class Runner:
     the compiled kernels' launchers (``CompiledKernel.run``, as ``JITFunction.run`` ends): what the runtime does
     at install and calls per GEMM, and what Bench times. ``fast`` builds the same launcher from a first call
     instead. It holds while the arguments specialise alike, which for one tuned problem (fixed shapes and
-    strides) leaves the pointers' 16-byte alignment: ``aligned`` says whether a call keeps it. ``kernels``
-    replaces ``triton_kernels`` with a module defining the same kernels (a benchmark's variant of them)."""
+    strides) leaves the pointers' 16-byte alignment: ``aligned`` says whether a call keeps it."""
 
-    def __init__(self, config: TritonConfig, problem: GemmProblem | None = None, kernels=None) -> None:
+    def __init__(self, config: TritonConfig, problem: GemmProblem | None = None) -> None:
         import triton
         from triton import knobs
 
-        if kernels is None:  # else a module defining the same kernels (a benchmark's variant of their source)
-            from . import triton_kernels as kernels
+        from . import triton_kernels as kernels
 
         kernel = getattr(kernels, config.kernel)
         self.config, self._gemm, self._reduce, self._cdiv = config, kernel, kernels.reduce, triton.cdiv

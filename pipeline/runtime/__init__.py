@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..formats.tunableop import release
+from ..formats.solution_names import release
 from .table import KERNELS, TunedTable, key_text, load_table, tuned_device
 
 __all__ = ["Runtime", "install", "installed", "tunableop_consumes", "uninstall"]

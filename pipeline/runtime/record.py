@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..atomic import atomic_write_text
 from ..errors import BadInput
-from ..formats.tunableop import format_key, release
+from ..formats.solution_names import release
+from ..formats.tunableop import format_key
 from .graphs import add_replayed
 from .scaled import problem_of_call
 

@@ -223,6 +223,12 @@ def summarize(results: Sequence[ProblemResult]) -> dict:
     }
 
 
+def files_to_merge(out_dir: Path) -> list[str]:
+    """What MergeResults merges of Bench's outputs by default: the results file, and the override file where the
+    backend wrote one (hipBLASLt)."""
+    return [str(out_dir / "tunableop_results.csv"), *([str(out_dir / OVERRIDE)] * (out_dir / OVERRIDE).exists())]
+
+
 def write_outputs(problems: Sequence[GemmProblem], out_dir: Path, triton: dict | None = None) -> dict:
     """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results;
     ``triton``: ``{"backend": name, "amd": bool}`` where the run asked for ``--triton`` (``own_kernels``)."""

@@ -22,14 +22,8 @@ from ...formats.hipblaslt_override import (
     parse_override,
     write_override,
 )
-from ...formats.tunableop import (
-    TunableOpEntry,
-    TunableOpFile,
-    hipblaslt_solution,
-    parse_text,
-    validators_platform,
-    write_file,
-)
+from ...formats.solution_names import hipblaslt_solution, validators_platform
+from ...formats.tunableop import TunableOpEntry, TunableOpFile, parse_text, write_file
 
 
 class ValidatorMismatch(BadInput):

@@ -32,7 +32,8 @@ import jinja2
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
 from ...formats.logic import RECORD_BACKENDS, load_logic
-from ...formats.tunableop import read_file, unknown_solution, validators_platform, write_file
+from ...formats.solution_names import unknown_solution, validators_platform
+from ...formats.tunableop import read_file, write_file
 from ...kernels.triton_cache import cache_dir as triton_cache_dir
 from ...kernels.triton_cache import key_of, seed
 from ...kernels.triton_gemm import PREFIX as TRITON
