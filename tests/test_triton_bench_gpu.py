@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.backends.base import ProblemResult, TuneSettings, WinnerRecord
 from pipeline.kernels import triton_gemm as tg
+from pipeline.kernels import triton_runner as tr
 from pipeline.problem import GemmProblem
 
 from .helpers import nvmath_gpu_marks
@@ -105,7 +106,7 @@ def test_a_config_that_fails_to_compile_fails_alone():
     problem = GemmProblem("gemm", "T", "N", 4096, 512, 4096, 4096, 4096, 4096)
     good, too_big = tg.TritonConfig(64, 128, 64), tg.TritonConfig(256, 256, 256, num_warps=4, num_stages=6)
     ops = rotating_operands(problem, torch.device("cuda"), TimingSettings())[0]
-    failed = compile_all({c.name: tg.launcher(problem, c) for c in (good, too_big)}, ops)
+    failed = compile_all({c.name: tr.launcher(problem, c) for c in (good, too_big)}, ops)
     assert list(failed) == [too_big.name] and isinstance(failed[too_big.name], Exception)
 
 

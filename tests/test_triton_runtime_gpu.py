@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.formats.tunableop import TunableOpEntry, write_file
 from pipeline.kernels import triton_gemm as tg
+from pipeline.kernels import triton_runner as tr
 from pipeline.problem import GemmProblem
 
 from .helpers import nvmath_gpu_marks, recorded_scaled_calls
@@ -94,8 +95,8 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
     wb = torch.randn(3, 256, K, device="cuda", dtype=torch.bfloat16) / K**0.5
     want = [F.linear(x, w), F.linear(x, w, b), torch.bmm(xb, wb.transpose(1, 2))]
     # the frame a plan is prepared for is the one the router hands it
-    assert tg.Frame.of_problem(_linear(False)) == tg.Frame.of_call(x, w.t(), want[0])
-    assert tg.Frame.of_problem(batched) == tg.Frame.of_call(xb, wb.transpose(1, 2), want[2])
+    assert tr.Frame.of_problem(_linear(False)) == tr.Frame.of_call(x, w.t(), want[0])
+    assert tr.Frame.of_problem(batched) == tr.Frame.of_call(xb, wb.transpose(1, 2), want[2])
     jit_runs = []
     runtime = rt.install(tmp_path / "r.csv")
     try:

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from pipeline.kernels import triton_gemm as tg
+from pipeline.kernels import triton_runner as tr
 from pipeline.problem import TENSORWISE_E4M3, GemmProblem
 
 
@@ -108,18 +109,23 @@ def test_two_to_sixteen_tokens_also_get_the_swapped_tile():
         swapped = [c for c in tg.configs(linear(4096, tokens, 4096), sms=132) if c.family == "swapped"]
         assert {c.block_c for c in swapped} == {64, 128} and all(c.num_warps == c.block_c // 16 for c in swapped)
         assert {c.split_k for c in swapped} == {1, 2, 4} and all(c.block_c == 64 for c in swapped if c.split_k > 1)
-    assert not [c for c in tg.configs(linear(4096, 1, 4096), sms=132) if c.swapped], "one token: gemv"
-    assert not [c for c in tg.configs(linear(4096, 17, 4096), sms=132) if c.swapped], "beyond one 16-row tile"
-    wide = [c for c in tg.configs(linear(28672, 4, 4096), sms=132) if c.swapped]
+    swap = "swapped"
+    assert not [c for c in tg.configs(linear(4096, 1, 4096), sms=132) if c.family == swap], "one token: gemv"
+    assert not [c for c in tg.configs(linear(4096, 17, 4096), sms=132) if c.family == swap], "beyond 16 rows"
+    wide = [c for c in tg.configs(linear(28672, 4, 4096), sms=132) if c.family == swap]
     assert wide and {c.split_k for c in wide} == {1}, "448 tiles fill the GPU"
-    fp8 = {(c.block_c, c.block_k, c.num_stages) for c in tg.configs(scaled(28672, 8, 4096), 132) if c.swapped}
-    bf16 = {(c.block_c, c.block_k, c.num_stages) for c in tg.configs(linear(28672, 8, 4096), 132) if c.swapped}
+    fp8 = {(c.block_c, c.block_k, c.num_stages) for c in tg.configs(scaled(28672, 8, 4096), 132) if c.family == swap}
+    bf16 = {(c.block_c, c.block_k, c.num_stages) for c in tg.configs(linear(28672, 8, 4096), 132) if c.family == swap}
     assert (64, 256, 6) in fp8 and (64, 256, 6) not in bf16, "six 80x256 stages fit one-byte operands alone"
-    config = tg.TritonConfig(16, 64, 256, 1, 1, 4, 6, swapped=True)
+    config = tg.TritonConfig(16, 64, 256, 1, 1, 4, 6, family="swapped")
     assert config.name == "triton_r16c64k256_s1_g1_w4_st6_swap" and tg.config_from_name(config.name) == config
-    assert not tg.config_from_name("triton_r16c64k256_s1_g1_w4_st6").swapped
-    before = {k: v for k, v in config.to_json().items() if k != "swapped"} | {"name": config.name[: -len("_swap")]}
+    assert tg.config_from_name("triton_r16c64k256_s1_g1_w4_st6").family == "skinny"
+    sizes = {"block_r": 16, "block_c": 64, "block_k": 256, "split_k": 1, "group": 1, "num_warps": 4, "num_stages": 6}
+    before = {"source": "triton", "family": "skinny", "name": config.name[: -len("_swap")], **sizes}  # no flag yet
     assert tg.TritonConfig.from_json(before) == tg.TritonConfig(16, 64, 256, 1, 1, 4, 6)
+    flagged = {"source": "triton", "family": "swapped", "name": config.name, **sizes, "swapped": True, "literal": False}
+    assert tg.TritonConfig.from_json(flagged) == config, "saved while the family was a flag"
+    assert tg.TritonConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
 
 
 def test_one_token_also_gets_the_literal_kernel_compiled_per_shape():
@@ -133,17 +139,21 @@ def test_one_token_also_gets_the_literal_kernel_compiled_per_shape():
         (512, 8),
         *((k, w) for k in (2048, 4096) for w in (4, 8, 16)),
     }
-    assert all(c.literal and not c.swapped and c.split_k == 1 and c.num_stages == 1 for c in literal)
-    assert {c.block_k for c in tg.configs(linear(4096, 1, 2048), 132) if c.literal} == {512, 2048}, "K's power of 2"
-    assert not [c for c in tg.configs(linear(4096, 1, 256), 132) if c.literal], "K shorter than a slice"
-    assert not [c for c in tg.configs(linear(4096, 4, 4096), 132) if c.literal], "one token alone"
-    assert not [c for c in tg.configs(linear(256, 1, 4096), 132) if c.literal], "256 programs leave SMs idle"
-    config = tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1, literal=True)
+    assert all(c.kernel == "gemv_literal" and c.split_k == 1 and c.num_stages == 1 for c in literal)
+
+    def literal_of(problem):
+        return [c for c in tg.configs(problem, 132) if c.family == "literal"]
+
+    assert {c.block_k for c in literal_of(linear(4096, 1, 2048))} == {512, 2048}, "K's power of 2"
+    assert not literal_of(linear(4096, 1, 256)), "K shorter than a slice"
+    assert not literal_of(linear(4096, 4, 4096)), "one token alone"
+    assert not literal_of(linear(256, 1, 4096)), "256 programs leave SMs idle"
+    config = tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1, family="literal")
     assert config.name == "triton_r1c1k4096_s1_g1_w8_st1_lit" and tg.config_from_name(config.name) == config
     assert tg.TritonConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
-    before = {k: v for k, v in config.to_json().items() if k != "literal"}
-    assert tg.TritonConfig.from_json(before) == tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1)
-    with pytest.raises(ValueError, match="_swap, _lit or neither"):
+    before = {k: v for k, v in config.to_json().items() if k != "family"} | {"name": config.name[: -len("_lit")]}
+    assert tg.TritonConfig.from_json(before) == tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1), "saved before the family"
+    with pytest.raises(ValueError, match="_lit, _swap or neither"):
         tg.config_from_name("triton_r1c1k4096_s1_g1_w8_st1_lit_swap")
 
 
@@ -200,7 +210,7 @@ def test_every_offered_config_matches_the_fp32_reference(problem):
     swapped = [c for c in offered if c.family == "swapped"]
     picks += swapped[:1] + [c for c in swapped if c.split_k > 1][-1:] + [c for c in swapped if c.block_c == 128][-1:]
     found += [c for c in picks if c not in found]  # the one-token kernel and the swapped tile: unsplit, split, ...
-    errors = {c.name: check_numerics(problem, tg.launcher(problem, c), ops, ref) for c in found}  # raises if off
+    errors = {c.name: check_numerics(problem, tr.launcher(problem, c), ops, ref) for c in found}  # raises if off
     assert max(errors.values()) > 0, "an exact match on random data means the output was not computed"
     print(f"\n{problem.op} {problem.m}x{problem.n}x{problem.k}: {len(found)} configs, worst {max(errors.values()):.2e}")
 
@@ -217,18 +227,18 @@ def test_a_config_that_cannot_run_fails_in_the_harness_alone():
     problem = linear(4096, 512, 4096)
     too_big = tg.TritonConfig(256, 256, 256, num_warps=4, num_stages=6)  # far over the shared memory
     sets = rotating_operands(problem, torch.device("cuda"), TimingSettings())
-    outcomes = screen_passes([torch_launcher(problem), tg.launcher(problem, too_big)], sets, 1, None)
+    outcomes = screen_passes([torch_launcher(problem), tr.launcher(problem, too_big)], sets, 1, None)
     assert isinstance(outcomes[0], float) and outcomes[0] > 0
     assert isinstance(outcomes[1], Exception), outcomes[1]
 
 
 def test_a_problem_frame_is_the_integers_its_calls_hand_the_kernels():
-    tn = tg.Frame.of_problem(linear(4096, 8, 1024))  # F.linear: X[8, 1024] rows, Y = W.t() columns contiguous
+    tn = tr.Frame.of_problem(linear(4096, 8, 1024))  # F.linear: X[8, 1024] rows, Y = W.t() columns contiguous
     assert (tn.batch, tn.rows, tn.k, tn.cols) == (1, 8, 1024, 4096)
     assert (tn.xs, tn.ys, tn.os) == ((0, 1024, 1), (0, 1, 1024), (0, 4096, 1))
-    nn = tg.Frame.of_problem(GemmProblem("gemm", "N", "N", 64, 32, 128, 80, 144, 96))  # padded lds
+    nn = tr.Frame.of_problem(GemmProblem("gemm", "N", "N", 64, 32, 128, 80, 144, 96))  # padded lds
     assert (nn.xs, nn.ys, nn.os) == ((0, 144, 1), (0, 80, 1), (0, 96, 1))
-    bmm = tg.Frame.of_problem(GemmProblem("gemm_strided_batched", "T", "N", 256, 8, 512, 512, 512, 256, batch=3))
+    bmm = tr.Frame.of_problem(GemmProblem("gemm_strided_batched", "T", "N", 256, 8, 512, 512, 512, 256, batch=3))
     assert (bmm.batch, bmm.xs, bmm.ys, bmm.os) == (3, (8 * 512, 512, 1), (256 * 512, 1, 512), (8 * 256, 256, 1))
 
 
@@ -251,7 +261,7 @@ def test_the_fast_launcher_matches_the_jit_and_a_misaligned_pointer_takes_the_ji
     torch.manual_seed(0)
     x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
-    runner = tg.Runner(tg.TritonConfig(16, 64, 256, split_k=2))
+    runner = tr.Runner(tg.TritonConfig(16, 64, 256, split_k=2))
     outs = [torch.empty(8, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
     runner.run(x, w.t(), outs[0])  # compiles, then keeps the kernels' own launcher
     assert runner._launch is not None
@@ -259,7 +269,7 @@ def test_the_fast_launcher_matches_the_jit_and_a_misaligned_pointer_takes_the_ji
     runner(x, w.t(), outs[2])  # through Triton's JIT
     shifted = torch.empty(8 * 4096 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(8, 4096)
     shifted.copy_(x)
-    assert not tg.Runner.aligned(shifted)
+    assert not tr.Runner.aligned(shifted)
     runner.run(shifted, w.t(), outs[3])  # 2 bytes off: the JIT specialises a kernel that makes no such assumption
     assert all(torch.equal(outs[0], out) for out in outs[1:])  # the split-K sum is in a fixed order
     from triton import knobs
@@ -292,8 +302,8 @@ def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split, 
     x = torch.randn(*lead, 8, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(*lead, 512, 4096, device="cuda", dtype=torch.bfloat16) / 64
     bias = torch.randn(512, device="cuda", dtype=torch.bfloat16) if batch == 1 else None
-    config = tg.TritonConfig(16, 64, 256, split_k=split, num_warps=4, swapped=bool(swapped))
-    prepared, jit = tg.Runner(config), tg.Runner(config)
+    config = tg.TritonConfig(16, 64, 256, split_k=split, num_warps=4, family="swapped" if swapped else "")
+    prepared, jit = tr.Runner(config), tr.Runner(config)
     prepared.prepare(problem, torch.cuda.current_device())
     assert prepared._launch is not None, "prepare builds the launcher before any call"
     outs = [torch.empty(*lead, 8, 512, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
@@ -302,3 +312,25 @@ def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split, 
     assert torch.equal(outs[0], outs[1])
     want = x.float() @ w.float().mT + (0 if bias is None else bias.float())
     assert float((outs[0].float() - want).norm() / want.norm()) < 1e-2
+
+
+def test_a_kernel_family_is_one_entry_of_the_registry(monkeypatch):
+    """A new family (here the tiled kernel under another name, offered above 64 tokens) is its entry alone: Bench
+    offers its configs, its names carry its suffix and parse back, and the runner takes its kernel."""
+
+    def wide_configs(problem, sms):
+        return [tg.TritonConfig(128, 256, 64, family="wide")]
+
+    entry = tg.Family("gemm", "_wide", lambda problem, sms: problem.n > 64, wide_configs)
+    monkeypatch.setitem(tg.FAMILIES, "wide", entry)
+    offered = [c for c in tg.configs(linear(4096, 128, 4096), sms=132) if c.family == "wide"]
+    assert [c.name for c in offered] == ["triton_r128c256k64_s1_g8_w4_st3_wide"]
+    assert tg.config_from_name(offered[0].name) == offered[0] and offered[0].kernel == "gemm"
+    assert not [c for c in tg.configs(linear(4096, 32, 4096), sms=132) if c.family == "wide"], "32 tokens: not offered"
+    assert tg.TritonConfig.from_json(offered[0].to_json()) == offered[0]
+    with pytest.raises(ValueError, match="family 'wider'"):
+        tg.TritonConfig(128, 256, 64, family="wider")
+    name = offered[0].name
+    monkeypatch.delitem(tg.FAMILIES, "wide")
+    with pytest.raises(ValueError, match="_lit, _swap or neither"):
+        tg.config_from_name(name)

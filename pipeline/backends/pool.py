@@ -17,6 +17,7 @@ from ..kernels import triton_gemm
 from ..kernels.cublaslt_algo import read_config
 from ..kernels.lt_gemm import LtGemm
 from ..kernels.torch_gemm import OperandSet, torch_launcher
+from ..kernels.triton_runner import launcher
 from ..problem import GemmProblem
 from .base import DEFAULT
 
@@ -42,7 +43,7 @@ def own_launcher(problem: GemmProblem, config: dict) -> Callable[[OperandSet], N
     """The launcher of a saved config of this project's kernels (None: a cuBLASLt config or the default)."""
     if not triton_gemm.is_config(config):
         return None
-    return triton_gemm.launcher(problem, triton_gemm.TritonConfig.from_json(config))
+    return launcher(problem, triton_gemm.TritonConfig.from_json(config))
 
 
 COMPILE_THREADS = 16  # at most: 16 threads compile 17-20% faster than 8, processes no faster (docs/triton.md)
@@ -112,7 +113,7 @@ def add_triton(pool: Pool, problem: GemmProblem, sms: int) -> None:
     for config in triton_gemm.configs(problem, sms):
         pool.names.append(config.name)
         pool.configs[config.name] = config.to_json()
-        pool.launchers[config.name] = triton_gemm.launcher(problem, config)
+        pool.launchers[config.name] = launcher(problem, config)
 
 
 def compile_triton(pool: Pool, ops: OperandSet) -> float:

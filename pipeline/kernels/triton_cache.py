@@ -34,10 +34,11 @@ GROUP_PREFIX = "__grp__"  # Triton's name for a kernel's list of files
 
 
 def source_hash() -> str:
-    """A digest of the kernels' source and of how ``triton_gemm`` launches them: the cache key's last part (and
-    the stack fingerprint's, ``triton_kernels``)."""
+    """A digest of the kernels' source, their configs and how ``triton_runner`` launches them: the cache key's last
+    part (and the stack fingerprint's, ``triton_kernels``)."""
     here = Path(__file__).parent
-    text = b"".join((here / name).read_bytes() for name in ("triton_gemm.py", "triton_kernels.py"))
+    names = ("triton_gemm.py", "triton_runner.py", "triton_kernels.py")
+    text = b"".join((here / name).read_bytes() for name in names)
     return hashlib.sha256(text).hexdigest()[:16]
 
 

@@ -1,5 +1,5 @@
 """Triton rows at run time: a tuned problem whose winner is one of this project's Triton kernels
-(``kernels/triton_gemm.py``, docs/triton.md) runs that kernel, with the config its solution name spells out.
+(``kernels/triton_runner.py``, docs/triton.md) runs that kernel, with the config its solution name spells out.
 
 A row holds only for the Triton and the kernel source it was tuned with (the bundle's manifest records both):
 under another, ``TritonPlan`` refuses to build, and the router falls back for that row with the reason. A
@@ -25,7 +25,8 @@ import torch
 
 from ..kernels.torch_gemm import torch_dtype
 from ..kernels.triton_cache import CACHE_ENV, cache_dir, cache_name, holds, seed, source_hash, user_cache_root
-from ..kernels.triton_gemm import Runner, config_from_name
+from ..kernels.triton_gemm import config_from_name
+from ..kernels.triton_runner import Runner
 from ..problem import GemmProblem
 
 log = logging.getLogger("pipeline")
