@@ -253,3 +253,37 @@ def test_the_gate_margin_rejudges_without_tuning_again_and_margin_sets_both(tmp_
     settings = {"margin": None, "tune_margin": 0.02, "time_budget": 20.0}
     assert entry("hipblaslt").fingerprint_settings(settings)["margin"] == 0.02  # the fingerprints of old runs
     assert entry("hipblaslt").fingerprint_settings({**settings, "margin": 0.03})["margin"] == 0.03
+
+
+def test_going_back_to_an_earlier_tune_margin_puts_its_stages_back_instead_of_tuning_again(tmp_path):
+    """--tune-margin is in the fingerprint: a change sets the stack's stages aside as ``<stage>.<fingerprint>``
+    and tunes again; going back to the earlier value puts those stages back, with their records, and runs no
+    search or validation; a stage whose inputs changed meanwhile is made again."""
+    A, _ = _inputs(tmp_path)
+    run = tmp_path / "w" / "m"
+    log = tmp_path / "bench.log"
+
+    def invocations() -> int:
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    first = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
+    report = (run / "report" / "report.md").read_text()
+    fp_first = json.loads((run / "bench" / "stack.json").read_text())["fingerprint"]
+    other = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--tune-margin", "0.05", untuned=A)
+    assert "redoing" in other.stderr and (run / f"bench.{fp_first}").is_dir()
+    fp_other = json.loads((run / "bench" / "stack.json").read_text())["fingerprint"]
+    assert fp_other != fp_first
+    before = invocations()
+    back = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, untuned=A)
+    (said,) = [line for line in back.stderr.splitlines() if "put back" in line]
+    assert "bench, bundle, merge, report, validate" in said and fp_first in said, said
+    assert "redoing" not in back.stderr and invocations() == before, "no search, no validation"
+    assert json.loads((run / "bench" / "stack.json").read_text())["fingerprint"] == fp_first
+    assert (run / "report" / "report.md").read_text() == report
+    assert first.stdout.splitlines()[0] in back.stdout, "the verdict, as the first run said it"
+    assert (run / f"bench.{fp_other}").is_dir(), "the other stack's stages set aside in turn"
+    forward = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--tune-margin", "0.05", untuned=A)
+    assert "put back" in forward.stderr and invocations() == before
+    gate = run_amd_dag(tmp_path, "m", "", "TuneWorkload", *FAST, "--gate-margin", "0.05", untuned=A)
+    assert "put back" in gate.stderr and "redoing Validate" in gate.stderr, "Validate's own input changed"
+    assert invocations() > before

@@ -28,7 +28,7 @@ from ..defaults import TUNE_MARGIN
 from ..errors import BadInput, PipelineError, one_line
 from ..stages.bench import registry
 from ..stages.run import timings
-from ..stages.run.fingerprint import Stack, claim, current_stack, stamped
+from ..stages.run.fingerprint import STACKS, Stack, claim, current_stack, put_back, set_aside_name, stamped
 from ..stages.run.layout import RunLayout
 from ..stages.run.made_from import MadeFrom, changes, read_record, record_path, write_record
 from ..stages.ship import nightly
@@ -75,6 +75,7 @@ def stage_run(run: Callable[[luigi.Task], None]) -> Callable[[luigi.Task], None]
                 self.set_aside(self.redo_stages())
             run(self)
             write_record(self.stage_dir(""), self.record_name(), made_from)
+            self.keep_record(made_from)
 
     return held
 
@@ -115,6 +116,9 @@ class PipelineTask(luigi.Task):
     def redo_stages(self) -> tuple[str, ...]:
         """The stage directories moved aside when this stage is redone (what a resume would otherwise reuse)."""
         return ()
+
+    def keep_record(self, made_from: MadeFrom) -> None:
+        """Keep a copy of the record just written where a later run can find it (a stack-bound stage's)."""
 
     def set_aside(self, stages: Sequence[str]) -> None:
         """Move each of ``stages`` to ``<stage>.before-redo`` (replacing the one an earlier redo left)."""
@@ -322,6 +326,59 @@ class StackBound(PipelineTask):
     def upstream(self) -> luigi.Task:
         """What a chained task summarises (its requirement, without the preflight)."""
         raise NotImplementedError
+
+    def keep_record(self, made_from: MadeFrom) -> None:
+        """The record of a stage with directories also under this stack's fingerprint
+        (``<run>/stacks/<fingerprint>/made_from/``), for ``put_back_earlier`` when a later run comes back."""
+        if self.stack_stages:
+            write_record(self.stage_dir("") / STACKS / self.stack().fingerprint, self.record_name(), made_from)
+
+    def complete(self) -> bool:
+        chain = self.stack_chain()
+        if any([task.put_back_earlier() for task in chain]):
+            for task in chain:
+                if not task.stack_stages:  # a summary of the stages put back (TuneWorkload): that line says it
+                    task._said_redo = True
+        return super().complete()
+
+    def stack_chain(self) -> list[StackBound]:
+        """This task and every stack-bound task it depends on, however far down."""
+        found: list[StackBound] = []
+        todo: list = [self]
+        while todo:
+            task = todo.pop()
+            if isinstance(task, StackBound) and task not in found:
+                found.append(task)
+                todo += task.dependencies()
+        return found
+
+    def put_back_earlier(self) -> bool:
+        """Coming back to a stack this run was made under before (``--tune-margin`` back to its earlier value):
+        where this stage's directories were set aside under this fingerprint (``<stage>.<fingerprint>``) and its
+        record there is what its inputs give now, every stage set aside under it is put back with its record,
+        and says so, instead of being made again (docs/design.md, "Reruns")."""
+        dirs = [self.stage_dir(s) for s in self.stack_stages]
+        if not dirs:
+            return False
+        try:
+            self.hold_run()  # nothing moves in a run directory another run holds
+            fp = self.stack().fingerprint
+        except PipelineError:
+            return False  # complete() or the run says why
+        if all(stamped(d) == fp for d in dirs) or not all(set_aside_name(d, fp).is_dir() for d in dirs):
+            return False
+        earlier = read_record(self.stage_dir("") / STACKS / fp, self.record_name())
+        if earlier is None or earlier.identity != self.made_from().identity:
+            return False
+        back = put_back(self.stage_dir(""), fp, self.stack().facts)
+        if back:
+            log.warning(
+                "gemm-tune: %s: put back %s, made under this stack (%s) from these inputs before: not made again",
+                self.stage_dir(""),
+                ", ".join(back),
+                fp,
+            )
+        return bool(back)
 
     def set_aside(self, stages: Sequence[str]) -> None:
         """As ``PipelineTask.set_aside`` for the stages made under this stack; those of another stack are

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import procs
-from ...atomic import atomic_write_json
+from ...atomic import atomic_write_json, atomic_write_text
 from ...errors import PipelineError, ToolError, exit_code, one_line
 from ...formats.torch_build import torch_build, torch_package_dir
 from ...kernels.triton_cache import source_hash
+from .made_from import record_path
 
 STAMP = "stack.json"
 ENV_PREFIXES = ("CUDA_", "HIP_", "ROCR_", "ROCM_", "HIPBLASLT_", "ROCBLAS_", "TENSILE_", "CUBLAS", "NVIDIA_")
@@ -187,12 +188,42 @@ def claim(stage_dir: Path, fp: str, facts: dict | None = None, create: bool = Tr
     stage_dir = Path(stage_dir)
     old = stamped(stage_dir) if stage_dir.exists() else fp
     if stage_dir.exists() and old != fp:
-        aside = stage_dir.with_name(f"{stage_dir.name}.{old or 'unstamped'}")
+        aside = set_aside_name(stage_dir, old)
         shutil.rmtree(aside, ignore_errors=True)
         stage_dir.rename(aside)
     if create and stamped(stage_dir) != fp:
         atomic_write_json(stage_dir / STAMP, {"fingerprint": fp, "stack": facts or {}})
     return stage_dir
+
+
+STACKS = "stacks"  # <run>/stacks/<fingerprint>/made_from/: the records of the stages last made under that stack
+
+
+def set_aside_name(stage_dir: Path, fp: str | None) -> Path:
+    """Where ``claim`` moves a stage directory made under fingerprint ``fp``: ``<stage>.<fp>``."""
+    return Path(stage_dir).with_name(f"{Path(stage_dir).name}.{fp or 'unstamped'}")
+
+
+def put_back(run_dir: Path, fp: str, facts: dict | None = None) -> list[str]:
+    """Make the stage directories set aside under fingerprint ``fp`` (``<stage>.<fp>``) the run's again, each
+    moving the one it replaces aside under that one's own fingerprint (``claim``), and their stages' records
+    (``<run>/stacks/<fp>/made_from/``) the run's: going back to a stack finds what was made under it. Returns the
+    stages put back."""
+    run_dir = Path(run_dir)
+    suffix = f".{fp}"
+    back = []
+    for aside in sorted(run_dir.iterdir()):
+        stage = aside.name.removesuffix(suffix)
+        if not aside.is_dir() or stage == aside.name or "." in stage or stamped(aside) != fp:
+            continue
+        claim(run_dir / stage, fp, facts, create=False)  # the current one aside, unless it is this stack's
+        if (run_dir / stage).exists():
+            continue  # made under this stack already: it stands
+        aside.rename(run_dir / stage)
+        back.append(stage)
+    for record in sorted(record_path(run_dir / STACKS / fp, "*").parent.glob("*.json")) if back else ():
+        atomic_write_text(record_path(run_dir, record.stem), record.read_text())
+    return back
 
 
 def _version(distribution: str) -> str | None:

@@ -11,6 +11,7 @@
     <run>/report/     report.md, report.html, *.svg, summary.json                              Validate
     <run>/package/    package.json (the package itself: <workdir>/dist/<fingerprint>/)         Package
     <run>/tune-workload.txt, timings/, made_from/                                              every task
+    <run>/<stage>.<fingerprint>/, stacks/<fingerprint>/made_from/   a stack's stages set aside, their records
 
 The tasks' ``output()`` and the stages that read another stage's files take their paths from here.
 """
