@@ -461,3 +461,21 @@ def test_a_triton_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it
     assert bucket_score.score(backend, triton, (9, 16), TuneSettings()).bucket == {} and backend.asked == []
     result = bucket_score.score(BackendBase(), grid_result(top), (9, 16), TuneSettings())
     assert result.winner == "A" and result.bucket["note"].startswith("not scored")
+
+
+def test_a_manifests_ranges_read_alike_everywhere_and_a_bad_one_is_named():
+    """``formats.m_ranges`` is the one reader of ``m_ranges``: what ``spread`` writes reads back, grouped by the
+    weight, and a record that is not a range is refused naming the file and the record."""
+    from pipeline.errors import BadInput
+    from pipeline.formats.m_ranges import by_family, m_range, read_ranges
+
+    key = "GemmTunableOp_BFloat16_TN,tn_4096_16_4096_ld_4096_4096_4096"
+    written = [m_range(key, "Default", 9, 16).to_json(), m_range(key.replace("_16_", "_8_"), "x", 5, 8).to_json()]
+    ranges = read_ranges(written)
+    assert [r.to_json() for r in ranges] == written and list(ranges[0].copies()) == list(range(9, 16))
+    (family,) = by_family(ranges)
+    assert [r.hi for r in by_family(ranges)[family]] == [8, 16]
+    assert read_ranges(None) == [] and read_ranges([]) == []
+    for bad, why in (({"key": key, "solution": "x", "lo": 9}, "KeyError"), ({**written[0], "lo": 20}, "lo 20, hi 16")):
+        with pytest.raises(BadInput, match=rf"bundle/manifest.json: m_ranges\[0\] is not a range record .*{why}"):
+            read_ranges([bad], "bundle/manifest.json")

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..formats.m_ranges import by_family, read_ranges
 from ..formats.tunableop import DEFAULT, format_key, parse_key, read_file
 from ..kernels.support import unsupported_reason
 from ..kernels.triton_gemm import PREFIX as TRITON
@@ -125,19 +126,15 @@ class TunedTable:
         """The manifest's M ranges (``m_ranges``: a grid row's key, its solution and the token counts ``lo..hi``
         it serves) whose grid row this table routes, by token family: the sorted range tops, and per range its
         bottom and its grid row's key. Triton rows serve their own size alone and have none."""
-        found: dict[GemmProblem, list[tuple[int, int, RuntimeKey]]] = {}
-        for record in self.meta.get("m_ranges") or []:
-            grid = parse_key(*record["key"].split(",", 1))
-            key = runtime_key(grid)
-            if key not in self.solutions or self.solutions[key][1].startswith(TRITON):
-                continue
-            family = grid.token_family()
-            if family is not None:
-                found.setdefault(family, []).append((int(record["hi"]), int(record["lo"]), key))
-        return {
-            family: ([hi for hi, _, _ in sorted(rows)], [(lo, key) for _, lo, key in sorted(rows)])
-            for family, rows in found.items()
-        }
+        found = {}
+        for family, ranges in by_family(read_ranges(self.meta.get("m_ranges"), "the bundle's manifest")).items():
+            routed = [(r, runtime_key(r.grid)) for r in ranges]
+            routed = [
+                (r, key) for r, key in routed if key in self.solutions and not self.solutions[key][1].startswith(TRITON)
+            ]
+            if routed:
+                found[family] = ([r.hi for r, _ in routed], [(r.lo, key) for r, key in routed])
+        return found
 
     def find(self, key: RuntimeKey) -> tuple[GemmProblem, str] | None:
         """The row of a call's key: its own, or the grid row whose M range holds its token count (its plan built

@@ -27,7 +27,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BadInput
-from ...formats.tunableop import TunableOpEntry, parse_key
+from ...formats.m_ranges import by_family, m_range, read_ranges
+from ...formats.tunableop import TunableOpEntry
 from ...kernels.triton_gemm import PREFIX as TRITON
 from ...problem import GemmProblem
 
@@ -240,7 +241,7 @@ def spread(
             problem = entry.problem.with_tokens(m)
             if problem is not None:
                 rows.append(TunableOpEntry.from_problem(problem, entry.solution, entry.time_ms))
-        ranges.append({"key": key, "solution": entry.solution, "lo": lo, "hi": hi, **({"note": note} if note else {})})
+        ranges.append(m_range(key, entry.solution or "", lo, hi, note or "").to_json())
     return rows, ranges
 
 
@@ -248,16 +249,10 @@ def unspread(entries: Sequence[TunableOpEntry], ranges: Sequence[Mapping]) -> li
     """``entries`` without the copies ``spread`` made: a row inside a range (``ranges``: the manifest's
     ``m_ranges``) of its weight, below the range's grid point, with the range's solution. What the runtime reads
     where it finds a call's range itself (``runtime.table.TunedTable.find``)."""
-    by_family: dict[GemmProblem, list[tuple[int, int, str]]] = {}
-    for record in ranges:
-        grid = parse_key(*record["key"].split(",", 1))
-        family = grid.token_family()
-        if family is not None:
-            by_family.setdefault(family, []).append((int(record["lo"]), int(record["hi"]), record["solution"]))
+    families = by_family(read_ranges(ranges))
 
     def copied(entry: TunableOpEntry) -> bool:
-        family = entry.problem.token_family()
-        n = entry.problem.n
-        return any(lo <= n < hi and entry.solution == solution for lo, hi, solution in by_family.get(family, ()))  # type: ignore[arg-type, operator]
+        n, found = entry.problem.n, families.get(entry.problem.token_family(), ())  # type: ignore[arg-type]
+        return any(n in r.copies() and entry.solution == r.solution for r in found)
 
     return [entry for entry in entries if not copied(entry)]

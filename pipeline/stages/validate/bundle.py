@@ -13,8 +13,9 @@ from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
 from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
+from ...formats.m_ranges import read_ranges
 from ...formats.rocm import problem_type_name
-from ...formats.tunableop import TunableOpEntry, format_key, parse_key, read_file, write_file
+from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
 from ...kernels import triton_gemm
 from ...problem import GemmProblem
 from ..bench import bucket_score
@@ -132,12 +133,10 @@ def _kept_overrides(source: Path, kept: list, out: Path, ranges: Sequence[dict] 
     one shape) share that key, no legacy row ships for it: either would be applied to both. Those keys are
     reported. A current-schema row keys on its scale formats too, and ships (at its grid point alone)."""
     overrides = read_override(source)
-    spread_of = {}  # the override key of a grid row's size -> the token counts below it in its range
-    for record in ranges:
-        grid = parse_key(*record["key"].split(",", 1))
-        spread_of[(grid.transa, grid.transb, str(grid.m), str(grid.n), str(grid.k), str(grid.batch))] = range(
-            record["lo"], record["hi"]
-        )
+    spread_of = {  # the override key of a grid row's size -> the token counts below it in its range
+        (r.grid.transa, r.grid.transb, str(r.grid.m), str(r.grid.n), str(r.grid.k), str(r.grid.batch)): r.copies()
+        for r in read_ranges(ranges)
+    }
 
     def key(problem) -> tuple:
         return (

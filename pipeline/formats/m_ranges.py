@@ -1,0 +1,65 @@
+"""The ``m_ranges`` of a bundle's manifest (docs/serving.md): per grid row, its TunableOp key, its solution and the
+token counts it serves, ``lo <= M <= hi`` (``hi`` the grid point's own M; the libraries, which match exact sizes,
+read copies of the row at ``lo <= M < hi``). ``mgrid.spread`` writes them; the package, the override file's
+writer and the runtime's lookup read them through ``read_ranges``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..errors import BadInput
+from ..problem import GemmProblem
+from .tunableop import TunableOpFormatError, parse_key
+
+
+@dataclass(frozen=True)
+class MRange:
+    """One grid row's range: ``grid`` (its problem at ``hi``), ``key`` as TunableOp spells it, its ``solution``."""
+
+    grid: GemmProblem
+    key: str
+    solution: str
+    lo: int
+    hi: int
+    note: str = ""
+
+    def copies(self) -> range:
+        """The token counts below the grid point that a library reading exact sizes needs a copy of the row at."""
+        return range(self.lo, self.hi)
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "solution": self.solution, "lo": self.lo, "hi": self.hi} | (
+            {"note": self.note} if self.note else {}
+        )
+
+
+def m_range(key: str, solution: str, lo: int, hi: int, note: str = "") -> MRange:
+    """The range record of the grid row ``key`` (``op_signature,params_signature``)."""
+    return MRange(parse_key(*key.split(",", 1)), key, solution, lo, hi, note)
+
+
+def read_ranges(records: Iterable[Mapping] | None, where: str = "manifest.json") -> list[MRange]:
+    """A manifest's ``m_ranges`` (None or empty under ``--m-grid exact``); ``BadInput`` naming ``where`` and the
+    record for one that is not a range."""
+    found = []
+    for i, record in enumerate(records or ()):
+        try:
+            lo, hi = int(record["lo"]), int(record["hi"])
+            if not 0 < lo <= hi:
+                raise ValueError(f"lo {lo}, hi {hi}: not 0 < lo <= hi")
+            found.append(m_range(str(record["key"]), str(record["solution"]), lo, hi, str(record.get("note") or "")))
+        except (KeyError, TypeError, ValueError, TunableOpFormatError) as err:
+            raise BadInput(f"{where}: m_ranges[{i}] is not a range record ({type(err).__name__}: {err})") from err
+    return found
+
+
+def by_family(ranges: Iterable[MRange]) -> dict[GemmProblem, list[MRange]]:
+    """The ranges per token family (``GemmProblem.token_family``: the weight, every size but M), by ``hi``."""
+    found: dict[GemmProblem, list[MRange]] = {}
+    for r in ranges:
+        family = r.grid.token_family()
+        if family is not None:
+            found.setdefault(family, []).append(r)
+    return {family: sorted(rows, key=lambda r: (r.hi, r.lo)) for family, rows in found.items()}
