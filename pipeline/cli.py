@@ -71,9 +71,12 @@ def _merge_logic(args: argparse.Namespace) -> int:
         policy=args.policy, trim=args.trim, no_eff=args.no_eff, force_merge=args.force_merge, margin=args.margin
     )
     out = claim_output_dir(args.out, [args.base, args.new], args.force)
-    report = merge_dirs(Path(args.base), Path(args.new), out, options, marker="gemm-tune merge-logic")
+    records = claim_output_dir(args.records_out or f"{out}-records", [args.base, args.new], args.force)
+    report = merge_dirs(Path(args.base), Path(args.new), out, options, "gemm-tune merge-logic", records)
     print("\n".join(report.lines))
     print(f"{len(report.written)} logic files written to {args.out}")
+    if report.records:
+        print(f"{len(report.records)} winner records written to {records} (beside the logic, never compiled)")
     return 0
 
 
@@ -281,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
         "written by gemm-tune, holding neither input nor the cwd",
     )
     merge.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR that gemm-tune did not write")
+    merge.add_argument(
+        "--records-out",
+        metavar="DIR",
+        help="where winner records (hipblaslt_*/cublaslt_*.yaml, not TensileLite logic) go, beside OUT_DIR "
+        "(default: OUT_DIR-records; written only where there are some)",
+    )
     merge.add_argument(
         "--policy",
         choices=["upstream", "faster"],

@@ -366,6 +366,7 @@ class MergeLogic(MergeLogicParameters, StackBound):
             new_logic,
             self.layout().merged_logic,
             MergeOptions(policy=self.policy, margin=self.logic_margin),
+            records_dir=self.layout().merged_records,
         )
         atomic_write_text(self.output().path, "\n".join(merged.lines) + "\n")
 

@@ -55,8 +55,9 @@ def test_tune_workload_with_the_bench_double_ends_in_a_gated_bundle(tmp_path):
     kept_indices = {e.solution.rsplit("_", 1)[1] for e in bundle.entries}
     assert {dict(e.fields)["solution_index"] for e in override.entries} <= kept_indices
     assert (run / "merge" / "hipblaslt_override.txt").exists(), "MergeResults merged the override file too"
-    logic = sorted(p.name for p in (run / "bundle" / "logic").glob("*.yaml"))
-    assert logic and all(name.startswith("hipblaslt_Cijk_") for name in logic)
+    records = sorted(p.name for p in (run / "bundle" / "records").glob("*.yaml"))
+    assert records and all(name.startswith("hipblaslt_Cijk_") for name in records), "winner records, beside"
+    assert not list((run / "bundle" / "logic").glob("*.yaml")), "no record inside the logic tree"
     report = (run / "report" / "report.md").read_text()
     assert "written by hipblaslt-bench itself through HIPBLASLT_TUNING_FILE" in report
     assert "ROCm keeps the vendor path" in report

@@ -27,11 +27,11 @@ ARTIFACTS = (
     "bench/hipblaslt_override.txt",
     "bench/logic",
     "merge/tunableop_results.csv",
-    "merge/logic",
+    "merge/records",
     "validate/gate.json",
     "bundle/tunableop_results.csv",
     "bundle/hipblaslt_override.txt",
-    "bundle/logic",
+    "bundle/records",
 )
 # where the 20 kills aim, in DAG order: each waits until that stage writes, then strikes a random moment later
 PLAN = (

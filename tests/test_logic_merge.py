@@ -314,3 +314,25 @@ def test_cli_merge_logic_faster(tmp_path, capsys):
     (tmp_path / "base" / "bad.yaml").write_text("- [")
     assert main(["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "out2")]) == 12
     assert f"{tmp_path / 'base' / 'bad.yaml'}: not YAML" in capsys.readouterr().err
+
+
+def test_winner_records_merged_into_upstream_logic_land_beside_the_tree_not_in_it(tmp_path):
+    """``--backend hipblaslt`` records merged into a base of real logic: the merged tree holds the logic alone (what
+    TensileCreateLibrary reads has a KernelLanguage in every solution), the records go beside it, and the CLI
+    says where."""
+    from pipeline.formats.logic import dump_logic, is_record, load_logic, record_equality
+
+    base = write(tmp_path / "base", NAME, logic([[[512, 512, 1, 512], [0, 0.0]]], [solution(128)]))
+    record = record_equality("hipblaslt", PROBLEM_TYPE, "gfx942", ["Device 0049"], [((512, 8, 1, 512), {"x": 1}, 9.0)])
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / f"hipblaslt_{NAME}").write_text(dump_logic(record))
+    report = merge_dirs(tmp_path / "base", tmp_path / "new", tmp_path / "out", MergeOptions())
+    assert report.written == [NAME] and report.records == [f"hipblaslt_{NAME}"]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.yaml")) == [NAME]
+    assert not is_record(load_logic(tmp_path / "out" / NAME)) and read(tmp_path / "out" / NAME) == read(base)
+    assert is_record(load_logic(tmp_path / "out-records" / f"hipblaslt_{NAME}"))
+    assert main(["merge-logic", str(tmp_path / "base"), str(tmp_path / "new"), str(tmp_path / "cli")]) == 0
+    assert sorted(p.name for p in (tmp_path / "cli-records").glob("*.yaml")) == [f"hipblaslt_{NAME}"]
+    assert sorted(p.name for p in (tmp_path / "cli").glob("*.yaml")) == [NAME]
+    logic_only = merge_dirs(tmp_path / "base", tmp_path / "base", tmp_path / "plain", MergeOptions())
+    assert logic_only.records == [] and not (tmp_path / "plain-records").exists(), "no records: no directory"

@@ -177,7 +177,10 @@ def test_the_package_task_ships_the_amd_run_and_publishes_its_logic(tmp_path):
     assert manifest["serves"]["tunableop_rows"] == len(read_file(out / "tunableop_results.csv").entries) > 0
     assert "HIPBLASLT_TUNING_OVERRIDE_FILE" in manifest["environment"] and (out / "hipblaslt_override.txt").exists()
     published = sorted(p.name for p in (tmp_path / "repo-logic" / out.name).iterdir())
-    assert published == sorted(p.name for p in (out / "logic").iterdir()) and published
+    shipped = sorted(p.name for d in ("logic", "records") for p in (out / d).iterdir())
+    assert published == shipped and published
+    assert not list((out / "logic").iterdir()), "hipBLASLt winner records alone: no TensileLite logic to compile"
+    assert all(name.startswith("hipblaslt_Cijk_") for name in published) and not manifest["compile_logic"]
 
 
 @pytest.mark.parametrize("shell", ["bash", "sh"])

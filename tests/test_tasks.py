@@ -93,7 +93,7 @@ def test_dag_through_bench_and_merges(tmp_path, monkeypatch):
         "Default",
         "Gemm_Cublaslt_id_66_tile_20_stages_8_splitk_1_red_0_swizzle_0_custom_0",
     ]
-    assert (tmp_path / "night" / "merge" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").exists()
+    assert (tmp_path / "night" / "merge" / "records" / "cublaslt_Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").exists()
     summary = json.loads((tmp_path / "night" / "bench" / "summary.json").read_text())
     assert (summary["problems"], summary["tuned"], summary["improved"]) == (2, 2, 1)
 

@@ -131,7 +131,7 @@ def test_bench_outputs_carry_a_triton_winner_with_its_figures_through_the_logic_
     assert solution["source"] == "triton" and solution["numerics"] == figures and solution["name"] == config.name
     (tmp_path / "base").mkdir()
     merge_dirs(tmp_path / "base", bench / "logic", tmp_path / "merged", MergeOptions())
-    assert load_logic(tmp_path / "merged" / logic.name).solutions[0]["name"] == config.name
+    assert load_logic(tmp_path / "merged-records" / logic.name).solutions[0]["name"] == config.name
 
 
 def test_the_bundle_manifest_lists_each_triton_row_with_its_config_and_figures(tmp_path):

@@ -341,7 +341,7 @@ def test_validate_bundles_kept_rows_and_reports(tmp_path, capsys, no_nvmath):
     assert _build(TuneWorkload(workdir=str(tmp_path), run_name="night", untuned="x.csv"))
     bundle = read_file(run / "bundle" / "tunableop_results.csv")
     assert [e.problem.m for e in bundle.entries] == [6144, 4096] and bundle.validators == {"PT_VERSION": "2.11.0"}
-    logic = yaml.safe_load((run / "bundle" / "logic" / "cublaslt_Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").read_text())
+    logic = yaml.safe_load((run / "bundle" / "records" / "cublaslt_Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml").read_text())
     assert [row[0] for row in logic[7]] == [[6144, 32, 1, 4096], [4096, 128, 1, 14336]]
     manifest = json.loads((run / "bundle" / "manifest.json").read_text())
     assert manifest["rows"] == 2 and len(manifest["dropped"]) == 2

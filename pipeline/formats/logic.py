@@ -220,6 +220,13 @@ def create_equality(source: LogicFile, winners: list[Winner]) -> LogicFile:
 RECORD_BACKENDS = ("cublaslt", "hipblaslt")
 
 
+def is_record(logic: LogicFile) -> bool:
+    """A winner record (ScheduleName ``cublaslt`` or ``hipblaslt``: what a library backend's Bench crowned,
+    ``record_equality``), not TensileLite logic: it lives beside a logic tree, never inside one that
+    TensileCreateLibrary compiles (its reader has no ``KernelLanguage`` for it)."""
+    return logic.layout == "list" and logic.data[1] in RECORD_BACKENDS
+
+
 def cublaslt_equality(
     problem_type: dict,
     architecture: str,

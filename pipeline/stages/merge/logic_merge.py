@@ -24,7 +24,7 @@ from pathlib import Path
 from ...atomic import atomic_directory, atomic_write_text
 from ...defaults import LOGIC_MARGIN
 from ...errors import BadInput
-from ...formats.logic import LogicFile, LogicFormatError, dump_logic, load_logic
+from ...formats.logic import LogicFile, LogicFormatError, dump_logic, is_record, load_logic
 
 POLICIES = ("upstream", "faster")
 
@@ -61,6 +61,7 @@ class MergeReport:
 
     lines: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
+    records: list[str] = field(default_factory=list)  # winner records, written beside the logic tree
 
     def add(self, *parts: object) -> None:
         self.lines.append(" ".join(str(p) for p in parts))
@@ -322,25 +323,34 @@ def _relative(full: dict, default: dict) -> dict:
 
 
 def merge_dirs(
-    base_dir: Path, new_dir: Path, out_dir: Path, options: MergeOptions, marker: str | None = None
+    base_dir: Path,
+    new_dir: Path,
+    out_dir: Path,
+    options: MergeOptions,
+    marker: str | None = None,
+    records_dir: Path | None = None,
 ) -> MergeReport:
     """Merge ``new_dir`` into ``base_dir``, writing ``out_dir`` as a whole once every file merged (``marker``:
     see ``atomic_directory``). Every file that goes into ``out_dir`` is parsed as logic first, those copied
-    as they are included: a file that does not parse stops the merge, naming it."""
+    as they are included: a file that does not parse stops the merge, naming it. Winner records
+    (``logic.is_record``) go to ``records_dir`` (default ``<out_dir>-records``), so ``out_dir`` holds what
+    TensileCreateLibrary compiles and nothing else."""
     base_files, new_files = _yaml_files(Path(base_dir)), _yaml_files(Path(new_dir))
     report = MergeReport()
     outputs: dict[str, str | Path] = {}  # name -> merged text, or a file to copy as it is
+    records: set[str] = set()
     forced = options.forced()
     for name, new_path in new_files.items():
         if name not in base_files:
             if options.policy == "upstream":
                 report.add("Ignored", new_path, "(no base file of that name)")
             else:
-                load_logic(new_path)
+                records |= {name} if is_record(load_logic(new_path)) else set()
                 outputs[name] = new_path
                 report.add(f"{name}: new file, copied")
             continue
         base, new = load_logic(base_files[name]), load_logic(new_path)
+        records |= {name} if is_record(base) else set()
         if options.policy == "upstream":
             if forced is None:
                 forced = "arcturus" not in str(new_path)  # upstream decides once, from the first file
@@ -361,14 +371,22 @@ def merge_dirs(
     if options.policy == "faster":
         for name, path in base_files.items():
             if name not in new_files:
-                load_logic(path)
+                records |= {name} if is_record(load_logic(path)) else set()
                 outputs[name] = path
                 report.add(f"{name}: only in base, copied unchanged")
-    with atomic_directory(out_dir, marker) as staging:
-        for name, content in sorted(outputs.items()):
-            if isinstance(content, Path):
-                shutil.copyfile(content, staging / name)
-            else:
-                atomic_write_text(staging / name, content)
-            report.written.append(name)
+    records_dir = Path(records_dir) if records_dir else Path(out_dir).with_name(Path(out_dir).name + "-records")
+    for directory, names, written in (
+        (out_dir, sorted(set(outputs) - records), report.written),
+        (records_dir, sorted(records), report.records),
+    ):
+        if directory == records_dir and not names and not Path(records_dir).exists():
+            continue  # no records: no directory for them
+        with atomic_directory(directory, marker) as staging:
+            for name in names:
+                content = outputs[name]
+                if isinstance(content, Path):
+                    shutil.copyfile(content, staging / name)
+                else:
+                    atomic_write_text(staging / name, content)
+                written.append(name)
     return report

@@ -133,6 +133,11 @@ class RunLayout:
         return self.merge / "logic"
 
     @property
+    def merged_records(self) -> Path:
+        """Winner records beside the merged logic tree (``logic_merge.merge_dirs``)."""
+        return self.merge / "records"
+
+    @property
     def merged_override(self) -> Path:
         return self.merge / OVERRIDE
 

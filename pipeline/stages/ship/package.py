@@ -31,7 +31,7 @@ from pathlib import Path
 import jinja2
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
-from ...formats.logic import RECORD_BACKENDS, load_logic
+from ...formats.logic import is_record, load_logic
 from ...formats.solution_names import unknown_solution, validators_platform
 from ...formats.tunableop import read_file, write_file
 from ...kernels.triton_cache import cache_dir as triton_cache_dir
@@ -53,13 +53,18 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def needs_compiling(logic_dir: Path) -> bool:
-    """Whether the logic tree holds TensileLite library logic (to compile), not only winner records."""
-    for path in sorted(logic_dir.glob("*.yaml")):
-        logic = load_logic(path)
-        if not (logic.layout == "list" and logic.data[1] in RECORD_BACKENDS):
-            return True
-    return False
+def copy_logic(bundle: Path, out: Path) -> bool:
+    """The bundle's TensileLite logic into ``out/logic`` and its winner records into ``out/records`` (a bundle
+    made before records moved out of ``logic/`` has them there: they move), so the tree TensileCreateLibrary
+    compiles holds logic files alone; whether there is any logic to compile."""
+    (out / "logic").mkdir()
+    (out / "records").mkdir()
+    compile_logic = False
+    for path in sorted([*(bundle / "logic").glob("*.yaml"), *(bundle / "records").glob("*.yaml")]):
+        record = is_record(load_logic(path))
+        shutil.copyfile(path, out / ("records" if record else "logic") / path.name)
+        compile_logic |= not record
+    return compile_logic
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,7 @@ def write_package(
     install = f"{INSTALL_ROOT}/{fp}"
     target = mkdirs_readable(dist_root) / fp  # an image's user reads through every directory we made
     with atomic_directory(target) as out:
-        shutil.copytree(bundle / "logic", out / "logic")
+        compile_logic = copy_logic(bundle, out)
         write_file(out / "tunableop_results.csv", rows.validators, rows.servable)
         wheel, kernels = None, None
         runtime_triton = sum((e.solution or "").startswith(TRITON) for e in rows.runtime_rows)
@@ -224,7 +229,6 @@ def write_package(
         override = (bundle / OVERRIDE).exists()
         if override:
             shutil.copyfile(bundle / OVERRIDE, out / OVERRIDE)
-        compile_logic = needs_compiling(out / "logic")
         env = environment(rows, install, override, compile_logic)
         context = {
             "fp": fp,
@@ -267,10 +271,12 @@ def write_package(
 
 
 def publish(package_dir: Path, repo_logic: Path) -> Path:
-    """Copy the package's logic tree to ``repo_logic/<fingerprint>/`` (replacing that fingerprint's only)."""
+    """Copy the package's logic tree and winner records to ``repo_logic/<fingerprint>/`` (replacing that
+    fingerprint's only): the base the next merge of this stack starts from (``published_base``), whose merge puts
+    the records beside its logic again."""
     package_dir = Path(package_dir)
     with atomic_directory(mkdirs_readable(repo_logic) / package_dir.name) as out:
-        for path in sorted((package_dir / "logic").glob("*")):
+        for path in sorted([*(package_dir / "logic").glob("*"), *(package_dir / "records").glob("*")]):
             shutil.copyfile(path, out / path.name)
         make_readable(out)
     return Path(repo_logic) / package_dir.name

@@ -12,7 +12,7 @@ from pathlib import Path
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
-from ...formats.logic import RECORD_BACKENDS, dump_logic, load_logic
+from ...formats.logic import dump_logic, is_record, load_logic
 from ...formats.m_ranges import read_ranges
 from ...formats.rocm import problem_type_name
 from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
@@ -67,7 +67,8 @@ def grid_buckets(
 
 
 def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[str, dict] | None = None) -> Path:
-    """``RUN_DIR/bundle``: ``tunableop_results.csv`` and ``logic/`` with only kept rows, each grid row spread
+    """``RUN_DIR/bundle``: ``tunableop_results.csv``, ``logic/`` and the winner records beside it (``records/``)
+    with only kept rows, each grid row spread
     over its bucket (``mgrid.spread``; a bucket in ``split``, grid key -> ``{"lo", "why"}``, failed at a held-out
     token count and serves from ``lo`` up), ``manifest.json`` last."""
     layout = RunLayout.of(run_dir)
@@ -89,15 +90,16 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)
         (staging / "logic").mkdir()
-        for path in sorted(layout.merged_logic.glob("*.yaml")):
+        (staging / "records").mkdir()  # winner records beside the logic tree, never inside it
+        for path in sorted([*layout.merged_logic.glob("*.yaml"), *layout.merged_records.glob("*.yaml")]):
             logic = load_logic(path)
-            if logic.layout == "list" and logic.data[1] in RECORD_BACKENDS:
+            if is_record(logic):
                 name = path.stem.removeprefix(f"{logic.data[1]}_")
                 logic.exact_logic = [row for row in logic.exact_logic if (name, tuple(row[0][:4])) in kept_sizes]
                 if not logic.exact_logic:
                     continue
                 remove_unused(logic)
-                atomic_write_text(staging / "logic" / path.name, dump_logic(logic))
+                atomic_write_text(staging / "records" / path.name, dump_logic(logic))
             else:
                 shutil.copyfile(path, staging / "logic" / path.name)
         override = next(
