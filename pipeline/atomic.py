@@ -79,6 +79,11 @@ def atomic_write_text(path: str | Path, text: str, private: bool = False) -> Non
         handle.write(text)
 
 
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+
+
 def atomic_write_json(path: str | Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
@@ -32,7 +33,9 @@ from typing import Any
 
 import yaml
 
+from ..atomic import atomic_write_bytes, atomic_write_text
 from ..errors import BadInput
+from . import logic_sidecar
 
 LIST_FIELDS = (
     "MinimumRequiredVersion",
@@ -63,6 +66,7 @@ class LogicFile:
 
     data: list | dict
     path: str = "<logic>"
+    sidecar: str | None = None  # the suffix of the ExactLogic sidecar its table came from (``logic_sidecar``)
 
     @property
     def layout(self) -> str:
@@ -94,19 +98,23 @@ class LogicFile:
         return {**self.default_solution, **self.solutions[index]}
 
     def copy(self) -> LogicFile:
-        return LogicFile(copy.deepcopy(self.data), self.path)
+        return LogicFile(copy.deepcopy(self.data), self.path, self.sidecar)
 
 
 def _fail(path: str, reason: str) -> LogicFormatError:
     return LogicFormatError(f"{path}: {reason}")
 
 
-def parse_logic(text: str, path: str = "<logic>") -> LogicFile:
-    """Parse and validate logic YAML text."""
+def parse_logic(text: str, path: str = "<logic>", beside: Path | None = None) -> LogicFile:
+    """Parse and validate logic YAML text; ``beside``: the file it was read from, whose ExactLogic sidecar (if it
+    has one) holds its table (``logic_sidecar``)."""
     try:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as err:
         raise _fail(path, f"not YAML: {err}") from None
+    sidecar = logic_sidecar.sidecar_of(beside) if beside is not None else None
+    if sidecar is not None and isinstance(data, list | dict):
+        data = logic_sidecar.attach(data, beside)
     if isinstance(data, list):
         if len(data) != len(LIST_FIELDS):
             raise _fail(path, f"a list-format logic file has {len(LIST_FIELDS)} items, this one {len(data)}")
@@ -118,7 +126,7 @@ def parse_logic(text: str, path: str = "<logic>") -> LogicFile:
             raise _fail(path, f"mapping-format logic misses {', '.join(missing)}")
     else:
         raise _fail(path, "neither a 12-item list nor a mapping of logic fields")
-    logic = LogicFile(data, path)
+    logic = LogicFile(data, path, sidecar.name.removeprefix(Path(beside).name) if sidecar is not None else None)
     validate(logic)
     return logic
 
@@ -155,8 +163,18 @@ def validate(logic: LogicFile) -> None:
             raise _fail(path, f"{where}: size {key!r} is not 4 or 8 non-negative integers")
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(solutions):
             raise _fail(path, f"{where}: solution index {index!r} is not one of the {len(solutions)} solutions")
-        if not isinstance(eff, Real) or isinstance(eff, bool):
-            raise _fail(path, f"{where}: efficiency {eff!r} is not a number")
+        if not _efficiency(eff):
+            raise _fail(path, f"{where}: efficiency {eff!r} is not a number, a quoted one ('.inf') or null")
+
+
+def _efficiency(value: object) -> bool:
+    """A number, null, or a number quoted as a string (upstream files carry '.inf' and '.nan':
+    ``ExactLogicSidecar.py`` keeps them so)."""
+    if isinstance(value, bool):
+        return False
+    if value is None or isinstance(value, Real):
+        return True
+    return isinstance(value, str) and isinstance(yaml.safe_load(value), float)
 
 
 def load_logic(path: str | Path) -> LogicFile:
@@ -164,7 +182,7 @@ def load_logic(path: str | Path) -> LogicFile:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise _fail(str(path), f"cannot read: {err}") from None
-    return parse_logic(text, str(path))
+    return parse_logic(text, str(path), Path(path))
 
 
 def dump_logic(logic: LogicFile) -> str:
@@ -172,6 +190,31 @@ def dump_logic(logic: LogicFile) -> str:
     if isinstance(logic.data, list):
         return yaml.safe_dump(logic.data, default_flow_style=None)
     return yaml.safe_dump(logic.data, default_flow_style=None, sort_keys=False)
+
+
+def write_logic(logic: LogicFile, path: Path) -> list[Path]:
+    """Write ``logic`` to ``path`` as it was read: a table that came from a sidecar goes back into one of the same
+    generation (the YAML keeps a null table), where every key is [M, N, B, K]; else inline. Returns the files."""
+    rows = logic.exact_logic
+    if logic.sidecar and logic.library_type == "GridBased" and rows and all(len(r[0]) == 4 for r in rows):
+        bare = logic.copy()
+        bare.exact_logic = None
+        sidecar = Path(f"{path}{logic.sidecar}")
+        atomic_write_bytes(sidecar, logic_sidecar.encode(rows, logic.sidecar))
+        atomic_write_text(path, dump_logic(bare))
+        return [path, sidecar]
+    atomic_write_text(path, dump_logic(logic))
+    return [path]
+
+
+def copy_logic_file(path: Path, directory: Path) -> list[Path]:
+    """Copy a logic file into ``directory`` with its ExactLogic sidecar, if it has one."""
+    sidecar = logic_sidecar.sidecar_of(path)
+    copied = []
+    for source in (path, *([sidecar] if sidecar else [])):
+        shutil.copyfile(source, Path(directory) / source.name)
+        copied.append(Path(directory) / source.name)
+    return copied
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,14 @@ was not told to replace, and reports every change.
 from __future__ import annotations
 
 import copy
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...atomic import atomic_directory, atomic_write_text
+from ...atomic import atomic_directory
 from ...defaults import LOGIC_MARGIN
 from ...errors import BadInput
-from ...formats.logic import LogicFile, LogicFormatError, dump_logic, is_record, load_logic
+from ...formats.logic import LogicFile, LogicFormatError, copy_logic_file, is_record, load_logic, write_logic
 
 POLICIES = ("upstream", "faster")
 
@@ -266,7 +265,7 @@ def _best_rows(logic: LogicFile, trim: bool, report: MergeReport, name: str) -> 
         key = tuple(size[:4] if trim else size)
         row = [list(key), [index, eff]]
         if key in best:
-            loser, winner = (best[key], row) if eff > best[key][1][1] else (row, best[key])
+            loser, winner = (best[key], row) if _number(eff) > _number(best[key][1][1]) else (row, best[key])
             report.add(
                 f"{name}: {list(key)} appears twice in {logic.path}; kept efficiency {winner[1][1]}, "
                 f"dropped {loser[1][1]}"
@@ -292,7 +291,7 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
             rows[key] = [size, [_add_kernel(pool, solution), store]]
             report.add(f"{name}: added {size} (efficiency {eff})")
             continue
-        base_eff = rows[key][1][1]
+        base_eff, eff = _number(rows[key][1][1]), _number(eff)
         if forced or (base_eff > 0 and eff > base_eff * (1 + options.margin)):
             rows[key] = [size, [_add_kernel(pool, solution), store]]
             why = "forced" if forced else f"{eff / base_eff:.3f}x faster"
@@ -312,6 +311,11 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
     if removed:
         report.add(f"{name}: {removed} kernel(s) no longer used were removed")
     return merged
+
+
+def _number(efficiency: object) -> float:
+    """An efficiency to compare: a number as it is; a string ('.inf' in some upstream files) or null as none (0)."""
+    return float(efficiency) if isinstance(efficiency, int | float) and not isinstance(efficiency, bool) else 0.0
 
 
 def _relative(full: dict, default: dict) -> dict:
@@ -337,7 +341,7 @@ def merge_dirs(
     TensileCreateLibrary compiles and nothing else."""
     base_files, new_files = _yaml_files(Path(base_dir)), _yaml_files(Path(new_dir))
     report = MergeReport()
-    outputs: dict[str, str | Path] = {}  # name -> merged text, or a file to copy as it is
+    outputs: dict[str, LogicFile | Path] = {}  # name -> merged logic, or a file to copy as it is (its sidecar too)
     records: set[str] = set()
     forced = options.forced()
     for name, new_path in new_files.items():
@@ -367,7 +371,8 @@ def merge_dirs(
             merged = merge_upstream(base, new, forced, options.trim, options.no_eff, report)
         else:
             merged = merge_faster(base, new, options, report, name)
-        outputs[name] = dump_logic(merged)
+        merged.sidecar = merged.sidecar or base.sidecar  # written as the base tree keeps its tables
+        outputs[name] = merged
     if options.policy == "faster":
         for name, path in base_files.items():
             if name not in new_files:
@@ -385,8 +390,8 @@ def merge_dirs(
             for name in names:
                 content = outputs[name]
                 if isinstance(content, Path):
-                    shutil.copyfile(content, staging / name)
+                    copy_logic_file(content, staging)
                 else:
-                    atomic_write_text(staging / name, content)
+                    write_logic(content, staging / name)
                 written.append(name)
     return report

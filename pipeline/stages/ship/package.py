@@ -31,7 +31,7 @@ from pathlib import Path
 import jinja2
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
-from ...formats.logic import is_record, load_logic
+from ...formats.logic import copy_logic_file, is_record, load_logic
 from ...formats.solution_names import unknown_solution, validators_platform
 from ...formats.tunableop import read_file, write_file
 from ...kernels.triton_cache import cache_dir as triton_cache_dir
@@ -62,7 +62,7 @@ def copy_logic(bundle: Path, out: Path) -> bool:
     compile_logic = False
     for path in sorted([*(bundle / "logic").glob("*.yaml"), *(bundle / "records").glob("*.yaml")]):
         record = is_record(load_logic(path))
-        shutil.copyfile(path, out / ("records" if record else "logic") / path.name)
+        copy_logic_file(path, out / ("records" if record else "logic"))
         compile_logic |= not record
     return compile_logic
 

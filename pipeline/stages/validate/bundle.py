@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
-from ...formats.logic import dump_logic, is_record, load_logic
+from ...formats.logic import copy_logic_file, dump_logic, is_record, load_logic
 from ...formats.m_ranges import read_ranges
 from ...formats.rocm import problem_type_name
 from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
@@ -101,7 +100,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
                 remove_unused(logic)
                 atomic_write_text(staging / "records" / path.name, dump_logic(logic))
             else:
-                shutil.copyfile(path, staging / "logic" / path.name)
+                copy_logic_file(path, staging / "logic")
         override = next(
             (d / OVERRIDE for d in (layout.merge, layout.bench) if (d / OVERRIDE).exists()),
             None,
