@@ -258,3 +258,22 @@ def test_the_configs_generation_is_read_from_the_manifest_and_a_torn_one_is_name
     (tmp_path / "configs.json").write_text("[]")
     with pytest.raises(BadInput, match=r"configs\.json: not a configs manifest"):
         configs_generation(tmp_path)
+
+
+def test_gfx950_takes_ocp_fp8_and_refuses_fnuz_with_the_reason(tmp_path):
+    """gfx950's FP8 is OCP: upstream's gfx950 logic names F8BS, F8B8BS, B8F8BS (docs/upstream.md), so an OCP
+    scaled GEMM is configured as F8 on it, and an fnuz one (what a gfx942 torch records) is skipped saying why."""
+    import yaml
+
+    ocp, fnuz = _gemm("float8_e4m3fn", op="scaled_gemm"), _gemm("float8_e4m3fnuz", op="scaled_gemm")
+    assert tensile_reason(ocp, "gfx950", "2025") is None
+    reason = tensile_reason(fnuz, "gfx950", "2025")
+    assert "fnuz FP8 (float8_e4m3fnuz) on gfx950, whose FP8 is OCP" in reason
+    assert "OCP FP8" in tensile_reason(ocp, "gfx942", "2025") and tensile_reason(fnuz, "gfx942", "2025") is None
+    settings = ConfigSettings(arch="gfx950", tensile_generation="2025")
+    plan = plan_configs([ocp, fnuz], settings)
+    assert [(s.tool, "fnuz FP8" in s.reason) for s in plan.skipped if s.tool == "tensile"] == [("tensile", True)]
+    write_configs(tmp_path / "c", [ocp, fnuz], settings)
+    (config,) = (tmp_path / "c" / "tensile").glob("*.yaml")
+    problem_type = yaml.safe_load(config.read_text())["BenchmarkProblems"][0][0]
+    assert problem_type["DataType"] == "F8" and "F8N" not in config.name and "_F8BS_" in config.name

@@ -130,6 +130,14 @@ def unsupported_reason(
 FP8_TYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 
+OCP_FP8_ONLY = ("gfx95",)  # FP8 is OCP alone there: upstream gfx950 logic names F8/B8, never F8N (docs/upstream.md)
+
+
+def fnuz_fp8_on_ocp_arch(dtype: str, arch: str | None) -> bool:
+    """Whether ``dtype`` is an fnuz FP8 type on an arch whose FP8 is OCP alone (``OCP_FP8_ONLY``)."""
+    return dtype in ("float8_e4m3fnuz", "float8_e5m2fnuz") and (arch or "").startswith(OCP_FP8_ONLY)
+
+
 def ocp_fp8_on_fnuz_arch(dtype: str, arch: str | None) -> bool:
     """Whether ``dtype`` is an OCP FP8 type on an arch whose FP8 is the fnuz kind (``NO_OCP_FP8``)."""
     return dtype in ("float8_e4m3fn", "float8_e5m2") and (arch or "").startswith(NO_OCP_FP8)

@@ -18,7 +18,7 @@ import yaml
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ...errors import BadInput
-from ...formats.hipblaslt_bench import FP8_TYPES, ocp_fp8_on_fnuz_arch, scaled_reason
+from ...formats.hipblaslt_bench import FP8_TYPES, fnuz_fp8_on_ocp_arch, ocp_fp8_on_fnuz_arch, scaled_reason
 from ...formats.rocm import (
     ARCHS,
     FIND_EXACT_TYPES,
@@ -151,6 +151,11 @@ def tensile_reason(problem: GemmProblem, arch: str | None = None, generation: st
         return f"{arch} has no FP8 matrix instructions"
     if any(ocp_fp8_on_fnuz_arch(t, arch) for t in fp8):
         return f"OCP FP8 ({', '.join(fp8)}) does not run on {arch}, whose FP8 kernels are the fnuz types"
+    if any(fnuz_fp8_on_ocp_arch(t, arch) for t in fp8):
+        return (
+            f"fnuz FP8 ({', '.join(dict.fromkeys(fp8))}) on {arch}, whose FP8 is OCP (float8_e4m3fn, float8_e5m2): upstream's "
+            f"{arch} logic holds F8/B8 alone; record the workload with the torch of the {arch} machine"
+        )
     if fp8 and problem.op != "scaled_gemm":
         return "an FP8 GEMM without scales is not one torch records"
     for dtype in (problem.c_type, problem.bias_type) if problem.op == "scaled_gemm" else (problem.c_type,):
