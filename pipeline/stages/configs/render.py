@@ -153,8 +153,9 @@ def tensile_reason(problem: GemmProblem, arch: str | None = None, generation: st
         return f"OCP FP8 ({', '.join(fp8)}) does not run on {arch}, whose FP8 kernels are the fnuz types"
     if any(fnuz_fp8_on_ocp_arch(t, arch) for t in fp8):
         return (
-            f"fnuz FP8 ({', '.join(dict.fromkeys(fp8))}) on {arch}, whose FP8 is OCP (float8_e4m3fn, float8_e5m2): upstream's "
-            f"{arch} logic holds F8/B8 alone; record the workload with the torch of the {arch} machine"
+            f"fnuz FP8 ({', '.join(dict.fromkeys(fp8))}) on {arch}, whose FP8 is OCP (float8_e4m3fn, "
+            f"float8_e5m2): upstream's {arch} logic holds F8/B8 alone; record the workload with the torch of the "
+            f"{arch} machine"
         )
     if fp8 and problem.op != "scaled_gemm":
         return "an FP8 GEMM without scales is not one torch records"
