@@ -140,6 +140,23 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    from .stages.validate import history
+
+    workdir = Path(args.workdir)
+    if not workdir.is_dir():
+        raise errors.BadInput(f"{workdir}: no such workdir")
+    past = history.load(workdir)
+    if not len(past.runs):
+        print(f"{workdir}: no run in its history yet ({workdir / history.DIRECTORY}/: each run's Validate adds one)")
+        return 0
+    if args.csv:
+        sys.stdout.write(past.gemms.merge(past.runs[["run", "written"]], on=["run", "written"]).to_csv(index=False))
+        return 0
+    print("\n".join(history.gemm_lines(past, args.gemm) if args.gemm else history.trend_lines(past)))
+    return 0
+
+
 def _non_negative(text: str) -> float:
     try:
         value = float(text)
@@ -381,6 +398,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("run_dir", metavar="RUN_DIR", help="e.g. workdir/2026-11-22")
     rep.set_defaults(func=_report)
+
+    hist = steps.add_parser(
+        "history",
+        help="the nights of a workdir: the trend across library upgrades, or one GEMM's line",
+        description="Each run's Validate appends its figures to WORKDIR/history/; this reads them back: per night "
+        "the weighted and end-to-end speedup, the rows kept, those the library caught up with and the new shapes, "
+        "an upgrade marked where the stack fingerprint changed with the default's own speedup across it.",
+    )
+    hist.add_argument("workdir", metavar="WORKDIR", help="the pipeline's --workdir")
+    hist.add_argument("--gemm", metavar="KEY", help="one GEMM's line over the nights (its TunableOp key or label)")
+    hist.add_argument("--csv", action="store_true", help="the whole GEMM table as CSV on stdout")
+    hist.set_defaults(func=_history)
     return parser
 
 

@@ -78,9 +78,17 @@ def bars(
 
 
 def dots(
-    labels: Sequence[str], series: dict[str, Sequence[float]], title: str, ylabel: str, ylim: tuple[float, float]
+    labels: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    title: str,
+    ylabel: str,
+    ylim: tuple[float, float],
+    reference: float | None = None,
+    markers: Sequence[tuple[int, str]] = (),
 ) -> str:
-    """One column per label, a dot per series (colours in order, named in a legend), over ``ylim``."""
+    """One column per label, a dot per series (colours in order, named in a legend; a None is no dot), over
+    ``ylim``; ``reference``: a dashed line at that value (x1.00); ``markers``: a dashed line before column ``i``
+    with its text (a library upgrade)."""
     low, high = ylim
     top, plot_h, x0 = 30, 240, 60
     width = max(PLOT_W, ROW * len(labels))
@@ -96,8 +104,21 @@ def dots(
         f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(ylabel)}</text>'
     )
     step = width / max(len(labels), 1)
+    if reference is not None and low <= reference <= high:
+        body.append(
+            f'<line x1="{x0}" x2="{x0 + width}" y1="{y(reference):.1f}" y2="{y(reference):.1f}" stroke="#444" '
+            'stroke-dasharray="4 3"/>'
+        )
+    for i, text in markers:
+        x = x0 + step * i
+        body.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{GRAY}" stroke-dasharray="3 3"/>'
+        )
+        body.append(f'<text x="{x + 3:.1f}" y="{top + plot_h - 6}" font-size="9" fill="{GRAY}">{escape(text)}</text>')
     for (name, values), color in zip(series.items(), SERIES, strict=False):
         for i, value in enumerate(values):
+            if value is None or value != value:  # no figure that night (NaN from a table)
+                continue
             cx = x0 + step * (i + 0.5)
             body.append(
                 f'<circle cx="{cx:.1f}" cy="{y(value):.1f}" r="3.5" fill="{color}">'

@@ -20,7 +20,7 @@ from ..gather import compiled
 from ..run import timings
 from ..run.fingerprint import stamped
 from ..run.layout import RunLayout
-from . import agreement, held_out, plots
+from . import agreement, held_out, history, plots
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
 from .e2e import summary_line as e2e_summary
@@ -30,9 +30,29 @@ from .measured import MeasuredRow
 SUMMARY = "summary.json"
 TOP = 10  # GEMMs listed by time share
 
+NIGHTS = 14  # nights the report's trend shows
+
 
 def _load(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def _trend(nights) -> str:
+    """``trend.svg``: the weighted and end-to-end speedup of each night, library upgrades marked."""
+    labels = [f"{str(n['date'])[:10]} {n['run']}" for n in nights.to_dict("records")]
+    weighted = [float(v) for v in nights["weighted_speedup"]]
+    e2e = [None if v is None or v != v else float(v) for v in nights["e2e_speedup"]]
+    values = [v for v in [*weighted, *e2e] if v is not None]
+    upgrades = [(i, "upgrade") for i, up in enumerate(nights["upgrade"]) if up]
+    return plots.dots(
+        labels,
+        {"weighted GEMM speedup": weighted, "end to end": e2e},
+        "Speedup night by night (dashed: a library upgrade)",
+        "speedup over the untuned default",
+        (min(0.95, min(values) - 0.02), max(1.05, max(values) + 0.02)),
+        reference=1.0,
+        markers=upgrades,
+    )
 
 
 def _plots(rows: list[dict], out: Path) -> None:
@@ -144,6 +164,9 @@ def build(run_dir: Path) -> dict:
     passed, verdict = gate["passed"], gate["message"]
     if passed and e2e.get("refused"):
         passed, verdict = False, f"bundle refused end to end: {e2e['refused']} (--allow-e2e-regression ships it)"
+    history.append(run_dir.parent, *history.entries(run_dir, rows, passed, gate["weighted_speedup"], e2e))
+    past = history.load(run_dir.parent)
+    trend = history.nights(past)
     context = {
         "fingerprint": stamped(layout.validate),
         "drift": drift,
@@ -169,6 +192,8 @@ def build(run_dir: Path) -> dict:
         "not_sent_lines": compiled.lines(not_sent),
         "agreement_line": agreement.line(agreed),
         "held_out_lines": [x for x in [bucket_score.line(bench_summary.get("buckets")), *held_out.lines(held)] if x],
+        "nights": trend.tail(NIGHTS).to_dict("records") if len(trend) > 1 else [],
+        "moved": history.moved_most(past),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
@@ -179,6 +204,8 @@ def build(run_dir: Path) -> dict:
         lstrip_blocks=True,
     )
     _plots(rows, out)
+    if context["nights"]:
+        atomic_write_text(out / "trend.svg", _trend(trend.tail(NIGHTS)))
     atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(context))
     atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
     summary = {
