@@ -30,7 +30,7 @@ from .stages.gather.shapes import (
     summary_table,
     write_shapes_json,
 )
-from .stages.merge.logic_merge import MergeOptions, merge_dirs
+from .stages.merge.logic_merge import MergeOptions, merge_dirs, pending_path
 from .stages.merge.results_merge import expand_paths, merge_paths
 
 
@@ -72,11 +72,17 @@ def _merge_logic(args: argparse.Namespace) -> int:
     )
     out = claim_output_dir(args.out, [args.base, args.new], args.force)
     records = claim_output_dir(args.records_out or f"{out}-records", [args.base, args.new], args.force)
+    if args.policy == "faster":
+        claim_output_file(pending_path(out), [], args.force)
     report = merge_dirs(Path(args.base), Path(args.new), out, options, "gemm-tune merge-logic", records)
     print("\n".join(report.lines))
     print(f"{len(report.written)} logic files written to {args.out}")
     if report.records:
         print(f"{len(report.records)} winner records written to {records} (beside the logic, never compiled)")
+    if options.policy == "faster":
+        note_written(pending_path(out))
+        if report.pending:
+            print(f"{len(report.pending)} sizes replaced pending a measurement: {pending_path(out)}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -222,13 +223,16 @@ def test_faster_keeps_the_faster_entry_by_margin_and_reports(tmp_path):
     assert by_size == {
         (64, 64, 1, 64): (256, 520.0),
         (32, 32, 1, 32): (128, 500.0),
-        (16, 16, 1, 16): (128, 0.0),
+        (16, 16, 1, 16): (256, 90.0),  # no base efficiency (upstream's 0.0): replaced pending Validate
         (8, 8, 1, 8): (512, 3.0),
     }
     text = "\n".join(report.lines)
     assert "replaced [64, 64, 1, 64]: efficiency 500.0 -> 520.0 (1.040x faster)" in text
     assert "kept base [32, 32, 1, 32]: efficiency 500.0 vs 505.0 is within the 2% margin or slower" in text
-    assert "kept base [16, 16, 1, 16]: no efficiency to compare" in text
+    assert "replaced [16, 16, 1, 16] pending Validate: no efficiency to compare" in text
+    (pending,) = report.pending
+    assert pending["size"] == [16, 16, 1, 16] and pending["base"][0]["MacroTile0"] == 128 and pending["base"][1] == 0.0
+    assert json.loads((out.with_name(out.name + "-pending.json")).read_text()) == report.pending
     assert "[8, 8, 1, 8] appears twice" in text and "added [8, 8, 1, 8]" in text
     _, out = _merge(tmp_path / "forced", base, new, options=MergeOptions(force_merge="true"))
     assert {tuple(k): eff for k, (_, eff) in read(out / NAME)[7]}[(16, 16, 1, 16)] == 90.0
@@ -336,3 +340,55 @@ def test_winner_records_merged_into_upstream_logic_land_beside_the_tree_not_in_i
     assert sorted(p.name for p in (tmp_path / "cli").glob("*.yaml")) == [NAME]
     logic_only = merge_dirs(tmp_path / "base", tmp_path / "base", tmp_path / "plain", MergeOptions())
     assert logic_only.records == [] and not (tmp_path / "plain-records").exists(), "no records: no directory"
+
+
+def test_a_pending_size_ships_where_validate_measured_it_faster_and_goes_back_to_the_base_elsewhere(tmp_path):
+    """Upstream logic carries efficiency 0.0: the faster policy replaces such a size pending Validate, and
+    ``settle`` (the bundle) keeps the tuned entry where Validate measured it faster than the library's pick, and
+    puts the base entry back elsewhere, saying why for each size."""
+    from pipeline.formats.logic import load_logic
+    from pipeline.stages.merge.logic_merge import settle
+
+    base = logic([[[16, 16, 1, 16], [0, 0.0]], [[32, 32, 1, 32], [0, 0.0]]], [solution(128)])
+    new = logic([[[16, 16, 1, 16], [0, 90.0]], [[32, 32, 1, 32], [0, 80.0]]], [solution(256, 0)])
+    report, out = _merge(tmp_path, base, new, options=FAST)
+    assert [p["size"] for p in report.pending] == [[16, 16, 1, 16], [32, 32, 1, 32]]
+    merged = load_logic(out / NAME)
+
+    def measured(size):
+        return "kept: Validate measured it x1.070 over the library's pick" if size == (16, 16, 1, 16) else None
+
+    decisions = settle(merged, report.pending, measured)
+    assert [(d["size"], d["kept"]) for d in decisions] == [([16, 16, 1, 16], True), ([32, 32, 1, 32], False)]
+    assert "back to the base entry" in decisions[1]["why"] and "x1.070" in decisions[0]["why"]
+    tiles = {tuple(k): (merged.full_solution(i)["MacroTile0"], eff) for k, (i, eff) in merged.exact_logic}
+    assert tiles == {(16, 16, 1, 16): (256, 90.0), (32, 32, 1, 32): (128, 0.0)}
+    assert sorted(s["SolutionIndex"] for s in merged.solutions) == [0, 1], "both kernels used, renumbered"
+
+
+def test_the_bundle_settles_a_merged_file_by_its_problem_type_and_records_why(tmp_path):
+    from pipeline.formats.logic import load_logic
+    from pipeline.stages.validate.bundle import _settle
+
+    base = logic([[[16, 16, 1, 16], [0, 0.0]], [[32, 32, 1, 32], [0, 0.0]]], [solution(128)])
+    new = logic([[[16, 16, 1, 16], [0, 90.0]], [[32, 32, 1, 32], [0, 80.0]]], [solution(256, 0)])
+    report, out = _merge(tmp_path, base, new, options=FAST)
+    problem_type = NAME.removesuffix(".yaml").removeprefix("aquavanjaram_")
+    (tmp_path / "bundle").mkdir()
+    decisions = _settle(
+        load_logic(out / NAME), out / NAME, report.pending, {(problem_type, (32, 32, 1, 32)): 1.05}, tmp_path / "bundle"
+    )
+    assert [(d["file"], d["size"], d["kept"]) for d in decisions] == [
+        (NAME, [16, 16, 1, 16], False),
+        (NAME, [32, 32, 1, 32], True),
+    ]
+    shipped = {tuple(k): eff for k, (_, eff) in read(tmp_path / "bundle" / NAME)[7]}
+    assert shipped == {(16, 16, 1, 16): 0.0, (32, 32, 1, 32): 80.0}
+
+
+def test_force_merge_false_keeps_a_base_entry_without_efficiency(tmp_path):
+    base = logic([[[16, 16, 1, 16], [0, 0.0]]], [solution(128)])
+    new = logic([[[16, 16, 1, 16], [0, 90.0]]], [solution(256, 0)])
+    report, out = _merge(tmp_path, base, new, options=MergeOptions(force_merge="false"))
+    assert report.pending == [] and read(out / NAME)[5][0]["MacroTile0"] == 128
+    assert any("kept base [16, 16, 1, 16]: no efficiency to compare" in line for line in report.lines)

@@ -8,7 +8,8 @@ solution minus ``SolutionIndex``/``SolutionNameMin``, unused kernels dropped and
 order, files only in NEW ignored.
 
 ``faster`` (the default) keeps whichever entry is faster by ``margin`` (efficiency is GFLOPS, higher is
-faster; without efficiencies on both sides the base stays unless forced), keeps each size once, trims
+faster; where a side has none, the tuned entry replaces the base pending Validate, whose measurement the bundle
+settles it by: ``settle``; ``force_merge="false"`` keeps the base there), keeps each size once, trims
 LD-distinct keys unless ``trim`` is off, copies files found on one side only, never touches an entry it
 was not told to replace, and reports every change.
 """
@@ -16,11 +17,12 @@ was not told to replace, and reports every change.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...atomic import atomic_directory
+from ...atomic import atomic_directory, atomic_write_text
 from ...defaults import LOGIC_MARGIN
 from ...errors import BadInput
 from ...formats.logic import LogicFile, LogicFormatError, copy_logic_file, is_record, load_logic, write_logic
@@ -61,6 +63,7 @@ class MergeReport:
     lines: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     records: list[str] = field(default_factory=list)  # winner records, written beside the logic tree
+    pending: list[dict] = field(default_factory=list)  # sizes replaced without efficiencies: Validate decides
 
     def add(self, *parts: object) -> None:
         self.lines.append(" ".join(str(p) for p in parts))
@@ -296,10 +299,16 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
             rows[key] = [size, [_add_kernel(pool, solution), store]]
             why = "forced" if forced else f"{eff / base_eff:.3f}x faster"
             report.add(f"{name}: replaced {size}: efficiency {base_eff} -> {eff} ({why})")
-        elif base_eff <= 0 or eff <= 0:
+        elif (base_eff <= 0 or eff <= 0) and options.forced() is False:
+            report.add(f"{name}: kept base {size}: no efficiency to compare ({base_eff} vs {eff}); --force-merge false")
+        elif base_eff <= 0 or eff <= 0:  # upstream files carry 0.0: what Validate measures decides (the bundle)
+            report.pending.append(
+                {"file": name, "size": list(key), "base": [full_solution(merged, rows[key][1][0]), rows[key][1][1]]}
+            )
+            rows[key] = [size, [_add_kernel(pool, solution), store]]
             report.add(
-                f"{name}: kept base {size}: no efficiency to compare ({base_eff} vs {eff}); "
-                "--force-merge true replaces it"
+                f"{name}: replaced {size} pending Validate: no efficiency to compare ({base_eff} vs {eff}); the "
+                "bundle keeps it where Validate measures it faster than the library's pick, else the base entry"
             )
         else:
             report.add(
@@ -311,6 +320,37 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
     if removed:
         report.add(f"{name}: {removed} kernel(s) no longer used were removed")
     return merged
+
+
+def pending_path(out_dir: Path) -> Path:
+    """Where a merge into ``out_dir`` lists the sizes it replaced pending Validate: ``<out_dir>-pending.json``."""
+    return Path(out_dir).with_name(Path(out_dir).name + "-pending.json")
+
+
+def full_solution(logic: LogicFile, index: int) -> dict:
+    """Solution ``index`` of ``logic``'s pool, whole (its DefaultSolution keys filled in)."""
+    return logic.full_solution(next(i for i, s in enumerate(logic.solutions) if s["SolutionIndex"] == index))
+
+
+def settle(logic: LogicFile, pending: Sequence[dict], measured: Callable[[tuple], str | None]) -> list[dict]:
+    """The sizes a merge replaced pending Validate (``pending``, this file's), settled: ``measured(size)`` says
+    why Validate kept the tuned entry (None: it did not, and the size goes back to its base entry). Returns one
+    decision per size: ``{"size", "kept", "why"}``."""
+    pool = logic.solutions
+    rows = {tuple(row[0][:4]): row for row in logic.exact_logic}
+    decisions = []
+    for item in pending:
+        size, row = tuple(item["size"][:4]), rows.get(tuple(item["size"][:4]))
+        if row is None:
+            continue
+        why = measured(size)
+        if why is None:
+            solution, eff = item["base"]
+            row[1] = [_add_kernel(pool, _relative(solution, logic.default_solution)), eff]
+            why = "back to the base entry: Validate did not measure the tuned one faster than the library's pick"
+        decisions.append({"size": list(size), "kept": why.startswith("kept"), "why": why})
+    remove_unused(logic)
+    return decisions
 
 
 def _number(efficiency: object) -> float:
@@ -394,4 +434,6 @@ def merge_dirs(
                 else:
                     write_logic(content, staging / name)
                 written.append(name)
+    if options.policy == "faster":  # what the bundle settles with Validate's measurement (``settle``)
+        atomic_write_text(pending_path(out_dir), json.dumps(report.pending, indent=1) + "\n")
     return report

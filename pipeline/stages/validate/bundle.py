@@ -11,7 +11,7 @@ from pathlib import Path
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ...formats.hipblaslt_bench import BENCH_TYPES
 from ...formats.hipblaslt_override import read_override, write_override
-from ...formats.logic import copy_logic_file, dump_logic, is_record, load_logic
+from ...formats.logic import copy_logic_file, dump_logic, is_record, load_logic, write_logic
 from ...formats.m_ranges import read_ranges
 from ...formats.rocm import problem_type_name
 from ...formats.tunableop import TunableOpEntry, format_key, read_file, write_file
@@ -21,7 +21,7 @@ from ..bench import bucket_score
 from ..bench.tune import OVERRIDE
 from ..gather import mgrid
 from ..gather.shapes import ShapeRecord, read_shapes_json
-from ..merge.logic_merge import remove_unused
+from ..merge.logic_merge import pending_path, remove_unused, settle
 from ..run.fingerprint import STAMP
 from ..run.layout import RunLayout
 from .gate import GateResult
@@ -85,6 +85,14 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     for record in ranges:
         if record["key"] in split:
             record["note"] = f"split: serves {record['lo']}-{record['hi']} ({split[record['key']]['why']})"
+    pending = _pending(layout)
+    speedups = {row.key: row.speedup for row in result.kept}
+    measured = {
+        (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)): speedups[key]
+        for e in entries
+        if (key := f"{e.op_signature},{e.params_signature}") in speedups
+    }
+    settled: list[dict] = []
     out = layout.bundle
     with atomic_directory(out) as staging:
         write_file(staging / "tunableop_results.csv", merged.validators, entries)
@@ -99,8 +107,12 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
                     continue
                 remove_unused(logic)
                 atomic_write_text(staging / "records" / path.name, dump_logic(logic))
+            elif pending.get(path.name):
+                settled += _settle(logic, path, pending[path.name], measured, staging / "logic")
             else:
                 copy_logic_file(path, staging / "logic")
+        if settled:
+            atomic_write_json(staging / "logic-decisions.json", settled)
         override = next(
             (d / OVERRIDE for d in (layout.merge, layout.bench) if (d / OVERRIDE).exists()),
             None,
@@ -124,6 +136,29 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
             },
         )
     return out
+
+
+def _pending(layout: RunLayout) -> dict[str, list[dict]]:
+    """The sizes the logic merge replaced pending Validate, by logic file (``logic_merge.pending_path``)."""
+    path = pending_path(layout.merged_logic)
+    by_file: dict[str, list[dict]] = {}
+    for item in json.loads(path.read_text()) if path.exists() else []:
+        by_file.setdefault(item["file"], []).append(item)
+    return by_file
+
+
+def _settle(logic, path: Path, pending: list[dict], measured: dict, out: Path) -> list[dict]:
+    """A merged logic file whose pending sizes Validate settled (``logic_merge.settle``), written to ``out``;
+    its decisions, each naming the file."""
+    name = path.stem.removeprefix(f"{logic.data[1] if logic.layout == 'list' else logic.data.get('ScheduleName')}_")
+
+    def why(size: tuple) -> str | None:
+        speedup = measured.get((name, size))
+        return None if speedup is None else f"kept: Validate measured it x{speedup:.3f} over the library's pick"
+
+    decisions = settle(logic, pending, why)
+    write_logic(logic, out / path.name)
+    return [{"file": path.name, **d} for d in decisions]
 
 
 def _kept_overrides(source: Path, kept: list, out: Path, ranges: Sequence[dict] = ()) -> dict:
