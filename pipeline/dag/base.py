@@ -371,6 +371,10 @@ class StackBound(PipelineTask):
         if earlier is None or earlier.identity != self.made_from().identity:
             return False
         back = put_back(self.stage_dir(""), fp, self.stack().facts)
+        if "report" in back:  # the workdir's history holds the run as its report stood: as it stands again
+            from ..stages.validate import report
+
+            report.build(self.stage_dir(""))
         if back:
             log.warning(
                 "gemm-tune: %s: put back %s, made under this stack (%s) from these inputs before: not made again",
