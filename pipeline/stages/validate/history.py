@@ -22,13 +22,15 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ...atomic import atomic_open, atomic_write_json
 from ...errors import BadInput
 from ..run.fingerprint import STAMP
 from ..run.layout import RunLayout
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a history is read or written: a luigi command that never does pays nothing
 
 DIRECTORY = "history"
 SCHEMA = 1
@@ -70,6 +72,8 @@ def source_of(solution: str) -> str:
 def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> None:
     """Add one run (``run``: ``RUN_COLUMNS`` but ``written`` and ``date``) and its GEMM rows (``GEMM_COLUMNS``
     but the run's own) to the workdir's history, replacing what an earlier run of that name left."""
+    import pandas as pd
+
     root = Path(workdir) / DIRECTORY
     root.mkdir(parents=True, exist_ok=True)
     with _locked(root):
@@ -89,6 +93,8 @@ def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> None:
 
 def load(workdir: Path) -> History:
     """The workdir's history (empty where it has none); ``HistoryError`` for a file that is not one."""
+    import pandas as pd
+
     root = Path(workdir) / DIRECTORY
     if not (root / "meta.json").exists():
         return History(pd.DataFrame(columns=list(RUN_COLUMNS)), pd.DataFrame(columns=list(GEMM_COLUMNS)))
@@ -100,11 +106,13 @@ def load(workdir: Path) -> History:
     return History(runs.sort_values("date", kind="stable", ignore_index=True), gemms[whole].reset_index(drop=True))
 
 
-def nights(history: History, margin: float = 0.0) -> pd.DataFrame:
+def nights(history: History) -> pd.DataFrame:
     """One row per run, oldest first: its figures, ``new_shapes`` (keys no earlier run measured), ``caught_up``
     (rows the run before kept that this one does not, across a library upgrade), and, where the fingerprint
     changed, ``upgrade`` with ``default_moved`` (geomean of the default's time before over after, the GEMMs both
     measured: above 1, the upgrade made the default faster) and ``common`` (how many)."""
+    import pandas as pd
+
     runs, gemms = history.runs, history.gemms
     out, seen = [], set()
     previous = None
@@ -190,6 +198,9 @@ def _parquet() -> bool:
 
 
 def _read(path: Path, fmt: str, columns: Sequence[str]) -> pd.DataFrame:
+
+    import pandas as pd
+
     if not path.exists():
         return pd.DataFrame(columns=list(columns))
     try:
@@ -211,6 +222,7 @@ def _without(frame: pd.DataFrame, run: str) -> pd.DataFrame:
 
 
 def _write(path: Path, frame: pd.DataFrame, fmt: str) -> None:
+
     if fmt == "parquet":
         buffer = io.BytesIO()
         frame.to_parquet(buffer, index=False)
