@@ -131,7 +131,7 @@ def count_forks(tree: Path, arch: str, configs: list[Path]) -> dict[str, list[in
 
 
 def solution_rejections(tree: Path, arch: str, cases: list[dict], max_lds: int | None = None) -> list[str | None]:
-    """Per case ({DataType, TransposeA, TransposeB, MatrixInstruction, DepthU, PrefetchGlobalRead}): the
+    """Per case ({DataType, TransposeA, TransposeB, MatrixInstruction, DepthU, PrefetchGlobalRead[, 1LDSBuffer]}): the
     message the tree's ``Solution`` rejects it with, or None where it is valid."""
     with tempfile.TemporaryDirectory() as tmp:
         _load_tree(tree, arch, Path(tmp), max_lds)
@@ -152,7 +152,11 @@ def solution_rejections(tree: Path, arch: str, cases: list[dict], max_lds: int |
                 "Batched": True,
                 **({"UseScaleAB": "Scalar"} if fp8 else {}),
             }
-            parameters = {key: case[key] for key in ("MatrixInstruction", "DepthU", "PrefetchGlobalRead")}
+            parameters = {
+                key: case[key]
+                for key in ("MatrixInstruction", "DepthU", "PrefetchGlobalRead", "1LDSBuffer")
+                if key in case
+            }
             log = io.StringIO()
             with contextlib.redirect_stdout(log):
                 state = {"ProblemType": deepcopy(ProblemType(problem_type).state), "KernelLanguage": "Assembly"}

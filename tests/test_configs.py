@@ -86,7 +86,8 @@ def test_tensile_files_follow_the_schema(tmp_path):
         ):
             assert empty in group and group[empty] is None
         ((pairs,),) = (p["Groups"] for p in group["ForkParameters"] if "Groups" in p)
-        assert pairs and all(set(pair) == {"MatrixInstruction", "DepthU"} for pair in pairs)
+        assert pairs and all(set(pair) == {"MatrixInstruction", "DepthU", "1LDSBuffer"} for pair in pairs)
+        assert {pair["1LDSBuffer"] for pair in pairs} <= {0, 1}, "the mi300x preset forks 1LDSBuffer with the pairs"
         assert pairs[0]["MatrixInstruction"][:2] == [16, 16] and all(len(p["MatrixInstruction"]) == 9 for p in pairs)
         assert not any("DepthU" in p or "MatrixInstruction" in p for p in group["ForkParameters"] if "Groups" not in p)
         wgm = next(p["WorkGroupMapping"] for p in group["ForkParameters"] if "WorkGroupMapping" in p)

@@ -161,12 +161,14 @@ def test_the_rules_agree_with_the_tree_solution_by_solution(arch, max_lds, tmp_p
             "MatrixInstruction": instruction,
             "DepthU": depth_u,
             "PrefetchGlobalRead": prefetch,
+            "1LDSBuffer": one,
         }
         for data_type, instructions in types.items()
         for instruction in instructions
         for ta, tb in itertools.product((0, 1), repeat=2)
         for depth_u in (16, 32, 64, 128, 256)
         for prefetch in (0, 1, 2)
+        for one in (0, 1)
     ]
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     found = _probe("solutions", TREE, arch, str(tmp_path / "cases.json"), *([str(max_lds)] if max_lds else []))
@@ -180,6 +182,7 @@ def test_the_rules_agree_with_the_tree_solution_by_solution(arch, max_lds, tmp_p
             c["DepthU"],
             limit,
             bool(c["PrefetchGlobalRead"]),
+            bool(c["1LDSBuffer"]),
         )
         for c in cases
     ]

@@ -9,8 +9,9 @@ below reads) and leave every other parameter at its default, so three rules deci
 - ``LoopIters``: ``DepthU // MI_K >= 1``;
 - stagger: ``DepthU * bytes <= StaggerUStride`` (256);
 - LDS: the two operand tiles, padded as TensileLite pads them (the pad depends on the local-read and
-  global-read vector widths it derives), doubled by the prefetch buffer (``1LDSBuffer`` 0, the default) and
-  rounded up to a power of two, within the arch's LDS (64 KiB; gfx950 160 KiB in the 2025 tree).
+  global-read vector widths it derives), doubled by the prefetch buffer and rounded up to a power of two
+  (``1LDSBuffer`` 0, the default), or once each (``1LDSBuffer`` 1: the prefetch shares the one buffer), within the
+  arch's LDS (64 KiB; gfx950 160 KiB in the 2025 tree); ``1LDSBuffer`` 1 needs a global-read prefetch.
 
 ``fork_refusal`` ports those derivations for MFMA instructions with wave 64 and the defaults, and names the rule
 that refuses a fork; ``tests/test_tensile_forks.py`` checks it against a real tree where one is at hand.
@@ -54,6 +55,7 @@ def fork_refusal(
     depth_u: int,
     lds_limit: int,
     prefetch_global_read: bool = True,
+    one_lds_buffer: bool = False,
 ) -> str | None:
     """Why TensileLite rejects this fork (its message), or None when it keeps it. ``instruction``: a
     MatrixInstruction row [MI_M, MI_N, MI_K, MI_B, MIBlockM, WaveTileM, WaveTileN, WaveGroupM, WaveGroupN]."""
@@ -81,13 +83,17 @@ def fork_refusal(
     (_, aligned_a), (bytes_b, aligned_b) = (
         _tile_bytes(s, depth_u, bpe, lrvw, g, sixteen) for s, g in zip((a, b), grvw, strict=True)
     )
-    if prefetch_global_read:
+    if one_lds_buffer:
+        total = aligned_a + aligned_b
+    elif prefetch_global_read:
         total = _next_power_of_two(aligned_a + aligned_b) + aligned_a + bytes_b
     else:
         total = aligned_a + bytes_b
     total = max(total, OCCUPANCY_LDS)
-    if total > lds_limit:
+    if total > lds_limit:  # checked after the buffer rule: its message is the tree's last
         return f"Kernel Uses {total} > {lds_limit} bytes of LDS"
+    if one_lds_buffer and not prefetch_global_read:
+        return "PGR=0 already use 1 LDS buffer only"
     return None
 
 
@@ -151,8 +157,13 @@ class ForkPlan:
         return len(self.kept) + len(self.pruned)
 
     def lines(self) -> list[str]:
-        """One line per pruned pair: the pair and TensileLite's reason."""
-        return [f"{pair['MatrixInstruction']} DepthU {pair['DepthU']}: {why}" for pair, why in self.pruned]
+        """One line per pruned fork group: the group and TensileLite's reason."""
+        return [
+            f"{pair['MatrixInstruction']} DepthU {pair['DepthU']}"
+            + (f" 1LDSBuffer {pair['1LDSBuffer']}" if "1LDSBuffer" in pair else "")
+            + f": {why}"
+            for pair, why in self.pruned
+        ]
 
 
 def plan_forks(
@@ -163,22 +174,25 @@ def plan_forks(
     depth_us: Sequence[int],
     lds_limit: int,
     prefetch_global_reads: Sequence[bool] = (True,),
+    one_lds_buffers: Sequence[int] | None = None,
 ) -> ForkPlan:
-    """Every (instruction, DepthU) pair, split into those TensileLite keeps under each PrefetchGlobalRead the
-    config sets and those it would reject."""
+    """Every (instruction, DepthU[, 1LDSBuffer]) group (``1LDSBuffer`` where the preset forks it), split into those
+    TensileLite keeps under each PrefetchGlobalRead the config sets and those it would reject."""
     kept, pruned = [], []
     for instruction in instructions:
         for depth_u in depth_us:
-            pair = {"MatrixInstruction": list(instruction), "DepthU": depth_u}
-            reasons = (
-                fork_refusal(data_type, trans_a, trans_b, instruction, depth_u, lds_limit, prefetch)
-                for prefetch in prefetch_global_reads
-            )
-            why = next((r for r in reasons if r), None)
-            if why:
-                pruned.append((pair, why))
-            else:
-                kept.append(pair)
+            for one in one_lds_buffers if one_lds_buffers is not None else (None,):
+                pair = {"MatrixInstruction": list(instruction), "DepthU": depth_u}
+                pair |= {} if one is None else {"1LDSBuffer": one}
+                reasons = (
+                    fork_refusal(data_type, trans_a, trans_b, instruction, depth_u, lds_limit, prefetch, bool(one))
+                    for prefetch in prefetch_global_reads
+                )
+                why = next((r for r in reasons if r), None)
+                if why:
+                    pruned.append((pair, why))
+                else:
+                    kept.append(pair)
     return ForkPlan(kept, pruned)
 
 

@@ -260,6 +260,7 @@ def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instr
     if not depth_us:
         raise BadInput(f"--tensile-preset {settings.preset!r} sets no DepthU in {presets_file(settings.templates)}")
     prefetch = [bool(p) for p in _preset_values(preset, "common", "PrefetchGlobalRead")] or [True]
+    one_lds = _preset_values(preset, "fork", "1LDSBuffer") or None
     return plan_forks(
         problem_type["DataType"],
         bool(problem_type["TransposeA"]),
@@ -268,16 +269,17 @@ def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instr
         depth_us,
         lds_limit(settings.arch, settings.tensile_generation),
         prefetch,
+        one_lds,
     )
 
 
 def other_forks(preset: dict) -> list[dict]:
-    """The preset's forks besides DepthU (which the (MatrixInstruction, DepthU) groups carry)."""
-    return [item for item in preset["fork"] if "DepthU" not in item]
+    """The preset's forks besides DepthU and 1LDSBuffer (which the fork groups carry with the MatrixInstruction)."""
+    return [item for item in preset["fork"] if not {"DepthU", "1LDSBuffer"} & set(item)]
 
 
 def forks_per_pair(preset: dict) -> int:
-    """How many forks each kept (MatrixInstruction, DepthU) pair stands for: the product of the other forks."""
+    """How many forks each kept fork group stands for: the product of the other forks."""
     count = 1
     for item in other_forks(preset):
         count *= len(next(iter(item.values())))
