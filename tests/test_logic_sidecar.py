@@ -106,3 +106,22 @@ def test_a_corrupt_or_ambiguous_sidecar_is_refused_naming_the_file(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not an xz stream" in err[0] and GRID.name in err[0]
     assert {p.name: p.read_bytes() for p in (tmp_path / "base2").iterdir()} == before, "inputs untouched"
+
+
+def test_a_new_gridbased_file_joins_a_tree_that_keeps_its_tables_in_sidecars_the_same_way(tmp_path):
+    """Where upstream would: a GridBased file only in NEW (TensileLite writes its tables inline) goes into a merged
+    tree whose base keeps tables in sidecars with one of its own, of the base's generation; into an inline tree it
+    is copied as it is."""
+    _split(tmp_path / "split", sc.CSV)
+    (tmp_path / "inline").mkdir()
+    shutil.copy(GRID, tmp_path / "inline" / GRID.name)
+    fresh = load_logic(GRID)
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "fresh.yaml").write_text(dump_logic(fresh))
+    report = merge_dirs(tmp_path / "split", tmp_path / "new", tmp_path / "out", MergeOptions())
+    assert "fresh.yaml: new file, copied (its table into a sidecar" in "\n".join(report.lines)
+    assert yaml.safe_load((tmp_path / "out" / "fresh.yaml").read_text())[7] is None
+    assert load_logic(tmp_path / "out" / "fresh.yaml").exact_logic == [[k, [i, 0.0]] for k, (i, _) in fresh.exact_logic]
+    merge_dirs(tmp_path / "inline", tmp_path / "new", tmp_path / "plain", MergeOptions())
+    assert (tmp_path / "plain" / "fresh.yaml").read_bytes() == (tmp_path / "new" / "fresh.yaml").read_bytes()
+    assert not list((tmp_path / "plain").glob("*.xz"))

@@ -25,6 +25,7 @@ from pathlib import Path
 from ...atomic import atomic_directory, atomic_write_text
 from ...defaults import LOGIC_MARGIN
 from ...errors import BadInput
+from ...formats import logic_sidecar
 from ...formats.logic import LogicFile, LogicFormatError, copy_logic_file, is_record, load_logic, write_logic
 
 POLICIES = ("upstream", "faster")
@@ -322,6 +323,12 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
     return merged
 
 
+def sidecar_suffix(path: Path) -> str | None:
+    """The ExactLogic sidecar generation beside a logic file (None: its table is inline)."""
+    sidecar = logic_sidecar.sidecar_of(path)
+    return sidecar.name.removeprefix(path.name) if sidecar else None
+
+
 def pending_path(out_dir: Path) -> Path:
     """Where a merge into ``out_dir`` lists the sizes it replaced pending Validate: ``<out_dir>-pending.json``."""
     return Path(out_dir).with_name(Path(out_dir).name + "-pending.json")
@@ -384,14 +391,20 @@ def merge_dirs(
     outputs: dict[str, LogicFile | Path] = {}  # name -> merged logic, or a file to copy as it is (its sidecar too)
     records: set[str] = set()
     forced = options.forced()
+    tree_sidecar = next((s for path in base_files.values() if (s := sidecar_suffix(path))), None)
     for name, new_path in new_files.items():
         if name not in base_files:
             if options.policy == "upstream":
                 report.add("Ignored", new_path, "(no base file of that name)")
             else:
-                records |= {name} if is_record(load_logic(new_path)) else set()
+                new = load_logic(new_path)
+                records |= {name} if is_record(new) else set()
                 outputs[name] = new_path
-                report.add(f"{name}: new file, copied")
+                if tree_sidecar and new.library_type == "GridBased" and not new.sidecar:
+                    new.sidecar, outputs[name] = tree_sidecar, new  # written as the base tree keeps its tables
+                report.add(
+                    f"{name}: new file, copied" + (" (its table into a sidecar)" if outputs[name] is new else "")
+                )
             continue
         base, new = load_logic(base_files[name]), load_logic(new_path)
         records |= {name} if is_record(base) else set()
