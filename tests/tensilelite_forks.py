@@ -154,7 +154,14 @@ def solution_rejections(tree: Path, arch: str, cases: list[dict], max_lds: int |
             }
             parameters = {
                 key: case[key]
-                for key in ("MatrixInstruction", "DepthU", "PrefetchGlobalRead", "1LDSBuffer")
+                for key in (
+                    "MatrixInstruction",
+                    "DepthU",
+                    "PrefetchGlobalRead",
+                    "1LDSBuffer",
+                    "StaggerU",
+                    "StaggerUStride",
+                )
                 if key in case
             }
             log = io.StringIO()

@@ -143,6 +143,35 @@ def test_the_tree_keeps_every_fork_the_configs_write(arch, preset, tmp_path):
         assert valid == total == kept * others, (path.name, valid, total, kept)
 
 
+@pytest.mark.parametrize("arch", ["gfx942"])
+def test_stagger_u_zero_lifts_the_stride_rule_as_the_tree_does(arch, tmp_path):
+    """Upstream's MI300X logic runs DepthU 256 and 512 with StaggerU 0 (docs/upstream.md): the tree clears the
+    stride then, and the rule applies only with a stagger; the model agrees case by case."""
+    _tree_generation()
+    cases = [
+        {"DataType": data_type, "TransposeA": 1, "TransposeB": 0, "MatrixInstruction": instruction, "DepthU": depth_u,
+         "PrefetchGlobalRead": 2, "1LDSBuffer": 1, "StaggerU": stagger, "StaggerUStride": stride}
+        for data_type, instruction in (("b", [16, 16, 16, 1, 1, 1, 1, 2, 2]), ("F8", [16, 16, 32, 1, 1, 1, 1, 2, 2]))
+        for depth_u in (64, 128, 256, 512)
+        for stagger in (0, 8, 32)
+        for stride in (128, 256, 1024, -1)
+    ]  # fmt: skip
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    found = _probe("solutions", TREE, arch, str(tmp_path / "cases.json"))
+    ours = [
+        fork_refusal(c["DataType"], True, False, c["MatrixInstruction"], c["DepthU"], lds_limit(arch, "2024"), True,
+                     True, c["StaggerU"], c["StaggerUStride"])
+        for c in cases
+    ]  # fmt: skip
+    differ = [(c, theirs, mine) for c, theirs, mine in zip(cases, found, ours, strict=True) if theirs != mine]
+    assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[:3]}"
+    staggered = [r for c, r in zip(cases, found, strict=True) if c["StaggerU"] and c["StaggerUStride"] == 128]
+    assert any(r and r.startswith("StaggerUStride=") for r in staggered), "the rule still bites with a stagger"
+    assert all(
+        r is None or not r.startswith("StaggerU") for c, r in zip(cases, found, strict=True) if not c["StaggerU"]
+    )
+
+
 @pytest.mark.parametrize(("arch", "max_lds"), [("gfx942", None), ("gfx90a", None), ("gfx942", 163840)])
 def test_the_rules_agree_with_the_tree_solution_by_solution(arch, max_lds, tmp_path):
     _tree_generation()

@@ -7,7 +7,7 @@ below reads) and leave every other parameter at its default, so three rules deci
 "TensileLite fork validity", with the file and line of each):
 
 - ``LoopIters``: ``DepthU // MI_K >= 1``;
-- stagger: ``DepthU * bytes <= StaggerUStride`` (256);
+- stagger: ``DepthU * bytes <= StaggerUStride`` (256; any DepthU with ``StaggerU`` 0, which clears the stride);
 - LDS: the two operand tiles, padded as TensileLite pads them (the pad depends on the local-read and
   global-read vector widths it derives), doubled by the prefetch buffer and rounded up to a power of two
   (``1LDSBuffer`` 0, the default), or once each (``1LDSBuffer`` 1: the prefetch shares the one buffer), within the
@@ -19,12 +19,13 @@ that refuses a fork; ``tests/test_tensile_forks.py`` checks it against a real tr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 # DataType letter -> bytes per element (TensileLite's DataType.numBytes); every FP8 letter is one byte.
 ELEMENT_BYTES = {"h": 2, "b": 2, "s": 4, "d": 8}
-STAGGER_U_STRIDE = 256  # Common.py defaultBenchmarkCommonParameters StaggerUStride
+STAGGER_U, STAGGER_U_STRIDE = 32, 256  # Common.py defaultBenchmarkCommonParameters StaggerU, StaggerUStride
 WAVEFRONT = 64
 OCCUPANCY_LDS = 65536 // 40  # DeviceLDS // MaxOccupancy (40), the least LDS a kernel is given
 # Bytes of LDS a kernel may use, per tree and arch (S24 Common.py MaxLDS; 2025: rocisa initArchCaps DeviceLDS).
@@ -56,6 +57,8 @@ def fork_refusal(
     lds_limit: int,
     prefetch_global_read: bool = True,
     one_lds_buffer: bool = False,
+    stagger_u: int = STAGGER_U,
+    stagger_u_stride: int = STAGGER_U_STRIDE,
 ) -> str | None:
     """Why TensileLite rejects this fork (its message), or None when it keeps it. ``instruction``: a
     MatrixInstruction row [MI_M, MI_N, MI_K, MI_B, MIBlockM, WaveTileM, WaveTileN, WaveGroupM, WaveGroupN]."""
@@ -63,8 +66,9 @@ def fork_refusal(
     bpe = element_bytes(data_type)
     if depth_u // mi_k < 1:
         return "LoopIters need to greater than 0"
-    if depth_u * bpe > STAGGER_U_STRIDE:
-        return f"StaggerUStride={STAGGER_U_STRIDE} is less than size of DepthU={depth_u} * BytesPerElement={bpe}"
+    stride = 0 if stagger_u == 0 else depth_u * bpe if stagger_u_stride == -1 else stagger_u_stride
+    if stride and math.ceil(math.log2(stride / (depth_u * bpe))) < 0:  # StaggerU 0: no stride, no rule
+        return f"StaggerUStride={stride} is less than size of DepthU={depth_u} * BytesPerElement={bpe}"
     threads = group_m * group_n * WAVEFRONT
     input_per_thread = mi_m * mi_k * mi_b // WAVEFRONT
     lead_unroll_a, lead_unroll_b = not trans_a, trans_b  # TLUA, TLUB
