@@ -42,7 +42,7 @@ RUN_COLUMNS = (
     *("run", "written", "date", "fingerprint", "libraries", "workload", "passed", "gemms", "kept"),
     *("weighted_speedup", "e2e_speedup", "e2e_noise"),
 )
-LIBRARIES = ("torch", "cuda", "cublaslt", "hip", "hipblaslt", "hipblaslt_git", "triton", "driver")
+LIBRARIES = ("torch", "cuda", "cublaslt", "hip", "rocblas", "hipblaslt", "hipblaslt_git", "triton", "driver")
 
 
 class HistoryError(BadInput):
