@@ -186,7 +186,9 @@ def test_bad_settings():
         ConfigSettings(arch="gfx1030")
     with pytest.raises(ValueError, match=r"SplitK values must be 0\.\.255"):
         ConfigSettings(split_k=(256,))
-    with pytest.raises(ValueError, match=r"--tensile-preset 'nope': no such preset in .*; known: mi300x, quick"):
+    with pytest.raises(
+        ValueError, match=r"--tensile-preset 'nope': no such preset in .*; known: mi300x, mi300x-full, quick"
+    ):
         write_configs(Path("/nonexistent/never-written"), _problems(), ConfigSettings(preset="nope"))
 
 

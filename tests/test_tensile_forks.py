@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.formats.tensile_forks import ARCH_LDS, fork_refusal, lds_limit, plan_forks
+from pipeline.formats.tensile_forks import ARCH_LDS, fork_refusal, lds_limit
 from pipeline.problem import GemmProblem
 from pipeline.stages.configs.render import (
     TEMPLATES,
     ConfigSettings,
+    _fork_plan,
     _matrix_instructions,
-    _preset_values,
     forks_per_pair,
     load_presets,
     write_configs,
@@ -59,14 +59,9 @@ def test_every_preset_keeps_forks_for_every_type_and_transpose(generation, arch,
         if data_type.startswith("F8") and arch not in FP8_ARCHS:
             continue
         for trans_a, trans_b in itertools.product((False, True), repeat=2):
-            plan = plan_forks(
-                data_type,
-                trans_a,
-                trans_b,
-                _matrix_instructions(table, data_type),
-                _preset_values(table, "fork", "DepthU"),
-                lds_limit(arch, generation),
-            )
+            problem_type = {"DataType": data_type, "TransposeA": trans_a, "TransposeB": trans_b}
+            settings = ConfigSettings(arch=arch, preset=preset, tensile_generation=generation)
+            plan = _fork_plan(table, settings, problem_type, _matrix_instructions(table, data_type))
             assert plan.kept, f"{preset} {arch} {data_type} {trans_a=} {trans_b=}: {plan.lines()}"
 
 
@@ -218,3 +213,32 @@ def test_the_rules_agree_with_the_tree_solution_by_solution(arch, max_lds, tmp_p
     differ = [(c, theirs, mine) for c, theirs, mine in zip(cases, found, ours, strict=True) if theirs != mine]
     assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[:3]}"
     assert 0 < sum(r is None for r in found) < len(cases)
+
+
+HIPBLASLT = os.environ.get("GEMM_TUNE_HIPBLASLT")  # a hipBLASLt checkout, for its shipped logic
+
+
+@pytest.mark.skipif(not HIPBLASLT, reason="GEMM_TUNE_HIPBLASLT names no hipBLASLt checkout (its MI300X logic)")
+def test_the_full_preset_forks_every_tile_upstreams_mi300x_logic_ships():
+    """``mi300x-full``'s groups are the tiles of upstream's MI300X TN logic, solution by solution: MatrixInstruction
+    with its block, wave tile and wave group, DepthU, 1LDSBuffer and StaggerU (its stride where it staggers)."""
+    import yaml
+
+    logic = Path(HIPBLASLT) / "library/src/amd_detail/rocblaslt/src/Tensile/Logic/asm_full/aquavanjaram/gfx942/Equality"
+    preset = load_presets(TEMPLATES)["mi300x-full"]
+    for key, letters in (("b", "BBS"), ("h", "HHS"), ("f8", "F8BS")):
+        data = yaml.load(
+            (logic / f"aquavanjaram_Cijk_Alik_Bljk_{letters}_BH_UserArgs.yaml").read_text(), yaml.CSafeLoader
+        )
+        shipped = set()
+        for s in data[5]:
+            mi = [*s["MatrixInstruction"], s["MatrixInstBM"], *s["MIWaveTile"], *s["MIWaveGroup"]]
+            stride = {"StaggerUStride": s["StaggerUStride"]} if s["StaggerU"] else {}
+            group = {
+                "MatrixInstruction": mi,
+                "DepthU": s["DepthU"],
+                "1LDSBuffer": s["1LDSBuffer"],
+                "StaggerU": s["StaggerU"],
+            }
+            shipped.add(json.dumps({**group, **stride}, sort_keys=True))
+        assert {json.dumps(g, sort_keys=True) for g in preset["groups"][key]} == shipped, key

@@ -200,6 +200,38 @@ def plan_forks(
     return ForkPlan(kept, pruned)
 
 
+def plan_groups(
+    data_type: str,
+    trans_a: bool,
+    trans_b: bool,
+    groups: Sequence[dict],
+    lds_limit: int,
+    prefetch_global_reads: Sequence[bool] = (True,),
+) -> ForkPlan:
+    """A preset's explicit fork groups (each a MatrixInstruction with its DepthU and, where set, 1LDSBuffer,
+    StaggerU and StaggerUStride: a tile as upstream's logic ships it), split as ``plan_forks`` splits pairs."""
+    kept, pruned = [], []
+    for group in groups:
+        reasons = (
+            fork_refusal(
+                data_type,
+                trans_a,
+                trans_b,
+                group["MatrixInstruction"],
+                group["DepthU"],
+                lds_limit,
+                prefetch,
+                bool(group.get("1LDSBuffer", 0)),
+                group.get("StaggerU", STAGGER_U),
+                group.get("StaggerUStride", STAGGER_U_STRIDE),
+            )
+            for prefetch in prefetch_global_reads
+        )
+        why = next((r for r in reasons if r), None)
+        (pruned.append((dict(group), why)) if why else kept.append(dict(group)))
+    return ForkPlan(kept, pruned)
+
+
 def lds_limit(arch: str, generation: str) -> int:
     """Bytes of LDS a kernel of ``arch`` may use in the ``generation`` tree."""
     return ARCH_LDS[generation][arch]

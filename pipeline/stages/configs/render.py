@@ -33,7 +33,7 @@ from ...formats.rocm import (
     tensile_data_type,
     to_amd,
 )
-from ...formats.tensile_forks import ForkPlan, lds_limit, plan_forks
+from ...formats.tensile_forks import ForkPlan, lds_limit, plan_forks, plan_groups
 from ...formats.tunableop import format_key
 from ...problem import GemmProblem
 from .padding import PaddedProblem, PaddingRule, plan_padding, rule_for_arch
@@ -240,7 +240,7 @@ def _tensile_problem_type(problem: GemmProblem, generation: str) -> dict:
 def _matrix_instructions(preset: dict, data_type: str) -> list | None:
     """The preset's MatrixInstruction rows for ``data_type``: every FP8 letter (F8, B8, F8B8, their N forms)
     shares the preset's ``f8`` rows."""
-    table = preset["matrix_instructions"]
+    table = preset.get("matrix_instructions") or {}
     return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
 
 
@@ -253,13 +253,30 @@ def _preset_values(preset: dict, section: str, name: str) -> list:
     return [value for item in preset.get(section, []) for value in item.get(name, [])]
 
 
-def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instructions: list) -> ForkPlan:
-    """The preset's (MatrixInstruction, DepthU) pairs that TensileLite keeps for this ProblemType, the others
-    with its reason (formats/tensile_forks.py)."""
+def _groups(preset: dict, data_type: str) -> list | None:
+    """The preset's explicit fork groups for ``data_type`` (every FP8 letter shares ``f8``'s), if it lists any."""
+    table = preset.get("groups") or {}
+    return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
+
+
+def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instructions: list | None) -> ForkPlan:
+    """The preset's fork groups that TensileLite keeps for this ProblemType, the others with its reason
+    (formats/tensile_forks.py): its explicit groups for the DataType, else (MatrixInstruction, DepthU[,
+    1LDSBuffer]) from its rows and forks."""
+    prefetch = [bool(p) for p in _preset_values(preset, "common", "PrefetchGlobalRead")] or [True]
+    groups = _groups(preset, problem_type["DataType"])
+    if groups:
+        return plan_groups(
+            problem_type["DataType"],
+            bool(problem_type["TransposeA"]),
+            bool(problem_type["TransposeB"]),
+            groups,
+            lds_limit(settings.arch, settings.tensile_generation),
+            prefetch,
+        )
     depth_us = _preset_values(preset, "fork", "DepthU") or _preset_values(preset, "common", "DepthU")
     if not depth_us:
         raise BadInput(f"--tensile-preset {settings.preset!r} sets no DepthU in {presets_file(settings.templates)}")
-    prefetch = [bool(p) for p in _preset_values(preset, "common", "PrefetchGlobalRead")] or [True]
     one_lds = _preset_values(preset, "fork", "1LDSBuffer") or None
     return plan_forks(
         problem_type["DataType"],
@@ -302,7 +319,7 @@ def fork_plans(plan: ConfigPlan, settings: ConfigSettings, preset: dict) -> dict
     for name, problems in sorted(plan.tensile.items()):
         problem_type = _tensile_problem_type(problems[0], settings.tensile_generation)
         instructions = _matrix_instructions(preset, problem_type["DataType"])
-        if not instructions:
+        if not instructions and not _groups(preset, problem_type["DataType"]):
             raise BadInput(
                 f"--tensile-preset {settings.preset!r} has no MatrixInstruction for DataType "
                 f"{problem_type['DataType']!r} in {presets_file(settings.templates)}"
