@@ -435,7 +435,7 @@ def summary(data: dict) -> str:
     lines += [f"  [{s['tool']}] {s['problem']}: {s['reason']}" for s in data["skipped"]]
     forks = data.get("forks", {})
     if forks:
-        lines.append("TensileLite forks (MatrixInstruction x DepthU) kept; it would reject the others:")
+        lines.append("TensileLite fork groups (MatrixInstruction, DepthU, ...) kept; it would reject the others:")
         lines += [f"  {f}: {c['kept']} of {c['total']}" for f, c in forks.items()]
     return "\n".join(lines) + "\n"
 
