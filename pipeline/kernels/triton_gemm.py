@@ -19,10 +19,11 @@ operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before th
     tiled   more tokens: 32-128-row tiles over 64-long K tiles, split-K only where the tiles leave SMs idle
 
 ``serves(problem)`` says why a problem is not served (None: it is); ``configs(problem, sms)`` are the configs
-worth timing for its shape; ``launcher(problem, config)`` runs one on an ``OperandSet``. A config that fails to
-compile or to launch raises where it runs: the timing harness scores it as failed, as Triton's autotuner scores
-such a config infinite time. ``triton_cache`` keys Triton's compile cache by every version that changes what
-it holds. Needs torch and triton (both with the ``cuda`` extra); ``serves``/``configs`` need neither.
+worth timing for its shape; ``triton_runner.launcher(problem, config)`` runs one on an ``OperandSet``. A config
+that fails to compile or to launch raises where it runs: the timing harness scores it as failed, as Triton's
+autotuner scores such a config infinite time. ``triton_cache`` keys Triton's compile cache by every version that
+changes what it holds. This module needs neither torch nor triton; ``triton_runner`` needs both (the ``cuda``
+extra).
 """
 
 from __future__ import annotations
