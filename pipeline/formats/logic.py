@@ -112,9 +112,7 @@ def parse_logic(text: str, path: str = "<logic>", beside: Path | None = None) ->
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as err:
         raise _fail(path, f"not YAML: {err}") from None
-    sidecar = logic_sidecar.sidecar_of(beside) if beside is not None else None
-    if sidecar is not None and isinstance(data, list | dict):
-        data = logic_sidecar.attach(data, beside)
+    sidecar = logic_sidecar.attach(data, beside) if beside is not None and isinstance(data, list | dict) else None
     if isinstance(data, list):
         if len(data) != len(LIST_FIELDS):
             raise _fail(path, f"a list-format logic file has {len(LIST_FIELDS)} items, this one {len(data)}")
@@ -126,7 +124,7 @@ def parse_logic(text: str, path: str = "<logic>", beside: Path | None = None) ->
             raise _fail(path, f"mapping-format logic misses {', '.join(missing)}")
     else:
         raise _fail(path, "neither a 12-item list nor a mapping of logic fields")
-    logic = LogicFile(data, path, sidecar.name.removeprefix(Path(beside).name) if sidecar is not None else None)
+    logic = LogicFile(data, path, sidecar)
     validate(logic)
     return logic
 

@@ -47,6 +47,12 @@ def sidecar_of(yaml_path: str | Path) -> Path | None:
     return found[0] if found else None
 
 
+def suffix_of(yaml_path: str | Path) -> str | None:
+    """The generation (``COLUMNAR`` or ``CSV``) of the sidecar beside ``yaml_path`` (None: the table is inline)."""
+    sidecar = sidecar_of(yaml_path)
+    return sidecar.name.removeprefix(Path(yaml_path).name) if sidecar else None
+
+
 def sorted_rows(rows: list) -> list:
     return sorted(rows, key=lambda row: tuple(row[0]))
 
@@ -96,11 +102,12 @@ def decode(data: bytes, path: str | Path) -> list:
     return _decode_columnar(payload, path)
 
 
-def attach(data: list | dict, yaml_path: str | Path) -> list | dict:
-    """Logic data loaded from ``yaml_path`` with its table read from the sidecar beside it, where there is one."""
+def attach(data: list | dict, yaml_path: str | Path) -> str | None:
+    """Fill the table of logic data loaded from ``yaml_path`` from the sidecar beside it, where there is one;
+    that sidecar's generation (``suffix_of``), None where the table is inline."""
     sidecar = sidecar_of(yaml_path)
     if sidecar is None:
-        return data
+        return None
     table, library_type = _slot(data)
     if table is not _NULL_SLOT and table is not None:
         raise SidecarError(f"{yaml_path}: its ExactLogic is inline and in {sidecar.name} too; remove one")
@@ -111,7 +118,7 @@ def attach(data: list | dict, yaml_path: str | Path) -> list | dict:
         data[7] = rows
     else:
         data["ExactLogic"] = rows
-    return data
+    return sidecar.name.removeprefix(Path(yaml_path).name)
 
 
 _NULL_SLOT = object()

@@ -323,12 +323,6 @@ def merge_faster(base: LogicFile, new: LogicFile, options: MergeOptions, report:
     return merged
 
 
-def sidecar_suffix(path: Path) -> str | None:
-    """The ExactLogic sidecar generation beside a logic file (None: its table is inline)."""
-    sidecar = logic_sidecar.sidecar_of(path)
-    return sidecar.name.removeprefix(path.name) if sidecar else None
-
-
 def pending_path(out_dir: Path) -> Path:
     """Where a merge into ``out_dir`` lists the sizes it replaced pending Validate: ``<out_dir>-pending.json``."""
     return Path(out_dir).with_name(Path(out_dir).name + "-pending.json")
@@ -391,7 +385,7 @@ def merge_dirs(
     outputs: dict[str, LogicFile | Path] = {}  # name -> merged logic, or a file to copy as it is (its sidecar too)
     records: set[str] = set()
     forced = options.forced()
-    tree_sidecar = next((s for path in base_files.values() if (s := sidecar_suffix(path))), None)
+    tree_sidecar = next((s for path in base_files.values() if (s := logic_sidecar.suffix_of(path))), None)
     for name, new_path in new_files.items():
         if name not in base_files:
             if options.policy == "upstream":
