@@ -72,10 +72,13 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     token count and serves from ``lo`` up), ``manifest.json`` last."""
     layout = RunLayout.of(run_dir)
     merged = read_file(layout.merged_csv)
-    kept = {row.key for row in result.kept}
-    entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in kept]
-    kept_sizes = {
-        (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)) for e in entries
+    speedups = {row.key: row.speedup for row in result.kept}
+    entries = [e for e in merged.entries if f"{e.op_signature},{e.params_signature}" in speedups]
+    measured = {  # (ProblemType name, [M, N, B, K]) of each kept GEMM -> its validated speedup
+        (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)): speedups[
+            f"{e.op_signature},{e.params_signature}"
+        ]
+        for e in entries
     }
     shapes = read_shapes_json(layout.shapes) if layout.shapes.exists() else []
     buckets, narrowed = grid_buckets(layout, shapes)
@@ -86,12 +89,6 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
         if record["key"] in split:
             record["note"] = f"split: serves {record['lo']}-{record['hi']} ({split[record['key']]['why']})"
     pending = _pending(layout)
-    speedups = {row.key: row.speedup for row in result.kept}
-    measured = {
-        (problem_type_name(e.problem), (e.problem.m, e.problem.n, e.problem.batch, e.problem.k)): speedups[key]
-        for e in entries
-        if (key := f"{e.op_signature},{e.params_signature}") in speedups
-    }
     settled: list[dict] = []
     out = layout.bundle
     with atomic_directory(out) as staging:
@@ -101,8 +98,8 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
         for path in sorted([*layout.merged_logic.glob("*.yaml"), *layout.merged_records.glob("*.yaml")]):
             logic = load_logic(path)
             if is_record(logic):
-                name = path.stem.removeprefix(f"{logic.data[1]}_")
-                logic.exact_logic = [row for row in logic.exact_logic if (name, tuple(row[0][:4])) in kept_sizes]
+                name = _problem_type(path, logic)
+                logic.exact_logic = [row for row in logic.exact_logic if (name, tuple(row[0][:4])) in measured]
                 if not logic.exact_logic:
                     continue
                 remove_unused(logic)
@@ -138,6 +135,12 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     return out
 
 
+def _problem_type(path: Path, logic) -> str:
+    """The ProblemType name of a logic file (its name after the schedule: ``aquavanjaram_<ProblemType>.yaml``)."""
+    schedule = logic.data[1] if logic.layout == "list" else logic.data.get("ScheduleName")
+    return path.stem.removeprefix(f"{schedule}_")
+
+
 def _pending(layout: RunLayout) -> dict[str, list[dict]]:
     """The sizes the logic merge replaced pending Validate, by logic file (``logic_merge.pending_path``)."""
     path = pending_path(layout.merged_logic)
@@ -150,7 +153,7 @@ def _pending(layout: RunLayout) -> dict[str, list[dict]]:
 def _settle(logic, path: Path, pending: list[dict], measured: dict, out: Path) -> list[dict]:
     """A merged logic file whose pending sizes Validate settled (``logic_merge.settle``), written to ``out``;
     its decisions, each naming the file."""
-    name = path.stem.removeprefix(f"{logic.data[1] if logic.layout == 'list' else logic.data.get('ScheduleName')}_")
+    name = _problem_type(path, logic)
 
     def why(size: tuple) -> str | None:
         speedup = measured.get((name, size))
