@@ -85,8 +85,11 @@ def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(tmp_
     torn = pd.concat([torn, torn.assign(run="b", written="killed")], ignore_index=True)
     torn.to_csv(root / "gemms.csv", index=False)  # an append killed after the GEMMs, before its run row
     assert list(history.load(tmp_path).gemms["run"]) == ["a"]
-    history.append(tmp_path, {**run, "run": "b"}, [gemm])
+    now = history.append(tmp_path, {**run, "run": "b"}, [gemm])
     assert list(history.load(tmp_path).gemms["run"]) == ["a", "b"], "the next append of b replaces the torn rows"
+    loaded = history.load(tmp_path)  # what append returns is what a later read finds
+    assert list(now.runs["written"]) == list(loaded.runs["written"]) and list(now.gemms["run"]) == ["a", "b"]
+    assert list(now.gemms["speedup"]) == list(loaded.gemms["speedup"])
     for name, text, why in (
         ("runs.csv", "not,a\nhistory", "not a gemm-tune history table"),
         ("meta.json", '{"schema": 99, "format": "csv"}', "schema 99, newer than"),

@@ -69,9 +69,10 @@ def source_of(solution: str) -> str:
     return solution.split("_")[1].lower() if solution.startswith("Gemm_") else solution.split("_")[0]
 
 
-def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> None:
+def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> History:
     """Add one run (``run``: ``RUN_COLUMNS`` but ``written`` and ``date``) and its GEMM rows (``GEMM_COLUMNS``
-    but the run's own) to the workdir's history, replacing what an earlier run of that name left."""
+    but the run's own) to the workdir's history, replacing what an earlier run of that name left; the history as
+    it now stands (what ``load`` would read back)."""
     import pandas as pd
 
     root = Path(workdir) / DIRECTORY
@@ -89,6 +90,7 @@ def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> None:
         gemm_rows = pd.concat([_without(old.gemms, run["run"]), new_gemms], ignore_index=True)
         _write(root / f"gemms.{meta['format']}", gemm_rows, meta["format"])
         _write(root / f"runs.{meta['format']}", runs, meta["format"])  # last: it commits the append
+    return History(runs.sort_values("date", kind="stable", ignore_index=True), gemm_rows)
 
 
 def load(workdir: Path) -> History:

@@ -164,8 +164,7 @@ def build(run_dir: Path) -> dict:
     passed, verdict = gate["passed"], gate["message"]
     if passed and e2e.get("refused"):
         passed, verdict = False, f"bundle refused end to end: {e2e['refused']} (--allow-e2e-regression ships it)"
-    history.append(run_dir.parent, *history.entries(run_dir, rows, passed, gate["weighted_speedup"], e2e))
-    past = history.load(run_dir.parent)
+    past = history.append(run_dir.parent, *history.entries(run_dir, rows, passed, gate["weighted_speedup"], e2e))
     trend = history.nights(past)
     context = {
         "fingerprint": stamped(layout.validate),
