@@ -74,16 +74,25 @@ def test_the_report_shows_the_nights_and_what_the_upgrade_moved(nights):
     assert "<h2>Across nights</h2>" in html
 
 
-def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(tmp_path, capsys):
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(fmt, tmp_path, capsys, monkeypatch):
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow", reason="a Parquet history needs pyarrow")
+    monkeypatch.setattr(history, "_parquet", lambda: fmt == "parquet")  # a new history takes the format asked
     run = {"run": "a", "fingerprint": "fp1", "libraries": "torch 2.11.0", "workload": "w", "passed": True,
            "gemms": 1, "kept": 1, "weighted_speedup": 1.1, "e2e_speedup": None, "e2e_noise": None}  # fmt: skip
     gemm = {"key": "k", "label": "l", "share": 1.0, "baseline_us": 2.0, "tuned_us": 1.0, "speedup": 2.0,
             "noise": 0.0, "kept": True, "why": "", "source": "hipblaslt"}  # fmt: skip
     history.append(tmp_path, run, [gemm])
     root = tmp_path / history.DIRECTORY
-    torn = pd.read_csv(root / "gemms.csv")
+    assert json.loads((root / "meta.json").read_text())["format"] == fmt
+    gemms = root / f"gemms.{fmt}"
+    torn = pd.read_parquet(gemms) if fmt == "parquet" else pd.read_csv(gemms)
     torn = pd.concat([torn, torn.assign(run="b", written="killed")], ignore_index=True)
-    torn.to_csv(root / "gemms.csv", index=False)  # an append killed after the GEMMs, before its run row
+    if fmt == "parquet":  # an append killed after the GEMMs, before its run row
+        torn.to_parquet(gemms, index=False)
+    else:
+        torn.to_csv(gemms, index=False)
     assert list(history.load(tmp_path).gemms["run"]) == ["a"]
     now = history.append(tmp_path, {**run, "run": "b"}, [gemm])
     assert list(history.load(tmp_path).gemms["run"]) == ["a", "b"], "the next append of b replaces the torn rows"
@@ -91,7 +100,7 @@ def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(tmp_
     assert list(now.runs["written"]) == list(loaded.runs["written"]) and list(now.gemms["run"]) == ["a", "b"]
     assert list(now.gemms["speedup"]) == list(loaded.gemms["speedup"])
     for name, text, why in (
-        ("runs.csv", "not,a\nhistory", "not a gemm-tune history table"),
+        (f"runs.{fmt}", "not,a\nhistory", "not a gemm-tune history table"),
         ("meta.json", '{"schema": 99, "format": "csv"}', "schema 99, newer than"),
     ):
         good = (root / name).read_text()
