@@ -1,7 +1,9 @@
-"""``pipeline.stats``: the median's distribution-free interval and the verdict that names a Bench winner."""
+"""``pipeline.stats``: the median's distribution-free interval, the paired ratio's interval at few pairs, and the
+verdict that names a Bench winner."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -9,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.stats import Verdict, median_bounds
+from pipeline.stats import Verdict, median_bounds, ratio_bounds
 
 
 @given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=200))
@@ -28,6 +30,29 @@ def test_the_bounds_cover_the_true_median_about_95_percent_of_the_time():
     assert median_bounds([3.0]) == (3.0, 3.0)
     with pytest.raises(ValueError):
         median_bounds([])
+
+
+@pytest.mark.parametrize("pairs", [2, 3, 6, 40])
+def test_the_ratio_bounds_hold_95_percent_at_few_pairs_where_the_range_would_not(pairs):
+    draws = random.Random(pairs)
+    trials, covered, range_covered = 3000, 0, 0
+    for _ in range(trials):
+        ratios = [1.04 * math.exp(draws.gauss(0, 0.02)) for _ in range(pairs)]
+        low, high = ratio_bounds(ratios)
+        covered += low <= 1.04 <= high
+        range_covered += min(ratios) <= 1.04 <= max(ratios)
+        assert low <= statistics.geometric_mean(ratios) <= high
+    assert 0.93 <= covered / trials <= 0.97
+    if pairs <= 3:  # the range of two or three pairs, reported before as a ~95% interval, covers 50% or 75%
+        assert range_covered / trials < 0.8
+
+
+def test_the_ratio_bounds_of_steady_pairs_are_tight_and_need_two():
+    assert ratio_bounds([1.05, 1.05, 1.05]) == pytest.approx((1.05, 1.05))
+    low, high = ratio_bounds([1.020, 1.031])  # two pairs 1% apart: the interval is ~14% wide, not 1%
+    assert high - low > 0.1
+    with pytest.raises(ValueError, match="two ratios"):
+        ratio_bounds([1.1])
 
 
 def _samples(speedup: float, spread: float, rounds: int = 42, seed: int = 1) -> dict[str, list[float]]:

@@ -36,7 +36,7 @@ from ...errors import ToolError
 from ...kernels.triton_cache import CACHE_ENV
 from ...runtime import coverage_line, with_shares
 from ...runtime.table import KERNELS
-from ...stats import median_bounds, round_order
+from ...stats import ratio_bounds, round_order
 from ..bench import registry
 from ..gather.collect import parse_p99_ms, parse_tokens_per_s
 from ..run.made_from import file_digest
@@ -287,10 +287,10 @@ def paired_ratios(runs: dict[str, list[dict]]) -> list[float]:
 
 
 def interval(runs: dict[str, list[dict]]) -> tuple[float, float] | None:
-    """The ~95% distribution-free interval of the median paired ratio (``stats.median_bounds``); None before
-    two alternations."""
+    """The 95% interval of the paired ratio (``stats.ratio_bounds``: Student's t on the logs); None before two
+    alternations."""
     ratios = paired_ratios(runs)
-    return median_bounds(ratios) if len(ratios) >= 2 else None
+    return ratio_bounds(ratios) if len(ratios) >= 2 else None
 
 
 def resolved(runs: dict[str, list[dict]]) -> bool:
@@ -380,18 +380,31 @@ def figure(e2e: dict) -> tuple[str, float, float] | None:
     return "wall", e2e["wall_speedup"], max(spreads)
 
 
+def within_noise(e2e: dict) -> bool:
+    """Whether the A/B cannot tell the tuned run from the baseline: its paired interval holds x1.00 (where it
+    has one), else the speedup is within the run-to-run spread."""
+    bounds, measured = e2e.get("interval"), figure(e2e)
+    if bounds:
+        return bounds[0] <= 1 <= bounds[1]
+    return measured is not None and abs(measured[1] - 1) <= measured[2]
+
+
 def regression(e2e: dict) -> str | None:
-    """Why the tuned workload counts as slower end to end (beyond its run-to-run spread), or None."""
+    """Why the tuned workload counts as slower end to end, or None: slower beyond its run-to-run spread, or
+    its whole paired interval below x1.00 (a tight interval shows a loss the spread of single runs hides)."""
     measured = figure(e2e)
     if measured is None:
         return None
     what, speedup, noise = measured
-    if speedup >= 1 - noise:
+    bounds = e2e.get("interval")
+    if speedup >= 1 - noise and not (bounds and bounds[1] < 1):
         return None
-    why = (
-        f"end to end {what} x{speedup:.3f}, slower beyond its run-to-run spread of {noise:.1%} "
-        f"({e2e['reps']} alternating runs)"
+    how = (
+        f"beyond its run-to-run spread of {noise:.1%}"
+        if speedup < 1 - noise
+        else f"its paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval) below x1.00"
     )
+    why = f"end to end {what} x{speedup:.3f}, slower {how} ({e2e['reps']} alternating runs)"
     if e2e.get("runtime_startup_s") is not None:
         steady = e2e.get("steady_wall_speedup")
         why += f"; the runtime's start-up costs {e2e['runtime_startup_s']:.2f} s per run" + (
@@ -414,7 +427,7 @@ def summary_line(e2e: dict) -> str:
     )
     if e2e.get("tokens_speedup"):
         noise = e2e.get("noise")
-        verdict = "" if noise is None else (" (within noise)" if abs(e2e["tokens_speedup"] - 1) <= noise else "")
+        verdict = " (within noise)" if within_noise(e2e) else ""
         line = (
             f"tokens/s {e2e['baseline']['median_tokens_per_s']:.1f} -> {e2e['tuned']['median_tokens_per_s']:.1f}, "
             f"x{e2e['tokens_speedup']:.3f}{verdict}"
