@@ -63,3 +63,16 @@ def test_a_dtype_it_does_not_serve_is_refused_before_anything_runs(tmp_path):
     argv = [sys.executable, script, "--dtypes", "bf16,int4", "--out", str(tmp_path / "r.json")]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 12 and "int4 not one of bf16, fp8" in done.stderr and not list(tmp_path.iterdir())
+
+
+def test_a_committed_serving_record_meets_the_targets_its_rows_say():
+    records = sorted((ROOT / "bench" / "results").glob("serving_*.json"))
+    assert records, "bench/README.md cites a serving record"
+    for path in records:
+        record = json.loads(path.read_text())
+        assert record["device"] and record["date"] in path.name and record["targets"] == serving.TARGETS
+        for row in record["rows"]:
+            assert row["arm"] in ("graphs", "eager") and 0 <= row["coverage"] <= 1, path
+            ratio = row["tokens_per_s"]["tuned"] / row["tokens_per_s"]["baseline"]
+            assert abs(ratio / row["speedup"] - 1) < 0.005, f"{path}: tokens/s and speedup disagree"
+            assert row["targets"] == serving.targets(row), f"{path}: {row['model']} {row['arm']}"
