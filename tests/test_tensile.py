@@ -20,7 +20,7 @@ from pipeline.stages.bench.tensile import TensileTool, locate
 
 from .helpers import DOUBLES, FIXTURES, ROOT, luigi_argv
 
-GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942" / "tensile" / "Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml"
+GOLDEN = FIXTURES.parent / "golden" / "configs_gfx942_compact" / "tensile" / "Cijk_Alik_Bljk_BBS_BH_UserArgs.yaml"
 SCALED = FIXTURES / "tunableop" / "torch2.11_rocm_scaled_untuned0.csv"
 
 

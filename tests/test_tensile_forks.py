@@ -220,12 +220,12 @@ HIPBLASLT = os.environ.get("GEMM_TUNE_HIPBLASLT")  # a hipBLASLt checkout, for i
 
 @pytest.mark.skipif(not HIPBLASLT, reason="GEMM_TUNE_HIPBLASLT names no hipBLASLt checkout (its MI300X logic)")
 def test_the_full_preset_forks_every_tile_upstreams_mi300x_logic_ships():
-    """``mi300x-full``'s groups are the tiles of upstream's MI300X TN logic, solution by solution: MatrixInstruction
+    """``mi300x``'s groups are the tiles of upstream's MI300X TN logic, solution by solution: MatrixInstruction
     with its block, wave tile and wave group, DepthU, 1LDSBuffer and StaggerU (its stride where it staggers)."""
     import yaml
 
     logic = Path(HIPBLASLT) / "library/src/amd_detail/rocblaslt/src/Tensile/Logic/asm_full/aquavanjaram/gfx942/Equality"
-    preset = load_presets(TEMPLATES)["mi300x-full"]
+    preset = load_presets(TEMPLATES)["mi300x"]
     for key, letters in (("b", "BBS"), ("h", "HHS"), ("f8", "F8BS")):
         data = yaml.load(
             (logic / f"aquavanjaram_Cijk_Alik_Bljk_{letters}_BH_UserArgs.yaml").read_text(), yaml.CSafeLoader
