@@ -103,7 +103,7 @@ def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(fmt,
         (f"runs.{fmt}", "not,a\nhistory", "not a gemm-tune history table"),
         ("meta.json", '{"schema": 99, "format": "csv"}', "schema 99, newer than"),
     ):
-        good = (root / name).read_text()
+        good = (root / name).read_bytes()
         (root / name).write_text(text)
         before = {p.name: p.read_bytes() for p in root.iterdir()}
         with pytest.raises(history.HistoryError, match=rf"{name}: .*{why}"):
@@ -112,4 +112,4 @@ def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(fmt,
         assert main(["history", str(tmp_path)]) == 12
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and name in err[0] and why in err[0]
-        (root / name).write_text(good)
+        (root / name).write_bytes(good)
