@@ -145,7 +145,8 @@ class ValidateParameters:
     e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
     allow_e2e_regression = luigi.BoolParameter(
         default=False,
-        description="ship a bundle even when the workload ran slower with it end to end, beyond the run-to-run spread",
+        description="ship a bundle even when the workload ran slower with it end to end (beyond the run-to-run spread, "
+        "or its whole paired interval under x1.00)",
     )
     e2e_cmd = luigi.Parameter(
         default="",
