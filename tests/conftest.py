@@ -97,3 +97,13 @@ def _own_written_record(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     """Each test keeps the record of the files gemm-tune wrote (``atomic.written_record``) to itself, never the
     user's: commands it runs, in process or as children, replace only what that test's commands wrote."""
     monkeypatch.setenv("GEMM_TUNE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
+def _own_gpu_locks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """A CPU test's runs take their GPU slots (``backends.slots``) in a lock directory of the test's own, not the
+    machine-wide one: tests running side by side, or a user's run on the same machine, never wait on each other's
+    pretend GPUs (half-second polls). A GPU test keeps the machine's, which guards the real device; a test that
+    shares locks between its runs sets its own directory over this one."""
+    if "gpu" not in request.keywords:
+        monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
