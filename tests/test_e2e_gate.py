@@ -46,7 +46,7 @@ def test_a_wall_time_regression_beyond_the_spread_is_named_with_its_figure():
 def test_a_tight_paired_interval_below_one_is_a_regression_and_one_holding_it_is_within_noise():
     noisy = {"reps": 6, "tokens_speedup": 0.96, "noise": 0.2, "interval": [0.95, 0.97], "resolved": True}
     why = e2e.regression(noisy)
-    assert why and "x0.960, slower its paired ratio x0.950-x0.970 (95% interval) below x1.00" in why
+    assert why and "x0.960, slower with its paired ratio x0.950-x0.970 (95% interval) below x1.00" in why
     assert e2e.regression({**noisy, "interval": [0.93, 1.01]}) is None, "the interval holds x1.00"
     assert not e2e.within_noise({**noisy, "tokens_speedup": 1.026, "interval": [1.02, 1.031]}), "a 26% spread"
     assert e2e.within_noise({**noisy, "tokens_speedup": 1.026, "interval": [0.96, 1.09]})

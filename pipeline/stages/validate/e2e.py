@@ -402,7 +402,7 @@ def regression(e2e: dict) -> str | None:
     how = (
         f"beyond its run-to-run spread of {noise:.1%}"
         if speedup < 1 - noise
-        else f"its paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval) below x1.00"
+        else f"with its paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval) below x1.00"
     )
     why = f"end to end {what} x{speedup:.3f}, slower {how} ({e2e['reps']} alternating runs)"
     if e2e.get("runtime_startup_s") is not None:
