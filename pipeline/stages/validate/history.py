@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ...atomic import atomic_open, atomic_write_json
 from ...errors import BadInput
+from ...stats import geomean
 from ..run.fingerprint import STAMP
 from ..run.layout import RunLayout
 
@@ -129,7 +130,7 @@ def nights(history: History) -> pd.DataFrame:
             if run.fingerprint != previous.fingerprint:
                 row["upgrade"] = True
                 ratios = (both["baseline_us_before"] / both["baseline_us_after"]).dropna()
-                row["default_moved"] = math.exp(ratios.map(math.log).mean()) if len(ratios) else None
+                row["default_moved"] = geomean(ratios)
                 row["common"] = len(ratios)
                 row["caught_up"] = int((both["kept_before"].astype(bool) & ~both["kept_after"].astype(bool)).sum())
         out.append(row)
@@ -138,10 +139,10 @@ def nights(history: History) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def moved_most(history: History, count: int = 5) -> list[dict]:
+def moved_most(history: History, table: pd.DataFrame, count: int = 5) -> list[dict]:
     """The GEMMs whose default time moved most across the last upgrade (the newest run against the run before
-    the fingerprint changed): key, label, the default before and after (us), their ratio, the speedup after."""
-    table = nights(history)
+    the fingerprint changed; ``table``: the history's ``nights``): key, label, the default before and after
+    (us), their ratio, the speedup after."""
     upgrades = table.index[table["upgrade"]] if len(table) else []
     if not len(upgrades):
         return []

@@ -192,7 +192,7 @@ def build(run_dir: Path) -> dict:
         "agreement_line": agreement.line(agreed),
         "held_out_lines": [x for x in [bucket_score.line(bench_summary.get("buckets")), *held_out.lines(held)] if x],
         "nights": trend.tail(NIGHTS).to_dict("records") if len(trend) > 1 else [],
-        "moved": history.moved_most(past),
+        "moved": history.moved_most(past, trend),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
