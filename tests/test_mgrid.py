@@ -165,6 +165,38 @@ def test_spread_repeats_a_library_winner_over_its_bucket_and_narrows_a_triton_on
     assert "serves its M alone (bucket 9-16)" in ranges[1]["note"]
 
 
+def test_default_ranges_are_the_buckets_not_kept_and_the_counts_below_a_split_but_not_a_triton_narrowing():
+    key = {m: ",".join(format_key(QKV.with_tokens(m))) for m in (8, 16, 32, 64)}
+    buckets = {key[8]: (5, 8), key[16]: (9, 16), key[32]: (17, 32), key[64]: (33, 64)}
+    served = [
+        {"key": key[8], "solution": "Gemm_Cublaslt_id_7_tile_20", "lo": 5, "hi": 8},
+        {
+            "key": key[16],
+            "solution": "triton_r16c64k128_s1_g8_w4_st3_swap",
+            "lo": 16,
+            "hi": 16,
+            "note": f"{mgrid.TRITON_NARROWED} (bucket 9-16)",
+        },
+        {
+            "key": key[64],
+            "solution": "Gemm_Cublaslt_id_9_tile_20",
+            "lo": 41,
+            "hi": 64,
+            "note": "split: serves 41-64 (x0.95 at M = 40)",
+        },
+    ]
+    found = mgrid.default_ranges(buckets, served, {key[32]: "the default already is the best: nothing to ship"})
+    assert found == [
+        {"key": key[32], "lo": 17, "hi": 32, "why": "the default already is the best: nothing to ship"},
+        {"key": key[64], "lo": 33, "hi": 40, "why": "split: serves 41-64 (x0.95 at M = 40)"},
+    ]
+    assert mgrid.default_ranges({key[32]: (17, 32)}, [], {})[0]["why"] == "no row kept"
+    from pipeline.formats.m_ranges import DEFAULT_RANGES, read_ranges
+
+    read = read_ranges(found, "bundle/manifest.json", DEFAULT_RANGES)
+    assert [(r.solution, r.lo, r.hi, r.note) for r in read][1] == ("Default", 33, 40, found[1]["why"])
+
+
 def test_gemm_tune_shapes_takes_the_grid_and_refuses_bad_values(tmp_path):
     out = tmp_path / "shapes.json"
     run = [sys.executable, "-m", "pipeline", "shapes", str(UNTUNED)]
@@ -291,6 +323,17 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
         if (str(grid.m), str(grid.n), str(grid.k)) in sizes:
             assert all((str(grid.m), str(n), str(grid.k)) in sizes for n in range(record["lo"], record["hi"] + 1))
     assert manifest["hipblaslt_override"]["rows"] == len(override.entries) > len(gate["kept"])
+    served = {r["key"]: r for r in manifest["m_ranges"]}
+    for record in manifest["default_ranges"]:  # what runs torch's default by the tuner's choice
+        assert record["key"] not in served or record["hi"] == served[record["key"]]["lo"] - 1
+        assert all(
+            ",".join(format_key(parse_key(*record["key"].split(",", 1)).with_tokens(m))) + "," not in bundle_keys
+            for m in range(record["lo"], record["hi"] + 1)
+        )
+    grid_rows = {r.key: r.bucket for r in shapes if r.bucket is not None}
+    not_kept = {k for k in grid_rows if k not in served}
+    assert not_kept and {r["key"] for r in manifest["default_ranges"] if r["key"] in not_kept} == not_kept
+    assert any(r["key"] in served for r in manifest["default_ranges"])  # below a split range
 
 
 def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_line():
@@ -479,3 +522,5 @@ def test_a_manifests_ranges_read_alike_everywhere_and_a_bad_one_is_named():
     for bad, why in (({"key": key, "solution": "x", "lo": 9}, "KeyError"), ({**written[0], "lo": 20}, "lo 20, hi 16")):
         with pytest.raises(BadInput, match=rf"bundle/manifest.json: m_ranges\[0\] is not a range record .*{why}"):
             read_ranges([bad], "bundle/manifest.json")
+    with pytest.raises(BadInput, match=r"manifest.json: default_ranges\[0\] is not a range record .*KeyError"):
+        read_ranges([{"key": key, "lo": 1}], "manifest.json", "default_ranges")

@@ -16,7 +16,7 @@ from pipeline.formats.tunableop import TunableOpEntry, parse_key, write_file
 from pipeline.kernels import triton_gemm as tg
 from pipeline.runtime import DeviceMismatch, tunableop_consumes
 from pipeline.runtime.frame import gemm_key, operand
-from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, load_table, runtime_key
+from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, TUNED_DEFAULT, load_table, runtime_key
 
 from .helpers import FIXTURES, needs_torch, optional_torch
 
@@ -719,6 +719,50 @@ def test_calls_at_untuned_token_counts_are_counted_per_key_with_the_coverage(tmp
     assert f"the collection never saw: {share} of their GEMM time (roofline estimate; 2 of 6 calls)" in summary_line(
         status
     )
+
+
+@needs
+def test_a_call_where_the_tuner_chose_torchs_default_counts_as_a_tuned_choice_apart(tmp_path):
+    """The manifest's ``default_ranges`` (the counts where Bench or Validate measured torch's default best): a
+    call there runs torch's kernel, counted by its own reason and, in the coverage, as a tuned choice, apart."""
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    op = "GemmTunableOp_BFloat16_TN"
+    _rows(tmp_path / RESULTS, [(op, "tn_512_8_256_ld_256_256_512", SOLUTION)])
+    manifest = {
+        "runtime": {"name": "NVIDIA H100 80GB HBM3"},
+        "collected": [f"{op},tn_512_8_256_ld_256_256_512"],
+        "m_ranges": [{"key": f"{op},tn_512_8_256_ld_256_256_512", "solution": SOLUTION, "lo": 7, "hi": 8}],
+        "default_ranges": [
+            {"key": f"{op},tn_512_8_256_ld_256_256_512", "lo": 5, "hi": 6, "why": "split: serves 7-8"},
+            {"key": f"{op},tn_512_16_256_ld_256_256_512", "lo": 9, "hi": 16, "why": "nothing to ship"},
+        ],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
+    try:
+        w = torch.randn(512, 256).bfloat16()
+        for tokens in (7, 5, 12, 12, 17):
+            torch.nn.functional.linear(torch.randn(tokens, 256).bfloat16(), w)
+        status = runtime.status()
+    finally:
+        rt.uninstall()
+    assert status["fallbacks"] == {
+        TUNED_DEFAULT: 3,
+        "outside every range (its weight is tuned at other token counts)": 1,
+    }
+    assert status["defaulted_calls"] == {
+        f"{op},tn_512_5_256_ld_256_256_512": 1,
+        f"{op},tn_512_12_256_ld_256_256_512": 2,
+    }
+    assert status["missed_calls"] == {f"{op},tn_512_17_256_ld_256_256_512": 1}
+    coverage = status["coverage"]
+    assert (coverage["unseen_calls"], coverage["unseen_tuned_calls"], coverage["unseen_default_calls"]) == (5, 4, 3)
+    from pipeline.runtime.__main__ import summary_line
+
+    assert "4 of 5 calls) ran a tuned choice (3 of them torch's default, measured best there)" in summary_line(status)
 
 
 def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_size(tmp_path):

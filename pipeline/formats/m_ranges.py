@@ -1,7 +1,9 @@
 """The ``m_ranges`` of a bundle's manifest (docs/serving.md): per grid row, its TunableOp key, its solution and the
 token counts it serves, ``lo <= M <= hi`` (``hi`` the grid point's own M; the libraries, which match exact sizes,
 read copies of the row at ``lo <= M < hi``). ``mgrid.spread`` writes them; the package, the override file's
-writer and the runtime's lookup read them through ``read_ranges``.
+writer and the runtime's lookup read them through ``read_ranges``. Beside them, ``default_ranges``: the token
+counts whose tuned choice is torch's default (a grid row the gate did not keep, or the counts below a range
+where its winner lost), ``hi`` at most the grid point; no library needs a row for them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 from ..problem import GemmProblem
-from .tunableop import TunableOpFormatError, parse_key
+from .tunableop import DEFAULT, TunableOpFormatError, parse_key
+
+DEFAULT_RANGES = "default_ranges"
 
 
 @dataclass(frozen=True)
@@ -40,18 +44,26 @@ def m_range(key: str, solution: str, lo: int, hi: int, note: str = "") -> MRange
     return MRange(parse_key(*key.split(",", 1)), key, solution, lo, hi, note)
 
 
-def read_ranges(records: Iterable[Mapping] | None, where: str = "manifest.json") -> list[MRange]:
-    """A manifest's ``m_ranges`` (None or empty under ``--m-grid exact``); ``BadInput`` naming ``where`` and the
-    record for one that is not a range."""
+def read_ranges(
+    records: Iterable[Mapping] | None, where: str = "manifest.json", field: str = "m_ranges"
+) -> list[MRange]:
+    """A manifest's ``m_ranges`` (None or empty under ``--m-grid exact``), or its ``default_ranges``
+    (``field``: counts whose tuned choice is torch's default, ``mgrid.default_ranges``; their solution reads
+    ``Default``, their note the reason); ``BadInput`` naming ``where`` and the record for one that is not a
+    range."""
     found = []
     for i, record in enumerate(records or ()):
         try:
             lo, hi = int(record["lo"]), int(record["hi"])
             if not 0 < lo <= hi:
                 raise ValueError(f"lo {lo}, hi {hi}: not 0 < lo <= hi")
-            found.append(m_range(str(record["key"]), str(record["solution"]), lo, hi, str(record.get("note") or "")))
+            if field == DEFAULT_RANGES:
+                solution, note = DEFAULT, str(record.get("why") or "")
+            else:
+                solution, note = str(record["solution"]), str(record.get("note") or "")
+            found.append(m_range(str(record["key"]), solution, lo, hi, note))
         except (KeyError, TypeError, ValueError, TunableOpFormatError) as err:
-            raise BadInput(f"{where}: m_ranges[{i}] is not a range record ({type(err).__name__}: {err})") from err
+            raise BadInput(f"{where}: {field}[{i}] is not a range record ({type(err).__name__}: {err})") from err
     return found
 
 

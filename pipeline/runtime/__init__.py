@@ -68,7 +68,7 @@ class Runtime:
         if self.consumer:
             return {**out, "installed": False, "consumer": self.consumer}
         router = self.router
-        fallbacks, missed = router.fallback_counts()
+        fallbacks, missed, defaulted = router.fallback_counts()
         tuned = router.tuned_calls()
         return {
             **out,
@@ -78,7 +78,8 @@ class Runtime:
             "tuned_calls": tuned,
             "fallbacks": fallbacks,
             "missed_calls": missed,  # calls without a row, by TunableOp key
-            "coverage": coverage(tuned, missed, self.table.meta),
+            "defaulted_calls": defaulted,  # calls at counts whose tuned choice is torch's default, by key
+            "coverage": coverage(tuned, missed, self.table.meta, defaulted),
             "untuned_keys": [key_text(k) for k in router.untuned],
             "startup": {"install_s": self.install_s, "plan_build_s": router.plan_build_s},
         }
@@ -94,26 +95,34 @@ class Runtime:
             _ACTIVE.clear()
 
 
-def coverage(tuned: dict[str, int], missed: dict[str, int], meta: dict) -> dict | None:
+def coverage(
+    tuned: dict[str, int], missed: dict[str, int], meta: dict, defaulted: dict[str, int] | None = None
+) -> dict | None:
     """Of the GEMM calls at keys the collection never saw (not in the manifest's ``collected``: token counts a
     serving grid covers, or nothing covers), the share that ran a tuned choice, by calls and by GEMM time (each
-    call weighed by its problem's roofline time on the tuned device: an estimate). None without ``collected``."""
+    call weighed by its problem's roofline time on the tuned device: an estimate). A tuned choice is a tuned
+    row's plan, or torch's default where the tuner measured it best for the call's token count (``defaulted``,
+    the manifest's ``default_ranges``: counted apart too). None without ``collected``."""
     if "collected" not in meta:
         return None
     from ..formats.tunableop import parse_key
 
     seen, device = set(meta["collected"]), tuned_device(meta) or ""
-    sums = {"unseen_calls": 0, "unseen_tuned_calls": 0, "unseen_us": 0.0, "unseen_tuned_us": 0.0}
-    ran = [(name.split(" ", 1)[1], n, True) for name, n in tuned.items() if " " in name]
-    for key, calls, was_tuned in [*ran, *((key, n, False) for key, n in missed.items())]:
+    sums = {name: 0 for name in ("unseen_calls", "unseen_tuned_calls", "unseen_default_calls")}
+    sums |= {"unseen_us": 0.0, "unseen_tuned_us": 0.0}
+    ran = [(name.split(" ", 1)[1], n, "plan") for name, n in tuned.items() if " " in name]
+    chosen = [(key, n, "default") for key, n in (defaulted or {}).items()]
+    for key, calls, choice in [*ran, *chosen, *((key, n, None) for key, n in missed.items())]:
         if key in seen:
             continue
         us = calls * parse_key(*key.split(",", 1)).floor_us(device)
         sums["unseen_calls"] += calls
         sums["unseen_us"] += us
-        if was_tuned:
+        if choice:
             sums["unseen_tuned_calls"] += calls
             sums["unseen_tuned_us"] += us
+        if choice == "default":
+            sums["unseen_default_calls"] += calls
     return with_shares(sums)
 
 
@@ -126,6 +135,11 @@ def coverage_line(coverage: dict | None) -> str:
         f"; coverage at token counts the collection never saw: {coverage['tuned_share_of_time']:.1%} of their GEMM "
         f"time (roofline estimate; {coverage['unseen_tuned_calls']} of {coverage['unseen_calls']} calls) ran a "
         "tuned choice"
+        + (
+            f" ({coverage['unseen_default_calls']} of them torch's default, measured best there)"
+            if coverage.get("unseen_default_calls")
+            else ""
+        )
     )
 
 

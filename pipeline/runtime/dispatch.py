@@ -41,7 +41,7 @@ import torch
 from ..formats.tunableop import format_key
 from .frame import gemm_key
 from .scaled import problem_of_call
-from .table import RuntimeKey, TunedTable, key_text, runtime_key
+from .table import TUNED_DEFAULT, RuntimeKey, TunedTable, key_text, runtime_key
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
 ROUTED_BY = {  # the aten ops routed, and the row ops their calls can run on (addmm: a bias copied into a gemm's output)
@@ -371,16 +371,19 @@ class Router:
         return BiasCopied(plan) if plan.accumulates else NO_ACCUMULATE
 
     # -- reporting -----------------------------------------------------------------------------------------
-    def fallback_counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Calls that went to torch, by reason, and the calls of those without a row by TunableOp key."""
+    def fallback_counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """Calls that went to torch, by reason; the calls of those without a row by TunableOp key; and of those,
+        by key, the ones whose token count the tuner settled on torch's default (``TUNED_DEFAULT``)."""
         reasons: Counter = Counter()
         missed: dict[str, int] = {}
+        defaulted: dict[str, int] = {}
         for text, calls in self.fallbacks.items():
             reason, _, key = text.partition(KEY_MARK)
             reasons[reason] += calls
             if key:
-                missed[key] = missed.get(key, 0) + calls
-        return dict(reasons), missed
+                counts = defaulted if reason == TUNED_DEFAULT else missed
+                counts[key] = counts.get(key, 0) + calls
+        return dict(reasons), missed, defaulted
 
     def tuned_calls(self) -> dict[str, int]:
         """Calls that ran a tuned plan, as ``"<solution> <TunableOp key>"``: the key the bundle's row has."""

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..formats.m_ranges import by_family, read_ranges
+from ..formats.m_ranges import DEFAULT_RANGES, by_family, read_ranges
 from ..formats.tunableop import DEFAULT, format_key, parse_key, read_file
 from ..kernels.support import unsupported_reason
 from ..kernels.triton_gemm import PREFIX as TRITON
@@ -32,6 +32,7 @@ RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
 NO_ROW = "no tuned row"
 OUTSIDE_RANGES = "outside every range (its weight is tuned at other token counts)"
+TUNED_DEFAULT = "torch's default, the tuned choice at this token count (the manifest's default_ranges)"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
 
 # (op, dtype, compute type, transa, transb, m, n, k, lda, ldb, ldc, batch): the BLAS call as torch keys it;
@@ -158,11 +159,24 @@ class TunedTable:
         self.solutions[key] = (moved, solution)
         return self.solutions[key]
 
+    @functools.cached_property
+    def defaulted(self) -> dict[GemmProblem, list[tuple[int, int]]]:
+        """The manifest's ``default_ranges`` by token family: the counts where Bench or Validate measured torch's
+        default best (``mgrid.default_ranges``)."""
+        records = read_ranges(self.meta.get(DEFAULT_RANGES), "the bundle's manifest", DEFAULT_RANGES)
+        return {family: [(r.lo, r.hi) for r in rows] for family, rows in by_family(records).items()}
+
     def miss(self, key: RuntimeKey) -> str:
-        """Why a call's key found no row: its weight has rows at other token counts, none at this one (outside
-        every range the bundle serves), or no row at all."""
-        family = problem_of(key).token_family()
-        return OUTSIDE_RANGES if family is not None and family in self.families else NO_ROW
+        """Why a call's key found no row: the tuner chose torch's default at its token count (a default range),
+        its weight has rows at other token counts, none at this one (outside every range the bundle serves), or
+        no row at all."""
+        problem = problem_of(key)
+        family = problem.token_family()
+        if family is None:
+            return NO_ROW
+        if any(lo <= problem.n <= hi for lo, hi in self.defaulted.get(family, ())):  # type: ignore[operator]
+            return TUNED_DEFAULT
+        return OUTSIDE_RANGES if family in self.families else NO_ROW
 
 
 def _why_not_routed(problem: GemmProblem, solution: str | None) -> str | None:

@@ -194,6 +194,7 @@ def manifest(
         "triton_kernels": kernels,
         "key_figures": {k: v for k, v in bundle_meta.items() if k in ("rows", "weighted_gemm_speedup")},
         "m_ranges": bundle_meta.get("m_ranges") or [],  # what the runtime looks an unseen M up in (runtime.table)
+        "default_ranges": bundle_meta.get("default_ranges") or [],  # where torch's default is the tuned choice
         "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
     }
     atomic_write_json(out / "manifest.json", data)

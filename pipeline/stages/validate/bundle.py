@@ -88,6 +88,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
     for record in ranges:
         if record["key"] in split:
             record["note"] = f"split: serves {record['lo']}-{record['hi']} ({split[record['key']]['why']})"
+    defaulted = mgrid.default_ranges(buckets_of(shapes), ranges, {row.key: why for row, why in result.dropped})
     pending = _pending(layout)
     settled: list[dict] = []
     out = layout.bundle
@@ -126,6 +127,7 @@ def write_bundle(run_dir: Path, result: GateResult, meta: dict, split: Mapping[s
                 "rows": len(entries),
                 "weighted_gemm_speedup": result.weighted_speedup,
                 "m_ranges": ranges,
+                "default_ranges": defaulted,  # counts whose tuned choice is torch's default (mgrid.default_ranges)
                 "collected": sorted(record.key for record in shapes if record.seen),  # what the workload ran
                 "own_kernel_rows": own_kernel_rows(run_dir, entries),
                 "dropped": [{"key": r.key, "reason": why} for r, why in result.dropped],

@@ -45,7 +45,7 @@ from .validate import tunableop_env
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
 RESOLVE = 0.03  # the end-to-end effect the A/B must resolve: the interval of its paired ratio no wider
 MORE_REPS = 4  # alternations run at most, per one asked, while the interval is wider than that
-COVERAGE_SUMS = ("unseen_calls", "unseen_tuned_calls", "unseen_us", "unseen_tuned_us")
+COVERAGE_SUMS = ("unseen_calls", "unseen_tuned_calls", "unseen_default_calls", "unseen_us", "unseen_tuned_us")
 STATUS_RECORDS = "runtime*.json"  # the tuned runs' status records (``status_records``)
 CHECKPOINT = "alternations.json"  # the finished alternations, so that a killed A/B resumes (``resumed``)
 HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
@@ -315,7 +315,7 @@ def coverage(records: list[dict]) -> dict | None:
     found = [status["coverage"] for status in records if status.get("coverage")]
     if not found:
         return None
-    return with_shares({name: sum(c[name] for c in found) for name in COVERAGE_SUMS})
+    return with_shares({name: sum(c.get(name, 0) for c in found) for name in COVERAGE_SUMS})
 
 
 def status_records(scratch: Path) -> list[dict]:
