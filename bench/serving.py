@@ -148,7 +148,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="llama3-8b,qwen2-7b")
     parser.add_argument("--dtypes", default="bf16,fp8")
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=0,
+        help="decoder layers (default 0: the released model's, whose decode steps spend their time on the GPU, "
+        "mostly in GEMMs; with 2 layers a step is mostly host time and tokens/s hardly sees the GEMMs: "
+        "docs/serving.md)",
+    )
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--max-seqs", type=int, default=32)
     parser.add_argument("--prompt-max", type=int, default=512)

@@ -92,3 +92,19 @@ def test_bad_counts_are_refused_by_the_command_line():
         cwd=ROOT,
     )
     assert done.returncode == 2 and "max-seqs" in done.stderr and "prompt-max/output-max below its min" in done.stderr
+
+
+def test_layers_zero_builds_the_released_depth_and_a_bad_count_is_refused():
+    from pipeline.workloads.hf import depth
+
+    assert (depth("qwen2-7b", 0), depth("llama3-8b", 0), depth("llama3-8b", 3)) == (28, 32, 3)
+    for arch, layers, said in (("llama", 0, "llama has no full depth recorded"), ("qwen2-7b", -1, "--layers -1")):
+        with pytest.raises(ValueError, match=said):
+            depth(arch, layers)
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.workloads.serve", "--arch", arch, "--layers", str(layers)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert done.returncode == 2 and said in done.stderr, done.stderr

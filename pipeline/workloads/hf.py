@@ -62,6 +62,7 @@ ARCHS: dict[str, dict] = {
         "config": "LlamaConfig",
         "head": "AutoModelForCausalLM",
         "dtype": "bfloat16",
+        "depth": 32,  # the released model's decoder layers: what --layers 0 builds
         "kw": {
             "hidden_size": 4096,
             "intermediate_size": 14336,
@@ -76,6 +77,7 @@ ARCHS: dict[str, dict] = {
         "config": "Qwen2Config",
         "head": "AutoModelForCausalLM",
         "dtype": "bfloat16",
+        "depth": 28,
         "kw": {
             "hidden_size": 3584,
             "intermediate_size": 18944,
@@ -131,8 +133,23 @@ _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def depth(arch: str, layers: int) -> int:
+    """``layers``, or where it is 0 the released model's depth (its decoder layers: a run whose GPU time is the
+    model's, mostly its GEMMs); ``ValueError`` for an arch without one recorded or a negative count."""
+    if layers > 0:
+        return layers
+    full = ARCHS[arch].get("depth")
+    if layers < 0 or not full:
+        raise ValueError(
+            f"--layers {layers}: give a positive count"
+            + ("" if layers < 0 else f" ({arch} has no full depth recorded)")
+        )
+    return full
+
+
 def build(arch: str, layers: int, dtype: str, device: str):
-    """The model of ``arch`` from its config, on ``device`` in ``dtype``, in eval mode."""
+    """The model of ``arch`` from its config, on ``device`` in ``dtype``, in eval mode (``layers`` 0: its full
+    depth, ``depth``)."""
     import torch
     import transformers
 
@@ -140,6 +157,7 @@ def build(arch: str, layers: int, dtype: str, device: str):
     config_class = getattr(transformers, spec["config"])
     probe = config_class()
     kw = dict(spec["kw"])
+    layers = depth(arch, layers)
     kw.update({key: layers for key in _LAYER_KEYS if hasattr(probe, key)})
     config = config_class(**kw)
     with torch.device(device):  # random init on the GPU: a billion-parameter model builds in seconds

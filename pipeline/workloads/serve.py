@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .hf import ARCHS, build
+from .hf import ARCHS, build, depth
 
 NO_GPU_EXIT_CODE = 3
 SERVED_ARCHS = ("llama", "mistral", "llama3-8b", "qwen2-7b")  # decoders of the Llama layout (q/k/v/o, gate/up/down)
@@ -319,7 +319,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--arch", choices=SERVED_ARCHS, default="llama")
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument(
+        "--layers", type=int, default=2, help="decoder layers; 0: the released model's (llama3-8b, qwen2-7b)"
+    )
     parser.add_argument("--dtype", choices=["bfloat16", "float16"], help="default: the arch's")
     parser.add_argument("--seed", type=int, default=0, help="the request mix")
     parser.add_argument("--requests", type=int, default=128, help="default: four per slot, so most steps saturate")
@@ -341,9 +343,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     bad = [
         name
-        for name in ("requests", "prompt_min", "output_min", "max_seqs", "max_batched_tokens", "repeat", "layers")
+        for name in ("requests", "prompt_min", "output_min", "max_seqs", "max_batched_tokens", "repeat")
         if getattr(args, name) < 1
     ]
+    try:
+        args.layers = depth(args.arch, args.layers)
+    except ValueError as err:
+        bad.append(str(err))
     if args.prompt_max < args.prompt_min or args.output_max < args.output_min:
         bad.append("prompt-max/output-max below its min")
     if args.max_seqs > CAPTURE_SIZES[-1]:
