@@ -473,6 +473,18 @@ def test_cli_child_processes_install_on_importing_torch(tmp_path):
     assert "gemm-tune runtime: not installed in process" in proc.stderr
 
 
+def test_cli_graphs_only_reaches_the_commands_child_processes(tmp_path):
+    echo = ["bash", "-c", "echo $GEMM_TUNE_RUNTIME_GRAPHS_ONLY $GEMM_TUNE_RUNTIME_ANY_DEVICE."]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path), "--graphs-only", "--", *echo],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "1 .", proc.stderr
+
+
 def test_cli_needs_a_command(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path)],
@@ -825,3 +837,57 @@ def test_the_runtime_routes_an_unseen_token_count_through_its_manifest_range(tmp
     }
     assert status["fallbacks"] == {"outside every range (its weight is tuned at other token counts)": 1}
     assert status["coverage"]["tuned_share_of_calls"] == pytest.approx(3 / 4)
+
+
+class _Graph:
+    """``torch.cuda.CUDAGraph``'s capture methods, on CPU: ``fail`` makes the next capture_begin raise."""
+
+    fail = False
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        if _Graph.fail:
+            raise RuntimeError("capture refused")
+
+    def capture_end(self):
+        pass
+
+
+@needs
+def test_graphs_only_routes_inside_a_capture_and_leaves_an_eager_call_to_torch(tmp_path, monkeypatch):
+    """``--graphs-only``: the kernels are registered only while a graph is captured, so an eager call never meets
+    the runtime (no count, torch's kernel), a captured call runs the plan, and a capture that fails to begin or
+    an uninstall leaves torch's kernels in place."""
+    import pipeline.runtime as rt
+
+    from .runtime_double import DoubleExecutor
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _Graph)
+    _rows(tmp_path / RESULTS, [("GemmTunableOp_BFloat16_TN", "tn_512_8_256_ld_256_256_512", SOLUTION)])
+    runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True, graphs_only=True)
+    x, w = torch.randn(8, 256).bfloat16(), torch.randn(512, 256).bfloat16()
+    try:
+        torch.nn.functional.linear(x, w)
+        assert runtime.router._lib is None and not runtime.status()["tuned_calls"]
+        assert not runtime.status()["fallbacks"]  # the runtime never saw it
+        graph = _Graph()
+        graph.capture_begin()
+        captured = torch.nn.functional.linear(x, w)
+        torch.nn.functional.linear(torch.randn(3, 256).bfloat16(), w)  # no row: torch's, counted
+        graph.capture_end()
+        torch.nn.functional.linear(x, w)
+        _Graph.fail = True
+        with pytest.raises(RuntimeError, match="capture refused"):
+            _Graph().capture_begin()
+        _Graph.fail = False
+        assert runtime.router._lib is None and runtime.capture_only.depth == 0
+        status = runtime.status()
+        from pipeline.runtime.__main__ import summary_line
+
+        line = summary_line(status)
+    finally:
+        rt.uninstall()
+    assert sum(status["tuned_calls"].values()) == 1 and sum(status["fallbacks"].values()) == 1
+    assert status["installed"] and status["graphs_only"] == {"captures": 2}
+    assert "(graphs only: routed inside 2 CUDA-graph captures); 1 calls ran a tuned algorithm" in line
+    torch.testing.assert_close(captured.float(), x.float() @ w.float().t(), rtol=2e-2, atol=2e-2)
+    assert _Graph.capture_begin.__qualname__ == "_Graph.capture_begin"  # uninstall put the class back

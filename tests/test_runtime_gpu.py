@@ -216,7 +216,10 @@ def test_settings_the_rows_were_not_tuned_under_fall_back(tuned):
     assert status["fallbacks"] == {"bf16 reduced-precision reduction off": 1, "no tuned row": 1}
 
 
-def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned):
+@pytest.mark.parametrize("graphs_only", [False, True], ids=["every-call", "graphs-only"])
+def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned, graphs_only):
+    """The captured call runs the tuned plan and its replays pass no Python; under ``graphs_only`` the eager
+    warm-up before the capture never meets the runtime."""
     import torch
     import torch.nn.functional as F
 
@@ -224,7 +227,7 @@ def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned):
 
     _tmp_path, csv, _ = tuned
     x, w = torch.randn(1, 4096, device="cuda").bfloat16(), torch.randn(6144, 4096, device="cuda").bfloat16()
-    runtime = rt.install(csv)
+    runtime = rt.install(csv, graphs_only=graphs_only)
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -240,7 +243,9 @@ def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned):
             x.normal_()
             graph.replay()
             results.append((x.clone(), out.clone()))
-        assert sum(runtime.status()["tuned_calls"].values()) == calls_after_capture == 2  # replays: no host call
+        expected = 1 if graphs_only else 2  # replays: no host call
+        assert sum(runtime.status()["tuned_calls"].values()) == calls_after_capture == expected
+        assert runtime.router._lib is None if graphs_only else runtime.router._lib is not None
     finally:
         rt.uninstall()
     for xi, got in results:
@@ -248,8 +253,10 @@ def test_cuda_graph_capture_replays_the_tuned_algorithm(tuned):
         assert float((got.float() - want.float()).norm() / want.float().norm()) < 1e-2
 
 
-def test_compiled_code_under_cuda_graphs_reaches_the_tuned_plans(tuned):
-    """torch.compile's reduce-overhead mode (Inductor's extern addmm.out, captured in a CUDA graph tree)."""
+@pytest.mark.parametrize("graphs_only", [False, True], ids=["every-call", "graphs-only"])
+def test_compiled_code_under_cuda_graphs_reaches_the_tuned_plans(tuned, graphs_only):
+    """torch.compile's reduce-overhead mode (Inductor's extern addmm.out, captured in a CUDA graph tree), also
+    where the runtime routes only inside captures (the graph tree's eager warm-up goes to torch)."""
     import torch
     import torch.nn.functional as F
 
@@ -259,8 +266,9 @@ def test_compiled_code_under_cuda_graphs_reaches_the_tuned_plans(tuned):
     g = torch.Generator("cuda").manual_seed(5)
     x, w, b = (torch.randn(*s, device="cuda", generator=g).bfloat16() for s in ((128, 768), (1536, 768), (1536,)))
     want = F.linear(x, w, b)
-    runtime = rt.install(csv)
+    runtime = rt.install(csv, graphs_only=graphs_only)
     try:
+        torch._dynamo.reset()  # each parametrisation compiles and captures its own graph
         graphed = torch.compile(lambda x: F.linear(x, w, b), mode="reduce-overhead")
         outs = [graphed(x).clone() for _ in range(4)]
         status = runtime.status()

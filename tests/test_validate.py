@@ -513,6 +513,7 @@ def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_i
     flat = {"tokens_speedup": 1.004, "noise": 0.01, "reps": 3}  # no gain beyond noise: the host may be why
     line = budget_line({**e2e, **flat, "host_budget": budget})
     assert "0.50 ms of host time a run against 0.20 ms of GPU time" in line and "CUDA graphs" in line
+    assert "the runtime with --graphs-only" in line
     gained = {"tokens_speedup": 1.08, "noise": 0.005, "reps": 3}  # graph replays saved what no status counts
     assert budget_line({**e2e, **gained, "host_budget": budget}) == ""
     paying = host_budget({**e2e, "calls_per_run": 10.0}, measured)

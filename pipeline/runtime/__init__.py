@@ -57,6 +57,7 @@ class Runtime:
     consumer: str | None = None  # set when TunableOp is the consumer and nothing was installed
     notes: list[str] = field(default_factory=list)
     install_s: float = 0.0  # install(): the table, the executor (nvmath's import), the kernels registered
+    capture_only: object = None  # graphs.CaptureOnly under ``graphs_only``: routes only inside a graph capture
 
     def status(self) -> dict:
         out = {
@@ -72,7 +73,8 @@ class Runtime:
         tuned = router.tuned_calls()
         return {
             **out,
-            "installed": router is not None and router._lib is not None,
+            "installed": router is not None and (router._lib is not None or self.capture_only is not None),
+            "graphs_only": None if self.capture_only is None else {"captures": self.capture_only.captures},
             "routed_ops": router.routed_ops(),  # the aten ops overridden: those the table has rows for
             "rows_rejected": {" ".join(map(str, k)): v for k, v in router.rejected.items()},
             "tuned_calls": tuned,
@@ -85,8 +87,11 @@ class Runtime:
         }
 
     def uninstall(self) -> None:
+        if self.capture_only is not None:
+            self.capture_only.uninstall()
+            self.capture_only = None
         if self.router is not None:
-            self.router.uninstall()
+            self.router.unregister()
             self.router.close()
         if self.executor is not None and hasattr(self.executor, "close"):
             self.executor.close()
@@ -161,10 +166,13 @@ def install(
     *,
     workspace_bytes: int | None = None,
     any_device: bool = False,
+    graphs_only: bool = False,
     executor=None,
     dispatch_key: str = "CUDA",
 ) -> Runtime:
-    """Route tuned GEMMs of ``bundle`` (a bundle or package directory, or a results CSV) through cuBLASLt.
+    """Route tuned GEMMs of ``bundle`` (a bundle or package directory, or a results CSV) through cuBLASLt;
+    ``graphs_only``: only the GEMMs captured into CUDA graphs (``graphs.CaptureOnly``: an eager call costs
+    nothing, for a workload whose eager part is host-bound).
 
     Raises ``DeviceMismatch`` when the bundle's manifest names another GPU model (``any_device`` overrides);
     ``executor``/``dispatch_key`` exist for tests (the CPU double under ``tests/``)."""
@@ -199,7 +207,14 @@ def install(
             raise DeviceMismatch(f"{message}; tune on this GPU, or pass any_device=True (--any-device)")
         runtime.notes.append(message)
     runtime.router = Router(table, executor, dispatch_key)
-    runtime.router.install()
+    if graphs_only:
+        from .graphs import CaptureOnly
+
+        runtime.router.build_own_kernels(executor.current_device())
+        runtime.capture_only = CaptureOnly(runtime.router)
+        runtime.capture_only.install()
+    else:
+        runtime.router.install()
     runtime.install_s = time.perf_counter() - start
     _ACTIVE.append(runtime)
     return runtime

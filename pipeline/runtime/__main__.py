@@ -1,4 +1,5 @@
-"""``python -m pipeline.runtime --bundle DIR [--status-file F] -- CMD...``: run CMD with the tuned GEMMs applied.
+"""``python -m pipeline.runtime --bundle DIR [--status-file F] [--graphs-only] -- CMD...``: run CMD with the tuned
+GEMMs applied (``--graphs-only``: only those captured into CUDA graphs; an eager call then costs nothing).
 
 CMD is ``script.py ARGS``, ``-m module ARGS`` or ``-c code`` (optionally after ``python``/``python3``), run in
 this process after ``install``; anything else (``bash run.sh``, ``torchrun ...``) runs as a child whose
@@ -22,6 +23,8 @@ from . import coverage_line
 
 BUNDLE_ENV = "GEMM_TUNE_RUNTIME_BUNDLE"
 STATUS_ENV = "GEMM_TUNE_RUNTIME_STATUS"
+GRAPHS_ONLY_ENV = "GEMM_TUNE_RUNTIME_GRAPHS_ONLY"
+ANY_DEVICE_ENV = "GEMM_TUNE_RUNTIME_ANY_DEVICE"
 AUTOLOAD = Path(__file__).parent / "autoload"
 TOOL_EXIT = 11  # as gemm-tune nightly: a tool (the GPU, nvmath-python) is missing or failed
 
@@ -47,8 +50,11 @@ def summary_line(status: dict) -> str:
         return f"gemm-tune runtime: not installed: {status.get('consumer') or 'uninstalled'}"
     tuned = sum(status["tuned_calls"].values())
     fallbacks = ", ".join(f"{n} {reason}" for reason, n in sorted(status["fallbacks"].items(), key=lambda x: -x[1]))
+    graphs = status.get("graphs_only")
     return (
-        f"gemm-tune runtime: {status['tuned_rows']} tuned rows from {status['source']}; {tuned} calls ran a "
+        f"gemm-tune runtime: {status['tuned_rows']} tuned rows from {status['source']}"
+        + (f" (graphs only: routed inside {graphs['captures']} CUDA-graph captures)" if graphs else "")
+        + f"; {tuned} calls ran a "
         f"tuned algorithm ({len(status['tuned_calls'])} problems); to torch: {fallbacks or 'none'}"
         + (f"; rejected rows: {len(status['rows_rejected'])}" if status["rows_rejected"] else "")
         + coverage_line(status.get("coverage"))
@@ -93,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
         print(
-            "usage: python -m pipeline.runtime --bundle DIR [--status-file F] [--any-device] -- CMD...", file=sys.stderr
+            "usage: python -m pipeline.runtime --bundle DIR [--status-file F] [--any-device] [--graphs-only] -- CMD...",
+            file=sys.stderr,
         )
         return 2
     split = argv.index("--")
@@ -103,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bundle", type=Path, required=True, help="bundle or package dir, or a results CSV")
     parser.add_argument("--status-file", type=Path, help="write what the runtime did here (JSON) at exit")
     parser.add_argument("--any-device", action="store_true", help="apply rows tuned on another GPU model")
+    parser.add_argument(
+        "--graphs-only",
+        action="store_true",
+        help="route only the GEMMs captured into CUDA graphs: an eager call never meets the runtime (for a "
+        "workload whose eager part is host-bound, as the end-to-end report says)",
+    )
     args = parser.parse_args(argv[:split])
     command = argv[split + 1 :]
     if not command:
@@ -111,15 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = command[1:]
     if not (command[0] in ("-m", "-c") or command[0].endswith(".py")):
         env = child_env(args.bundle, args.status_file)
-        if args.any_device:
-            env["GEMM_TUNE_RUNTIME_ANY_DEVICE"] = "1"
+        for flag, name in ((args.any_device, ANY_DEVICE_ENV), (args.graphs_only, GRAPHS_ONLY_ENV)):
+            if flag:
+                env[name] = "1"
         # the user's command stays in this process group, as a plain launcher leaves it (Ctrl-C reaches it);
         # under the pipeline this whole process runs in a group of its own that dies with the run (procs)
         return subprocess.run(command, env=env, check=False).returncode
     from . import install
 
     try:
-        runtime = install(args.bundle, any_device=args.any_device)
+        runtime = install(args.bundle, any_device=args.any_device, graphs_only=args.graphs_only)
     except (ImportError, RuntimeError, OSError, ValueError) as err:  # missing GPU/nvmath, bad bundle, other GPU
         print(f"gemm-tune runtime: cannot apply {args.bundle}: {err}", file=sys.stderr)
         return TOOL_EXIT

@@ -41,10 +41,14 @@ def _record_now(directory: str) -> None:
 
 def _apply_now() -> None:
     from . import install
-    from .__main__ import BUNDLE_ENV, STATUS_ENV, report
+    from .__main__ import ANY_DEVICE_ENV, BUNDLE_ENV, GRAPHS_ONLY_ENV, STATUS_ENV, report
 
     try:
-        runtime = install(os.environ[BUNDLE_ENV], any_device=bool(os.environ.get("GEMM_TUNE_RUNTIME_ANY_DEVICE")))
+        runtime = install(
+            os.environ[BUNDLE_ENV],
+            any_device=bool(os.environ.get(ANY_DEVICE_ENV)),
+            graphs_only=bool(os.environ.get(GRAPHS_ONLY_ENV)),
+        )
     except (RuntimeError, ImportError) as err:  # e.g. a CPU-only helper process of the command
         print(f"gemm-tune runtime: not installed in process {os.getpid()}: {err}", file=sys.stderr)
         return

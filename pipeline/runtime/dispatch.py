@@ -198,6 +198,7 @@ class Router:
         self.untuned: dict[RuntimeKey, None] = {}  # keys of calls that found no tuned row, in the order met
         self.plan_build_s = 0.0  # time spent building plans (once per row and device): a fixed cost of the run
         self._lib: torch.library.Library | None = None
+        self._torch_kernels: dict[str, Callable] | None = None
         self._keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, dispatch_key))
         self.lt_disabled = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"  # torch reads it once, as here
         self._route = self._router()
@@ -205,12 +206,22 @@ class Router:
 
     # -- registration --------------------------------------------------------------------------------------
     def install(self) -> None:
+        """``register`` the kernels and build this project's Triton kernels now."""
+        self.register()
+        self.build_own_kernels(self.executor.current_device())
+
+    def register(self) -> None:
         """Override the kernels of the ops the table has rows for (``ROUTED_BY``), and their ``.out`` overloads,
         which compiled code calls (Inductor's extern kernels). An op with no row keeps torch's own kernel: its
-        calls pay nothing for the runtime."""
+        calls pay nothing for the runtime. ``unregister`` puts torch's back (the plans and counts stay)."""
+        if self._lib is not None:
+            return
         ops = self.routed_ops()
         names = [*ops, *(f"{name}.out" for name in ops)]
-        kernels = {name: torch.library.get_kernel(f"aten::{name}", self.dispatch_key).call_boxed for name in names}
+        if self._torch_kernels is None:  # torch's own, fetched before ours first replaces them
+            get = torch.library.get_kernel
+            self._torch_kernels = {name: get(f"aten::{name}", self.dispatch_key).call_boxed for name in names}
+        kernels = self._torch_kernels
         makers = {
             "mm": lambda fallback: self._product("gemm", fallback),
             "addmm": self._addmm,
@@ -223,7 +234,6 @@ class Router:
             for name in names:
                 lib.impl(name, makers[name.removesuffix(".out")](kernels[name]), self.dispatch_key)
         self._lib = lib
-        self.build_own_kernels(self.executor.current_device())
 
     def routed_ops(self) -> list[str]:
         """The aten ops whose calls can find a row of this table (``ROUTED_BY``, in its order)."""
@@ -237,7 +247,7 @@ class Router:
         for key, found in self.table.triton_solutions().items():
             self._build(key, found, device)
 
-    def uninstall(self) -> None:
+    def unregister(self) -> None:
         if self._lib is not None:
             self._lib._destroy()
             self._lib = None

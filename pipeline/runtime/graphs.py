@@ -1,5 +1,5 @@
 """Count CUDA-graph replays in a workload under collection, so that a GEMM captured once weighs as often as it
-runs.
+runs; and route GEMMs through the runtime only while a graph is captured (``CaptureOnly``).
 
 Under CUDA graphs (``torch.compile(mode="reduce-overhead")``, ``torch.cuda.graph``) a GEMM goes through the
 dispatcher, and through TunableOp's lookup, only while its graph is captured; every replay runs its kernel
@@ -103,3 +103,60 @@ class GraphCounter:
         """The replays of every graph captured in this process (at exit)."""
         for graph in self._named:
             self.say(f"{MARK} {graph} replayed {self.replays[graph]}")
+
+
+class CaptureOnly:
+    """The runtime's ``--graphs-only`` mode: the router's kernels are registered while a CUDA graph is captured
+    and torch's put back when the capture ends (``torch.cuda.CUDAGraph.capture_begin``/``capture_end``, which
+    ``torch.cuda.graph`` and Inductor's cudagraph trees call), so a graph's GEMMs replay the tuned choices and an
+    eager call outside a capture never meets the runtime: no host cost at all (docs/serving.md). While a capture
+    is open, GEMMs that other threads run eagerly are routed too: the dispatcher is process-wide."""
+
+    def __init__(self, router) -> None:
+        self.router = router
+        self.depth = 0  # captures open (nested captures register once)
+        self.captures = 0
+        self._saved: tuple | None = None
+
+    def install(self) -> None:
+        import torch
+
+        graph_class = torch.cuda.CUDAGraph
+        begin, end = graph_class.capture_begin, graph_class.capture_end
+        gate = self
+
+        def capture_begin(graph, *args, **kwargs):
+            gate.enter()
+            try:
+                return begin(graph, *args, **kwargs)
+            except BaseException:
+                gate.leave()
+                raise
+
+        def capture_end(graph, *args, **kwargs):
+            try:
+                return end(graph, *args, **kwargs)
+            finally:
+                gate.leave()
+
+        graph_class.capture_begin, graph_class.capture_end = capture_begin, capture_end
+        self._saved = (graph_class, begin, end)
+
+    def enter(self) -> None:
+        if self.depth == 0:
+            self.router.register()
+        self.depth += 1
+        self.captures += 1
+
+    def leave(self) -> None:
+        self.depth = max(self.depth - 1, 0)
+        if self.depth == 0:
+            self.router.unregister()
+
+    def uninstall(self) -> None:
+        if self._saved is not None:
+            graph_class, begin, end = self._saved
+            graph_class.capture_begin, graph_class.capture_end = begin, end
+            self._saved = None
+        self.depth = 0
+        self.router.unregister()

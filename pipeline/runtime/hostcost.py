@@ -58,17 +58,17 @@ def measure(
             return {"skipped": call, "routed_ops": ops}
         what, run = call
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-        router.uninstall()  # torch alone; the plans stay built, so toggling the kernels costs no start-up
+        router.unregister()  # torch alone; the plans stay built, so toggling the kernels costs no start-up
         for r in range(rounds + 1):  # round 0 warms both up, unrecorded
             for arm in ("torch", "runtime") if r % 2 else ("runtime", "torch"):
                 if arm == "runtime":
-                    router.install()
+                    router.register()
                 value = issue_us(run, calls, sync)
                 if arm == "runtime":
-                    router.uninstall()
+                    router.unregister()
                 if r:
                     samples[arm].append(value)
-        router.install()  # as rt.install left it, for its uninstall
+        router.register()  # as rt.install left it, for its uninstall
         status = runtime.status()
     finally:
         rt.uninstall()

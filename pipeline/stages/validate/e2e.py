@@ -272,8 +272,9 @@ def budget_line(e2e: dict) -> str:
         f"; the runtime's dispatch costs {budget['host_us_per_run'] / 1e3:.2f} ms of host time a run against "
         f"{budget['gpu_saved_us_per_run'] / 1e3:.2f} ms of GPU time its rows save: where the GPU waits on the host "
         "(eager decode) this bundle cannot pay through pipeline.runtime; run the workload with CUDA graphs "
-        "(torch.compile mode reduce-overhead, or a server's graph decode) or let TunableOp apply the rows "
-        "(torch >= 2.14) rather than ship it for an eager run"
+        "(torch.compile mode reduce-overhead, or a server's graph decode) and the runtime with --graphs-only, "
+        "which leaves every eager call to torch at no cost, or let TunableOp apply the rows (torch >= 2.14) "
+        "rather than ship it for an eager run"
     )
 
 
