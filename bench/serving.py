@@ -63,6 +63,7 @@ def job_command(model: str, dtype: str, workdir: Path, args: argparse.Namespace)
         "--e2e-cmd", serve_command(model, dtype, 2, args, "--repeat 3"),
         "--m-grid", args.m_grid, "--gpus", str(args.gpus), "--allow-e2e-regression",
         "--e2e-reps", str(args.e2e_reps), "--validate-rounds", str(args.validate_rounds),
+        *(["--e2e-graphs-only"] if args.graphs_only else []),
     ]  # fmt: skip
 
 
@@ -133,6 +134,7 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         args.eager_reps,
         args.timeout,
         via="runtime",
+        runtime_flags=("--graphs-only",) if args.graphs_only else (),
     )
     job = {
         "verdict": summary.get("verdict"),
@@ -163,6 +165,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-batched-tokens", type=int, default=512)
     parser.add_argument("--m-grid", default="serving")
     parser.add_argument("--gpus", type=int, default=0, help="Bench's GPUs (0: every visible one)")
+    parser.add_argument(
+        "--graphs-only",
+        action="store_true",
+        help="apply the bundle with pipeline.runtime --graphs-only in both arms (the job's --e2e-graphs-only): "
+        "only the GEMMs captured into CUDA graphs are routed, so eager decode meets no runtime",
+    )
     parser.add_argument("--eager-reps", type=int, default=3)
     parser.add_argument("--e2e-reps", type=int, default=3, help="the job's end-to-end alternations (at least)")
     parser.add_argument("--validate-rounds", type=int, default=7, help="the job's interleaved rounds per GEMM")

@@ -419,6 +419,7 @@ class Validate(ValidateParameters, StackBound):
             e2e_gpus=self.gpus,
             embedded_args=embedded_args(self),
             allow_e2e_regression=self.allow_e2e_regression,
+            e2e_graphs_only=self.e2e_graphs_only,
         )
         accept(self.stage_dir(""), self.stack(), settings, progress, self.set_status_message)
 

@@ -103,5 +103,10 @@ def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
     assert "bundle refused end to end" in report
     row = next(line for line in report.splitlines() if line.startswith("| gemm ") and "x" in line)
     assert row.rstrip().endswith("` |"), "the label leads, the TunableOp key has its own column"
-    allowed = run_amd_dag(tmp_path, "e", "", "TuneWorkload", *extra, "--allow-e2e-regression", untuned=few)
+    assert json.loads((run / "bundle.refused" / "manifest.json").read_text())["runtime_flags"] == []
+    allowed = run_amd_dag(
+        tmp_path, "e", "", "TuneWorkload", *extra, "--allow-e2e-regression", "--e2e-graphs-only", untuned=few
+    )
     assert "end to end: wall x0." in allowed.stdout and (run / "bundle" / "manifest.json").exists()
+    manifest = json.loads((run / "bundle" / "manifest.json").read_text())
+    assert manifest["runtime_flags"] == ["--graphs-only"]  # what the package then prints with the runtime

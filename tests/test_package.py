@@ -92,6 +92,13 @@ def test_a_cuda_package_for_torch_before_2_14_leaves_out_what_it_cannot_dispatch
     from pipeline.runtime.table import load_table
 
     assert len(load_table(out)) == 2  # the runtime finds them in the package directory
+    assert "--graphs-only" not in readme
+    manifest_path = run / "bundle" / "manifest.json"  # a bundle Validate proved through runtime --graphs-only
+    manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "runtime_flags": ["--graphs-only"]}))
+    write_package(run, tmp_path / "dist", STACK, devices=2)
+    readme = (out / "README.md").read_text()
+    assert f"python -m pipeline.runtime --bundle /opt/gemm-tune/{STACK.fingerprint} --graphs-only -- " in readme
+    assert "Validate proved the bundle with --graphs-only" in readme
 
 
 TRITON = "triton_r16c64k256_s2_g8_w4_st4"

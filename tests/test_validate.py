@@ -186,9 +186,13 @@ def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp
     wrapper.write_text(
         "import os, sys\nos.environ['UNDER_RUNTIME'] = sys.argv[1]\nos.execv(sys.argv[2], sys.argv[2:])\n"
     )
-    monkeypatch.setattr(
-        e2e, "runtime_command", lambda cmd, bundle, status: [sys.executable, str(wrapper), str(bundle), *cmd]
-    )
+    flags_seen = []
+
+    def under_runtime(cmd, bundle, status, flags=()):
+        flags_seen.append(tuple(flags))
+        return [sys.executable, str(wrapper), str(bundle), *cmd]
+
+    monkeypatch.setattr(e2e, "runtime_command", under_runtime)
     script = tmp_path / "workload.py"
     script.write_text(
         "import os\nfile, runtime = os.environ.get('PYTORCH_TUNABLEOP_FILENAME'), os.environ.get('UNDER_RUNTIME')\n"
@@ -201,7 +205,16 @@ def test_the_tuned_arm_of_both_consumers_has_tunableops_file_and_the_runtime(tmp
     csv.write_text("Validator,PT_VERSION,2.14.0\n")
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "runtime.1234.json").write_text("{}")  # an earlier attempt's status: not these runs'
-    out = ab_test([sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=60, via=TUNABLEOP_AND_RUNTIME)
+    out = ab_test(
+        [sys.executable, str(script)],
+        csv,
+        tmp_path / "s",
+        reps=2,
+        timeout_s=60,
+        via=TUNABLEOP_AND_RUNTIME,
+        runtime_flags=e2e.runtime_flags(graphs_only=True),
+    )
+    assert flags_seen == [("--graphs-only",)]
     assert not list((tmp_path / "s").glob("runtime*.json"))
     assert out["tokens_speedup"] == pytest.approx(1.1) and out["via"] == TUNABLEOP_AND_RUNTIME
     assert out["kernels"] == str((tmp_path / "s" / "kernels").absolute())  # what a package ships
@@ -213,6 +226,8 @@ def test_runtime_arm_runs_the_command_under_pipeline_runtime(tmp_path):
     assert command[:3] == [sys.executable, "-m", "pipeline.runtime"]
     assert command[command.index("--bundle") + 1] == str((tmp_path / "bundle").absolute())
     assert command[command.index("--") + 1 :] == ["bash", "-c", "python3 w.py"]
+    flagged = runtime_command(["w"], tmp_path / "bundle", tmp_path / "s.json", ("--graphs-only",))
+    assert flagged[flagged.index("--") - 1 :] == ["--graphs-only", "--", "w"]
 
 
 def test_e2e_summary_line_gives_tokens_per_s_with_the_noise():

@@ -148,6 +148,12 @@ class ValidateParameters:
         description="ship a bundle even when the workload ran slower with it end to end (beyond the run-to-run spread, "
         "or its whole paired interval under x1.00)",
     )
+    e2e_graphs_only = luigi.BoolParameter(
+        default=False,
+        description="the end-to-end A/B applies the bundle through pipeline.runtime --graphs-only (only the GEMMs "
+        "captured into CUDA graphs are routed, an eager call costs nothing), and the package's command says so: "
+        "for a workload whose eager part is host-bound (the report says when)",
+    )
     e2e_cmd = luigi.Parameter(
         default="",
         description="the workload the end-to-end A/B runs (default: --workload-cmd); a serving workload on another "
@@ -161,6 +167,7 @@ class ValidateParameters:
         "margin",
         "workload_cmd",
         "e2e_cmd",
+        "e2e_graphs_only",
         "fp8",
         "allow_e2e_regression",
     )

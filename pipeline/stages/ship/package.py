@@ -151,6 +151,11 @@ def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -
     return env
 
 
+def bundle_flags(bundle: Path) -> list[str]:
+    """The options the bundle's end-to-end A/B ran ``python -m pipeline.runtime`` with (``e2e.runtime_flags``)."""
+    return list(json.loads((bundle / "manifest.json").read_text()).get("runtime_flags") or [])
+
+
 def m_ranges(bundle: Path) -> list[dict]:
     """The bundle's M ranges (``manifest.json``'s ``m_ranges``; none under ``--m-grid exact``)."""
     return json.loads((bundle / "manifest.json").read_text()).get("m_ranges") or []
@@ -255,6 +260,7 @@ def write_package(
             "wheel": wheel,
             "nvmath": nvmath_requirement(),
             "kernels": KERNELS if kernels and kernels.get("entries") else None,
+            "runtime_flags": bundle_flags(bundle),  # as Validate's A/B applied the rows
         }
         templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True

@@ -42,6 +42,7 @@ class AcceptanceSettings:
     e2e_gpus: int = 0  # GPUs the workload sees (0: every visible one)
     embedded_args: tuple[str, ...] = ()  # the embedded workload's own options (--fp8)
     allow_e2e_regression: bool = False  # accept a bundle whose end-to-end figure regressed beyond noise
+    e2e_graphs_only: bool = False  # the runtime arm routes only inside CUDA-graph captures (runtime --graphs-only)
 
 
 class EndToEndRefused(Refused):
@@ -83,7 +84,12 @@ def accept(
         bundle.write_bundle(
             run_dir,
             result,
-            {"runtime": runtime, "fingerprint": stack.fingerprint, "stack": stack.facts},
+            {
+                "runtime": runtime,
+                "fingerprint": stack.fingerprint,
+                "stack": stack.facts,
+                "runtime_flags": list(e2e.runtime_flags(settings.e2e_graphs_only)),  # as the A/B applied it
+            },
             split=held["split"],
         )
     triton_rows = result.passed and any(r.solution.startswith(TRITON) for r in result.kept)  # the bundle's rows
@@ -103,6 +109,7 @@ def accept(
                 settings.workload_timeout_s,
                 gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
                 via=via,
+                runtime_flags=e2e.runtime_flags(settings.e2e_graphs_only),
             )
     measured_us = {row.key: (row.baseline.median, row.tuned.median) for row in rows}
     budget = e2e.host_budget(outcome, measured_us)

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ... import procs
@@ -109,8 +110,14 @@ def skip_reason(
     return reason
 
 
-def runtime_command(command: list[str], bundle_dir: Path, status_file: Path) -> list[str]:
-    """``command`` run under pipeline.runtime with the bundle applied (status written to ``status_file``)."""
+def runtime_flags(graphs_only: bool) -> tuple[str, ...]:
+    """The options of ``python -m pipeline.runtime`` the A/B applies the bundle with, and the package prints."""
+    return ("--graphs-only",) if graphs_only else ()
+
+
+def runtime_command(command: list[str], bundle_dir: Path, status_file: Path, flags: Sequence[str] = ()) -> list[str]:
+    """``command`` run under pipeline.runtime with the bundle applied (status written to ``status_file``;
+    ``flags``: ``runtime_flags``)."""
     return [
         sys.executable,
         "-m",
@@ -119,6 +126,7 @@ def runtime_command(command: list[str], bundle_dir: Path, status_file: Path) -> 
         str(Path(bundle_dir).absolute()),
         "--status-file",
         str(Path(status_file).absolute()),
+        *flags,
         "--",
         *command,
     ]
@@ -139,11 +147,13 @@ def ab_test(
     env: dict[str, str] | None = None,
     via: str = "tunableop",
     max_reps: int | None = None,
+    runtime_flags: Sequence[str] = (),
 ) -> dict:
     """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...), and more, up to
     ``max_reps`` (default ``MORE_REPS`` x ``reps``), until the interval of the paired ratio resolves a 3% effect
     (``resolved``); medians, spread and that interval. ``via``: ``tunableop`` points torch at the bundle's
-    results, ``runtime`` runs under pipeline.runtime, and ``TUNABLEOP_AND_RUNTIME`` does both."""
+    results, ``runtime`` runs under pipeline.runtime (with ``runtime_flags``), and ``TUNABLEOP_AND_RUNTIME`` does
+    both."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -153,7 +163,7 @@ def ab_test(
         tuned_env = {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
     kernels = (scratch / KERNELS).absolute()  # the runtime compiles the Triton rows' kernels here: a package ships them
     if via != "tunableop":
-        tuned_command = runtime_command(command, Path(bundle_csv).parent, status)
+        tuned_command = runtime_command(command, Path(bundle_csv).parent, status, runtime_flags)
         tuned_env = {**tuned_env, CACHE_ENV: str(kernels)}
     envs = {"baseline": base_env, "tuned": tuned_env}
     envs = {
