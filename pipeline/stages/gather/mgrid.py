@@ -36,7 +36,7 @@ EXACT, SERVING = "exact", "serving"
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner is compiled for its own sizes: it serves its M alone"
-SECONDS_PER_PROBLEM = 6.0  # Bench's wall time per GEMM on one H100, cuBLASLt with Triton (docs/serving.md)
+SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
 
 GridSpec = str | tuple[int, ...]
 
