@@ -867,6 +867,9 @@ def test_graphs_only_routes_inside_a_capture_and_leaves_an_eager_call_to_torch(t
     x, w = torch.randn(8, 256).bfloat16(), torch.randn(512, 256).bfloat16()
     try:
         torch.nn.functional.linear(x, w)
+        from pipeline.runtime.__main__ import summary_line
+
+        assert "no CUDA graph was captured, so nothing was routed" in summary_line(runtime.status())
         assert runtime.router._lib is None and not runtime.status()["tuned_calls"]
         assert not runtime.status()["fallbacks"]  # the runtime never saw it
         graph = _Graph()
@@ -881,8 +884,6 @@ def test_graphs_only_routes_inside_a_capture_and_leaves_an_eager_call_to_torch(t
         _Graph.fail = False
         assert runtime.router._lib is None and runtime.capture_only.depth == 0
         status = runtime.status()
-        from pipeline.runtime.__main__ import summary_line
-
         line = summary_line(status)
     finally:
         rt.uninstall()

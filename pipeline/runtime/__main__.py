@@ -54,6 +54,7 @@ def summary_line(status: dict) -> str:
     return (
         f"gemm-tune runtime: {status['tuned_rows']} tuned rows from {status['source']}"
         + (f" (graphs only: routed inside {graphs['captures']} CUDA-graph captures)" if graphs else "")
+        + ("; no CUDA graph was captured, so nothing was routed" if graphs and not graphs["captures"] else "")
         + f"; {tuned} calls ran a "
         f"tuned algorithm ({len(status['tuned_calls'])} problems); to torch: {fallbacks or 'none'}"
         + (f"; rejected rows: {len(status['rows_rejected'])}" if status["rows_rejected"] else "")
