@@ -248,19 +248,20 @@ def spread(
 def default_ranges(
     buckets: Mapping[str, tuple[int, int]], served: Sequence[Mapping], why: Mapping[str, str]
 ) -> list[dict]:
-    """The token counts whose tuned choice is torch's default: the whole bucket of a grid row the gate did not
-    keep (``why``: grid key -> the gate's reason; Bench found nothing that beat the default by the margin at
-    the grid point), and the counts below a kept row's range where Bench's bucket scoring or Validate's held-out
-    counts found its winner losing to the default (``served``: the ranges ``spread`` wrote, narrowed). A Triton
-    winner's narrowing is not one of them: its neighbours were never measured. The runtime counts a call in one
-    of these as a tuned choice (docs/serving.md, coverage); the libraries need no row for them (a miss runs the
-    default)."""
+    """The token counts whose tuned choice is torch's default: the whole bucket of a grid row the gate measured
+    and dropped (``why``: grid key -> the gate's reason, e.g. nothing beat the default by the margin at the grid
+    point), and the counts below a kept row's range where Bench's bucket scoring or Validate's held-out counts
+    found its winner losing to the default (``served``: the ranges ``spread`` wrote, narrowed). A grid row the
+    gate never saw (Bench failed on it) and a Triton winner's narrowing are not among them: nothing was measured
+    there. The runtime counts a call in one of these as a tuned choice (docs/serving.md, coverage); the
+    libraries need no row for them (a miss runs the default)."""
     kept = {record["key"]: record for record in served}
     found = []
     for key, (lo, hi) in sorted(buckets.items()):
         record = kept.get(key)
         if record is None:
-            found.append({"key": key, "lo": lo, "hi": hi, "why": why.get(key, "no row kept")})
+            if key in why:
+                found.append({"key": key, "lo": lo, "hi": hi, "why": why[key]})
         elif int(record["lo"]) > lo and not str(record.get("note", "")).startswith(TRITON_NARROWED):
             reason = str(record.get("note") or "its winner lost to the default below its range")
             found.append({"key": key, "lo": lo, "hi": int(record["lo"]) - 1, "why": reason})
