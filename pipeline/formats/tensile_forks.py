@@ -181,23 +181,14 @@ def plan_forks(
     one_lds_buffers: Sequence[int] | None = None,
 ) -> ForkPlan:
     """Every (instruction, DepthU[, 1LDSBuffer]) group (``1LDSBuffer`` where the preset forks it), split into those
-    TensileLite keeps under each PrefetchGlobalRead the config sets and those it would reject."""
-    kept, pruned = [], []
-    for instruction in instructions:
-        for depth_u in depth_us:
-            for one in one_lds_buffers if one_lds_buffers is not None else (None,):
-                pair = {"MatrixInstruction": list(instruction), "DepthU": depth_u}
-                pair |= {} if one is None else {"1LDSBuffer": one}
-                reasons = (
-                    fork_refusal(data_type, trans_a, trans_b, instruction, depth_u, lds_limit, prefetch, bool(one))
-                    for prefetch in prefetch_global_reads
-                )
-                why = next((r for r in reasons if r), None)
-                if why:
-                    pruned.append((pair, why))
-                else:
-                    kept.append(pair)
-    return ForkPlan(kept, pruned)
+    TensileLite keeps under each PrefetchGlobalRead the config sets and those it would reject (``plan_groups``)."""
+    groups = [
+        {"MatrixInstruction": list(instruction), "DepthU": depth_u} | ({} if one is None else {"1LDSBuffer": one})
+        for instruction in instructions
+        for depth_u in depth_us
+        for one in (one_lds_buffers if one_lds_buffers is not None else (None,))
+    ]
+    return plan_groups(data_type, trans_a, trans_b, groups, lds_limit, prefetch_global_reads)
 
 
 def plan_groups(

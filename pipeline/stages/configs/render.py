@@ -237,11 +237,16 @@ def _tensile_problem_type(problem: GemmProblem, generation: str) -> dict:
     }
 
 
-def _matrix_instructions(preset: dict, data_type: str) -> list | None:
-    """The preset's MatrixInstruction rows for ``data_type``: every FP8 letter (F8, B8, F8B8, their N forms)
-    shares the preset's ``f8`` rows."""
-    table = preset.get("matrix_instructions") or {}
+def _for_data_type(preset: dict, section: str, data_type: str) -> list | None:
+    """The preset's ``section`` entry for ``data_type``: every FP8 letter (F8, B8, F8B8, their N forms) shares the
+    section's ``f8`` entry."""
+    table = preset.get(section) or {}
     return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
+
+
+def _matrix_instructions(preset: dict, data_type: str) -> list | None:
+    """The preset's MatrixInstruction rows for ``data_type``."""
+    return _for_data_type(preset, "matrix_instructions", data_type)
 
 
 def presets_file(templates: Path) -> Path:
@@ -254,9 +259,8 @@ def _preset_values(preset: dict, section: str, name: str) -> list:
 
 
 def _groups(preset: dict, data_type: str) -> list | None:
-    """The preset's explicit fork groups for ``data_type`` (every FP8 letter shares ``f8``'s), if it lists any."""
-    table = preset.get("groups") or {}
-    return table.get("f8" if data_type not in TENSILE_TYPES.values() else data_type)
+    """The preset's explicit fork groups for ``data_type``, if it lists any."""
+    return _for_data_type(preset, "groups", data_type)
 
 
 def _fork_plan(preset: dict, settings: ConfigSettings, problem_type: dict, instructions: list | None) -> ForkPlan:

@@ -262,7 +262,7 @@ def default_ranges(
         if record is None:
             if key in why:
                 found.append({"key": key, "lo": lo, "hi": hi, "why": why[key]})
-        elif int(record["lo"]) > lo and not str(record.get("note", "")).startswith(TRITON_NARROWED):
+        elif int(record["lo"]) > lo and not str(record["solution"]).startswith(TRITON):
             reason = str(record.get("note") or "its winner lost to the default below its range")
             found.append({"key": key, "lo": lo, "hi": int(record["lo"]) - 1, "why": reason})
     return found

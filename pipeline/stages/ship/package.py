@@ -97,7 +97,7 @@ def sort_rows(bundle: Path) -> Rows:
                 runtime_rows.append(entry)  # torch cannot dispatch it; pipeline.runtime can
         else:
             servable.append(entry)
-    runtime_rows = mgrid.unspread(runtime_rows, m_ranges(bundle))  # the runtime finds a call's M range itself
+    runtime_rows = mgrid.unspread(runtime_rows, bundle_meta(bundle).get("m_ranges") or [])  # the runtime finds M ranges
     return Rows(results.validators, platform, torch_version, servable, unservable, runtime_rows)
 
 
@@ -151,14 +151,11 @@ def environment(rows: Rows, install: str, override: bool, compile_logic: bool) -
     return env
 
 
-def bundle_flags(bundle: Path) -> list[str]:
-    """The options the bundle's end-to-end A/B ran ``python -m pipeline.runtime`` with (``e2e.runtime_flags``)."""
-    return list(json.loads((bundle / "manifest.json").read_text()).get("runtime_flags") or [])
-
-
-def m_ranges(bundle: Path) -> list[dict]:
-    """The bundle's M ranges (``manifest.json``'s ``m_ranges``; none under ``--m-grid exact``)."""
-    return json.loads((bundle / "manifest.json").read_text()).get("m_ranges") or []
+def bundle_meta(bundle: Path) -> dict:
+    """The bundle's ``manifest.json``, read where the package needs its M ranges (``m_ranges``, none under
+    ``--m-grid exact``) and the options its end-to-end A/B ran ``python -m pipeline.runtime`` with
+    (``runtime_flags``, ``e2e.runtime_flags``)."""
+    return json.loads((bundle / "manifest.json").read_text())
 
 
 def manifest(
@@ -173,7 +170,7 @@ def manifest(
 ) -> dict:
     """Step 3: what the package is (fingerprint, inputs, what it serves, the sha256 of every file), written last."""
     bundle_manifest = (bundle / "manifest.json").read_text()
-    bundle_meta = json.loads(bundle_manifest)
+    meta = json.loads(bundle_manifest)
     data = {
         "fingerprint": stack.fingerprint,
         "stack": stack.facts,
@@ -197,9 +194,9 @@ def manifest(
         "environment": env,
         "compile_logic": compile_logic,
         "triton_kernels": kernels,
-        "key_figures": {k: v for k, v in bundle_meta.items() if k in ("rows", "weighted_gemm_speedup")},
-        "m_ranges": bundle_meta.get("m_ranges") or [],  # what the runtime looks an unseen M up in (runtime.table)
-        "default_ranges": bundle_meta.get("default_ranges") or [],  # where torch's default is the tuned choice
+        "key_figures": {k: v for k, v in meta.items() if k in ("rows", "weighted_gemm_speedup")},
+        "m_ranges": meta.get("m_ranges") or [],  # what the runtime looks an unseen M up in (runtime.table)
+        "default_ranges": meta.get("default_ranges") or [],  # where torch's default is the tuned choice
         "files": {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()},
     }
     atomic_write_json(out / "manifest.json", data)
@@ -260,7 +257,7 @@ def write_package(
             "wheel": wheel,
             "nvmath": nvmath_requirement(),
             "kernels": KERNELS if kernels and kernels.get("entries") else None,
-            "runtime_flags": bundle_flags(bundle),  # as Validate's A/B applied the rows
+            "runtime_flags": list(bundle_meta(bundle).get("runtime_flags") or []),  # as Validate's A/B applied them
         }
         templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True

@@ -80,6 +80,7 @@ def accept(
     atomic_write_json(out / "gate.json", result.to_json())
     atomic_write_json(out / held_out.RECORD, held)
     runtime = validate.runtime_of(run_dir, measured)
+    runtime_flags = e2e.runtime_flags(settings.e2e_graphs_only)
     if result.passed:
         bundle.write_bundle(
             run_dir,
@@ -88,7 +89,7 @@ def accept(
                 "runtime": runtime,
                 "fingerprint": stack.fingerprint,
                 "stack": stack.facts,
-                "runtime_flags": list(e2e.runtime_flags(settings.e2e_graphs_only)),  # as the A/B applied it
+                "runtime_flags": list(runtime_flags),  # as the A/B applies the bundle
             },
             split=held["split"],
         )
@@ -109,7 +110,7 @@ def accept(
                 settings.workload_timeout_s,
                 gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
                 via=via,
-                runtime_flags=e2e.runtime_flags(settings.e2e_graphs_only),
+                runtime_flags=runtime_flags,
             )
     measured_us = {row.key: (row.baseline.median, row.tuned.median) for row in rows}
     budget = e2e.host_budget(outcome, measured_us)
