@@ -153,11 +153,11 @@ def _history(args: argparse.Namespace) -> int:
     if not workdir.is_dir():
         raise errors.BadInput(f"{workdir}: no such workdir")
     past = history.load(workdir)
-    if not len(past.runs):
+    if not past.runs:
         print(f"{workdir}: no run in its history yet ({workdir / history.DIRECTORY}/: each run's Validate adds one)")
         return 0
     if args.csv:
-        sys.stdout.write(past.gemms.merge(past.runs[["run", "written"]], on=["run", "written"]).to_csv(index=False))
+        sys.stdout.write(history.csv_text(past.gemms, history.GEMM_COLUMNS))
         return 0
     print("\n".join(history.gemm_lines(past, args.gemm) if args.gemm else history.trend_lines(past)))
     return 0

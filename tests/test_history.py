@@ -4,11 +4,12 @@ a run redone under its name replaces its rows; a killed append and a corrupt or 
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
+from collections import Counter
 
-import pandas as pd
 import pytest
 
 from pipeline.cli import main
@@ -31,36 +32,38 @@ def nights(tmp_path_factory):
 
 def test_every_validate_appends_its_run(nights):
     past = history.load(nights / "w")
-    assert list(past.runs["run"]) == ["night1", "night2", "night3"]
-    assert len(past.gemms) == 3 * 4 and set(past.gemms.groupby("run").size()) == {4}
-    assert past.runs["fingerprint"].nunique() == 2 and "hipblaslt" in past.runs["libraries"].iloc[0]
-    for run in past.runs.itertuples():  # the run's row is its GEMMs' figures
-        mine = past.gemms[past.gemms["run"] == run.run]
-        assert run.kept == int(mine["kept"].sum()) and run.gemms == len(mine)
-        summary = json.loads((nights / "w" / run.run / "report" / "summary.json").read_text())
-        assert run.weighted_speedup == pytest.approx(summary["weighted_gemm_speedup"])
-    kept = past.gemms[past.gemms["kept"]]
-    assert (kept["speedup"] == kept["baseline_us"] / kept["tuned_us"]).all() or len(kept) == 0
-    assert set(past.gemms["source"]) <= {"default", "hipblaslt"}
+    assert [r["run"] for r in past.runs] == ["night1", "night2", "night3"]
+    assert len(past.gemms) == 3 * 4 and set(Counter(g["run"] for g in past.gemms).values()) == {4}
+    assert len({r["fingerprint"] for r in past.runs}) == 2 and "hipblaslt" in past.runs[0]["libraries"]
+    for run in past.runs:  # the run's row is its GEMMs' figures
+        mine = [g for g in past.gemms if g["run"] == run["run"]]
+        assert run["kept"] == sum(g["kept"] for g in mine) and run["gemms"] == len(mine)
+        summary = json.loads((nights / "w" / run["run"] / "report" / "summary.json").read_text())
+        assert run["weighted_speedup"] == pytest.approx(summary["weighted_gemm_speedup"])
+    kept = [g for g in past.gemms if g["kept"]]
+    assert all(g["speedup"] == g["baseline_us"] / g["tuned_us"] for g in kept)
+    assert {g["source"] for g in past.gemms} <= {"default", "hipblaslt"}
+    assert all(isinstance(g["kept"], bool) and isinstance(g["baseline_us"], float) for g in past.gemms), "typed"
 
 
 def test_the_trend_marks_the_upgrade_with_the_defaults_own_speedup(nights, capsys):
     past = history.load(nights / "w")
     table = history.nights(past)
-    assert list(table["upgrade"]) == [False, False, True] and table.loc[2, "common"] == 4
-    before = past.gemms[past.gemms["run"] == "night2"].set_index("key")["baseline_us"]
-    after = past.gemms[past.gemms["run"] == "night3"].set_index("key")["baseline_us"]
-    expected = math.exp((before / after).map(math.log).mean())
-    assert table.loc[2, "default_moved"] == pytest.approx(expected)
+    assert [n["upgrade"] for n in table] == [False, False, True] and table[2]["common"] == 4
+    before = {g["key"]: g["baseline_us"] for g in past.gemms if g["run"] == "night2"}
+    after = {g["key"]: g["baseline_us"] for g in past.gemms if g["run"] == "night3"}
+    expected = math.exp(sum(math.log(before[k] / after[k]) for k in after) / len(after))
+    assert table[2]["default_moved"] == pytest.approx(expected)
     assert main(["history", str(nights / "w")]) == 0
     out = capsys.readouterr().out.splitlines()
     (upgrade,) = [i for i, line in enumerate(out) if line.startswith("-- upgrade to ")]
     assert out[upgrade + 1].split()[1] == "night3" and "baseline before over after, 4 GEMMs" in out[upgrade]
-    key = past.gemms["key"].iloc[0]
+    key = past.gemms[0]["key"]
     assert main(["history", str(nights / "w"), "--gemm", key]) == 0
     assert [line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]] == ["night1", "night2", "night3"]
     assert main(["history", str(nights / "w"), "--csv"]) == 0
-    assert len(pd.read_csv(io.StringIO(capsys.readouterr().out))) == 12
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 12 and list(rows[0]) == list(history.GEMM_COLUMNS)
 
 
 def test_the_report_shows_the_nights_and_what_the_upgrade_moved(nights):
@@ -87,18 +90,15 @@ def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(fmt,
     root = tmp_path / history.DIRECTORY
     assert json.loads((root / "meta.json").read_text())["format"] == fmt
     gemms = root / f"gemms.{fmt}"
-    torn = pd.read_parquet(gemms) if fmt == "parquet" else pd.read_csv(gemms)
-    torn = pd.concat([torn, torn.assign(run="b", written="killed")], ignore_index=True)
-    if fmt == "parquet":  # an append killed after the GEMMs, before its run row
-        torn.to_parquet(gemms, index=False)
-    else:
-        torn.to_csv(gemms, index=False)
-    assert list(history.load(tmp_path).gemms["run"]) == ["a"]
+    torn = history._read(gemms, fmt, history.GEMM_TYPES)
+    torn += [{**row, "run": "b", "written": "killed"} for row in torn]  # killed after the GEMMs, before its run row
+    history._write(gemms, torn, history.GEMM_TYPES, fmt)
+    assert [g["run"] for g in history.load(tmp_path).gemms] == ["a"]
     now = history.append(tmp_path, {**run, "run": "b"}, [gemm])
-    assert list(history.load(tmp_path).gemms["run"]) == ["a", "b"], "the next append of b replaces the torn rows"
+    assert [g["run"] for g in history.load(tmp_path).gemms] == ["a", "b"], "the next append of b replaces the torn rows"
     loaded = history.load(tmp_path)  # what append returns is what a later read finds
-    assert list(now.runs["written"]) == list(loaded.runs["written"]) and list(now.gemms["run"]) == ["a", "b"]
-    assert list(now.gemms["speedup"]) == list(loaded.gemms["speedup"])
+    assert now == loaded and [g["run"] for g in now.gemms] == ["a", "b"]
+    assert [g["speedup"] for g in now.gemms] == [2.0, 2.0] and now.runs[0]["e2e_speedup"] is None
     for name, text, why in (
         (f"runs.{fmt}", "not,a\nhistory", "not a gemm-tune history table"),
         ("meta.json", '{"schema": 99, "format": "csv"}', "schema 99, newer than"),
@@ -113,3 +113,21 @@ def test_a_killed_append_is_not_read_and_a_bad_history_is_refused_untouched(fmt,
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and name in err[0] and why in err[0]
         (root / name).write_bytes(good)
+
+
+def test_a_history_pandas_wrote_reads_back_and_a_bad_value_names_its_line(tmp_path):
+    """Histories before gemm-tune wrote its CSV itself came from pandas (``to_csv``: NaN as an empty field, bools
+    as True/False, ints of a column with a missing value as floats); they read back typed as before."""
+    root = tmp_path / history.DIRECTORY
+    root.mkdir()
+    (root / "meta.json").write_text('{"schema": 1, "format": "csv"}')
+    runs = ",".join(history.RUN_COLUMNS) + "\na,1f,2026-11-01T00:00:00+00:00,,torch 2.11.0,w,True,2.0,1,1.05,,\n"
+    (root / "runs.csv").write_text(runs)
+    gemm = "a,1f,2026-11-01T00:00:00+00:00,,torch 2.11.0,w,k,l,1.0,2.0,1.0,2.0,0.0,False,,default"
+    (root / "gemms.csv").write_text(",".join(history.GEMM_COLUMNS) + "\n" + gemm + "\n")
+    past = history.load(tmp_path)
+    assert past.runs[0]["gemms"] == 2 and past.runs[0]["passed"] is True and past.runs[0]["e2e_speedup"] is None
+    assert past.gemms[0]["kept"] is False and past.gemms[0]["why"] is None and past.gemms[0]["fingerprint"] is None
+    (root / "gemms.csv").write_text(",".join(history.GEMM_COLUMNS) + "\n" + gemm.replace(",2.0,1.0,", ",fast,1.0,"))
+    with pytest.raises(history.HistoryError, match=r"gemms.csv:2: column baseline_us: 'fast' is not a float"):
+        history.load(tmp_path)

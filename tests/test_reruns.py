@@ -286,7 +286,7 @@ def test_going_back_to_an_earlier_tune_margin_puts_its_stages_back_instead_of_tu
     assert figures((run / "report" / "report.md").read_text()) == figures(report), "rebuilt from the stages put back"
     from pipeline.stages.validate import history
 
-    (row,) = history.load(tmp_path / "w").runs.to_dict("records")
+    (row,) = history.load(tmp_path / "w").runs
     assert row["fingerprint"] == fp_first, "the workdir's history holds the run as it stands again"
     assert first.stdout.splitlines()[0] in back.stdout, "the verdict, as the first run said it"
     assert (run / f"bench.{fp_other}").is_dir(), "the other stack's stages set aside in turn"

@@ -35,7 +35,7 @@ import yaml
 
 from ..atomic import atomic_write_bytes, atomic_write_text
 from ..errors import BadInput
-from . import logic_sidecar
+from . import logic_sidecar, yaml_text
 
 LIST_FIELDS = (
     "MinimumRequiredVersion",
@@ -109,7 +109,7 @@ def parse_logic(text: str, path: str = "<logic>", beside: Path | None = None) ->
     """Parse and validate logic YAML text; ``beside``: the file it was read from, whose ExactLogic sidecar (if it
     has one) holds its table (``logic_sidecar``)."""
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml_text.load(text)
     except yaml.YAMLError as err:
         raise _fail(path, f"not YAML: {err}") from None
     sidecar = logic_sidecar.attach(data, beside) if beside is not None and isinstance(data, list | dict) else None

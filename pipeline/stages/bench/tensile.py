@@ -20,12 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ...atomic import atomic_write_text
 from ...backends.base import CandidateResult, ProblemResult, ToolMissing, TuneSettings
 from ...backends.hipblaslt import HipblasltBackend
 from ...errors import BadInput, PipelineError
+from ...formats import yaml_text
 from ...formats.logic import dump_logic, grid_refusals, load_logic
 from ...formats.rocm import to_amd
 from ...formats.tensile import benchmark_winners, config_data_types, config_problems, tree_data_types
@@ -93,7 +92,7 @@ class TensileTool:
 
     def run(self, config: Path, out: Path) -> None:
         """Refuse a config TensileLite would refuse; else run it into ``out`` (replaced only on success)."""
-        data = yaml.safe_load(config.read_text())
+        data = yaml_text.load(config.read_text())
         reasons = config_problems(data) or self.unknown_types(data)
         if reasons:
             raise BadInput(f"{config}: TensileLite would refuse this config: " + "; ".join(reasons))

@@ -18,6 +18,7 @@ import yaml
 
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ...errors import BadInput
+from ...formats import yaml_text
 from ...formats.hipblaslt_bench import FP8_TYPES, fnuz_fp8_on_ocp_arch, ocp_fp8_on_fnuz_arch, scaled_reason
 from ...formats.rocm import (
     ARCHS,
@@ -341,7 +342,7 @@ def fork_plans(plan: ConfigPlan, settings: ConfigSettings, preset: dict) -> dict
 def load_presets(templates: Path) -> dict:
     path = presets_file(templates)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml_text.load(path.read_text())
     except (OSError, yaml.YAMLError) as err:  # a YAML error names the line
         raise BadInput(f"{path}: {err}") from None
 

@@ -13,6 +13,7 @@ and left as it is.
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime
 import fcntl
 import io
@@ -22,7 +23,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ...atomic import atomic_open, atomic_write_json
 from ...errors import BadInput
@@ -30,20 +30,21 @@ from ...stats import geomean
 from ..run.fingerprint import STAMP
 from ..run.layout import RunLayout
 
-if TYPE_CHECKING:
-    import pandas as pd  # imported where a history is read or written: a luigi command that never does pays nothing
-
 DIRECTORY = "history"
 SCHEMA = 1
-GEMM_COLUMNS = (
-    *("run", "written", "date", "fingerprint", "libraries", "workload", "key", "label", "share"),
-    *("baseline_us", "tuned_us", "speedup", "noise", "kept", "why", "source"),
-)
-RUN_COLUMNS = (
-    *("run", "written", "date", "fingerprint", "libraries", "workload", "passed", "gemms", "kept"),
-    *("weighted_speedup", "e2e_speedup", "e2e_noise"),
-)
+GEMM_TYPES = {
+    **dict.fromkeys(("run", "written", "date", "fingerprint", "libraries", "workload", "key", "label"), str),
+    **dict.fromkeys(("share", "baseline_us", "tuned_us", "speedup", "noise"), float),
+    **{"kept": bool, "why": str, "source": str},
+}
+RUN_TYPES = {
+    **dict.fromkeys(("run", "written", "date", "fingerprint", "libraries", "workload"), str),
+    **{"passed": bool, "gemms": int, "kept": int},
+    **dict.fromkeys(("weighted_speedup", "e2e_speedup", "e2e_noise"), float),
+}
+GEMM_COLUMNS, RUN_COLUMNS = tuple(GEMM_TYPES), tuple(RUN_TYPES)
 LIBRARIES = ("torch", "cuda", "cublaslt", "hip", "rocblas", "hipblaslt", "hipblaslt_git", "triton", "driver")
+Row = dict  # one history row: its table's columns, None where a value is missing
 
 
 class HistoryError(BadInput):
@@ -52,10 +53,10 @@ class HistoryError(BadInput):
 
 @dataclass(frozen=True)
 class History:
-    """The runs (``runs``) and their GEMM rows (``gemms``), oldest first; empty frames where none ran."""
+    """The runs (``runs``) and their GEMM rows (``gemms``), oldest first; empty lists where none ran."""
 
-    runs: pd.DataFrame
-    gemms: pd.DataFrame
+    runs: list[Row]
+    gemms: list[Row]
 
 
 def libraries(stack: dict) -> str:
@@ -74,8 +75,6 @@ def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> History:
     """Add one run (``run``: ``RUN_COLUMNS`` but ``written`` and ``date``) and its GEMM rows (``GEMM_COLUMNS``
     but the run's own) to the workdir's history, replacing what an earlier run of that name left; the history as
     it now stands (what ``load`` would read back)."""
-    import pandas as pd
-
     root = Path(workdir) / DIRECTORY
     root.mkdir(parents=True, exist_ok=True)
     with _locked(root):
@@ -84,86 +83,95 @@ def append(workdir: Path, run: dict, gemms: Sequence[dict]) -> History:
         written = uuid.uuid4().hex[:12]
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         shared = {"run": run["run"], "written": written, "date": date}
-        new_run = pd.DataFrame([{**{c: None for c in RUN_COLUMNS}, **run, **shared}], columns=list(RUN_COLUMNS))
         run_fields = {c: run.get(c) for c in ("fingerprint", "libraries", "workload")}
-        new_gemms = pd.DataFrame([{**g, **run_fields, **shared} for g in gemms], columns=list(GEMM_COLUMNS))
-        runs = pd.concat([_without(old.runs, run["run"]), new_run], ignore_index=True)
-        gemm_rows = pd.concat([_without(old.gemms, run["run"]), new_gemms], ignore_index=True)
-        _write(root / f"gemms.{meta['format']}", gemm_rows, meta["format"])
-        _write(root / f"runs.{meta['format']}", runs, meta["format"])  # last: it commits the append
-    return History(runs.sort_values("date", kind="stable", ignore_index=True), gemm_rows)
+        runs = [r for r in old.runs if r["run"] != run["run"]] + [_typed({**run, **shared}, RUN_TYPES)]
+        gemm_rows = [g for g in old.gemms if g["run"] != run["run"]]
+        gemm_rows += [_typed({**g, **run_fields, **shared}, GEMM_TYPES) for g in gemms]
+        _write(root / f"gemms.{meta['format']}", gemm_rows, GEMM_TYPES, meta["format"])
+        _write(root / f"runs.{meta['format']}", runs, RUN_TYPES, meta["format"])  # last: it commits the append
+    return History(_by_date(runs), gemm_rows)
 
 
 def load(workdir: Path) -> History:
     """The workdir's history (empty where it has none); ``HistoryError`` for a file that is not one."""
-    import pandas as pd
-
     root = Path(workdir) / DIRECTORY
     if not (root / "meta.json").exists():
-        return History(pd.DataFrame(columns=list(RUN_COLUMNS)), pd.DataFrame(columns=list(GEMM_COLUMNS)))
+        return History([], [])
     meta = _meta(root)
-    runs = _read(root / f"runs.{meta['format']}", meta["format"], RUN_COLUMNS)
-    gemms = _read(root / f"gemms.{meta['format']}", meta["format"], GEMM_COLUMNS)
-    committed = set(zip(runs["run"], runs["written"], strict=True))
-    whole = [pair in committed for pair in zip(gemms["run"], gemms["written"], strict=True)]
-    return History(runs.sort_values("date", kind="stable", ignore_index=True), gemms[whole].reset_index(drop=True))
+    runs = _read(root / f"runs.{meta['format']}", meta["format"], RUN_TYPES)
+    gemms = _read(root / f"gemms.{meta['format']}", meta["format"], GEMM_TYPES)
+    committed = {(r["run"], r["written"]) for r in runs}
+    return History(_by_date(runs), [g for g in gemms if (g["run"], g["written"]) in committed])
 
 
-def nights(history: History) -> pd.DataFrame:
+def nights(history: History) -> list[Row]:
     """One row per run, oldest first: its figures, ``new_shapes`` (keys no earlier run measured), ``caught_up``
     (rows the run before kept that this one does not, across a library upgrade), and, where the fingerprint
     changed, ``upgrade`` with ``default_moved`` (geomean of the default's time before over after, the GEMMs both
     measured: above 1, the upgrade made the default faster) and ``common`` (how many)."""
-    import pandas as pd
-
-    runs, gemms = history.runs, history.gemms
-    out, seen = [], set()
-    previous = None
-    for run in runs.itertuples(index=False):
-        mine = gemms[gemms["run"] == run.run]
-        keys = set(mine["key"])
-        row = {**run._asdict(), "new_shapes": len(keys - seen) if previous is not None else 0}
+    out, seen, previous = [], set(), None
+    for run in history.runs:
+        mine = _of_run(history, run["run"])
+        row = {**run, "new_shapes": len(mine.keys() - seen) if previous is not None else 0}
         row.update(upgrade=False, default_moved=None, common=0, caught_up=0)
-        if previous is not None:
-            before = gemms[gemms["run"] == previous.run]
-            both = before.merge(mine, on="key", suffixes=("_before", "_after"))
-            if run.fingerprint != previous.fingerprint:
-                row["upgrade"] = True
-                ratios = (both["baseline_us_before"] / both["baseline_us_after"]).dropna()
-                row["default_moved"] = geomean(ratios)
-                row["common"] = len(ratios)
-                row["caught_up"] = int((both["kept_before"].astype(bool) & ~both["kept_after"].astype(bool)).sum())
+        if previous is not None and run["fingerprint"] != previous["fingerprint"]:
+            before = _of_run(history, previous["run"])
+            both = [(before[k], mine[k]) for k in mine if k in before]
+            pairs = [(b["baseline_us"], a["baseline_us"]) for b, a in both]
+            ratios = [before_us / after_us for before_us, after_us in pairs if _positive(before_us, after_us)]
+            row.update(upgrade=True, default_moved=geomean(ratios), common=len(ratios))
+            row["caught_up"] = sum(bool(b["kept"]) and not a["kept"] for b, a in both)
         out.append(row)
-        seen |= keys
+        seen |= mine.keys()
         previous = run
-    return pd.DataFrame(out)
+    return out
 
 
-def moved_most(history: History, table: pd.DataFrame, count: int = 5) -> list[dict]:
+def moved_most(history: History, table: Sequence[Row], count: int = 5) -> list[dict]:
     """The GEMMs whose default time moved most across the last upgrade (the newest run against the run before
     the fingerprint changed; ``table``: the history's ``nights``): key, label, the default before and after
     (us), their ratio, the speedup after."""
-    upgrades = table.index[table["upgrade"]] if len(table) else []
-    if not len(upgrades):
+    upgrades = [i for i, night in enumerate(table) if night["upgrade"]]
+    if not upgrades:
         return []
-    at = upgrades[-1]
-    before, after = table.loc[at - 1, "run"], table.loc[len(table) - 1, "run"]
-    gemms = history.gemms
-    both = gemms[gemms["run"] == before].merge(gemms[gemms["run"] == after], on="key", suffixes=("_b", "_a"))
-    both = both.assign(moved=both["baseline_us_b"] / both["baseline_us_a"])
-    both = both.assign(order=both["moved"].map(lambda v: -abs(math.log(v))))
-    return [
-        {"key": r.key, "label": r.label_a, "before_us": r.baseline_us_b, "after_us": r.baseline_us_a,
-         "moved": r.moved, "speedup_after": r.speedup_a}
-        for r in both.sort_values("order").head(count).itertuples()
+    before, after = _of_run(history, table[upgrades[-1] - 1]["run"]), _of_run(history, table[-1]["run"])
+    moved = [
+        {"key": key, "label": a["label"], "before_us": before[key]["baseline_us"], "after_us": a["baseline_us"],
+         "moved": before[key]["baseline_us"] / a["baseline_us"], "speedup_after": a["speedup"]}
+        for key, a in after.items()
+        if key in before and _positive(before[key]["baseline_us"], a["baseline_us"])
     ]  # fmt: skip
+    return sorted(moved, key=lambda m: -abs(math.log(m["moved"])))[:count]
 
 
-def one_gemm(history: History, key: str) -> pd.DataFrame:
-    """One GEMM's line over the nights (``key`` as TunableOp writes it, or a label)."""
-    gemms = history.gemms
-    mine = gemms[(gemms["key"] == key) | (gemms["label"] == key)]
-    return mine[["date", "run", "fingerprint", "baseline_us", "tuned_us", "speedup", "kept", "why", "source"]]
+def one_gemm(history: History, key: str) -> list[Row]:
+    """One GEMM's rows over the nights (``key`` as TunableOp writes it, or a label), oldest first."""
+    return [g for g in history.gemms if key in (g["key"], g["label"])]
+
+
+def csv_text(rows: Sequence[Row], columns: Sequence[str]) -> str:
+    """``rows`` as the history's CSV writes them: a header, None as an empty field, floats in full."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(["" if row.get(c) is None else row[c] for c in columns] for row in rows)
+    return buffer.getvalue()
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _of_run(history: History, run: str) -> dict[str, Row]:
+    return {g["key"]: g for g in history.gemms if g["run"] == run}
+
+
+def _positive(*values: float | None) -> bool:
+    return all(v is not None and v > 0 for v in values)
+
+
+def _by_date(runs: list[Row]) -> list[Row]:
+    return sorted(runs, key=lambda r: r["date"] or "")
 
 
 @contextlib.contextmanager
@@ -200,40 +208,63 @@ def _parquet() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _read(path: Path, fmt: str, columns: Sequence[str]) -> pd.DataFrame:
+def _typed(row: dict, types: dict[str, type], where: str = "") -> Row:
+    """``row`` with each column of ``types`` as its type (None for a missing or empty value; a CSV's text
+    ``True``/``False`` as a bool); ``HistoryError`` naming ``where`` for a value that is not of its type."""
+    out: Row = {}
+    for column, kind in types.items():
+        value = row.get(column)
+        if value is None or value == "" or (isinstance(value, float) and value != value):
+            out[column] = None
+        elif kind is bool and isinstance(value, str):
+            if value not in ("True", "False"):
+                raise HistoryError(f"{where}: column {column}: {value!r} is not True or False")
+            out[column] = value == "True"
+        else:
+            try:
+                out[column] = int(float(value)) if kind is int else kind(value)
+            except (TypeError, ValueError):
+                raise HistoryError(f"{where}: column {column}: {value!r} is not a {kind.__name__}") from None
+    return out
 
-    import pandas as pd
 
+def _read(path: Path, fmt: str, types: dict[str, type]) -> list[Row]:
+    """A table of the history, each row typed (``_typed``); ``HistoryError`` naming the file (and a CSV's line)
+    for one that is not such a table."""
     if not path.exists():
-        return pd.DataFrame(columns=list(columns))
+        return []
     try:
-        frame = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path, keep_default_na=False, na_values=[""])
-    except Exception as err:  # pandas and pyarrow raise many kinds for a torn or foreign file
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            columns, rows = table.column_names, table.to_pylist()
+        else:
+            with path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                columns, rows = reader.fieldnames or [], list(reader)
+    except Exception as err:  # csv and pyarrow raise many kinds for a torn or foreign file
         raise HistoryError(f"{path}: not a gemm-tune history table ({type(err).__name__}: {err})") from None
-    missing = [c for c in columns if c not in frame.columns]
+    missing = [c for c in types if c not in columns]
     if missing:
         raise HistoryError(f"{path}: not a gemm-tune history table (no column {', '.join(missing)})")
-    return frame[list(columns)].astype({"run": str, "written": str})
+    return [_typed(row, types, f"{path}:{line}") for line, row in enumerate(rows, start=2)]
 
 
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _without(frame: pd.DataFrame, run: str) -> pd.DataFrame:
-    return frame[frame["run"] != run] if len(frame) else frame
-
-
-def _write(path: Path, frame: pd.DataFrame, fmt: str) -> None:
-
+def _write(path: Path, rows: list[Row], types: dict[str, type], fmt: str) -> None:
     if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        kinds = {str: pa.string(), float: pa.float64(), bool: pa.bool_(), int: pa.int64()}
+        schema = pa.schema([(c, kinds[kind]) for c, kind in types.items()])
         buffer = io.BytesIO()
-        frame.to_parquet(buffer, index=False)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer)
         with atomic_open(path, "wb") as handle:
             handle.write(buffer.getvalue())
     else:
         with atomic_open(path) as handle:
-            frame.to_csv(handle, index=False, lineterminator="\n")
+            handle.write(csv_text(rows, list(types)))
 
 
 def entries(run_dir: Path, rows: Sequence[dict], passed: bool, weighted: float, e2e: dict) -> tuple[dict, list]:
@@ -278,7 +309,7 @@ def trend_lines(history: History) -> list[str]:
     table = nights(history)
     head = f"{'date':<10}  {'run':<16} {'fingerprint':<26} {'weighted':>9} {'end to end':>10} {'kept':>7}"
     lines = [head + f" {'caught up':>9} {'new shapes':>10}"]
-    for night in table.to_dict("records"):
+    for night in table:
         if night["upgrade"]:
             moved = night["default_moved"]
             default = f"the default x{moved:.3f} faster" if moved else "no GEMM measured on both sides"
@@ -299,13 +330,13 @@ def trend_lines(history: History) -> list[str]:
 def gemm_lines(history: History, key: str) -> list[str]:
     """One GEMM's line over the nights, or why there is none."""
     rows = one_gemm(history, key)
-    if not len(rows):
+    if not rows:
         return [f"no night measured {key!r} (a TunableOp key as the report writes it, or its label)"]
     lines = [f"{'date':<10}  {'run':<16} {'fingerprint':<26} {'default us':>10} {'tuned us':>9} {'speedup':>8} kept"]
-    for r in rows.to_dict("records"):
+    for r in rows:
         why = "" if r["kept"] else f" ({r['why']})" if isinstance(r["why"], str) and r["why"] else ""
         lines.append(
-            f"{str(r['date'])[:10]:<10}  {r['run']:<16} {r['fingerprint']:<26} {r['baseline_us']:>10.2f} "
+            f"{str(r['date'])[:10]:<10}  {r['run']:<16} {r['fingerprint'] or '-':<26} {r['baseline_us']:>10.2f} "
             f"{r['tuned_us']:>9.2f} {'x' + format(r['speedup'], '.3f'):>8} {'yes' if r['kept'] else 'no'}{why}"
         )
     return lines

@@ -37,13 +37,13 @@ def _load(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _trend(nights) -> str:
+def _trend(nights: list[dict]) -> str:
     """``trend.svg``: the weighted and end-to-end speedup of each night, library upgrades marked."""
-    labels = [f"{str(n['date'])[:10]} {n['run']}" for n in nights.to_dict("records")]
-    weighted = [float(v) for v in nights["weighted_speedup"]]
-    e2e = [None if v is None or v != v else float(v) for v in nights["e2e_speedup"]]
+    labels = [f"{str(n['date'])[:10]} {n['run']}" for n in nights]
+    weighted = [float(n["weighted_speedup"]) for n in nights]
+    e2e = [None if n["e2e_speedup"] is None else float(n["e2e_speedup"]) for n in nights]
     values = [v for v in [*weighted, *e2e] if v is not None]
-    upgrades = [(i, "upgrade") for i, up in enumerate(nights["upgrade"]) if up]
+    upgrades = [(i, "upgrade") for i, n in enumerate(nights) if n["upgrade"]]
     return plots.dots(
         labels,
         {"weighted GEMM speedup": weighted, "end to end": e2e},
@@ -191,7 +191,7 @@ def build(run_dir: Path) -> dict:
         "not_sent_lines": compiled.lines(not_sent),
         "agreement_line": agreement.line(agreed),
         "held_out_lines": [x for x in [bucket_score.line(bench_summary.get("buckets")), *held_out.lines(held)] if x],
-        "nights": trend.tail(NIGHTS).to_dict("records") if len(trend) > 1 else [],
+        "nights": trend[-NIGHTS:] if len(trend) > 1 else [],
         "moved": history.moved_most(past, trend),
     }
     context["stage_seconds"] = timings.seconds(run_dir)
@@ -204,7 +204,7 @@ def build(run_dir: Path) -> dict:
     )
     _plots(rows, out)
     if context["nights"]:
-        atomic_write_text(out / "trend.svg", _trend(trend.tail(NIGHTS)))
+        atomic_write_text(out / "trend.svg", _trend(trend[-NIGHTS:]))
     atomic_write_text(out / "report.md", env.get_template("report.md.j2").render(context))
     atomic_write_text(out / "report.html", env.get_template("report.html.j2").render(context))
     summary = {
