@@ -78,6 +78,7 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "coverage": coverage.get("tuned_share_of_time"),
         "coverage_calls": coverage.get("tuned_share_of_calls"),
         "unseen_calls": coverage.get("unseen_calls"),
+        "coverage_counted": "graph captures only" if coverage.get("graphs_only") else "every call",
         "held_out_worst": ((held or {}).get("worst_shipped") or {}).get("speedup"),  # inside what ships
         "held_out_worst_before_splits": ((held or {}).get("worst") or {}).get("speedup"),
         "tokens_per_s": {"baseline": base.get("median_tokens_per_s"), "tuned": tuned.get("median_tokens_per_s")},

@@ -133,10 +133,16 @@ def coverage(
 
 def coverage_line(coverage: dict | None) -> str:
     """The tuned share at keys the collection never saw (``coverage``), for the runtime's summary line and the
-    report's end-to-end line; empty where nothing was unseen."""
+    report's end-to-end line; empty where nothing was unseen, and says so where only captured calls were counted."""
+    scope = (
+        "; under --graphs-only coverage counts the calls captured into CUDA graphs alone (eager calls, prefill's "
+        "among them, ran torch's default)"
+        if coverage and coverage.get("graphs_only")
+        else ""
+    )
     if not coverage or not coverage["unseen_calls"]:
-        return ""
-    return (
+        return scope
+    return scope + (
         f"; coverage at token counts the collection never saw: {coverage['tuned_share_of_time']:.1%} of their GEMM "
         f"time (roofline estimate; {coverage['unseen_tuned_calls']} of {coverage['unseen_calls']} calls) ran a "
         "tuned choice"

@@ -322,11 +322,15 @@ def calls_per_run(records: list[dict], reps: int) -> float:
 
 def coverage(records: list[dict]) -> dict | None:
     """The tuned share of the calls at keys the collection never saw, over every process of the tuned runs
-    (``runtime.coverage``; None where the bundle's manifest lists no collected keys)."""
+    (``runtime.coverage``; None where the bundle's manifest lists no collected keys). Under ``--graphs-only`` it
+    counts the captured calls alone (``graphs_only``): an eager call, a prefill's among them, is torch's own."""
     found = [status["coverage"] for status in records if status.get("coverage")]
     if not found:
         return None
-    return with_shares({name: sum(c.get(name, 0) for c in found) for name in COVERAGE_SUMS})
+    sums = with_shares({name: sum(c.get(name, 0) for c in found) for name in COVERAGE_SUMS})
+    if any(status.get("graphs_only") for status in records):  # eager calls went to torch uncounted
+        sums["graphs_only"] = True
+    return sums
 
 
 def status_records(scratch: Path) -> list[dict]:
