@@ -16,6 +16,20 @@ def pytest_configure(config: pytest.Config) -> None:
     bin_dir = str(Path(sys.executable).parent)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
         os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the others
+        _compile_for_children()
+
+
+def _compile_for_children() -> None:
+    """Bytecode for the package and the doubles, written once: the tests start hundreds of Python processes
+    that import them, and where the environment says ``PYTHONDONTWRITEBYTECODE`` none of those would cache
+    what it compiled (a module edited since the last write was compiled again in every process). Children
+    still read a cache that exists; ``compileall`` writes it whatever that variable says."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for directory in (root / "pipeline", root / "tests" / "doubles"):
+        compileall.compile_dir(directory, quiet=2, workers=1)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
