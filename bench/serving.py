@@ -86,6 +86,12 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "interval": e2e.get("interval"),
         "resolved": e2e.get("resolved"),
         "p99_ms": {"baseline": base.get("median_p99_ms"), "tuned": tuned.get("median_p99_ms")},
+        "decode_tokens_per_s": {
+            "baseline": base.get("median_decode_tokens_per_s"),
+            "tuned": tuned.get("median_decode_tokens_per_s"),
+        },
+        "decode_speedup": e2e.get("decode_speedup"),
+        "decode_interval": e2e.get("decode_interval"),
         "reps": e2e.get("reps"),
     }
 

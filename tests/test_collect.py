@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.runtime.__main__ import AUTOLOAD
-from pipeline.stages.gather.collect import CollectionError, check_gpu_torch, collect, parse_tokens_per_s, recording_env
+from pipeline.stages.gather.collect import (
+    CollectionError,
+    check_gpu_torch,
+    collect,
+    parse_decode_tokens_per_s,
+    parse_tokens_per_s,
+    recording_env,
+)
 
 from .helpers import FAKE_WORKLOAD as FAKE
 from .helpers import O_PROJ, QKV
@@ -152,3 +159,6 @@ def test_no_gpu_message(tmp_path):
 def test_parse_tokens_per_s():
     assert parse_tokens_per_s("a 12.5 tokens/s\nthroughput: 300 tokens/s\n") == 300.0
     assert parse_tokens_per_s("no figures") is None
+    served = "decode throughput: 520.5 tokens/s (the steps without a prefill chunk)\nthroughput: 480.0 tokens/s\n"
+    assert parse_tokens_per_s(served) == 480.0 and parse_decode_tokens_per_s(served) == 520.5
+    assert parse_decode_tokens_per_s("throughput: 480.0 tokens/s") is None

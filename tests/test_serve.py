@@ -82,6 +82,10 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
     assert summary["tokens_per_s"] == pytest.approx(summary["tokens"] / sum(step["s"] for step in steps))
     saturated = [step for step in steps if step["saturated"]]  # 5 requests, fewer slots: the first steps wait
     assert 0 < len(saturated) == summary["saturated_steps"] < len(steps)
+    decode_only = [step for step in steps if step["decode_only"]]  # the steps after the last prompt's chunks
+    assert 0 < len(decode_only) == summary["decode_steps"] < len(steps)
+    rate = sum(step["tokens"] for step in decode_only) / sum(step["s"] for step in decode_only)
+    assert summary["decode_tokens_per_s"] == pytest.approx(rate)
 
 
 def test_bad_counts_are_refused_by_the_command_line():

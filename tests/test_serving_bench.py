@@ -43,6 +43,8 @@ def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
         "interval": [1.06, 1.08],
         "resolved": True,
         "coverage": {"tuned_share_of_time": 0.97, "tuned_share_of_calls": 0.9, "unseen_calls": 400},
+        "decode_speedup": 1.09,
+        "decode_interval": [1.07, 1.11],
     }
     (run / "validate" / "e2e.json").write_text(json.dumps(e2e))
     held_out = {"worst": {"speedup": 0.9}, "worst_shipped": {"speedup": 0.985}}
@@ -52,7 +54,8 @@ def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
     assert bundle == run / "bundle.refused" and summary["stage_seconds"]["Bench"] == 90
     row = serving.arm_row("qwen2-7b", "bf16", "graphs", got, held)
     assert row["coverage"] == 0.97 and row["held_out_worst"] == 0.985 and row["speedup"] == 1.07
-    assert row["held_out_worst_before_splits"] == 0.9
+    assert row["held_out_worst_before_splits"] == 0.9 and row["coverage_counted"] == "every call"
+    assert row["decode_speedup"] == 1.09 and row["decode_interval"] == [1.07, 1.11]
     assert row["tokens_per_s"] == {"baseline": 1000.0, "tuned": 1070.0} and row["p99_ms"]["tuned"] == 20.1
     met = serving.targets(row)
     assert met == {"coverage": True, "held_out_worst": False, "tokens_per_s": True, "p99": True}

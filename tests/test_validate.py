@@ -244,6 +244,28 @@ def test_e2e_summary_line_gives_tokens_per_s_with_the_noise():
     assert "through pipeline.runtime" in line
     assert "(within noise)" in summary_line({**e2e, "noise": 0.05})
     assert summary_line({"skipped": "why"}) == "not measured: why"
+    assert "decode steps" not in line
+    decode = summary_line({**e2e, "decode_speedup": 1.0812, "decode_interval": [1.052, 1.11]})
+    assert decode.endswith("; decode steps alone x1.081 (paired, 95% x1.052-x1.110)")
+
+
+def test_the_decode_steps_are_paired_apart_where_the_workload_prints_them():
+    from pipeline.stages.validate import e2e
+
+    served = "pass 1: 400.0 tokens/s\ndecode throughput: 600.0 tokens/s (decode steps)\nthroughput: 450.0 tokens/s\n"
+    run = e2e.run_figures(2.0, served)
+    assert run["tokens_per_s"] == 450.0 and run["decode_tokens_per_s"] == 600.0, "the A/B's figure is the last"
+    llama = "throughput: 300.0 tokens/s\ndecode throughput: 280.0 tokens/s\n"  # its decode figure is the A/B's own
+    assert e2e.run_figures(2.0, llama)["decode_tokens_per_s"] is None
+    runs = {
+        "baseline": [e2e.run_figures(2.0, served.replace("600.0", rate)) for rate in ("600.0", "610.0", "590.0")],
+        "tuned": [e2e.run_figures(2.0, served.replace("600.0", rate)) for rate in ("660.0", "665.0", "652.0")],
+    }
+    figures = e2e.decode_figures(runs)
+    assert figures["decode_speedup"] == pytest.approx(1.1) and figures["decode_interval"][0] > 1.05
+    assert figures["decode_interval"][1] < 1.15
+    runs["tuned"][1] = e2e.run_figures(2.0, llama)  # one run without the figure: none is claimed
+    assert e2e.decode_figures(runs) == {}
 
 
 def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):

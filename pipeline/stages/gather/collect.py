@@ -206,6 +206,12 @@ def parse_tokens_per_s(stdout: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+def parse_decode_tokens_per_s(stdout: str) -> float | None:
+    """The last ``decode throughput: <number> tokens/s`` a workload printed (its decode steps alone), if any."""
+    found = re.findall(r"decode throughput:\s*([0-9]+(?:\.[0-9]+)?)\s*tokens/s", stdout)
+    return float(found[-1]) if found else None
+
+
 def parse_p99_ms(stdout: str) -> float | None:
     """The last ``p99 <number> ms`` step latency a workload printed (``pipeline.workloads.serve``), if any."""
     found = re.findall(r"p99\s+([0-9]+(?:\.[0-9]+)?)\s*ms", stdout)

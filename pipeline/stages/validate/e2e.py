@@ -39,7 +39,7 @@ from ...runtime import coverage_line, with_shares
 from ...runtime.table import KERNELS
 from ...stats import ratio_bounds, round_order
 from ..bench import registry
-from ..gather.collect import parse_p99_ms, parse_tokens_per_s
+from ..gather.collect import parse_decode_tokens_per_s, parse_p99_ms, parse_tokens_per_s
 from ..run.made_from import file_digest
 from .validate import tunableop_env
 
@@ -189,9 +189,7 @@ def ab_test(
                 raise ToolError(
                     f"{name} run {rep} of {argv} exited with code {proc.returncode}: {proc.stderr.strip()[-2000:]}"
                 )
-            runs[name].append(
-                {"wall_s": wall, "tokens_per_s": parse_tokens_per_s(proc.stdout), "p99_ms": parse_p99_ms(proc.stdout)}
-            )
+            runs[name].append(run_figures(wall, proc.stdout))
         rep += 1
         atomic_write_json(scratch / CHECKPOINT, {"identity": identity, "runs": runs})
     reps = rep
@@ -204,18 +202,21 @@ def ab_test(
         walls = [r["wall_s"] for r in values]
         tokens = [r["tokens_per_s"] for r in values if r["tokens_per_s"] is not None]
         p99 = [r["p99_ms"] for r in values if r.get("p99_ms") is not None]
+        decode = [r["decode_tokens_per_s"] for r in values if r.get("decode_tokens_per_s")]
         out[name] = {
             "median_wall_s": statistics.median(walls),
             "wall_spread": _spread(walls),
             "median_tokens_per_s": statistics.median(tokens) if tokens else None,
             "tokens_spread": _spread(tokens) if tokens else None,
             "median_p99_ms": statistics.median(p99) if p99 else None,  # a serving workload's step latency
+            "median_decode_tokens_per_s": statistics.median(decode) if decode else None,
         }
     out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
     if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
         spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
         out["noise"] = max(spreads) if spreads else None
+    out.update(decode_figures(runs))
     if via != "tunableop" and kernels.is_dir():
         out["kernels"] = str(kernels)
     if via != "tunableop" and status.exists():
@@ -286,6 +287,32 @@ def budget_line(e2e: dict) -> str:
         "which leaves every eager call to torch at no cost, or let TunableOp apply the rows (torch >= 2.14) "
         "rather than ship it for an eager run"
     )
+
+
+def run_figures(wall_s: float, stdout: str) -> dict:
+    """One run of the A/B: its wall time and what the workload printed (tokens/s, p99 step latency, and the
+    decode steps' tokens/s where it prints them apart from the figure the A/B reads)."""
+    tokens, decode = parse_tokens_per_s(stdout), parse_decode_tokens_per_s(stdout)
+    return {
+        "wall_s": wall_s,
+        "tokens_per_s": tokens,
+        "p99_ms": parse_p99_ms(stdout),
+        "decode_tokens_per_s": decode if decode != tokens else None,
+    }
+
+
+def decode_figures(runs: dict[str, list[dict]]) -> dict:
+    """The decode steps' tokens/s, tuned over baseline, where every run printed it (``pipeline.workloads.serve``):
+    the median of the paired ratios and their 95% interval. In a serving run whose eager prefill sets the pace,
+    the decode steps show what the GEMMs changed at a fraction of the spread; the verdict stays on tokens/s."""
+    pairs = list(zip(runs["baseline"], runs["tuned"], strict=False))
+    if not pairs or not all(b.get("decode_tokens_per_s") and t.get("decode_tokens_per_s") for b, t in pairs):
+        return {}
+    ratios = [t["decode_tokens_per_s"] / b["decode_tokens_per_s"] for b, t in pairs]
+    return {
+        "decode_speedup": statistics.median(ratios),
+        "decode_interval": list(ratio_bounds(ratios)) if len(ratios) >= 2 else None,
+    }
 
 
 def paired_ratios(runs: dict[str, list[dict]]) -> list[float]:
@@ -460,6 +487,11 @@ def summary_line(e2e: dict) -> str:
     p99 = [e2e.get(arm, {}).get("median_p99_ms") for arm in ("baseline", "tuned")]
     if None not in p99:
         line += f"; p99 step latency {p99[0]:.2f} -> {p99[1]:.2f} ms"
+    if e2e.get("decode_speedup"):
+        bounds = e2e.get("decode_interval")
+        line += f"; decode steps alone x{e2e['decode_speedup']:.3f}" + (
+            f" (paired, 95% x{bounds[0]:.3f}-x{bounds[1]:.3f})" if bounds else ""
+        )
     return line + resolution_line(e2e) + dispatch_line(e2e) + budget_line(e2e) + coverage_line(e2e.get("coverage"))
 
 
