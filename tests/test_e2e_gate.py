@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.formats.tunableop import parse_key
 from pipeline.problem import distinct_labels
-from pipeline.stages.validate import e2e
+from pipeline.stages.validate import e2e, e2e_runtime
 
 from .helpers import UNTUNED, first_gemms, run_amd_dag
 
@@ -57,13 +57,13 @@ def test_the_runtimes_start_up_is_told_apart(tmp_path):
     for pid, (install, plans) in enumerate([(0.40, 0.05), (0.50, 0.06), (0.42, 0.04)]):
         name = "runtime.json" if pid == 0 else f"runtime.{pid}.json"
         (tmp_path / name).write_text(json.dumps({"startup": {"install_s": install, "plan_build_s": plans}}))
-    figures = e2e.startup_figures(e2e.status_records(tmp_path), tuned_wall_s=4.5, baseline_wall_s=4.0)
+    figures = e2e_runtime.startup_figures(e2e_runtime.status_records(tmp_path), tuned_wall_s=4.5, baseline_wall_s=4.0)
     assert figures["runtime_startup_s"] == pytest.approx(0.46)
     assert figures["steady_wall_speedup"] == pytest.approx(4.0 / (4.5 - 0.46))
     ab = {**_ab([4.0, 4.05, 4.02], [4.5, 4.55, 4.52]), **figures}
     assert "start-up costs 0.46 s per run (without it: wall x0.990)" in e2e.regression(ab)
     assert "fixed start-up (install, plans) 0.46 s per run of 4.5 s, steady state wall x0.990" in e2e.summary_line(ab)
-    assert e2e.startup_figures(e2e.status_records(tmp_path / "none"), 4.5, 4.0) == {}
+    assert e2e_runtime.startup_figures(e2e_runtime.status_records(tmp_path / "none"), 4.5, 4.0) == {}
 
 
 def test_readable_labels_tell_ld_twins_apart():

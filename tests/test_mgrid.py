@@ -338,7 +338,7 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
 
 
 def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_line():
-    from pipeline.stages.validate import e2e
+    from pipeline.stages.validate import e2e, e2e_runtime
 
     def record(tuned_calls, calls, tuned_us, us):
         return {
@@ -350,20 +350,20 @@ def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_lin
             }
         }
 
-    coverage = e2e.coverage([record(3, 4, 30.0, 40.0), {"coverage": None}, record(1, 6, 10.0, 60.0)])
+    coverage = e2e_runtime.coverage([record(3, 4, 30.0, 40.0), {"coverage": None}, record(1, 6, 10.0, 60.0)])
     assert coverage["unseen_calls"] == 10 and coverage["tuned_share_of_calls"] == pytest.approx(0.4)
     assert coverage["tuned_share_of_time"] == pytest.approx(0.4)
-    assert e2e.coverage([{"coverage": None}]) is None
+    assert e2e_runtime.coverage([{"coverage": None}]) is None
     line = e2e.coverage_line(coverage)
     assert "40.0% of their GEMM time" in line and "4 of 10 calls" in line and "graphs-only" not in line
     assert e2e.coverage_line(None) == ""
     captured = {**record(0, 0, 0.0, 0.0), "graphs_only": {"captures": 4}}  # every count captured was tuned
-    only = e2e.coverage([captured, {**record(1, 2, 5.0, 10.0), "graphs_only": {"captures": 4}}])
+    only = e2e_runtime.coverage([captured, {**record(1, 2, 5.0, 10.0), "graphs_only": {"captures": 4}}])
     assert only["graphs_only"] and only["unseen_calls"] == 2
     assert "under --graphs-only coverage counts the calls captured into CUDA graphs alone" in e2e.coverage_line(only)
-    nothing_unseen = e2e.coverage_line(e2e.coverage([captured]))
+    nothing_unseen = e2e.coverage_line(e2e_runtime.coverage([captured]))
     assert nothing_unseen.startswith("; under --graphs-only") and "of their GEMM time" not in nothing_unseen
-    assert "graphs_only" not in e2e.coverage([record(3, 4, 30.0, 40.0), {"graphs_only": None}])
+    assert "graphs_only" not in e2e_runtime.coverage([record(3, 4, 30.0, 40.0), {"graphs_only": None}])
 
 
 def test_a_legacy_override_row_moves_to_another_token_count_and_a_current_one_does_not():

@@ -516,12 +516,13 @@ def test_report_lists_gemms_the_compiled_workload_kept_from_the_library(tmp_path
 
 
 def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_said(tmp_path):
-    import pipeline.stages.validate.e2e as e2e
+    from pipeline.stages.validate import e2e_runtime
 
     (tmp_path / "runtime.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {"no tuned row": 12}}))
     (tmp_path / "runtime.77.json").write_text(json.dumps({"tuned_calls": {"a k": 30}, "fallbacks": {}}))
     (tmp_path / "runtime.78.json").write_text(json.dumps({"tuned_calls": {}, "fallbacks": {"no tuned row": 12}}))
-    assert e2e.calls_per_run(e2e.status_records(tmp_path), reps=3) == pytest.approx(28.0)  # 84 calls, three runs
+    records = e2e_runtime.status_records(tmp_path)
+    assert e2e_runtime.calls_per_run(records, reps=3) == pytest.approx(28.0)  # 84 calls, three runs
     ab = {
         "reps": 3,
         "via": "runtime",
@@ -531,14 +532,15 @@ def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_s
     }
     line = summary_line(ab)
     assert "+9.5 us a call over torch's 20.0 us on this host" in line and "28 calls a run, 0.3 ms" in line
-    failed = e2e.host_cost(tmp_path / "no-bundle", tmp_path, dict(os.environ), timeout_s=120)
+    failed = e2e_runtime.host_cost(tmp_path / "no-bundle", tmp_path, dict(os.environ), timeout_s=120)
     assert failed.keys() == {"error"} and "pipeline.runtime.hostcost" in failed["error"]
     assert "code 11: gemm-tune runtime host cost: cannot measure " in failed["error"]
     assert "host cost per call not measured: " in summary_line({**ab, "host_cost": failed})
 
 
 def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_it_saves_gpu_time():
-    from pipeline.stages.validate.e2e import budget_line, host_budget, tuned_calls_per_run
+    from pipeline.stages.validate.e2e import budget_line
+    from pipeline.stages.validate.e2e_runtime import host_budget, tuned_calls_per_run
 
     records = [{"tuned_calls": {"Gemm_x k1": 30, "triton_y k2": 6}}, {"tuned_calls": {"Gemm_x k1": 30}}]
     calls = tuned_calls_per_run(records, reps=3)

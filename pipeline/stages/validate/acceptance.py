@@ -22,7 +22,7 @@ from ..gather.collect import embedded_command
 from ..run import timings
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
-from . import bundle, e2e, held_out, report, validate
+from . import bundle, e2e, e2e_runtime, held_out, report, validate
 from .gate import GateRefused, GateSettings, gate
 from .measured import MeasuredRow
 
@@ -113,7 +113,7 @@ def accept(
                 runtime_flags=runtime_flags,
             )
     measured_us = {row.key: (row.baseline.median, row.tuned.median) for row in rows}
-    budget = e2e.host_budget(outcome, measured_us)
+    budget = e2e_runtime.host_budget(outcome, measured_us)
     if budget is not None:
         outcome["host_budget"] = budget
     slower = e2e.regression(outcome)

@@ -13,10 +13,8 @@ compiled workload's first run of an arm compiles as that arm would alone (Induct
 ``pad_mm`` among them, with the GEMMs it will call), and its later runs reuse that code, so repetitions of
 an arm run the same kernels and the spread is the GPU's, not the compiler's.
 
-Where the runtime applies rows, the A/B also reports what its dispatch costs the workload's host: the calls
-that passed it a run (its status records) and its cost per call on this machine (``runtime.hostcost``, in a
-child): the loss a host-bound workload can take that its A/B may be too noisy to show (docs/triton.md,
-"Host-bound workloads").
+Where the runtime applies rows, the A/B also reports what its dispatch costs the workload's host
+(``e2e_runtime``): the loss a host-bound workload can take that its A/B may be too noisy to show.
 """
 
 from __future__ import annotations
@@ -35,21 +33,19 @@ from ...atomic import atomic_write_json
 from ...backends.base import ToolMissing
 from ...errors import ToolError
 from ...kernels.triton_cache import CACHE_ENV
-from ...runtime import coverage_line, with_shares
+from ...runtime import coverage_line
 from ...runtime.table import KERNELS
 from ...stats import ratio_bounds, round_order
 from ..bench import registry
 from ..gather.collect import parse_decode_tokens_per_s, parse_p99_ms, parse_tokens_per_s
 from ..run.made_from import file_digest
+from . import e2e_runtime
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
 RESOLVE = 0.03  # the end-to-end effect the A/B must resolve: the interval of its paired ratio no wider
 MORE_REPS = 4  # alternations run at most, per one asked, while the interval is wider than that
-COVERAGE_SUMS = ("unseen_calls", "unseen_tuned_calls", "unseen_default_calls", "unseen_us", "unseen_tuned_us")
-STATUS_RECORDS = "runtime*.json"  # the tuned runs' status records (``status_records``)
 CHECKPOINT = "alternations.json"  # the finished alternations, so that a killed A/B resumes (``resumed``)
-HOST_COST = "hostcost.json"  # the runtime's host cost per call, measured beside the A/B (``host_cost``)
 
 
 def consumer(runtime: dict, triton_rows: bool = False) -> str:
@@ -173,7 +169,7 @@ def ab_test(
     identity = {"baseline": command, "tuned": tuned_command, "via": via, "bundle": file_digest(bundle_csv)}
     runs = resumed(scratch, identity)
     if not runs["baseline"]:
-        for stale in scratch.glob(STATUS_RECORDS):  # an earlier attempt's status records: these runs write their own
+        for stale in scratch.glob(e2e_runtime.STATUS_RECORDS):  # an earlier attempt's: these runs write their own
             stale.unlink()
     rep, most = len(runs["baseline"]), max(reps, max_reps if max_reps is not None else MORE_REPS * reps)
     while rep < reps or (rep < most and not resolved(runs)):
@@ -221,12 +217,13 @@ def ab_test(
         out["kernels"] = str(kernels)
     if via != "tunableop" and status.exists():
         out["runtime"] = json.loads(status.read_text())
-        records = status_records(scratch)
-        out.update(startup_figures(records, out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]))
-        out["calls_per_run"] = calls_per_run(records, reps)
-        out["tuned_calls_per_run"] = tuned_calls_per_run(records, reps)
-        out["coverage"] = coverage(records)
-        out["host_cost"] = host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
+        records = e2e_runtime.status_records(scratch)
+        walls = out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]
+        out.update(e2e_runtime.startup_figures(records, *walls))
+        out["calls_per_run"] = e2e_runtime.calls_per_run(records, reps)
+        out["tuned_calls_per_run"] = e2e_runtime.tuned_calls_per_run(records, reps)
+        out["coverage"] = e2e_runtime.coverage(records)
+        out["host_cost"] = e2e_runtime.host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
 
 
@@ -242,37 +239,9 @@ def resumed(scratch: Path, identity: dict) -> dict[str, list[dict]]:
     return {"baseline": [], "tuned": []}
 
 
-def tuned_calls_per_run(records: list[dict], reps: int) -> dict[str, float]:
-    """Calls that ran a tuned plan in a tuned run, by TunableOp key (the status records' ``"<solution> <key>"``
-    counts of every process, over ``reps``)."""
-    calls: dict[str, float] = {}
-    for status in records:
-        for name, n in (status.get("tuned_calls") or {}).items():
-            key = name.split(" ", 1)[-1]
-            calls[key] = calls.get(key, 0.0) + n / reps
-    return calls
-
-
-def host_budget(e2e: dict, measured: dict[str, tuple[float, float]]) -> dict | None:
-    """The runtime's host time a run against the GPU time its tuned calls save a run: each key's tuned calls a
-    run (``tuned_calls_per_run``) times its baseline minus its tuned time as Validate measured them
-    (``measured``: key -> (baseline us, tuned us)). A host-bound workload (eager decode: the GPU waits on the
-    host) gains nothing from the GPU time and pays the host time whole, so where the host time is the larger the
-    runtime cannot pay there. A call captured into a CUDA graph counts once, its replays not at all, so for a
-    graph workload the GPU time saved is a floor: ``budget_line`` speaks only where the A/B measured no gain.
-    None where the runtime's cost per call was not measured."""
-    cost = e2e.get("host_cost") or {}
-    if "over_us" not in cost:
-        return None
-    tuned = (e2e.get("tuned_calls_per_run") or {}).items()
-    saved = sum(n * (measured[key][0] - measured[key][1]) for key, n in tuned if key in measured)
-    host = (e2e.get("calls_per_run") or 0.0) * cost["over_us"]
-    return {"host_us_per_run": host, "gpu_saved_us_per_run": saved, "host_bound_risk": host >= saved}
-
-
 def budget_line(e2e: dict) -> str:
     """Where the A/B measured no gain beyond its noise and the runtime's host time a run is no less than the GPU
-    time it saves (``host_budget``), why and what to do instead."""
+    time it saves (``e2e_runtime.host_budget``), why and what to do instead."""
     budget = e2e.get("host_budget")
     if not budget or not budget["host_bound_risk"]:
         return ""
@@ -335,80 +304,6 @@ def resolved(runs: dict[str, list[dict]]) -> bool:
     """Whether the A/B so far resolves a ``RESOLVE`` effect: its interval is no wider."""
     bounds = interval(runs)
     return bounds is not None and bounds[1] - bounds[0] <= RESOLVE
-
-
-def calls_per_run(records: list[dict], reps: int) -> float:
-    """GEMM calls of routed ops that passed the runtime in a tuned run, tuned or fallen back: the status records
-    of every process of the ``reps`` tuned runs (``status_records``), summed, over ``reps``. A call made while
-    capturing a CUDA graph counts once; its replays pass no Python."""
-    total = 0
-    for status in records:
-        total += sum((status.get("tuned_calls") or {}).values()) + sum((status.get("fallbacks") or {}).values())
-    return total / reps
-
-
-def coverage(records: list[dict]) -> dict | None:
-    """The tuned share of the calls at keys the collection never saw, over every process of the tuned runs
-    (``runtime.coverage``; None where the bundle's manifest lists no collected keys). Under ``--graphs-only`` it
-    counts the captured calls alone (``graphs_only``): an eager call, a prefill's among them, is torch's own."""
-    found = [status["coverage"] for status in records if status.get("coverage")]
-    if not found:
-        return None
-    sums = with_shares({name: sum(c.get(name, 0) for c in found) for name in COVERAGE_SUMS})
-    if any(status.get("graphs_only") for status in records):  # eager calls went to torch uncounted
-        sums["graphs_only"] = True
-    return sums
-
-
-def status_records(scratch: Path) -> list[dict]:
-    """What the runtime did in each process of the tuned runs (``python -m pipeline.runtime --status-file``: the
-    first process takes ``runtime.json``, later ones add their pid), in name order."""
-    return [json.loads(path.read_text()) for path in sorted(Path(scratch).glob(STATUS_RECORDS))]
-
-
-def host_cost(bundle_dir: Path, scratch: Path, env: dict[str, str], timeout_s: float) -> dict:
-    """The runtime's host cost per call on this machine (``python -m pipeline.runtime.hostcost`` in a child,
-    under the tuned arm's environment), or ``error``: a diagnostic, which never fails the A/B."""
-    out = (Path(scratch) / HOST_COST).absolute()
-    argv = [sys.executable, "-m", "pipeline.runtime.hostcost", "--bundle", str(Path(bundle_dir).absolute())]
-    try:
-        proc = procs.run([*argv, "--out", str(out), "--force"], timeout_s=timeout_s, env=env)  # its own scratch
-    except subprocess.TimeoutExpired:
-        return {"error": f"{' '.join(argv)} ran past {timeout_s:.0f} s"}
-    if proc.returncode != 0 or not out.is_file():
-        return {"error": f"{' '.join(argv)} exited with code {proc.returncode}: {proc.stderr.strip()[-500:]}"}
-    return json.loads(out.read_text())
-
-
-def dispatch_line(e2e: dict) -> str:
-    """The report's words on the runtime's dispatch: its host cost per call, the calls a run, their product."""
-    cost = e2e.get("host_cost")
-    if not cost:
-        return ""
-    if "over_us" not in cost:
-        return f"; the runtime's host cost per call not measured: {cost.get('error') or cost.get('skipped')}"
-    calls = e2e.get("calls_per_run") or 0.0
-    return (
-        f"; the runtime's dispatch: {cost['over_us']:+.1f} us a call over torch's {cost['torch_us']:.1f} us on this "
-        f"host (eager; about twice under torch.compile without CUDA graphs), {calls:.0f} calls a run, "
-        f"{calls * cost['over_us'] / 1e3:.1f} ms of host time a run (calls captured into a CUDA graph count once, "
-        "their replays cost none; a workload whose GPU waits on its host pays it in full)"
-    )
-
-
-def startup_figures(records: list[dict], tuned_wall_s: float, baseline_wall_s: float) -> dict:
-    """The runtime's fixed cost per run (its install and plan building, median over the tuned runs' status
-    records, ``status_records``), and the wall-time speedup without it: what a long-running process (a server)
-    sees."""
-    costs = []
-    for status in records:
-        startup = status.get("startup") or {}
-        costs.append(startup.get("install_s", 0.0) + startup.get("plan_build_s", 0.0))
-    if not costs:
-        return {}
-    startup_s = statistics.median(costs)
-    steady = tuned_wall_s - startup_s
-    return {"runtime_startup_s": startup_s, "steady_wall_speedup": baseline_wall_s / steady if steady > 0 else None}
 
 
 def figure(e2e: dict) -> tuple[str, float, float] | None:
@@ -492,7 +387,8 @@ def summary_line(e2e: dict) -> str:
         line += f"; decode steps alone x{e2e['decode_speedup']:.3f}" + (
             f" (paired, 95% x{bounds[0]:.3f}-x{bounds[1]:.3f})" if bounds else ""
         )
-    return line + resolution_line(e2e) + dispatch_line(e2e) + budget_line(e2e) + coverage_line(e2e.get("coverage"))
+    line += resolution_line(e2e) + e2e_runtime.dispatch_line(e2e) + budget_line(e2e)
+    return line + coverage_line(e2e.get("coverage"))
 
 
 def resolution_line(e2e: dict) -> str:
