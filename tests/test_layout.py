@@ -314,3 +314,10 @@ def test_every_public_name_is_defined_where_the_api_says():
     code = "import sys, pipeline.api; print(sorted(m for m in ('torch', 'nvmath', 'luigi') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_no_module_of_the_package_is_over_500_lines():
+    """A module a maintainer reads in one sitting (issue 64): past 500 lines it holds more than one concern."""
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    long = {name: lines for name, lines in sizes.items() if lines > 500}
+    assert not long, f"split these by concern: {long}"
