@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{median['saturated_tokens_per_s']:.1f} tok/s"
     )
     print(f"decode throughput: {median['decode_tokens_per_s']:.1f} tokens/s (the steps without a prefill chunk)")
-    print(f"throughput: {median['tokens_per_s']:.1f} tokens/s")  # last: the figure an A/B reads first
+    print(f"throughput: {median['tokens_per_s']:.1f} tokens/s")  # last: an A/B reads the last tokens/s printed
     return 0
 
 
