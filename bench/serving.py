@@ -34,6 +34,7 @@ from pipeline.api import (
     claim_output_file,
     note_written,
     run_process,
+    runtime_flags,
     tail_lines,
 )
 
@@ -141,7 +142,7 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         args.eager_reps,
         args.timeout,
         via="runtime",
-        runtime_flags=("--graphs-only",) if args.graphs_only else (),
+        runtime_flags=runtime_flags(args.graphs_only),
     )
     job = {
         "verdict": summary.get("verdict"),
