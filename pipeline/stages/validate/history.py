@@ -109,13 +109,13 @@ def nights(history: History) -> list[Row]:
     (rows the run before kept that this one does not, across a library upgrade), and, where the fingerprint
     changed, ``upgrade`` with ``default_moved`` (geomean of the default's time before over after, the GEMMs both
     measured: above 1, the upgrade made the default faster) and ``common`` (how many)."""
-    out, seen, previous = [], set(), None
+    out, seen, previous, by_run = [], set(), None, _by_run(history)
     for run in history.runs:
-        mine = _of_run(history, run["run"])
+        mine = by_run.get(run["run"], {})
         row = {**run, "new_shapes": len(mine.keys() - seen) if previous is not None else 0}
         row.update(upgrade=False, default_moved=None, common=0, caught_up=0)
         if previous is not None and run["fingerprint"] != previous["fingerprint"]:
-            before = _of_run(history, previous["run"])
+            before = by_run.get(previous["run"], {})
             both = [(before[k], mine[k]) for k in mine if k in before]
             pairs = [(b["baseline_us"], a["baseline_us"]) for b, a in both]
             ratios = [before_us / after_us for before_us, after_us in pairs if _positive(before_us, after_us)]
@@ -134,7 +134,8 @@ def moved_most(history: History, table: Sequence[Row], count: int = 5) -> list[d
     upgrades = [i for i, night in enumerate(table) if night["upgrade"]]
     if not upgrades:
         return []
-    before, after = _of_run(history, table[upgrades[-1] - 1]["run"]), _of_run(history, table[-1]["run"])
+    by_run = _by_run(history)
+    before, after = by_run.get(table[upgrades[-1] - 1]["run"], {}), by_run.get(table[-1]["run"], {})
     moved = [
         {"key": key, "label": a["label"], "before_us": before[key]["baseline_us"], "after_us": a["baseline_us"],
          "moved": before[key]["baseline_us"] / a["baseline_us"], "speedup_after": a["speedup"]}
@@ -162,8 +163,12 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _of_run(history: History, run: str) -> dict[str, Row]:
-    return {g["key"]: g for g in history.gemms if g["run"] == run}
+def _by_run(history: History) -> dict[str, dict[str, Row]]:
+    """The GEMM rows of each run by key, in one pass over the history (it grows by a night's rows a night)."""
+    grouped: dict[str, dict[str, Row]] = {}
+    for gemm in history.gemms:
+        grouped.setdefault(gemm["run"], {})[gemm["key"]] = gemm
+    return grouped
 
 
 def _positive(*values: float | None) -> bool:
