@@ -53,6 +53,17 @@ def test_a_tight_paired_interval_below_one_is_a_regression_and_one_holding_it_is
     assert e2e.within_noise({"reps": 3, "tokens_speedup": 1.02, "noise": 0.05}), "no interval: the spread"
 
 
+def test_decode_steps_resolved_slower_are_a_regression_the_whole_runs_spread_hides():
+    serving = {"reps": 8, "tokens_speedup": 1.079, "noise": 0.27, "interval": [0.945, 1.137], "resolved": False}
+    assert e2e.regression(serving) is None, "no decode figure: the whole run's interval holds x1.00"
+    slower = {**serving, "decode_speedup": 0.962, "decode_interval": [0.951, 0.973]}
+    why = e2e.regression(slower)
+    assert why and "decode steps alone x0.962" in why and "x0.951-x0.973 (95% interval) below x1.00" in why
+    assert "spread of 27.0%" in why
+    assert e2e.regression({**slower, "decode_interval": [0.94, 1.002]}) is None, "the interval holds x1.00"
+    assert e2e.regression({**slower, "decode_speedup": 1.045, "decode_interval": [1.038, 1.053]}) is None
+
+
 def test_the_runtimes_start_up_is_told_apart(tmp_path):
     for pid, (install, plans) in enumerate([(0.40, 0.05), (0.50, 0.06), (0.42, 0.04)]):
         name = "runtime.json" if pid == 0 else f"runtime.{pid}.json"

@@ -548,7 +548,12 @@ def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_i
     e2e = {"tuned_calls_per_run": calls, "calls_per_run": 100.0, "host_cost": {"over_us": 5.0, "torch_us": 20.0}}
     measured = {"k1": (30.0, 20.0), "k2": (10.0, 9.0), "k3": (50.0, 1.0)}  # k3 never ran tuned: saves nothing
     budget = host_budget(e2e, measured)
-    assert budget == {"host_us_per_run": 500.0, "gpu_saved_us_per_run": 202.0, "host_bound_risk": True}
+    assert budget == {
+        "host_us_per_run": 500.0,
+        "gpu_saved_us_per_run": 202.0,
+        "host_bound_risk": True,
+        "graphs_only": False,
+    }
     flat = {"tokens_speedup": 1.004, "noise": 0.01, "reps": 3}  # no gain beyond noise: the host may be why
     line = budget_line({**e2e, **flat, "host_budget": budget})
     assert "0.50 ms of host time a run against 0.20 ms of GPU time" in line and "CUDA graphs" in line
@@ -558,6 +563,9 @@ def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_i
     paying = host_budget({**e2e, "calls_per_run": 10.0}, measured)
     assert not paying["host_bound_risk"] and budget_line({**e2e, "host_budget": paying}) == ""
     assert host_budget({**e2e, "host_cost": {"skipped": "no GPU"}}, measured) is None
+    captured = host_budget({**e2e, "runtime": {"graphs_only": {"captures": 4}}}, measured)  # paid once a capture
+    assert captured["graphs_only"] and not captured["host_bound_risk"]
+    assert budget_line({**e2e, **flat, "host_budget": captured}) == "", "no advice to run what already runs"
 
 
 def test_the_html_report_escapes_what_it_shows(tmp_path, capsys, no_nvmath):

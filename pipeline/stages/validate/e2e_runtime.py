@@ -96,14 +96,17 @@ def host_budget(e2e: dict, measured: dict[str, tuple[float, float]]) -> dict | N
     host) gains nothing from the GPU time and pays the host time whole, so where the host time is the larger the
     runtime cannot pay there. A call captured into a CUDA graph counts once, its replays not at all, so for a
     graph workload the GPU time saved is a floor: ``budget_line`` speaks only where the A/B measured no gain.
-    None where the runtime's cost per call was not measured."""
+    Under ``--graphs-only`` every call the runtime meets is a capture's, paid once and replayed free, so there is
+    no host-bound risk to name. None where the runtime's cost per call was not measured."""
     cost = e2e.get("host_cost") or {}
     if "over_us" not in cost:
         return None
     tuned = (e2e.get("tuned_calls_per_run") or {}).items()
     saved = sum(n * (measured[key][0] - measured[key][1]) for key, n in tuned if key in measured)
     host = (e2e.get("calls_per_run") or 0.0) * cost["over_us"]
-    return {"host_us_per_run": host, "gpu_saved_us_per_run": saved, "host_bound_risk": host >= saved}
+    graphs_only = bool((e2e.get("runtime") or {}).get("graphs_only"))
+    risk = host >= saved and not graphs_only
+    return {"host_us_per_run": host, "gpu_saved_us_per_run": saved, "host_bound_risk": risk, "graphs_only": graphs_only}
 
 
 def dispatch_line(e2e: dict) -> str:
