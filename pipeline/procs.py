@@ -10,6 +10,9 @@ chain of runs, workers and tools unwinds from whichever end dies.
 The supervisor imports C modules alone (``_signal``, ``_ctypes``): a DAG starts hundreds of tools, and
 ``signal`` and ``ctypes`` would make its start-up 19 ms instead of 11 (2 cores, CPython 3.11).
 
+A process that runs one tool hundreds of times uses ``spawner.Spawner`` instead: the same contract, one
+supervisor for all its runs.
+
 A process started from a thread dies when that thread ends (the kernel's parent-death rule): start
 children from the thread that waits for them. A worker a library starts (a ``multiprocessing`` pool) asks
 for the same signal itself: ``die_with_parent`` as the pool's initializer.
@@ -67,8 +70,9 @@ while True:
         die()
     time.sleep(0.05)
 code = os.waitstatus_to_exitcode(status)
-if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
+if code < 0:  # die of the command's signal; SIGKILL and SIGSTOP take no handler, and need none reset
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """

@@ -199,3 +199,26 @@ def recorded_scaled_calls(tmp_path: Path, layer, x) -> list:
         recorder.uninstall()
     files = recorder.write()
     return [e.problem for e in read_file(files[0]).entries]
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie is dead, only not reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def all_dead(*pids: int, seconds: float = 5.0) -> bool:
+    """Wait up to ``seconds`` for every one of ``pids`` to end: whether they all have."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.02)
+    return not any(alive(pid) for pid in pids)

@@ -1,7 +1,8 @@
 """The package layout is the architecture: imports only run downward.
 
-problem, atomic, stats,  the data model, helpers, the error hierarchy, the process helper and the shared
-errors, procs, defaults  defaults: import nothing of the package but each other
+problem, atomic, stats,  the data model, helpers, the error hierarchy, the process helpers and the shared
+errors, procs, spawner,  defaults: import nothing of the package but each other
+defaults
 formats/                 one module per file format: the helpers alone
 kernels/                 what a tuned row runs (cuBLASLt call, torch's call, Triton kernels): formats, helpers
 backends/                tuners, timing harness, GPU slots: kernels, formats and helpers
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
-FOUNDATION = {"problem", "atomic", "stats", "errors", "procs", "defaults"}
+FOUNDATION = {"problem", "atomic", "stats", "errors", "procs", "spawner", "defaults"}
 ALLOWED = {  # layer -> the layers its modules may import
     "foundation": {"foundation"},
     "formats": {"foundation", "formats"},  # a format may read another's vocabulary (solution_names: tunableop)
@@ -81,6 +82,7 @@ def test_every_module_belongs_to_a_layer():
         "luigi_face",
         "problem",
         "procs",
+        "spawner",
         "stats",
         "tasks",
     ]

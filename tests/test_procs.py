@@ -4,13 +4,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
-
-import pytest
 
 from pipeline import procs
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+from .helpers import alive, all_dead, linux_only
 
 
 @linux_only
@@ -27,15 +24,6 @@ def test_the_supervisor_asks_the_kernel_for_sigterm_on_its_parents_death():
     assert out.stdout.split() == ["True", str(int(signal.SIGTERM))]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead, only not reaped yet
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @linux_only
 def test_a_child_and_its_grandchild_die_with_a_parent_killed_by_sigkill():
     parent = (
@@ -46,13 +34,10 @@ def test_a_child_and_its_grandchild_die_with_a_parent_killed_by_sigkill():
     env = procs.with_package_on_path(os.environ)
     runner = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, env=env)
     shell, sleeper = map(int, runner.stdout.readline().split())
-    assert _alive(shell) and _alive(sleeper)
+    assert alive(shell) and alive(sleeper)
     runner.kill()
     runner.wait()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and (_alive(shell) or _alive(sleeper)):
-        time.sleep(0.02)
-    assert not _alive(shell) and not _alive(sleeper), "the supervised group outlived its parent"
+    assert all_dead(shell, sleeper), "the supervised group outlived its parent"
 
 
 @linux_only
@@ -70,13 +55,10 @@ def test_a_pool_worker_that_asks_dies_with_a_parent_killed_by_sigkill():
     env = procs.with_package_on_path(os.environ)
     runner = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, env=env)
     worker = int(runner.stdout.readline())
-    assert _alive(worker)
+    assert alive(worker)
     runner.kill()
     runner.wait()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(worker):
-        time.sleep(0.02)
-    assert not _alive(worker), "the pool's worker outlived its parent"
+    assert all_dead(worker), "the pool's worker outlived its parent"
 
 
 def test_a_worker_whose_parent_is_gone_exits_at_once():
@@ -85,3 +67,11 @@ def test_a_worker_whose_parent_is_gone_exits_at_once():
         capture_output=True, text=True, env=procs.with_package_on_path(os.environ),
     )  # fmt: skip
     assert out.returncode == 1 and "ran on" not in out.stdout
+
+
+@linux_only
+def test_a_command_killed_by_a_signal_reports_it_as_popen_does():
+    """The supervisor dies of the command's signal: SIGKILL (the OOM killer's), which takes no handler, too."""
+    for signame, code in (("KILL", -9), ("TERM", -15)):
+        proc = procs.run(["sh", "-c", f"kill -{signame} $$"])
+        assert (proc.returncode, proc.stderr) == (code, ""), signame

@@ -45,6 +45,7 @@ from ..formats.hipblaslt_bench import (
 )
 from ..formats.torch_build import torch_build
 from ..problem import GemmProblem
+from ..spawner import Spawner
 from ..stats import round_order
 from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings, WinnerRecord
 
@@ -125,6 +126,10 @@ class HipblasltBackend(BackendBase):
         self.retries = retries
         self._probe: BenchRun | None = None
         self._scale_spelling: str | None = None
+        self._spawner = Spawner()  # a Bench or Validate worker runs the bench hundreds of times
+
+    def close(self) -> None:
+        self._spawner.close()
 
     def probe(self) -> BenchRun:
         """What the bench reports of itself and the device (a small heuristic run, once)."""
@@ -189,7 +194,7 @@ class HipblasltBackend(BackendBase):
         errors = []
         for _ in range(self.retries + 1):
             try:
-                proc = procs.run([self.bench, *args], timeout_s=self.timeout_s, env={**os.environ, **(env or {})})
+                proc = self._spawner.run([self.bench, *args], self.timeout_s, {**os.environ, **(env or {})})
             except subprocess.TimeoutExpired:
                 errors.append(f"no answer in {self.timeout_s:.0f} s")
                 continue
