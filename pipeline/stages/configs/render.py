@@ -37,6 +37,7 @@ from ...formats.rocm import (
 from ...formats.tensile_forks import ForkPlan, lds_limit, plan_forks, plan_groups
 from ...formats.tunableop import format_key
 from ...problem import GemmProblem
+from ..run import templates
 from .padding import PaddedProblem, PaddingRule, plan_padding, rule_for_arch
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
@@ -352,8 +353,8 @@ def render_configs(
 ) -> dict[str, str]:
     """Relative path -> rendered text, for every find_exact and Tensile file of ``plan`` (``preset``: the
     settings' TensileLite preset; ``forks``: ``fork_plans``' for it)."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(settings.templates),
+    env = templates.environment(
+        settings.templates,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,

@@ -34,12 +34,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import jinja2
-
 from ... import procs
 from ...atomic import atomic_write_text
 from ...errors import BadInput, Busy, exit_code, one_line, run_exit_code
 from ..configs.render import TEMPLATES
+from ..run import templates
 
 LOCK_NAME = ".gemm-tune.lock"
 ENV_FILE = "nightly.env"
@@ -357,11 +356,9 @@ def units(
         "secrets_file": _systemd_path(workdir / SECRETS_FILE) if secrets else None,
         "exec_start": " ".join(_systemd_word(w) for w in command),
     }
-    templates = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, keep_trailing_newline=True
-    )
+    jinja = templates.environment(TEMPLATES, trim_blocks=True, keep_trailing_newline=True)
     texts = {
-        name: templates.get_template(f"{name}.j2").render(context)
+        name: jinja.get_template(f"{name}.j2").render(context)
         for name in (ENV_FILE, "gemm-tune-nightly.cron", "gemm-tune-nightly.service", "gemm-tune-nightly.timer")
     }
     if secrets:

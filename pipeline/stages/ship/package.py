@@ -28,8 +28,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from ...atomic import atomic_directory, atomic_write_json, atomic_write_text, make_readable, mkdirs_readable
 from ...formats.logic import copy_logic_file, is_record, load_logic
 from ...formats.solution_names import unknown_solution, validators_platform
@@ -41,6 +39,7 @@ from ...runtime.table import KERNELS, RUNTIME_RESULTS
 from ..bench.tune import OVERRIDE
 from ..configs.render import TEMPLATES
 from ..gather import mgrid
+from ..run import templates
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
 from .wheel import write_runtime_wheel
@@ -259,15 +258,13 @@ def write_package(
             "kernels": KERNELS if kernels and kernels.get("entries") else None,
             "runtime_flags": list(bundle_meta(bundle).get("runtime_flags") or []),  # as Validate's A/B applied them
         }
-        templates = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True
-        )
+        jinja = templates.environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
         for name, template in (
             ("env.sh", "package_env.sh.j2"),
             ("Dockerfile", "package_Dockerfile.j2"),
             ("README.md", "package_README.md.j2"),
         ):
-            atomic_write_text(out / name, templates.get_template(template).render(context))
+            atomic_write_text(out / name, jinja.get_template(template).render(context))
         (out / "env.sh").chmod(0o755)
         data = manifest(out, run_dir, bundle, stack, rows, env, compile_logic, kernels)
         make_readable(out)  # an image's non-root user reads it (Docker's COPY keeps modes)

@@ -17,7 +17,7 @@ from ...stats import geomean
 from ..bench import bucket_score, own_kernels
 from ..configs.render import TEMPLATES
 from ..gather import compiled
-from ..run import timings
+from ..run import templates, timings
 from ..run.fingerprint import stamped
 from ..run.layout import RunLayout
 from . import agreement, held_out, history, plots
@@ -196,8 +196,8 @@ def build(run_dir: Path) -> dict:
     }
     context["stage_seconds"] = timings.seconds(run_dir)
     context["stage_line"] = timings.line(context["stage_seconds"]) if context["stage_seconds"] else ""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+    env = templates.environment(
+        TEMPLATES,
         autoescape=jinja2.select_autoescape(["html", "html.j2"]),  # report.html.j2: a name "html" alone misses
         trim_blocks=True,
         lstrip_blocks=True,
