@@ -11,8 +11,10 @@ never saw that ran a tuned choice, a roofline estimate), ``held_out_worst`` (the
 a held-out count inside the ranges the bundle serves, after it split the buckets that lost; the lowest before the
 splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step latency both
 ways; per model and dtype the job's verdict, its Bench time and GPUs. ``targets`` says which of the issue's targets
-each row meets. Run again with the same ``--workdir`` after an interruption, it resumes: each job where Luigi
-left it, each A/B at its first unfinished alternation. Each job's log is ``<workdir>/<model>-<dtype>.log``.
+each row meets. The record is written again as each row is measured (``complete`` false until the last), so an
+interrupted run keeps what it finished; run again with the same ``--workdir``, it resumes: each job where Luigi
+left it, each A/B at its first unfinished alternation. ``--arms graphs`` leaves out the eager A/B. Each job's log
+is ``<workdir>/<model>-<dtype>.log``.
 The job runs with ``--allow-e2e-regression`` so that a refused bundle is still measured eager (the
 verdict says it was refused).
 """
@@ -24,6 +26,7 @@ import datetime
 import json
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pipeline.api import (
@@ -40,6 +43,7 @@ from pipeline.api import (
 
 TARGETS = {"coverage": 0.95, "held_out_worst": 0.99, "graphs": 1.05, "eager": 1.00}
 DTYPES = ("bf16", "fp8")
+ARMS = ("graphs", "eager")
 
 
 def serve_command(model: str, dtype: str, seed: int, args: argparse.Namespace, *extra: str) -> str:
@@ -125,8 +129,9 @@ def run_dir_figures(run: Path) -> tuple[dict, dict | None, dict, Path]:
     return e2e, held, summary, bundle
 
 
-def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> list[dict]:
-    """The job and the eager A/B of one model and dtype: its two rows."""
+def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> Iterator[dict]:
+    """The job and the eager A/B of one model and dtype: its rows (those of ``args.arms``), each as it is
+    measured."""
     log = workdir / f"{model}-{dtype}.log"
     workdir.mkdir(parents=True, exist_ok=True)
     done = run_process(job_command(model, dtype, workdir, args), timeout_s=args.timeout, log=log)
@@ -135,6 +140,17 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         tail = tail_lines(log.read_text(errors="replace"), 30)
         raise RuntimeError(f"{model} {dtype}: the job exited {done.returncode} (its log: {log}):\n{tail}")
     e2e, held, summary, bundle = run_dir_figures(run)
+    job = {
+        "verdict": summary.get("verdict"),
+        "bench_s": (summary.get("stage_seconds") or {}).get("Bench"),
+        "gemms": summary.get("gemms"),
+        "kept": summary.get("kept"),
+    }
+    if "graphs" in args.arms:
+        row = arm_row(model, dtype, "graphs", e2e, held)
+        yield {**row, "job": job, "targets": targets(row)}
+    if "eager" not in args.arms:
+        return
     eager = ab_test(
         ["bash", "-c", serve_command(model, dtype, 2, args, "--eager --repeat 3")],
         bundle / "tunableop_results.csv",
@@ -144,14 +160,21 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         via="runtime",
         runtime_flags=runtime_flags(args.graphs_only),
     )
-    job = {
-        "verdict": summary.get("verdict"),
-        "bench_s": (summary.get("stage_seconds") or {}).get("Bench"),
-        "gemms": summary.get("gemms"),
-        "kept": summary.get("kept"),
-    }
-    rows = [arm_row(model, dtype, "graphs", e2e, held), arm_row(model, dtype, "eager", eager, held)]
-    return [{**row, "job": job, "targets": targets(row)} for row in rows]
+    row = arm_row(model, dtype, "eager", eager, held)
+    yield {**row, "job": job, "targets": targets(row)}
+
+
+def recorded(out: Path, record: dict, rows: Iterable[dict]) -> dict:
+    """``record`` with ``rows`` appended, written to ``out`` after each row (``complete`` false) and once more at
+    the end (``complete`` true): what is measured is kept, whatever stops the run later."""
+    for row in rows:
+        record["rows"].append(row)
+        atomic_write_json(out, record)
+        note_written(out)
+    record["complete"] = True
+    atomic_write_json(out, record)
+    note_written(out)
+    return record
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -179,6 +202,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="apply the bundle with pipeline.runtime --graphs-only in both arms (the job's --e2e-graphs-only): "
         "only the GEMMs captured into CUDA graphs are routed, so eager decode meets no runtime",
     )
+    parser.add_argument(
+        "--arms", default=",".join(ARMS), help="graphs, eager or both: eager is the same bundle A/B'd with eager decode"
+    )
     parser.add_argument("--eager-reps", type=int, default=3)
     parser.add_argument("--e2e-reps", type=int, default=3, help="the job's end-to-end alternations (at least)")
     parser.add_argument("--validate-rounds", type=int, default=7, help="the job's interleaved rounds per GEMM")
@@ -193,33 +219,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         out = claim_output_file(args.out, [], args.force)
-        wrong = [d for d in args.dtypes.split(",") if d not in DTYPES]
-        if wrong:
-            raise BadInput(f"--dtypes {args.dtypes!r}: {', '.join(wrong)} not one of {', '.join(DTYPES)}")
+        for option, value, allowed in (("--dtypes", args.dtypes, DTYPES), ("--arms", args.arms, ARMS)):
+            wrong = [d for d in value.split(",") if d not in allowed]
+            if wrong:
+                raise BadInput(f"{option} {value!r}: {', '.join(wrong)} not one of {', '.join(allowed)}")
     except BadInput as err:
         print(f"serving: {err}", file=sys.stderr)
         return INPUT
     import torch
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gemm-tune-serving-")).absolute()
-    rows = []
-    for model in args.models.split(","):
-        for dtype in args.dtypes.split(","):
-            rows += measure(model, dtype, workdir, args)
-    atomic_write_json(
-        out,
-        {
-            "benchmark": "bench/serving.py",
-            "date": datetime.date.today().isoformat(),
-            "device": torch.cuda.get_device_name(0),
-            "gpus": args.gpus or torch.cuda.device_count(),
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir", "force")},
-            "targets": TARGETS,
-            "rows": rows,
-        },
+    record = {
+        "benchmark": "bench/serving.py",
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name(0),
+        "gpus": args.gpus or torch.cuda.device_count(),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir", "force")},
+        "targets": TARGETS,
+        "complete": False,
+        "rows": [],
+    }
+    measured = (
+        row
+        for model in args.models.split(",")
+        for dtype in args.dtypes.split(",")
+        for row in measure(model, dtype, workdir, args)
     )
-    note_written(out)
-    for row in rows:
+    for row in recorded(out, record, measured)["rows"]:
         print(f"{row['model']} {row['dtype']} {row['arm']}: {row['targets']}")
     return 0
 

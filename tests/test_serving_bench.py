@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import ROOT, bench_module
 
 serving = bench_module("serving")
@@ -30,26 +32,34 @@ def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
     assert "--layers 0" in serving.serve_command("qwen2-7b", "bf16", 1, serving.parse_args(["--out", "x.json"]))
 
 
-def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
-    run = tmp_path / "qwen2-7b-bf16"
+E2E = {
+    "reps": 5,
+    "baseline": {"median_tokens_per_s": 1000.0, "median_p99_ms": 20.0},
+    "tuned": {"median_tokens_per_s": 1070.0, "median_p99_ms": 20.1},
+    "tokens_speedup": 1.07,
+    "interval": [1.06, 1.08],
+    "resolved": True,
+    "coverage": {"tuned_share_of_time": 0.97, "tuned_share_of_calls": 0.9, "unseen_calls": 400},
+    "decode_speedup": 1.09,
+    "decode_interval": [1.07, 1.11],
+}
+
+
+def _finished_job(workdir):
+    """The files a finished, refused job of qwen2-7b bf16 leaves under ``workdir``: its run directory."""
+    run = workdir / "qwen2-7b-bf16"
     (run / "validate").mkdir(parents=True)
     (run / "report").mkdir()
     (run / "bundle.refused").mkdir()
-    e2e = {
-        "reps": 5,
-        "baseline": {"median_tokens_per_s": 1000.0, "median_p99_ms": 20.0},
-        "tuned": {"median_tokens_per_s": 1070.0, "median_p99_ms": 20.1},
-        "tokens_speedup": 1.07,
-        "interval": [1.06, 1.08],
-        "resolved": True,
-        "coverage": {"tuned_share_of_time": 0.97, "tuned_share_of_calls": 0.9, "unseen_calls": 400},
-        "decode_speedup": 1.09,
-        "decode_interval": [1.07, 1.11],
-    }
-    (run / "validate" / "e2e.json").write_text(json.dumps(e2e))
+    (run / "validate" / "e2e.json").write_text(json.dumps(E2E))
     held_out = {"worst": {"speedup": 0.9}, "worst_shipped": {"speedup": 0.985}}
     (run / "validate" / "held_out.json").write_text(json.dumps(held_out))
     (run / "report" / "summary.json").write_text(json.dumps({"verdict": "refused", "stage_seconds": {"Bench": 90}}))
+    return run
+
+
+def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
+    run = _finished_job(tmp_path)
     got, held, summary, bundle = serving.run_dir_figures(run)
     assert bundle == run / "bundle.refused" and summary["stage_seconds"]["Bench"] == 90
     row = serving.arm_row("qwen2-7b", "bf16", "graphs", got, held)
@@ -64,11 +74,38 @@ def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
     assert serving.targets({**row, "coverage": None, "p99_ms": {"baseline": None, "tuned": 1.0}})["coverage"] is None
 
 
-def test_a_dtype_it_does_not_serve_is_refused_before_anything_runs(tmp_path):
+def test_a_dtype_or_arm_it_does_not_serve_is_refused_before_anything_runs(tmp_path):
     script = str(ROOT / "bench" / "serving.py")
-    argv = [sys.executable, script, "--dtypes", "bf16,int4", "--out", str(tmp_path / "r.json")]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    assert done.returncode == 12 and "int4 not one of bf16, fp8" in done.stderr and not list(tmp_path.iterdir())
+    for option, value, said in (
+        ("--dtypes", "bf16,int4", "int4 not one of bf16, fp8"),
+        ("--arms", "graphs,cpu", "cpu not one of graphs, eager"),
+    ):
+        argv = [sys.executable, script, option, value, "--out", str(tmp_path / "r.json")]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        assert done.returncode == 12 and said in done.stderr and not list(tmp_path.iterdir())
+
+
+def test_the_record_keeps_each_row_as_it_is_measured_and_an_arm_left_out_is_not_run(tmp_path, monkeypatch):
+    run = _finished_job(tmp_path / "w")
+    ran = []
+    monkeypatch.setattr(serving, "run_process", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    monkeypatch.setattr(
+        serving, "ab_test", lambda *a, **k: ran.append(a) or json.loads((run / "validate" / "e2e.json").read_text())
+    )
+    only = list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", _args("--arms", "graphs")))
+    assert [r["arm"] for r in only] == ["graphs"] and not ran, "no eager A/B where the arm is left out"
+    assert [r["arm"] for r in serving.measure("qwen2-7b", "bf16", tmp_path / "w", _args())] == ["graphs", "eager"]
+
+    def stopped():
+        yield only[0]
+        raise KeyboardInterrupt  # the device's limit, mid-way through the next arm
+
+    out = tmp_path / "r.json"
+    with pytest.raises(KeyboardInterrupt):
+        serving.recorded(out, {"rows": [], "complete": False}, stopped())
+    kept = json.loads(out.read_text())
+    assert kept == {"rows": only, "complete": False}, "the finished row was kept"
+    assert serving.recorded(out, {"rows": []}, iter(only))["complete"] and json.loads(out.read_text())["complete"]
 
 
 def test_a_committed_serving_record_meets_the_targets_its_rows_say():
