@@ -9,8 +9,9 @@ the kernel for SIGTERM when its parent dies (``procs.PDEATHSIG``), forks each co
 on that signal, or when the socket to its parent closes, kills the groups it still has and exits. Requests go
 over a socket pair: the command, its environment and directory (``marshal``), with stdin and the output pipes
 as passed descriptors (``SCM_RIGHTS``); the server answers the command's pid, then its exit code. A process
-started from a thread dies when that thread ends, so the server serves the thread that started it only; from
-any other thread, and after any run that did not finish cleanly, runs go through ``procs.run``.
+started from a thread dies when that thread ends, so the server serves the thread that started it only (and
+not a forked copy of the process); from any other thread or process runs go through ``procs.run``, and after a
+run that did not finish cleanly the next one starts a new server.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Spawner:
         self._server: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._pid: int | None = None
 
     def _connect(self) -> socket.socket:
         if self._sock is None:
@@ -94,7 +96,7 @@ class Spawner:
                 self._server = subprocess.Popen(
                     command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True
                 )
-            self._sock, self._thread = ours, threading.current_thread()
+            self._sock, self._thread, self._pid = ours, threading.current_thread(), os.getpid()
             self._ended = weakref.finalize(self, _end, self._sock, self._server)  # at the latest when we exit
         return self._sock
 
@@ -109,7 +111,8 @@ class Spawner:
     ) -> subprocess.CompletedProcess:
         """``procs.run(argv, timeout_s, env)``, stdin from /dev/null and the output captured, through the server
         where this thread started it (or starts it now)."""
-        if self._thread not in (None, threading.current_thread()) or not hasattr(socket, "send_fds"):
+        foreign = self._thread not in (None, threading.current_thread()) or self._pid not in (None, os.getpid())
+        if foreign or not hasattr(socket, "send_fds"):
             return procs.run(argv, timeout_s=timeout_s, env=env)
         argv = [str(a) for a in argv]
         procs._resolve(argv[0], env)

@@ -93,3 +93,27 @@ def test_another_thread_runs_without_the_server_and_a_lost_server_is_named_then_
         assert spawner.run(["sh", "-c", "echo back"]).stdout == "back\n"
     finally:
         spawner.close()
+
+
+@linux_only
+def test_a_forked_copy_of_the_process_runs_without_its_parents_server():
+    spawner = Spawner()
+    try:
+        assert spawner.run(["sh", "-c", "echo parent"]).stdout == "parent\n"
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its run must not go to the parent's server
+            os.close(read)
+            try:
+                out = spawner.run(["sh", "-c", "echo $PPID"]).stdout  # its parent: the server, or a supervisor
+                os.write(write, out.encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as got:
+            said = got.read()
+        os.waitpid(pid, 0)
+        assert int(said) != spawner._server.pid, "the forked copy went to its parent's server"
+        assert spawner.run(["sh", "-c", "echo again"]).stdout == "again\n", "the parent's server is still in step"
+    finally:
+        spawner.close()
