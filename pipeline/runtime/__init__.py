@@ -144,8 +144,8 @@ def coverage_line(coverage: dict | None) -> str:
         return scope
     return scope + (
         f"; coverage at token counts the collection never saw: {coverage['tuned_share_of_time']:.1%} of their GEMM "
-        f"time (roofline estimate; {coverage['unseen_tuned_calls']} of {coverage['unseen_calls']} calls) ran a "
-        "tuned choice"
+        f"time ({coverage['unseen_us']:.3g} us by the roofline estimate; {coverage['unseen_tuned_calls']} of "
+        f"{coverage['unseen_calls']} calls) ran a tuned choice"
         + (
             f" ({coverage['unseen_default_calls']} of them torch's default, measured best there)"
             if coverage.get("unseen_default_calls")
