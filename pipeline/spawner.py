@@ -54,7 +54,7 @@ while True:
         die()  # the parent closed its end (it finished, or died without the signal)
     data = b"".join(d for level, kind, d in ancdata if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS)
     fds = [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(data), 4)]
-    argv, env = marshal.loads(msg)
+    argv, env, cwd = marshal.loads(msg)
     pid = os.fork()
     if pid == 0:
         try:
@@ -64,6 +64,7 @@ while True:
             os.closerange(3, 1 << 16)
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
+            os.chdir(cwd)
             os.execvpe(argv[0], argv, env)
         except OSError as err:
             os.write(2, f"{argv[0]}: {err.strerror}\n".encode())
@@ -136,7 +137,8 @@ class Spawner:
         try:
             with open(os.devnull, "rb") as devnull:
                 try:
-                    socket.send_fds(sock, [marshal.dumps((argv, env))], [devnull.fileno(), out_w, err_w])
+                    request = marshal.dumps((argv, env, os.getcwd()))  # the caller's directory now, as Popen's
+                    socket.send_fds(sock, [request], [devnull.fileno(), out_w, err_w])
                 except OSError as err:
                     raise ToolError(f"gemm-tune's process supervisor (pipeline/spawner.py) is gone: {err}") from None
             os.close(out_w)

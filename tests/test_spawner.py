@@ -26,12 +26,18 @@ COMMANDS = [
 
 
 @linux_only
-def test_runs_give_what_procs_run_gives():
+def test_runs_give_what_procs_run_gives(tmp_path):
     spawner, env = Spawner(), {**os.environ, "SPAWNED": "yes"}
     try:
         for argv in COMMANDS:
             want, got = procs.run(argv, env=env), spawner.run(argv, env=env)
             assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr), argv
+        here = os.getcwd()
+        try:
+            os.chdir(tmp_path)  # after the server started: a command runs where its caller is now
+            assert spawner.run(["pwd"]).stdout == f"{tmp_path}\n"
+        finally:
+            os.chdir(here)
         lead = [sys.executable, "-c", "import os; print(os.getpgid(0) == os.getpid())"]
         assert spawner.run(lead).stdout == "True\n", "the command leads a process group of its own"
         with pytest.raises(FileNotFoundError):
