@@ -21,6 +21,7 @@ import locale
 import marshal
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -145,11 +146,12 @@ class Spawner:
             os.close(err_w)
             out_w = err_w = -1
             pid = _answer(sock)
-            chunks, code = self._collect(sock, {out_r: [], err_r: []}, deadline)
-            if code is None:  # past the deadline: the group dies, its exit is read, the time-out raised
+            chunks, code, late = self._collect(sock, {out_r: [], err_r: []}, deadline)
+            if late:  # past the deadline (the command, or what it left holding its output): the group dies
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, 9)
-                code = _answer(sock)
+                    os.killpg(pid, signal.SIGKILL)
+                if code is None:
+                    _answer(sock)  # its exit, which the server sends once it reaped it: the next run stays in step
                 raise subprocess.TimeoutExpired(argv, timeout_s or 0.0, _text(chunks[out_r]), _text(chunks[err_r]))
             return subprocess.CompletedProcess(argv, code, _text(chunks[out_r]), _text(chunks[err_r]))
         finally:
@@ -158,13 +160,14 @@ class Spawner:
                     os.close(fd)
             if pid is not None:  # what the command left behind in its group goes with it, as in procs.running
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, 9)
+                    os.killpg(pid, signal.SIGKILL)
 
     @staticmethod
     def _collect(
         sock: socket.socket, chunks: dict[int, list[bytes]], deadline: float | None
-    ) -> tuple[dict[int, list[bytes]], int | None]:
-        """Read both pipes to their end and the command's exit code; a None code: the deadline passed first."""
+    ) -> tuple[dict[int, list[bytes]], int | None, bool]:
+        """Read both pipes to their end and the command's exit code (None: not yet sent); whether the deadline
+        passed first."""
         code = None
         with selectors.DefaultSelector() as selector:
             for fd in chunks:
@@ -173,7 +176,7 @@ class Spawner:
             while selector.get_map():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return chunks, None
+                    return chunks, code, True
                 for key, _ in selector.select(left):
                     if key.fileobj is sock:
                         code = _answer(sock)
@@ -184,7 +187,7 @@ class Spawner:
                         chunks[key.fd].append(data)
                     else:
                         selector.unregister(key.fd)
-        return chunks, code
+        return chunks, code, False
 
 
 def _end(sock: socket.socket, server: subprocess.Popen) -> None:

@@ -58,6 +58,13 @@ def test_a_time_out_kills_the_group_and_the_next_run_goes_on(tmp_path):
         shell, sleeper = map(int, pids.read_text().split())
         assert all_dead(shell, sleeper), "the timed-out group outlived its time-out"
         assert spawner.run(["sh", "-c", "echo again"]).stdout == "again\n"
+        held = ["sh", "-c", f"sleep 60 & echo $! > {pids}; echo done"]  # exits at once; its child holds the output
+        for runner in (procs.run, spawner.run):
+            start = time.monotonic()
+            with pytest.raises(subprocess.TimeoutExpired):
+                runner(held, timeout_s=1.0)
+            assert time.monotonic() - start < 10 and all_dead(int(pids.read_text())), runner
+        assert spawner.run(["sh", "-c", "echo in step"]).stdout == "in step\n"
         spawner.close()
         assert spawner.run(["sh", "-c", "echo reopened"]).stdout == "reopened\n", "a run after close starts anew"
     finally:
