@@ -27,10 +27,20 @@ def test_compiled_templates_are_cached_and_an_edit_compiles_again(tmp_path, monk
 
 
 def test_without_a_cache_directory_templates_compile_each_time(tmp_path, monkeypatch):
-    def refuse():
-        raise RuntimeError("Cannot create or find a safe cache directory")  # jinja2's own error
-
-    monkeypatch.setattr(jinja2, "FileSystemBytecodeCache", refuse)
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "file"))  # no directory can be made under a file
     (tmp_path / "a.j2").write_text("{{ x }}!")
     env = templates.environment(tmp_path, keep_trailing_newline=True)
     assert env.bytecode_cache is None and env.get_template("a.j2").render(x="ok") == "ok!"
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_template_compiled(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "a.j2").write_text("{{ x }}?")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", full)  # where jinja2 writes a compiled template
+    assert templates.environment(tmp_path).get_template("a.j2").render(x="ok") == "ok?"

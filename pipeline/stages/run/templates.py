@@ -5,21 +5,32 @@ CPU compiled, 4 ms cached; a run renders its configs, its report and its package
 The cache is Jinja's ``FileSystemBytecodeCache`` in its default place: a directory of this user's own under
 the system's temporary directory, created private; an entry is keyed by the template's name and holds its
 source's checksum and the bytecode version, so an edited template or another Python compiles again. Where no
-such directory can be made, templates compile every time, as without a cache.
+such directory can be made, or a compiled template cannot be written there (a full disk), templates compile
+as without a cache: the cache never stops a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.bccache
+
+
+class _Cache(jinja2.FileSystemBytecodeCache):
+    """Jinja's cache, except that a compiled template it cannot write is left uncached rather than an error."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
 
 
 def environment(directory: Path | str, **options: Any) -> jinja2.Environment:
     """``jinja2.Environment(loader=FileSystemLoader(directory), **options)`` with the compiled-template cache."""
     try:
-        cache = jinja2.FileSystemBytecodeCache()
-    except RuntimeError:  # no private directory could be made (jinja2's own check)
+        cache = _Cache()
+    except (RuntimeError, OSError):  # no private directory could be made, or jinja2 found it unsafe
         cache = None
     return jinja2.Environment(loader=jinja2.FileSystemLoader(directory), bytecode_cache=cache, **options)
