@@ -3,6 +3,7 @@
 import tempfile
 
 import jinja2
+import jinja2.bccache
 
 from pipeline.stages.run import templates
 
@@ -44,3 +45,13 @@ def test_a_cache_that_cannot_be_written_leaves_the_template_compiled(tmp_path, m
 
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", full)  # where jinja2 writes a compiled template
     assert templates.environment(tmp_path).get_template("a.j2").render(x="ok") == "ok?"
+
+
+def test_a_damaged_cache_entry_is_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "a.j2").write_text("{{ x }}.")
+    assert templates.environment(tmp_path).get_template("a.j2").render(x=1) == "1."
+    (entry,) = (tmp_path / "tmp").glob("_jinja2-cache-*/*.cache")
+    entry.write_bytes(entry.read_bytes()[: len(jinja2.bccache.bc_magic) + 1])  # the header, then cut short
+    assert templates.environment(tmp_path).get_template("a.j2").render(x=2) == "2."

@@ -5,13 +5,14 @@ CPU compiled, 4 ms cached; a run renders its configs, its report and its package
 The cache is Jinja's ``FileSystemBytecodeCache`` in its default place: a directory of this user's own under
 the system's temporary directory, created private; an entry is keyed by the template's name and holds its
 source's checksum and the bytecode version, so an edited template or another Python compiles again. Where no
-such directory can be made, or a compiled template cannot be written there (a full disk), templates compile
-as without a cache: the cache never stops a run.
+such directory can be made, or an entry cannot be written or read back (a full disk, a damaged file),
+templates compile as without a cache: the cache never stops a run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,18 @@ import jinja2.bccache
 
 
 class _Cache(jinja2.FileSystemBytecodeCache):
-    """Jinja's cache, except that a compiled template it cannot write is left uncached rather than an error."""
+    """Jinja's cache, except that an entry it cannot write or read (a full disk, a damaged file) is compiled
+    again rather than an error."""
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         with contextlib.suppress(OSError):
             super().dump_bytecode(bucket)
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # jinja2 reads the checksum unguarded
+            bucket.reset()
 
 
 def environment(directory: Path | str, **options: Any) -> jinja2.Environment:
