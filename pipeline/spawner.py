@@ -81,6 +81,10 @@ while True:
 SERVER = procs.PDEATHSIG + _SERVE  # run as python -I -S -c SERVER <parent pid> <socket fd>
 
 
+class SupervisorLost(ToolError):
+    """The server ended under a run (killed, or out of memory); the next run starts another."""
+
+
 class Spawner:
     """Runs commands as ``procs.run`` does, through one supervising server per instance; ``close`` ends it."""
 
@@ -141,7 +145,9 @@ class Spawner:
                     request = marshal.dumps((argv, env, os.getcwd()))  # the caller's directory now, as Popen's
                     socket.send_fds(sock, [request], [devnull.fileno(), out_w, err_w])
                 except OSError as err:
-                    raise ToolError(f"gemm-tune's process supervisor (pipeline/spawner.py) is gone: {err}") from None
+                    raise SupervisorLost(
+                        f"gemm-tune's process supervisor (pipeline/spawner.py) is gone: {err}"
+                    ) from err
             os.close(out_w)
             os.close(err_w)
             out_w = err_w = -1
@@ -206,5 +212,5 @@ def _answer(sock: socket.socket) -> int:
     """The server's next answer (a pid, then an exit code); a ToolError where it is gone."""
     data = sock.recv(64)
     if not data:
-        raise ToolError("gemm-tune's process supervisor (pipeline/spawner.py) ended before its command did")
+        raise SupervisorLost("gemm-tune's process supervisor (pipeline/spawner.py) ended before its command did")
     return marshal.loads(data)

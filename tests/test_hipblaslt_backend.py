@@ -118,3 +118,16 @@ def test_validation_runs_alternate_heuristic_and_the_winner(monkeypatch, tmp_pat
     assert methods[0] == "heuristic", "the probe that reads the bench's version (its generation)"
     assert methods[1:] == ["heuristic", "index", "index", "heuristic", "heuristic", "index"]
     assert HipblasltBackend(0, DOUBLE).measure_pair(QKV, None, rounds=2)["tuned"] == []
+
+
+def test_a_lost_supervisor_is_one_failed_attempt_and_the_retry_starts_another():
+    backend = HipblasltBackend(0, DOUBLE)
+    try:
+        assert backend.heuristic(QKV).us > 0
+        server = backend._spawner._server
+        server.kill()  # the OOM killer, say
+        server.wait()
+        assert backend.heuristic(QKV).us > 0, "retried under a new supervisor"
+        assert backend._spawner._server is not server
+    finally:
+        backend.close()

@@ -45,7 +45,7 @@ from ..formats.hipblaslt_bench import (
 )
 from ..formats.torch_build import torch_build
 from ..problem import GemmProblem
-from ..spawner import Spawner
+from ..spawner import Spawner, SupervisorLost
 from ..stats import round_order
 from .base import BackendBase, CandidateResult, ProblemResult, ToolMissing, TuneSettings, WinnerRecord
 
@@ -197,6 +197,9 @@ class HipblasltBackend(BackendBase):
                 proc = self._spawner.run([self.bench, *args], self.timeout_s, {**os.environ, **(env or {})})
             except subprocess.TimeoutExpired:
                 errors.append(f"no answer in {self.timeout_s:.0f} s")
+                continue
+            except SupervisorLost as err:  # the retry starts another supervisor
+                errors.append(str(err))
                 continue
             if proc.returncode != 0:
                 errors.append(f"exit code {proc.returncode}: {(proc.stderr.strip() or proc.stdout.strip())[-400:]}")
