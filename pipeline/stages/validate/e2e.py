@@ -274,23 +274,31 @@ def decode_figures(runs: dict[str, list[dict]]) -> dict:
     """The decode steps' tokens/s, tuned over baseline, where every run printed it (``pipeline.workloads.serve``):
     the median of the paired ratios and their 95% interval. In a serving run whose eager prefill sets the pace,
     the decode steps show what the GEMMs changed at a fraction of the spread; the verdict stays on tokens/s."""
-    pairs = list(zip(runs["baseline"], runs["tuned"], strict=False))
-    if not pairs or not all(b.get("decode_tokens_per_s") and t.get("decode_tokens_per_s") for b, t in pairs):
+    ratios = field_ratios(runs, "decode_tokens_per_s")
+    if ratios is None:
         return {}
-    ratios = [t["decode_tokens_per_s"] / b["decode_tokens_per_s"] for b, t in pairs]
     return {
         "decode_speedup": statistics.median(ratios),
         "decode_interval": list(ratio_bounds(ratios)) if len(ratios) >= 2 else None,
     }
 
 
+def field_ratios(runs: dict[str, list[dict]], field: str) -> list[float] | None:
+    """Per alternation, the tuned run's ``field`` (a rate) over the baseline's; None where no alternation ran or
+    a run of one lacks it."""
+    pairs = list(zip(runs["baseline"], runs["tuned"], strict=False))
+    if pairs and all(b.get(field) and t.get(field) for b, t in pairs):
+        return [t[field] / b[field] for b, t in pairs]
+    return None
+
+
 def paired_ratios(runs: dict[str, list[dict]]) -> list[float]:
     """Per alternation, the tuned run's tokens/s over the baseline's, or where a run printed none, the
     baseline's wall time over the tuned one's: the two runs of one alternation share the machine's state."""
-    pairs = list(zip(runs["baseline"], runs["tuned"], strict=False))
-    if pairs and all(b["tokens_per_s"] and t["tokens_per_s"] for b, t in pairs):
-        return [t["tokens_per_s"] / b["tokens_per_s"] for b, t in pairs]
-    return [b["wall_s"] / t["wall_s"] for b, t in pairs]
+    tokens = field_ratios(runs, "tokens_per_s")
+    if tokens is not None:
+        return tokens
+    return [b["wall_s"] / t["wall_s"] for b, t in zip(runs["baseline"], runs["tuned"], strict=False)]
 
 
 def interval(runs: dict[str, list[dict]]) -> tuple[float, float] | None:
