@@ -89,8 +89,9 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _resolve(program: str, env: Mapping[str, str] | None) -> str:
-    """``program`` as the child will find it, or FileNotFoundError as ``Popen`` would raise it."""
+def check_program(program: str, env: Mapping[str, str] | None) -> str:
+    """``program`` as the child will find it (on ``env``'s PATH), or FileNotFoundError as ``Popen`` would raise
+    it: a supervised command that is not there fails here, not as the supervisor's exit code 127."""
     if os.sep in program:
         if not os.access(program, os.X_OK) or Path(program).is_dir():
             raise FileNotFoundError(2, f"no executable file {program!r}", program)
@@ -107,15 +108,20 @@ def start(argv: Sequence[str], env: Mapping[str, str] | None = None, **popen: An
     if "start_new_session" in popen or "preexec_fn" in popen or "process_group" in popen:
         raise TypeError("start() sets the process group itself")
     argv = [str(a) for a in argv]
-    _resolve(argv[0], env)
+    check_program(argv[0], env)
     command = [sys.executable, "-I", "-S", "-c", SUPERVISOR, str(os.getpid()), *argv]
     return subprocess.Popen(command, env=None if env is None else dict(env), start_new_session=True, **popen)
 
 
+def kill_group(group: int) -> None:
+    """SIGKILL to process group ``group``, where any of it is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+
+
 def kill(proc: subprocess.Popen) -> None:
     """Kill ``proc``'s whole group (the command and everything it started) and reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    kill_group(proc.pid)
     proc.wait()
 
 

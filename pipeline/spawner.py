@@ -16,12 +16,10 @@ run that did not finish cleanly the next one starts a new server.
 
 from __future__ import annotations
 
-import contextlib
 import locale
 import marshal
 import os
 import selectors
-import signal
 import socket
 import subprocess
 import sys
@@ -121,7 +119,7 @@ class Spawner:
         if foreign or not hasattr(socket, "send_fds"):
             return procs.run(argv, timeout_s=timeout_s, env=env)
         argv = [str(a) for a in argv]
-        procs._resolve(argv[0], env)
+        procs.check_program(argv[0], env)
         clean = False
         try:
             result = self._run(argv, timeout_s, dict(os.environ if env is None else env))
@@ -154,8 +152,7 @@ class Spawner:
             pid = _answer(sock)
             chunks, code, late = self._collect(sock, {out_r: [], err_r: []}, deadline)
             if late:  # past the deadline (the command, or what it left holding its output): the group dies
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                procs.kill_group(pid)
                 if code is None:
                     _answer(sock)  # its exit, which the server sends once it reaped it: the next run stays in step
                 raise subprocess.TimeoutExpired(argv, timeout_s or 0.0, _text(chunks[out_r]), _text(chunks[err_r]))
@@ -165,8 +162,7 @@ class Spawner:
                 if fd >= 0:
                     os.close(fd)
             if pid is not None:  # what the command left behind in its group goes with it, as in procs.running
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                procs.kill_group(pid)
 
     @staticmethod
     def _collect(
