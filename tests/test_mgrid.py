@@ -152,23 +152,51 @@ def test_a_bucket_that_does_not_end_at_its_row_is_refused(tmp_path):
         read_shapes_json(tmp_path / "shapes.json")
 
 
-def test_spread_repeats_a_library_winner_over_its_bucket_and_narrows_a_triton_one():
+def test_spread_repeats_a_winner_over_its_bucket_and_narrows_a_triton_one_compiled_for_its_sizes():
     lib = TunableOpEntry.from_problem(QKV.with_tokens(8), "Gemm_Cublaslt_id_7_tile_20", 0.01)
     own = TunableOpEntry.from_problem(QKV.with_tokens(16), "triton_r16c64k128_s1_g8_w4_st3_swap", 0.02)
     alone = TunableOpEntry.from_problem(QKV.with_tokens(1), "Gemm_Cublaslt_id_1_tile_20", 0.01)
-    buckets = {",".join(format_key(e.problem)): b for e, b in ((lib, (5, 8)), (own, (9, 16)))}
-    rows, ranges = mgrid.spread([lib, own, alone], buckets)
-    assert [r.problem.n for r in rows] == [8, 5, 6, 7, 16, 1]
-    assert all(r.solution == lib.solution for r in rows[:4])
+    tiled = TunableOpEntry.from_problem(QKV.with_tokens(24), "triton_r32c64k64_s1_g8_w4_st3", 0.03)
+    buckets = {",".join(format_key(e.problem)): b for e, b in ((lib, (5, 8)), (own, (9, 16)), (tiled, (17, 24)))}
+    rows, ranges = mgrid.spread([lib, own, alone, tiled], buckets)
+    assert [r.problem.n for r in rows] == [8, 5, 6, 7, 16, 1, 24, *range(17, 24)]
+    assert all(r.solution == lib.solution for r in rows[:4]) and all(r.solution == tiled.solution for r in rows[6:])
     assert parse_key(rows[1].op_signature, rows[1].params_signature) == QKV.with_tokens(5)
-    assert [(r["lo"], r["hi"]) for r in ranges] == [(5, 8), (16, 16)]
-    assert "serves its M alone (bucket 9-16)" in ranges[1]["note"]
+    # the swapped kernel's sizes are literals: its bucket narrows; the tiled one takes them as arguments
+    assert [(r["lo"], r["hi"]) for r in ranges] == [(5, 8), (16, 16), (17, 24)]
+    assert "serves its M alone (bucket 9-16)" in ranges[1]["note"] and not ranges[2].get("note")
+
+
+@pytest.mark.parametrize(
+    "name, bucket, serves",
+    [
+        ("Gemm_Cublaslt_id_7_tile_20", (9, 16), True),  # a library's (Bench checks it at each count)
+        ("triton_r32c64k64_s1_g8_w4_st3", (17, 24), True),  # tiled: sizes as arguments, edges masked
+        ("triton_r16c64k128_s1_g8_w4_st3", (1, 16), True),  # skinny: the same kernel
+        ("triton_r16c64k128_s1_g8_w4_st3_swap", (9, 16), False),  # swapped: compiled for one frame
+        ("triton_r1c1k2048_s1_g1_w8_st1_lit", (1, 1), False),  # literal: the same
+        ("triton_r1c8k512_s1_g1_w4_st1", (1, 1), True),  # gemv: one token, sizes as arguments
+        ("triton_r1c8k512_s1_g1_w4_st1", (1, 2), False),  # but one row alone
+        ("triton_nonsense", (9, 16), False),
+    ],
+)
+def test_a_winner_serves_a_bucket_where_its_kernel_computes_every_count_of_it(name, bucket, serves):
+    from pipeline.kernels.triton_gemm import serves_range
+
+    assert serves_range(name, *bucket) is serves
 
 
 def test_default_ranges_are_the_buckets_dropped_and_the_counts_below_a_split_but_not_a_triton_narrowing():
-    key = {m: ",".join(format_key(QKV.with_tokens(m))) for m in (8, 16, 32, 64)}
-    buckets = {key[8]: (5, 8), key[16]: (9, 16), key[32]: (17, 32), key[64]: (33, 64)}
+    key = {m: ",".join(format_key(QKV.with_tokens(m))) for m in (8, 16, 32, 64, 128)}
+    buckets = {key[8]: (5, 8), key[16]: (9, 16), key[32]: (17, 32), key[64]: (33, 64), key[128]: (65, 128)}
     served = [
+        {
+            "key": key[128],
+            "solution": "triton_r64c128k64_s1_g8_w4_st3",
+            "lo": 97,
+            "hi": 128,
+            "note": "split: serves 97-128 (x0.97 at M = 96)",
+        },
         {"key": key[8], "solution": "Gemm_Cublaslt_id_7_tile_20", "lo": 5, "hi": 8},
         {
             "key": key[16],
@@ -186,7 +214,8 @@ def test_default_ranges_are_the_buckets_dropped_and_the_counts_below_a_split_but
         },
     ]
     found = mgrid.default_ranges(buckets, served, {key[32]: "the default already is the best: nothing to ship"})
-    assert found == [
+    assert found == [  # by key
+        {"key": key[128], "lo": 65, "hi": 96, "why": "split: serves 97-128 (x0.97 at M = 96)"},  # sizes as arguments
         {"key": key[32], "lo": 17, "hi": 32, "why": "the default already is the best: nothing to ship"},
         {"key": key[64], "lo": 33, "hi": 40, "why": "split: serves 41-64 (x0.95 at M = 40)"},
     ]
@@ -194,7 +223,7 @@ def test_default_ranges_are_the_buckets_dropped_and_the_counts_below_a_split_but
     from pipeline.formats.m_ranges import DEFAULT_RANGES, read_ranges
 
     read = read_ranges(found, "bundle/manifest.json", DEFAULT_RANGES)
-    assert [(r.solution, r.lo, r.hi, r.note) for r in read][1] == ("Default", 33, 40, found[1]["why"])
+    assert [(r.solution, r.lo, r.hi, r.note) for r in read][2] == ("Default", 33, 40, found[2]["why"])
 
 
 def test_gemm_tune_shapes_takes_the_grid_and_refuses_bad_values(tmp_path):
@@ -234,7 +263,7 @@ def test_held_out_counts_are_the_lower_edge_the_middle_and_two_seeded_draws():
     assert held_out_counts((129, 256), "k")[:1] == [129] and 192 in held_out_counts((129, 256), "k")
 
 
-def test_held_out_rows_skip_default_triton_and_exact_rows():
+def test_held_out_rows_skip_default_exact_and_fixed_size_triton_rows():
     from pipeline.stages.validate.held_out import held_out_rows
     from pipeline.stages.validate.validate import MergedRow
 
@@ -242,10 +271,19 @@ def test_held_out_rows_skip_default_triton_and_exact_rows():
         problem = QKV.with_tokens(n)
         return MergedRow(",".join(format_key(problem)), problem, solution, 10, 0.5)
 
-    rows = [row(16, "Gemm_Cublaslt_id_1"), row(8, "Default"), row(24, "triton_r16c64k128_s1_g8_w4_st3"), row(4, "G")]
-    buckets = {rows[0].key: (9, 16), rows[1].key: (5, 8), rows[2].key: (17, 24)}
+    rows = [
+        row(16, "Gemm_Cublaslt_id_1"),
+        row(8, "Default"),
+        row(24, "triton_r16c64k128_s1_g8_w4_st3_swap"),  # compiled for its own sizes
+        row(4, "G"),
+        row(32, "triton_r32c64k64_s1_g8_w4_st3"),  # sizes as arguments: serves its bucket, so it is held out
+    ]
+    buckets = {rows[0].key: (9, 16), rows[1].key: (5, 8), rows[2].key: (17, 24), rows[4].key: (25, 32)}
     held = held_out_rows(rows, buckets)
-    assert {r.held_out_of for r in held} == {rows[0].key}
+    assert {r.held_out_of for r in held} == {rows[0].key, rows[4].key}
+    ours = [r for r in held if r.held_out_of == rows[4].key]
+    assert ours and all(25 <= r.problem.n < 32 and r.solution == rows[4].solution for r in ours)
+    held = [r for r in held if r.held_out_of == rows[0].key]
     assert all(9 <= r.problem.n < 16 and r.key == ",".join(format_key(r.problem)) for r in held)
     assert all(r.time_share == 0.0 and r.calls == 0 and r.solution == rows[0].solution for r in held)
 
@@ -504,15 +542,16 @@ def test_where_no_finalist_serves_the_bucket_the_winner_serves_above_its_highest
     assert bucket_score.served([data], {key: (5, 16)}) == {}  # a score of another grid's bucket does not count
 
 
-def test_a_triton_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it_was():
+def test_a_fixed_size_triton_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it_was():
     from pipeline.backends.base import BackendBase, TuneSettings, WinnerRecord
     from pipeline.stages.bench import bucket_score
 
     top = QKV.with_tokens(16)
-    triton = grid_result(top)
-    triton.crown("triton_x", 5.0, WinnerRecord({"Tuner": "triton"}))
     backend = ScriptedRetime({})
-    assert bucket_score.score(backend, triton, (9, 16), TuneSettings()).bucket == {} and backend.asked == []
+    for name in ("triton_r16c64k128_s1_g8_w4_st3_swap", "triton_x"):  # literal sizes; an unreadable name
+        triton = grid_result(top)
+        triton.crown(name, 5.0, WinnerRecord({"Tuner": "triton"}))
+        assert bucket_score.score(backend, triton, (9, 16), TuneSettings()).bucket == {} and backend.asked == []
     result = bucket_score.score(BackendBase(), grid_result(top), (9, 16), TuneSettings())
     assert result.winner == "A" and result.bucket["note"].startswith("not scored")
 
@@ -535,3 +574,23 @@ def test_a_manifests_ranges_read_alike_everywhere_and_a_bad_one_is_named():
             read_ranges([bad], "bundle/manifest.json")
     with pytest.raises(BadInput, match=r"manifest.json: default_ranges\[0\] is not a range record .*KeyError"):
         read_ranges([{"key": key, "lo": 1}], "manifest.json", "default_ranges")
+
+
+def test_a_triton_winner_whose_kernel_takes_its_sizes_is_scored_and_a_fixed_size_finalist_is_not_tried():
+    from pipeline.backends.base import DEFAULT, CandidateResult, ProblemResult, TuneSettings, WinnerRecord
+    from pipeline.stages.bench import bucket_score
+
+    top, tiled, swapped = QKV.with_tokens(16), "triton_r16c64k128_s2_g8_w4_st4", "triton_r16c64k128_s1_g8_w4_st4_swap"
+    result = ProblemResult(top, default_us=10.0)
+    result.crown(tiled, 10.0 / 1.2, WinnerRecord({"source": "triton"}))
+    result.candidates = [
+        CandidateResult(DEFAULT, final_us=10.0),
+        CandidateResult(tiled, final_us=10.0 / 1.2, config={"source": "triton"}),
+        CandidateResult(swapped, final_us=10.0 / 1.15, config={"source": "triton"}),
+        CandidateResult("B", final_us=10.0 / 1.1, config={"AlgoId": 2}),
+    ]
+    backend = ScriptedRetime({tiled: {9: 0.9, 12: 1.1, 15: 1.1}, "B": {16: 1.1, 9: 1.05, 12: 1.05, 15: 1.05}})
+    scored = bucket_score.score(backend, result, (9, 16), TuneSettings())
+    assert backend.asked[:3] == [(tiled, 9), (tiled, 12), (tiled, 15)]  # scored at its bucket's counts
+    assert swapped not in {name for name, _ in backend.asked}  # it would serve M = 16 alone
+    assert scored.winner == "B" and [t["name"] for t in scored.bucket["tried"]] == [tiled, "B"]

@@ -779,22 +779,25 @@ def test_a_call_where_the_tuner_chose_torchs_default_counts_as_a_tuned_choice_ap
 
 def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_size(tmp_path):
     """A bundle whose manifest lists M ranges needs no spread row for the runtime: an unseen token count inside a
-    range finds its grid row's solution, built for its own size (kept for the next call); one below a range, a
-    Triton grid row and a weight the ranges do not hold find nothing."""
+    range finds its grid row's solution, built for its own size (kept for the next call), a Triton one too where
+    its kernel takes the sizes as arguments; one below a range, a Triton grid row compiled for its own sizes and
+    a weight the ranges do not hold find nothing."""
     op = "GemmTunableOp_BFloat16_TN"
-    triton = "triton_r16c64k128_s1_g8_w4_st3_swap"
+    triton, tiled = "triton_r16c64k128_s1_g8_w4_st3_swap", "triton_r32c64k64_s1_g8_w4_st3"
     _rows(
         tmp_path / RESULTS,
         [
             (op, "tn_512_8_256_ld_256_256_512", SOLUTION),
             (op, "tn_512_16_256_ld_256_256_512", REFUSED),
             (op, "tn_1024_16_256_ld_256_256_1024", triton),
+            (op, "tn_2048_32_256_ld_256_256_2048", tiled),
         ],
     )
     ranges = [
         {"key": f"{op},tn_512_8_256_ld_256_256_512", "solution": SOLUTION, "lo": 5, "hi": 8},
         {"key": f"{op},tn_512_16_256_ld_256_256_512", "solution": REFUSED, "lo": 12, "hi": 16},
-        {"key": f"{op},tn_1024_16_256_ld_256_256_1024", "solution": triton, "lo": 16, "hi": 16},
+        {"key": f"{op},tn_1024_16_256_ld_256_256_1024", "solution": triton, "lo": 9, "hi": 16},  # cannot serve it
+        {"key": f"{op},tn_2048_32_256_ld_256_256_2048", "solution": tiled, "lo": 17, "hi": 32},
     ]
     (tmp_path / "manifest.json").write_text(json.dumps({"m_ranges": ranges}))
     table = load_table(tmp_path)
@@ -811,6 +814,24 @@ def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_
     assert table.find(key(512, 17)) is None and table.find(key(1024, 15)) is None  # above every range; Triton
     assert table.find(runtime_key(parse_key(op, "tn_512_6_128_ld_128_128_512"))) is None  # another weight
     assert table.miss(key(512, 10)).startswith("outside every range")
+    # the tiled kernel's range: built at install at the grid point and at 17, the one other frame Triton compiles
+    # apart (32 divides by 16, 17..31 do not), so that no call inside the range compiles
+    assert table.triton_range_rows() == {key(2048, 17): (parse_key(op, "tn_2048_17_256_ld_256_256_2048"), tiled)}
+    assert table.find(key(2048, 20)) == (parse_key(op, "tn_2048_20_256_ld_256_256_2048"), tiled)
+    assert table.find(key(2048, 33)) is None
+
+
+def test_the_counts_a_range_compiles_apart_are_one_per_frame_triton_specialises():
+    from pipeline.kernels.triton_runner import Frame, compiled_counts
+
+    linear = parse_key("GemmTunableOp_BFloat16_TN", "tn_2048_32_256_ld_256_256_2048")
+    assert compiled_counts(linear, 17, 32) == [17] and compiled_counts(linear, 32, 32) == []
+    assert compiled_counts(linear, 1, 48) == [1, 2]  # 1 is a literal to Triton; 16, 32 and 48 are one frame
+    # a batch stride moves with the count (n x ldb = 72 n divides by 16 where n is even): 17 is a frame of its
+    # own, 18 the grid point's
+    batched = parse_key("GemmStridedBatchedTunableOp_BFloat16_TN", "tn_64_24_64_B_4_ld_64_72_64")
+    alike = [Frame.of_problem(batched.with_tokens(n)).compiled_alike() for n in (17, 18, 24)]
+    assert compiled_counts(batched, 17, 24) == [17] and alike[0] != alike[1] == alike[2]
 
 
 @needs

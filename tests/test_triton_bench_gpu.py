@@ -73,6 +73,24 @@ def test_a_saved_triton_winner_is_retimed_and_rebuilt_from_its_config(backend):
     assert 0 < check_numerics(GATE_UP, launch, ops, reference(GATE_UP, ops)) <= 1e-2
 
 
+def test_a_triton_grid_winner_is_scored_at_its_buckets_counts_each_checked_at_its_own_size(backend):
+    """A tiled winner at the grid point M = 32, bucket 17..32 (docs/serving.md): Bench re-times it at the lower
+    edge, the middle and one below, each compiled and checked against the fp32 reference at that size (0 where
+    it could not run there: none)."""
+    from pipeline.stages.bench import bucket_score
+
+    b, _ = backend
+    grid = GATE_UP.with_tokens(32)
+    config = next(c for c in tg.configs(grid, b.sms) if c.family == "tiled")
+    assert tg.serves_range(config.name, 17, 32)
+    first = b.retime(ProblemResult(grid, winner=config.name, record=WinnerRecord(config.to_json())), TuneSettings())
+    first.crown(config.name, first.candidates[0].final_us, WinnerRecord(config.to_json()))
+    scored = bucket_score.score(b, first, (17, 32), TuneSettings())
+    assert sorted(map(int, scored.bucket["speedups"])) == [17, 24, 31, 32]
+    assert all(s > 0 for s in scored.bucket["speedups"].values()), scored.bucket
+    print(f"\n{config.name} over 17..32: {scored.bucket['speedups']}")
+
+
 def test_the_verdict_rebuilds_a_triton_finalist_from_its_config(backend):
     from pipeline.backends.cublaslt import REPORT_SEED, VERDICT_SEED
 

@@ -115,6 +115,43 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
     assert sorted(k.split(" ", 1)[0] for k in status["tuned_calls"]) == sorted(chosen.values()), status
 
 
+def test_a_range_row_serves_unseen_token_counts_with_kernels_compiled_at_install(tmp_path, weights):
+    """A tiled Triton winner at the grid point M = 32 serving 17..32 (the manifest's ``m_ranges``, docs/serving.md):
+    calls at counts nobody tuned run its kernel at their own size, right against an fp32 reference, and compile
+    nothing (install built the range's other frame, ``TunedTable.triton_range_rows``)."""
+    import torch
+    import torch.nn.functional as F
+
+    import pipeline.runtime as rt
+    from pipeline.formats.tunableop import format_key
+
+    w = weights[1]
+    grid = GemmProblem("gemm", "T", "N", N_OUT, 32, K, K, K, N_OUT)
+    name = _rows(tmp_path / "tunableop_results.csv", [grid])[grid]
+    assert tg.serves_range(name, 17, 32), name
+    key = ",".join(format_key(grid))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"m_ranges": [{"key": key, "solution": name, "lo": 17, "hi": 32}]})
+    )
+    runtime = rt.install(tmp_path)
+    try:
+        cache = next(iter(runtime.router.executor.kernel_caches.values()))
+        compiled = sorted(p.name for p in cache.rglob("*") if p.is_file())
+        xs = {m: torch.randn(m, K, device="cuda", dtype=torch.bfloat16) for m in (17, 20, 31, 32)}
+        got = {m: F.linear(x, w) for m, x in xs.items()}
+        torch.cuda.synchronize()
+        status = runtime.status()
+        after = sorted(p.name for p in cache.rglob("*") if p.is_file())
+    finally:
+        rt.uninstall()
+    for m, x in xs.items():
+        want = x.float() @ w.float().t()
+        assert _close(got[m], want), m
+    called = {k.split(" ", 1)[0] for k in status["tuned_calls"]}
+    assert called == {name} and sum(status["tuned_calls"].values()) == 4 and status["fallbacks"] == {}, status
+    assert after == compiled, "a call inside the range compiled a kernel install had not"
+
+
 def test_a_packages_kernels_load_in_a_fresh_process_without_compiling(tmp_path):
     """What a package ships (``triton_cache.seed`` of the runtime's cache, paths rewritten) is what a fresh
     process of an image loads: its own cache seeded from the package, nothing compiled or written again."""

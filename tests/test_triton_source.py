@@ -316,18 +316,20 @@ def test_a_prepared_launcher_matches_the_jit_without_a_first_call(batch, split, 
 
 def test_a_kernel_family_is_one_entry_of_the_registry(monkeypatch):
     """A new family (here the tiled kernel under another name, offered above 64 tokens) is its entry alone: Bench
-    offers its configs, its names carry its suffix and parse back, and the runner takes its kernel."""
+    offers its configs, its names carry its suffix and parse back, the runner takes its kernel, and its winners
+    serve the token counts its entry says."""
 
     def wide_configs(problem, sms):
         return [tg.TritonConfig(128, 256, 64, family="wide")]
 
-    entry = tg.Family("gemm", "_wide", lambda problem, sms: problem.n > 64, wide_configs)
+    entry = tg.Family("gemm", "_wide", lambda problem, sms: problem.n > 64, wide_configs, (33, None))
     monkeypatch.setitem(tg.FAMILIES, "wide", entry)
     offered = [c for c in tg.configs(linear(4096, 128, 4096), sms=132) if c.family == "wide"]
     assert [c.name for c in offered] == ["triton_r128c256k64_s1_g8_w4_st3_wide"]
     assert tg.config_from_name(offered[0].name) == offered[0] and offered[0].kernel == "gemm"
     assert not [c for c in tg.configs(linear(4096, 32, 4096), sms=132) if c.family == "wide"], "32 tokens: not offered"
     assert tg.TritonConfig.from_json(offered[0].to_json()) == offered[0]
+    assert tg.serves_range(offered[0].name, 33, 4096) and not tg.serves_range(offered[0].name, 32, 128)
     with pytest.raises(ValueError, match="family 'wider'"):
         tg.TritonConfig(128, 256, 64, family="wider")
     name = offered[0].name

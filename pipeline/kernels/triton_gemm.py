@@ -18,6 +18,10 @@ operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before th
             warpgroup MMA reads them from shared memory) and the tokens on its N side (``triton_kernels.swapped``)
     tiled   more tokens: 32-128-row tiles over 64-long K tiles, split-K only where the tiles leave SMs idle
 
+``gemv``, ``skinny`` and ``tiled`` take their sizes as arguments, so a winner of theirs also serves other token
+counts of its weight (a bucket of an M grid, ``serves_range``); ``literal`` and ``swapped`` serve their own
+alone.
+
 ``serves(problem)`` says why a problem is not served (None: it is); ``configs(problem, sms)`` are the configs
 worth timing for its shape; ``triton_runner.launcher(problem, config)`` runs one on an ``OperandSet``. A config
 that fails to compile or to launch raises where it runs: the timing harness scores it as failed, as Triton's
@@ -248,22 +252,41 @@ def _literal_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
 class Family:
     """A kernel family, one entry of ``FAMILIES``: the ``triton_kernels`` function that runs it (every one takes
     the same arguments), what its names end with (empty: its tile's rows tell it apart), whether it is offered
-    for a problem on a GPU of so many SMs, and its configs for that shape. A new family is its kernel and one
-    entry here."""
+    for a problem on a GPU of so many SMs, its configs for that shape, and the token counts one of its winners
+    computes right when only the count changes (``counts``: the least and the most, None for no bound; None
+    itself where the kernel is compiled for one frame, its sizes literals: it serves its own count alone). A new
+    family is its kernel and one entry here."""
 
     kernel: str
     suffix: str
     offered: Callable[[GemmProblem, int], bool]
     configs: Callable[[GemmProblem, int], list[TritonConfig]]
+    counts: tuple[int, int | None] | None
 
+
+ANY_COUNT = (1, None)  # ``gemm`` takes its sizes as arguments and masks its edges: any token count
 
 FAMILIES: dict[str, Family] = {
-    "gemv": Family("gemv", "", _one_token_gemv, _gemv_configs),
-    "literal": Family("gemv_literal", "_lit", _one_token_literal, _literal_configs),
-    "skinny": Family("gemm", "", _two_to_sixteen, _skinny_configs),
-    "swapped": Family("swapped", "_swap", _two_to_sixteen, _swapped_configs),
-    "tiled": Family("gemm", "", _more_than_sixteen, _tiled_configs),
+    "gemv": Family("gemv", "", _one_token_gemv, _gemv_configs, (1, 1)),  # sizes as arguments, one row alone
+    "literal": Family("gemv_literal", "_lit", _one_token_literal, _literal_configs, None),
+    "skinny": Family("gemm", "", _two_to_sixteen, _skinny_configs, ANY_COUNT),
+    "swapped": Family("swapped", "_swap", _two_to_sixteen, _swapped_configs, None),
+    "tiled": Family("gemm", "", _more_than_sixteen, _tiled_configs, ANY_COUNT),
 }
+
+
+def serves_range(solution: str, lo: int, hi: int) -> bool:
+    """Whether a winner named ``solution`` computes right at every token count ``lo..hi`` of a bucket (an M
+    grid's, docs/serving.md): a library's solution does (its own check at each count is Bench's, ``bucket_score``);
+    one of these kernels where its family's kernel takes the sizes as arguments over those counts
+    (``Family.counts``); an unreadable Triton name does not."""
+    if not solution.startswith(PREFIX):
+        return True
+    try:
+        counts = FAMILIES[config_from_name(solution).family].counts
+    except ValueError:
+        return False
+    return counts is not None and counts[0] <= lo and (counts[1] is None or hi <= counts[1])
 
 
 NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)(_[a-z]+)?")

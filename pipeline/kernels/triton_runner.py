@@ -59,6 +59,30 @@ class Frame:
         packed = (a_cols * lda, b_cols * ldb, p.n * ldc) if batched else (0, 0, 0)
         return cls(p.batch, p.n, p.k, p.m, (packed[1], *x), (packed[0], *y), (packed[2], ldc, 1))
 
+    def compiled_alike(self) -> tuple[tuple[bool, bool, bool], ...]:
+        """What Triton specialises a compiled kernel on among these integers (per value: whether it is 1, whether
+        it divides by 16, whether it fits 32 bits; docs/triton.md, "Token counts a winner serves"): two frames
+        alike here run one compiled kernel."""
+        values = (self.batch, self.rows, self.k, self.cols, *self.xs, *self.ys, *self.os)
+        return tuple((v == 1, v % 16 == 0, -(2**31) <= v < 2**31) for v in values)
+
+
+def compiled_counts(problem: GemmProblem, lo: int, hi: int) -> list[int]:
+    """The token counts among ``lo..hi`` that a winner serving them over ``problem``'s weight needs compiled
+    apart from ``problem``'s own: the least count of each other ``Frame.compiled_alike`` class (a range's calls
+    then load a kernel compiled at install, never compile one)."""
+    seen = {Frame.of_problem(problem).compiled_alike()}
+    found = []
+    for m in range(lo, hi + 1):
+        moved = problem.with_tokens(m)
+        if moved is None:
+            continue
+        alike = Frame.of_problem(moved).compiled_alike()
+        if alike not in seen:
+            seen.add(alike)
+            found.append(m)
+    return found
+
 
 class Runner:
     """``config`` on torch-frame operands: ``out[b, r, c] = sum_k x[b, r, k] y[b, k, c] (+ bias[c])``, the FP8

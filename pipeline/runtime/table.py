@@ -23,7 +23,8 @@ from ..formats.m_ranges import DEFAULT_RANGES, by_family, read_ranges
 from ..formats.tunableop import DEFAULT, format_key, parse_key, read_file
 from ..kernels.support import unsupported_reason
 from ..kernels.triton_gemm import PREFIX as TRITON
-from ..kernels.triton_gemm import config_from_name, serves
+from ..kernels.triton_gemm import config_from_name, serves, serves_range
+from ..kernels.triton_runner import compiled_counts
 from ..problem import GemmProblem
 
 RUNTIME_RESULTS = "runtime_results.csv"  # a package's full cuBLASLt rows, for torch without a consumer
@@ -106,6 +107,21 @@ class TunedTable:
         """The rows whose winner is one of this project's Triton kernels."""
         return {k: v for k, v in self.solutions.items() if v[1].startswith(TRITON)}
 
+    def triton_range_rows(self) -> dict[RuntimeKey, tuple[GemmProblem, str]]:
+        """For each Triton row whose M range serves other counts, a row at one count of each kernel those counts
+        compile apart (``triton_runner.compiled_counts``), as ``find`` gives it: built at install with the
+        rows themselves, so that no call in a range meets Triton's compiler."""
+        found = {}
+        for tops, rows in self.ranges.values():
+            for hi, (lo, key) in zip(tops, rows, strict=True):
+                grid, solution = self.solutions[key]
+                if not solution.startswith(TRITON):
+                    continue
+                for m in compiled_counts(grid, lo, hi):
+                    moved = grid.with_tokens(m)
+                    found[runtime_key(moved)] = (moved, solution)  # type: ignore[arg-type]
+        return found
+
     def triton_rows(self) -> int:
         return len(self.triton_solutions())
 
@@ -125,13 +141,16 @@ class TunedTable:
     @functools.cached_property
     def ranges(self) -> dict[GemmProblem, tuple[list[int], list[tuple[int, RuntimeKey]]]]:
         """The manifest's M ranges (``m_ranges``: a grid row's key, its solution and the token counts ``lo..hi``
-        it serves) whose grid row this table routes, by token family: the sorted range tops, and per range its
-        bottom and its grid row's key. Triton rows serve their own size alone and have none."""
+        it serves) whose grid row this table routes and whose solution computes every count of it
+        (``triton_gemm.serves_range``: a Triton kernel compiled for its own sizes serves that size alone), by
+        token family: the sorted range tops, and per range its bottom and its grid row's key."""
         found = {}
         for family, ranges in by_family(read_ranges(self.meta.get("m_ranges"), "the bundle's manifest")).items():
             routed = [(r, runtime_key(r.grid)) for r in ranges]
             routed = [
-                (r, key) for r, key in routed if key in self.solutions and not self.solutions[key][1].startswith(TRITON)
+                (r, key)
+                for r, key in routed
+                if key in self.solutions and serves_range(self.solutions[key][1], r.lo, r.hi)
             ]
             if routed:
                 found[family] = ([r.hi for r, _ in routed], [(r.lo, key) for r, key in routed])

@@ -7,8 +7,10 @@ same way and the best worst ratio wins; where none reaches ``FLOOR``, the best a
 serves only above the highest count it lost at (``serves_from``). A count where the library refuses a
 candidate scores 0: it is not valid there.
 
-A Triton winner is compiled for its own sizes and serves its grid point alone (docs/triton.md): not scored. A
-backend that cannot re-time a winner (``retime`` returns None) leaves the bucket unscored, as it was.
+A winner that cannot compute the bucket's other counts (a Triton kernel compiled for its own sizes,
+``triton_gemm.serves_range``) serves its grid point alone: not scored, and no such finalist is tried. A Triton
+winner whose kernel takes its sizes as arguments is scored as a library's is. A backend that cannot re-time a
+winner (``retime`` returns None) leaves the bucket unscored, as it was.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from ...backends.base import DEFAULT, Backend, ProblemResult, TuneSettings, WinnerRecord
 from ...formats.tunableop import format_key
-from ...kernels.triton_gemm import PREFIX as TRITON
+from ...kernels.triton_gemm import serves_range
 from ...problem import GemmProblem
 
 FLOOR = 0.99  # the worst ratio a candidate may have over its bucket (as Validate's held-out counts)
@@ -70,7 +72,9 @@ def score(
 ) -> ProblemResult:
     """``result`` with its winner scored over ``bucket`` (``result.bucket``), replaced by a finalist that serves
     the bucket better where the winner falls below ``FLOOR`` in it."""
-    if bucket is None or bucket[0] >= bucket[1] or not result.has_winner or result.winner.startswith(TRITON):
+    if bucket is None or bucket[0] >= bucket[1] or not result.has_winner:
+        return result
+    if not serves_range(result.winner, *bucket):
         return result
     lo, hi = bucket
     counts = [m for m in edge_counts(bucket) if result.problem.with_tokens(m) is not None]
@@ -80,7 +84,7 @@ def score(
         return result
     tried = [winner]
     if winner.worst < FLOOR:
-        for candidate in _finalists(result)[:ALTERNATIVES]:
+        for candidate in _finalists(result, bucket)[:ALTERNATIVES]:
             record = WinnerRecord(dict(candidate.config or {}))
             _, top = speedup_at(backend, result.problem, candidate.name, record, settings) or (0.0, None)
             if top is None or not top.has_winner:
@@ -114,12 +118,17 @@ def _scored(backend: Backend, top: ProblemResult, counts: Sequence[int], setting
     return Scored(top.winner, top, speedups)  # type: ignore[arg-type]
 
 
-def _finalists(result: ProblemResult) -> list:
-    """The search's other finalists with a config, fastest at the grid point first."""
+def _finalists(result: ProblemResult, bucket: tuple[int, int]) -> list:
+    """The search's other finalists with a config that computes every count of ``bucket``, fastest at the grid
+    point first."""
     found = [
         c
         for c in result.candidates
-        if c.name not in (DEFAULT, result.winner) and c.final_us and not c.error and c.config
+        if c.name not in (DEFAULT, result.winner)
+        and c.final_us
+        and not c.error
+        and c.config
+        and serves_range(c.name, *bucket)
     ]
     return sorted(found, key=lambda c: c.final_us)
 

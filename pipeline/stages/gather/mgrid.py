@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from ...errors import BadInput
 from ...formats.m_ranges import by_family, m_range, read_ranges
 from ...formats.tunableop import TunableOpEntry
-from ...kernels.triton_gemm import PREFIX as TRITON
+from ...kernels.triton_gemm import serves_range
 from ...problem import GemmProblem
 
 EXACT, SERVING = "exact", "serving"
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
-TRITON_NARROWED = "a Triton winner is compiled for its own sizes: it serves its M alone"
+TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
 SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
 
 GridSpec = str | tuple[int, ...]
@@ -223,8 +223,9 @@ def spread(
 ) -> tuple[list[TunableOpEntry], list[dict]]:
     """The rows as the libraries read them: TunableOp and hipBLASLt's override file match exact sizes only, so
     each kept grid row (``bucket_of`` its key's bucket) is repeated at every token count of its bucket, the
-    grid point's own row first. A Triton winner is compiled for its own sizes, so it serves its M alone (its
-    bucket narrowed). Returns the rows and one range record per grid row (what the manifest lists)."""
+    grid point's own row first. A winner that cannot compute the bucket's other counts (a Triton kernel compiled
+    for its own sizes, ``triton_gemm.serves_range``) serves its M alone (its bucket narrowed). Returns the rows
+    and one range record per grid row (what the manifest lists)."""
     rows: list[TunableOpEntry] = []
     ranges = []
     for entry in entries:
@@ -235,7 +236,7 @@ def spread(
             continue
         lo, hi = bucket
         note = None
-        if (entry.solution or "").startswith(TRITON) and lo < hi:
+        if lo < hi and not serves_range(entry.solution or "", lo, hi):
             lo, note = hi, f"{TRITON_NARROWED} (bucket {bucket[0]}-{bucket[1]})"
         for m in range(lo, hi):
             problem = entry.problem.with_tokens(m)
@@ -252,9 +253,9 @@ def default_ranges(
     and dropped (``why``: grid key -> the gate's reason, e.g. nothing beat the default by the margin at the grid
     point), and the counts below a kept row's range where Bench's bucket scoring or Validate's held-out counts
     found its winner losing to the default (``served``: the ranges ``spread`` wrote, narrowed). A grid row the
-    gate never saw (Bench failed on it) and a Triton winner's narrowing are not among them: nothing was measured
-    there. The runtime counts a call in one of these as a tuned choice (docs/serving.md, coverage); the
-    libraries need no row for them (a miss runs the default)."""
+    gate never saw (Bench failed on it) and the narrowing of a winner that cannot serve other counts are not
+    among them: nothing was measured there. The runtime counts a call in one of these as a tuned choice
+    (docs/serving.md, coverage); the libraries need no row for them (a miss runs the default)."""
     kept = {record["key"]: record for record in served}
     found = []
     for key, (lo, hi) in sorted(buckets.items()):
@@ -262,7 +263,7 @@ def default_ranges(
         if record is None:
             if key in why:
                 found.append({"key": key, "lo": lo, "hi": hi, "why": why[key]})
-        elif int(record["lo"]) > lo and not str(record["solution"]).startswith(TRITON):
+        elif int(record["lo"]) > lo and serves_range(str(record["solution"]), lo, hi):
             reason = str(record.get("note") or "its winner lost to the default below its range")
             found.append({"key": key, "lo": lo, "hi": int(record["lo"]) - 1, "why": reason})
     return found

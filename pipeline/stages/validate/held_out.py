@@ -8,8 +8,8 @@ A bucket with a held-out count below x0.99 beyond the pair's noise is split ther
 the highest such count, where every count held out passed, and the bundle ships the winner over that part alone
 (a row the gate dropped ships nowhere). A winner tuned at the bucket's top loses most near its bottom, where
 its tiles are emptiest (on the H200, x0.48-0.62 one count above the grid point below, docs/serving.md), so the
-split keeps most of a bucket. A Triton winner is compiled for its own sizes and serves its grid point alone
-anyway: it has nothing held out.
+split keeps most of a bucket. A winner that cannot compute the bucket's other counts (a Triton kernel compiled
+for its own sizes, ``triton_gemm.serves_range``) serves its grid point alone anyway: it has nothing held out.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from ...backends.base import DEFAULT
 from ...formats.tunableop import format_key
-from ...kernels.triton_gemm import PREFIX as TRITON
+from ...kernels.triton_gemm import serves_range
 from .measured import MeasuredRow
 
 FLOOR = 0.99  # a held-out count below this speedup, beyond noise, splits its bucket
@@ -44,7 +44,7 @@ def held_out_rows(rows: Sequence, bucket_of: Mapping[str, tuple[int, int]], seed
     found = []
     for row in rows:
         bucket = bucket_of.get(row.key)
-        if bucket is None or row.solution == DEFAULT or row.solution.startswith(TRITON):
+        if bucket is None or row.solution == DEFAULT or not serves_range(row.solution, *bucket):
             continue
         for m in held_out_counts(bucket, row.key, seed):
             problem = row.problem.with_tokens(m)
