@@ -791,6 +791,7 @@ def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_
             (op, "tn_512_16_256_ld_256_256_512", REFUSED),
             (op, "tn_1024_16_256_ld_256_256_1024", triton),
             (op, "tn_2048_32_256_ld_256_256_2048", tiled),
+            (op, "tn_2048_20_256_ld_256_256_2048", tiled),  # a copy a bundle spreads over the range
         ],
     )
     ranges = [
@@ -814,10 +815,15 @@ def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_
     assert table.find(key(512, 17)) is None and table.find(key(1024, 15)) is None  # above every range; Triton
     assert table.find(runtime_key(parse_key(op, "tn_512_6_128_ld_128_128_512"))) is None  # another weight
     assert table.miss(key(512, 10)).startswith("outside every range")
-    # the tiled kernel's range: built at install at the grid point and at 17, the one other frame Triton compiles
-    # apart (32 divides by 16, 17..31 do not), so that no call inside the range compiles
-    assert table.triton_range_rows() == {key(2048, 17): (parse_key(op, "tn_2048_17_256_ld_256_256_2048"), tiled)}
+    # install builds the Triton rows but the range's copy (20), and 17, the one other frame the tiled kernel's
+    # range compiles apart (32 divides by 16, 17..31 do not): no call inside the range compiles
+    assert table.triton_builds() == {
+        key(1024, 16): (parse_key(op, "tn_1024_16_256_ld_256_256_1024"), triton),
+        key(2048, 32): (parse_key(op, "tn_2048_32_256_ld_256_256_2048"), tiled),
+        key(2048, 17): (parse_key(op, "tn_2048_17_256_ld_256_256_2048"), tiled),
+    }
     assert table.find(key(2048, 20)) == (parse_key(op, "tn_2048_20_256_ld_256_256_2048"), tiled)
+    assert table.find(key(2048, 21)) == (parse_key(op, "tn_2048_21_256_ld_256_256_2048"), tiled)
     assert table.find(key(2048, 33)) is None
 
 

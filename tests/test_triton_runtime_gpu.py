@@ -118,7 +118,7 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
 def test_a_range_row_serves_unseen_token_counts_with_kernels_compiled_at_install(tmp_path, weights):
     """A tiled Triton winner at the grid point M = 32 serving 17..32 (the manifest's ``m_ranges``, docs/serving.md):
     calls at counts nobody tuned run its kernel at their own size, right against an fp32 reference, and compile
-    nothing (install built the range's other frame, ``TunedTable.triton_range_rows``)."""
+    nothing (install built the range's other frame, ``TunedTable.triton_builds``)."""
     import torch
     import torch.nn.functional as F
 

@@ -243,10 +243,10 @@ class Router:
     def build_own_kernels(self, device: int) -> None:
         """Build the plans of the rows that run this project's Triton kernels on ``device`` now, each compiled
         or loaded from Triton's cache (``runtime/triton_plan.py``), rather than on their first call, inside the
-        workload's timed code, and where such a row serves an M range, one count of each kernel the range
-        compiles apart (``TunedTable.triton_range_rows``). A row refused here falls back from its first call,
-        with the reason."""
-        for key, found in {**self.table.triton_solutions(), **self.table.triton_range_rows()}.items():
+        workload's timed code; where such a row serves an M range, one count of each kernel the range compiles
+        apart instead of each count (``TunedTable.triton_builds``). A row refused here falls back from its first
+        call, with the reason."""
+        for key, found in self.table.triton_builds().items():
             self._build(key, found, device)
 
     def unregister(self) -> None:

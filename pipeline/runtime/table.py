@@ -107,19 +107,27 @@ class TunedTable:
         """The rows whose winner is one of this project's Triton kernels."""
         return {k: v for k, v in self.solutions.items() if v[1].startswith(TRITON)}
 
-    def triton_range_rows(self) -> dict[RuntimeKey, tuple[GemmProblem, str]]:
-        """For each Triton row whose M range serves other counts, a row at one count of each kernel those counts
-        compile apart (``triton_runner.compiled_counts``), as ``find`` gives it: built at install with the
-        rows themselves, so that no call in a range meets Triton's compiler."""
+    def triton_builds(self) -> dict[RuntimeKey, tuple[GemmProblem, str]]:
+        """The Triton rows whose plans install builds (``Router.build_own_kernels``): every Triton row but the
+        copies a bundle spreads over an M range (a count below the range's grid point, with its solution: their
+        plans are built at their first call, from a kernel already loaded), and for each range one count of each
+        kernel its counts compile apart (``triton_runner.compiled_counts``), as ``find`` gives it: no call
+        inside a range meets Triton's compiler, and install does not grow with the ranges' widths."""
+        spread: dict[GemmProblem, list[tuple[int, int, str]]] = {}
         found = {}
-        for tops, rows in self.ranges.values():
+        for family, (tops, rows) in self.ranges.items():
             for hi, (lo, key) in zip(tops, rows, strict=True):
                 grid, solution = self.solutions[key]
                 if not solution.startswith(TRITON):
                     continue
+                spread.setdefault(family, []).append((lo, hi, solution))
                 for m in compiled_counts(grid, lo, hi):
                     moved = grid.with_tokens(m)
                     found[runtime_key(moved)] = (moved, solution)  # type: ignore[arg-type]
+        for key, (problem, solution) in self.triton_solutions().items():
+            ranges = spread.get(problem.token_family(), ())  # type: ignore[arg-type]
+            if not any(lo <= problem.n < hi and solution == named for lo, hi, named in ranges):
+                found[key] = (problem, solution)
         return found
 
     def triton_rows(self) -> int:
