@@ -542,16 +542,27 @@ def test_where_no_finalist_serves_the_bucket_the_winner_serves_above_its_highest
     assert bucket_score.served([data], {key: (5, 16)}) == {}  # a score of another grid's bucket does not count
 
 
-def test_a_fixed_size_triton_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it_was():
+SWAP = "triton_r16c64k128_s1_g8_w4_st3_swap"  # compiled for its own sizes: it serves its grid point alone
+
+
+def test_a_fixed_size_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it_was():
     from pipeline.backends.base import BackendBase, TuneSettings, WinnerRecord
     from pipeline.stages.bench import bucket_score
 
     top = QKV.with_tokens(16)
-    backend = ScriptedRetime({})
-    for name in ("triton_r16c64k128_s1_g8_w4_st3_swap", "triton_x"):  # literal sizes; an unreadable name
+    # A, the fastest finalist that serves the bucket, is more than TIE behind at the grid point; or within it but
+    # below the floor inside the bucket; or the winner's name is unreadable and nothing can be timed
+    tables = [
+        {SWAP: {16: 1.2}, "A": {16: 1.2 / (1 + bucket_score.TIE) - 0.001}},
+        {SWAP: {16: 1.2}, "A": {16: 1.2, 9: 0.9, 12: 1.1, 15: 1.1}},
+        {},
+    ]
+    for name, table in zip((SWAP, SWAP, "triton_x"), tables, strict=True):
         triton = grid_result(top)
         triton.crown(name, 5.0, WinnerRecord({"Tuner": "triton"}))
-        assert bucket_score.score(backend, triton, (9, 16), TuneSettings()).bucket == {} and backend.asked == []
+        backend = ScriptedRetime(table)
+        scored = bucket_score.score(backend, triton, (9, 16), TuneSettings())
+        assert scored.winner == name and scored.bucket == {} and {n for n, _ in backend.asked} <= {name, "A"}
     result = bucket_score.score(BackendBase(), grid_result(top), (9, 16), TuneSettings())
     assert result.winner == "A" and result.bucket["note"].startswith("not scored")
 
@@ -594,3 +605,18 @@ def test_a_triton_winner_whose_kernel_takes_its_sizes_is_scored_and_a_fixed_size
     assert backend.asked[:3] == [(tiled, 9), (tiled, 12), (tiled, 15)]  # scored at its bucket's counts
     assert swapped not in {name for name, _ in backend.asked}  # it would serve M = 16 alone
     assert scored.winner == "B" and [t["name"] for t in scored.bucket["tried"]] == [tiled, "B"]
+
+
+def test_a_finalist_that_serves_the_bucket_takes_a_fixed_size_winners_place_within_the_tie():
+    from pipeline.backends.base import TuneSettings, WinnerRecord
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    result = grid_result(top)
+    result.crown(SWAP, 10.0 / 1.2, WinnerRecord({"Tuner": "triton"}))
+    backend = ScriptedRetime({SWAP: {16: 1.2}, "A": {16: 1.197, 9: 1.05, 12: 1.1, 15: 1.1}})
+    scored = bucket_score.score(backend, result, (9, 16), TuneSettings())
+    assert backend.asked == [(SWAP, 16), ("A", 16), ("A", 9), ("A", 12), ("A", 15)]  # A: the fastest finalist
+    assert scored.winner == "A" and scored.record.solution == {"AlgoId": 1} and f"in place of {SWAP}" in scored.origin
+    assert scored.bucket["serves_from"] == 9 and scored.bucket["worst"] == 1.05
+    assert bucket_score.summary([scored]) == {"scored": 1, "replaced": 1, "narrowed": 0, "worst": 1.05}

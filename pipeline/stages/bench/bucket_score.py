@@ -8,9 +8,12 @@ serves only above the highest count it lost at (``serves_from``). A count where 
 candidate scores 0: it is not valid there.
 
 A winner that cannot compute the bucket's other counts (a Triton kernel compiled for its own sizes,
-``triton_gemm.serves_range``) serves its grid point alone: not scored, and no such finalist is tried. A Triton
-winner whose kernel takes its sizes as arguments is scored as a library's is. A backend that cannot re-time a
-winner (``retime`` returns None) leaves the bucket unscored, as it was.
+``triton_gemm.serves_range``) would serve its grid point alone, the bucket's other counts running torch's
+default: the fastest finalist that can serve the bucket takes its place where, both re-timed at the grid point,
+it is within ``TIE`` of it there and holds ``FLOOR`` over the bucket; else it stays, unscored. No finalist that
+cannot serve the bucket is tried in place of a winner. A Triton winner whose kernel takes its sizes as
+arguments is scored as a library's is. A backend that cannot re-time a winner (``retime`` returns None) leaves
+the bucket unscored, as it was.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ...problem import GemmProblem
 
 FLOOR = 0.99  # the worst ratio a candidate may have over its bucket (as Validate's held-out counts)
 ALTERNATIVES = 2  # finalists scored where the winner falls below FLOOR inside its bucket
+TIE = 0.005  # how far behind a fixed-size winner at its grid point a finalist serving the whole bucket may be
 
 
 @dataclass
@@ -74,10 +78,10 @@ def score(
     the bucket better where the winner falls below ``FLOOR`` in it."""
     if bucket is None or bucket[0] >= bucket[1] or not result.has_winner:
         return result
-    if not serves_range(result.winner, *bucket):
-        return result
     lo, hi = bucket
     counts = [m for m in edge_counts(bucket) if result.problem.with_tokens(m) is not None]
+    if not serves_range(result.winner, lo, hi):
+        return _instead_of_fixed(backend, result, bucket, counts, settings)
     winner = _scored(backend, result, counts, settings)
     if winner is None:
         result.bucket = {"lo": lo, "hi": hi, "note": f"not scored: the {backend.name} backend cannot re-time"}
@@ -102,6 +106,38 @@ def score(
         "worst": round(best.worst, 4),
         "serves_from": best.serves_from(lo),
         "tried": [{"name": s.name, "worst": round(s.worst, 4)} for s in tried],
+    }
+    return result
+
+
+def _instead_of_fixed(
+    backend: Backend, result: ProblemResult, bucket: tuple[int, int], counts: Sequence[int], settings: TuneSettings
+) -> ProblemResult:
+    """``result``, whose winner serves its grid point alone, with the fastest finalist that can serve the whole
+    bucket in its place where that one, re-timed at the grid point beside the winner, is within ``TIE`` of it
+    and holds ``FLOOR`` at ``counts``; else ``result`` as it was."""
+    found = _finalists(result, bucket)[:1]
+    if not found:
+        return result
+    fixed = speedup_at(backend, result.problem, result.winner, result.record, settings)  # type: ignore[arg-type]
+    record = WinnerRecord(dict(found[0].config or {}))
+    ranged = speedup_at(backend, result.problem, found[0].name, record, settings)
+    if fixed is None or ranged is None or not ranged[1].has_winner or ranged[0] * (1 + TIE) < fixed[0]:
+        return result
+    scored = _scored(backend, ranged[1], counts, settings)
+    if scored is None or scored.worst < FLOOR:
+        return result
+    name = result.winner
+    result = _crowned(result, scored)
+    result.origin += f" (in place of {name}, x{fixed[0]:.3f} at the grid point, which serves it alone)"
+    lo, hi = bucket
+    result.bucket = {
+        "lo": lo,
+        "hi": hi,
+        "speedups": {str(m): round(s, 4) for m, s in sorted(scored.speedups.items())},
+        "worst": round(scored.worst, 4),
+        "serves_from": lo,
+        "tried": [{"name": name, "worst": 0.0}, {"name": scored.name, "worst": round(scored.worst, 4)}],
     }
     return result
 
