@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -455,12 +456,17 @@ def test_cli_without_a_gpu_says_what_is_missing(tmp_path):
 
 @needs
 def test_cli_names_a_bundle_that_is_not_there(tmp_path):
+    """Before importing torch (seconds): a torch that cannot be imported does not hide the bundle's error."""
+    (tmp_path / "shadow" / "torch").mkdir(parents=True)
+    (tmp_path / "shadow" / "torch" / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.runtime", "--bundle", str(tmp_path / "nope"), "--", "-c", "pass"],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     assert proc.returncode == 11 and f"{tmp_path / 'nope'}: no such bundle directory or results file" in proc.stderr
 

@@ -182,12 +182,15 @@ def install(
 
     Raises ``DeviceMismatch`` when the bundle's manifest names another GPU model (``any_device`` overrides);
     ``executor``/``dispatch_key`` exist for tests (the CPU double under ``tests/``)."""
+    start = time.perf_counter()
+    table = load_table(bundle)  # a bundle that is not there, or corrupt, is named before torch's import (seconds)
+    loaded_s = time.perf_counter() - start
+
     import torch
 
     from .dispatch import Router
 
-    start = time.perf_counter()  # the runtime's own start-up, past the torch import the workload pays anyway
-    table = load_table(bundle)
+    start = time.perf_counter() - loaded_s  # the runtime's own start-up, past the torch import the workload pays
     consumer = tunableop_consumes(torch.__version__, torch.version.hip)
     if consumer and executor is None:
         if torch.version.hip or not table.triton_rows():
