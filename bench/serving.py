@@ -69,6 +69,7 @@ def job_command(model: str, dtype: str, workdir: Path, args: argparse.Namespace)
         "--m-grid", args.m_grid, "--gpus", str(args.gpus), "--allow-e2e-regression",
         "--e2e-reps", str(args.e2e_reps), "--validate-rounds", str(args.validate_rounds),
         *(["--e2e-graphs-only"] if args.graphs_only else []),
+        *(["--grid-budget", str(args.grid_budget)] if args.grid_budget else []),
     ]  # fmt: skip
 
 
@@ -196,6 +197,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-batched-tokens", type=int, default=512)
     parser.add_argument("--m-grid", default="serving")
     parser.add_argument("--gpus", type=int, default=0, help="Bench's GPUs (0: every visible one)")
+    parser.add_argument(
+        "--grid-budget",
+        type=float,
+        default=0.0,
+        help="the job's --grid-budget: minutes of Bench the grid may cost, its finest points the workload did not "
+        "run dropped first (0: no bound; the job prints the grid's estimate before Bench)",
+    )
     parser.add_argument(
         "--graphs-only",
         action="store_true",
