@@ -91,6 +91,35 @@ def test_a_triton_grid_winner_is_scored_at_its_buckets_counts_each_checked_at_it
     print(f"\n{config.name} over 17..32: {scored.bucket['speedups']}")
 
 
+def test_a_fixed_size_winner_keeps_its_grid_point_or_gives_way_to_a_finalist_serving_the_whole_bucket(backend):
+    """A ``swapped`` winner at 16 tokens, bucket 9..16, beside a ``skinny`` finalist (docs/serving.md, the tie):
+    both are re-timed at the grid point on the device; either the winner stays, serving 16 alone, or the finalist
+    takes its place and holds x0.99 at every count scored."""
+    from pipeline.backends.base import DEFAULT, CandidateResult
+    from pipeline.stages.bench import bucket_score
+
+    b, _ = backend
+    grid = GATE_UP.with_tokens(16)
+    offered = tg.configs(grid, b.sms)
+    swapped = next(c for c in offered if c.family == "swapped")
+    skinny = next(c for c in offered if c.family == "skinny" and c.split_k == 1)
+    first = b.retime(ProblemResult(grid, winner=swapped.name, record=WinnerRecord(swapped.to_json())), TuneSettings())
+    result = ProblemResult(grid, default_us=first.default_us)
+    result.crown(swapped.name, first.candidates[0].final_us, WinnerRecord(swapped.to_json()))
+    result.candidates = [
+        CandidateResult(DEFAULT, final_us=first.default_us),
+        CandidateResult(swapped.name, final_us=first.candidates[0].final_us, config=swapped.to_json()),
+        CandidateResult(skinny.name, final_us=first.candidates[0].final_us * 1.001, config=skinny.to_json()),
+    ]
+    scored = bucket_score.score(b, result, (9, 16), TuneSettings())
+    if scored.winner == swapped.name:
+        assert scored.bucket == {}
+    else:
+        assert scored.winner == skinny.name and tg.serves_range(scored.winner, 9, 16)
+        assert scored.bucket["worst"] >= bucket_score.FLOOR and scored.bucket["serves_from"] == 9, scored.bucket
+    print(f"\n{scored.winner}: {scored.bucket or 'serves 16 alone'}")
+
+
 def test_the_verdict_rebuilds_a_triton_finalist_from_its_config(backend):
     from pipeline.backends.cublaslt import REPORT_SEED, VERDICT_SEED
 
