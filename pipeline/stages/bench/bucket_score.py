@@ -99,15 +99,22 @@ def score(
     best = max(tried, key=lambda s: (s.worst >= FLOOR, s.worst if s.worst >= FLOOR else s.speedups[hi]))
     if best is not winner:
         result = _crowned(result, best)
-    result.bucket = {
+    result.bucket = _record(bucket, best, [(s.name, s.worst) for s in tried])
+    return result
+
+
+def _record(bucket: tuple[int, int], best: Scored, tried: Sequence[tuple[str, float]]) -> dict:
+    """``result.bucket``: the bucket, the shipped candidate's speedups over it, its worst, the lowest count it
+    serves, and what was tried (name, worst ratio over the bucket)."""
+    lo, hi = bucket
+    return {
         "lo": lo,
         "hi": hi,
         "speedups": {str(m): round(s, 4) for m, s in sorted(best.speedups.items())},
         "worst": round(best.worst, 4),
         "serves_from": best.serves_from(lo),
-        "tried": [{"name": s.name, "worst": round(s.worst, 4)} for s in tried],
+        "tried": [{"name": name, "worst": round(worst, 4)} for name, worst in tried],
     }
-    return result
 
 
 def _instead_of_fixed(
@@ -130,15 +137,7 @@ def _instead_of_fixed(
     name = result.winner
     result = _crowned(result, scored)
     result.origin += f" (in place of {name}, x{fixed[0]:.3f} at the grid point, which serves it alone)"
-    lo, hi = bucket
-    result.bucket = {
-        "lo": lo,
-        "hi": hi,
-        "speedups": {str(m): round(s, 4) for m, s in sorted(scored.speedups.items())},
-        "worst": round(scored.worst, 4),
-        "serves_from": lo,
-        "tried": [{"name": name, "worst": 0.0}, {"name": scored.name, "worst": round(scored.worst, 4)}],
-    }
+    result.bucket = _record(bucket, scored, [(name, 0.0), (scored.name, scored.worst)])  # the winner: no count else
     return result
 
 
