@@ -858,6 +858,7 @@ def test_the_runtime_routes_an_unseen_token_count_through_its_manifest_range(tmp
     (tmp_path / "manifest.json").write_text(json.dumps({"m_ranges": ranges, "collected": [ranges[0]["key"]]}))
     runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
     try:
+        assert "ranges" not in vars(runtime.router.table), "no Triton row: install leaves the ranges to the first miss"
         w = torch.randn(512, 256).bfloat16()
         for tokens in (6, 6, 7, 9):
             torch.nn.functional.linear(torch.randn(tokens, 256).bfloat16(), w)

@@ -112,7 +112,11 @@ class TunedTable:
         copies a bundle spreads over an M range (a count below the range's grid point, with its solution: their
         plans are built at their first call, from a kernel already loaded), and for each range one count of each
         kernel its counts compile apart (``triton_runner.compiled_counts``), as ``find`` gives it: no call
-        inside a range meets Triton's compiler, and install does not grow with the ranges' widths."""
+        inside a range meets Triton's compiler, and install does not grow with the ranges' widths. Without a
+        Triton row the manifest's ranges are not read here (the first miss reads them, ``find``)."""
+        own = self.triton_solutions()
+        if not own:
+            return {}
         spread: dict[GemmProblem, list[tuple[int, int, str]]] = {}
         found = {}
         for family, (tops, rows) in self.ranges.items():
@@ -124,7 +128,7 @@ class TunedTable:
                 for m in compiled_counts(grid, lo, hi):
                     moved = grid.with_tokens(m)
                     found[runtime_key(moved)] = (moved, solution)  # type: ignore[arg-type]
-        for key, (problem, solution) in self.triton_solutions().items():
+        for key, (problem, solution) in own.items():
             ranges = spread.get(problem.token_family(), ())  # type: ignore[arg-type]
             if not any(lo <= problem.n < hi and solution == named for lo, hi, named in ranges):
                 found[key] = (problem, solution)
