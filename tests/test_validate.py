@@ -610,3 +610,44 @@ def test_an_interrupted_ab_resumes_at_its_first_unfinished_alternation(tmp_path)
     counter.write_text("0")
     ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60)
     assert int(counter.read_text()) == 6
+
+
+def test_several_gpus_split_the_rows_and_measure_what_one_gpu_measures(tmp_path, monkeypatch):
+    """Given two GPUs, one validation worker per GPU times every other row (each row on one board alone), and
+    the last worker reads them back: the same measurements as one GPU's, both GPUs used, progress summed."""
+    from .helpers import DOUBLE, UNTUNED, first_gemms, run_amd_dag
+
+    untuned = first_gemms(tmp_path, UNTUNED, 3)
+    run_amd_dag(tmp_path, "v", "", "MergeResults", untuned=untuned, rounds=None)  # what Validate reads
+    settings = tmp_path / "settings.jsonl"
+    for name, value in {
+        "GEMM_TUNE_LOCK_DIR": str(tmp_path / "locks"),
+        "HIPBLASLT_DOUBLE_GENERATION": "2025",
+        "HIPBLASLT_DOUBLE_NOISE": "0",
+        "HIPBLASLT_DOUBLE_SETTINGS_LOG": str(settings),
+    }.items():
+        monkeypatch.setenv(name, value)
+    runs = {}
+    for gpus in ([0], [0, 1]):
+        run = tmp_path / f"on{len(gpus)}"
+        shutil.copytree(tmp_path / "w" / "v", run)
+        settings.write_text("")
+        seen: list[tuple[int, int]] = []
+        run_worker(run, gpus, rounds=1, margin=0.02, progress=lambda done, total: seen.append((done, total)))
+        runs[len(gpus)] = json.loads((run / "validate" / "measurements.json").read_text())
+        used = {json.loads(line)["device"] for line in settings.read_text().splitlines()}
+        assert used == set(gpus), f"{gpus}: the double ran on {used}"
+        rows = len(runs[len(gpus)]["rows"]) + len(runs[len(gpus)]["held_out"])
+        assert seen and seen[-1] == (rows, rows)
+    assert (tmp_path / "on2" / "validate" / "validate-shard1.log").exists()
+    assert runs[2]["rows"] == runs[1]["rows"] and runs[2]["held_out"] == runs[1]["held_out"]
+    assert len(runs[1]["rows"]) == 3 and DOUBLE in runs[1]["meta"]["device"]["tool"]
+
+
+@pytest.mark.parametrize("shard", ["2/2", "1", "a/2", "-1/2"])
+def test_a_shard_that_is_not_i_of_n_is_refused(tmp_path, shard, capsys):
+    from pipeline.stages.validate.validate import main as validate_main
+
+    with pytest.raises(SystemExit) as exit_:
+        validate_main([str(tmp_path), f"--shard={shard}"])
+    assert exit_.value.code == 2 and "0 <= I < N" in capsys.readouterr().err

@@ -7,11 +7,17 @@ name) through the same harness. Rounds are interleaved; medians and spread are k
 configs stage padded is also timed at its padded leading dimensions.
 
     python -m pipeline.stages validate RUN_DIR [--gpus 0,1] [--rounds 7]   (writes RUN_DIR/validate/measurements.json)
+
+Given several GPUs, ``run_worker`` first spreads the rows over them: one worker per GPU (``--shard I/N``) times
+every N-th row, each row on one GPU alone (its baseline and tuned interleaved there), into the per-row
+checkpoints; then one worker reads them back into ``measurements.json``. A row's ratio is taken on one board,
+so boards that differ by a few percent do not mix inside a row.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -298,10 +304,12 @@ def measure(
     margin: float = GATE_MARGIN,
     progress: Callable[[int, int], None] | None = None,
     checkpoints: Path | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> dict:
-    """``measurements.json``'s content for every merged row, timed on GPU ``gpu`` by a ``timer_kind``: the
-    run's records are read first, so a broken run fails here, on any machine."""
-    rows = rows_to_measure(run_dir)
+    """``measurements.json``'s content for every merged row (``shard`` (I, N): every N-th from the I-th), timed on
+    GPU ``gpu`` by a ``timer_kind``: the run's records are read first, so a broken run fails here, on any
+    machine."""
+    rows = rows_to_measure(run_dir)[shard[0] :: shard[1]]
     timer = timer_kind(run_dir, gpu, rounds)
     measured = measure_rows(rows, timer, margin, progress, checkpoints)
     return {
@@ -311,29 +319,51 @@ def measure(
     }
 
 
+PROGRESS = "progress{}.json"  # a worker's rows done and to do ("-I" for shard I)
+
+
 def run_worker(
     run_dir: Path, gpus: Sequence[int], rounds: int, margin: float, progress: Callable[[int, int], None] | None = None
 ) -> None:
     """Run ``python -m pipeline.stages validate``, which claims a free GPU slot of ``gpus`` itself, reporting
-    its progress; raise with the log's tail if it fails. The luigi process itself never initialises CUDA."""
+    its progress; raise with the log's tail if it fails. Given more than one GPU, one worker per GPU times its
+    share of the rows first (``--shard``), and the last one only reads them back. The luigi process itself
+    never initialises CUDA."""
     run_dir = Path(run_dir).absolute()
     out = RunLayout.of(run_dir).validate
     out.mkdir(parents=True, exist_ok=True)
-    log = out / "validate.log"
-    gpu_list = ",".join(map(str, gpus))
-    with (
-        log.open("w") as handle,
-        procs.running_worker(
-            handle, "validate", run_dir, "--gpus", gpu_list, "--rounds", rounds, "--margin", margin
-        ) as proc,
-    ):
-        while not procs.exited_within(proc, 1.0):
-            if progress and (out / "progress.json").exists():
-                data = json.loads((out / "progress.json").read_text())
-                progress(data["done"], data["total"])
-    if proc.returncode != 0:
-        tail = procs.tail_lines(log.read_text(), 15)
-        raise ToolError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+    for stale in out.glob(PROGRESS.format("*")):  # a stopped run's: this run's workers write their own
+        stale.unlink()
+    options = ("--gpus", ",".join(map(str, gpus)), "--rounds", rounds, "--margin", margin)
+    shards = len(gpus) if len(gpus) > 1 else 0
+    if shards:
+        sharded = [(f"-shard{i}", ("--shard", f"{i}/{shards}"), f"-{i}") for i in range(shards)]
+        _run(run_dir, sharded, options, progress)
+    _run(run_dir, [("", (), "")], options, progress)
+
+
+def _run(run_dir: Path, workers: Sequence[tuple[str, tuple, str]], options: tuple, progress) -> None:
+    """``workers`` on ``run_dir`` at once (each: its log's suffix, its own options, its progress file's suffix)
+    until every one has ended, their progress summed; raise with the log's tail of the first that fails (the
+    others are killed)."""
+    out = RunLayout.of(run_dir).validate
+    logs = [out / f"validate{log}.log" for log, _, _ in workers]
+    counts = [out / PROGRESS.format(suffix) for _, _, suffix in workers]
+    with contextlib.ExitStack() as stack:
+        running = {}
+        for log, (_, own, _) in zip(logs, workers, strict=True):
+            handle = stack.enter_context(log.open("w"))
+            running[log] = stack.enter_context(procs.running_worker(handle, "validate", run_dir, *options, *own))
+        while running:
+            for log, proc in list(running.items()):
+                if procs.exited_within(proc, 1.0 / len(running)):
+                    del running[log]
+                    if proc.returncode != 0:
+                        tail = procs.tail_lines(log.read_text(), 15)
+                        raise ToolError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+            found = [json.loads(path.read_text()) for path in counts if path.exists()]
+            if progress and found:
+                progress(sum(c["done"] for c in found), sum(c["total"] for c in found))
 
 
 def runtime_of(run_dir: Path, measured: dict) -> dict:
@@ -354,27 +384,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", default="0", help="GPUs it may use; it claims a free one's slot itself")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--margin", type=float, default=GATE_MARGIN)
+    parser.add_argument(
+        "--shard", type=shard_of, help="I/N: time every N-th row from the I-th into the checkpoints, and no more"
+    )
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     layout = RunLayout.of(run_dir)
     out = layout.validate
+    shard = args.shard or (0, 1)
 
     def progress(done: int, total: int) -> None:
-        atomic_write_json(out / "progress.json", {"done": done, "total": total})
+        atomic_write_json(out / PROGRESS.format(f"-{shard[0]}" if args.shard else ""), {"done": done, "total": total})
 
     runtime = layout.bench_runtime
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
     with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
-        log.info("validating on GPU %d", gpu)
-        measured = measure(
-            run_dir, BenchTimer if with_bench else TorchTimer, gpu, args.rounds, args.margin, progress, out / "rows"
-        )
+        log.info("validating on GPU %d%s", gpu, f", shard {args.shard[0]} of {args.shard[1]}" if args.shard else "")
+        kind = BenchTimer if with_bench else TorchTimer
+        measured = measure(run_dir, kind, gpu, args.rounds, args.margin, progress, out / "rows", shard)
         if with_bench and rocm_torch():  # the rows as torch will use them: TunableOp with the merged file
             measured["tunableop_ab"] = measure(
-                run_dir, TorchTimer, gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop"
+                run_dir, TorchTimer, gpu, args.rounds, args.margin, checkpoints=out / "rows-tunableop", shard=shard
             )
-    atomic_write_json(out / MEASUREMENTS, measured)
+    if not args.shard:
+        atomic_write_json(out / MEASUREMENTS, measured)
     return 0
+
+
+def shard_of(text: str) -> tuple[int, int]:
+    """``I/N`` (0 <= I < N) as (I, N)."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N with 0 <= I < N")
+    return int(index), int(count)
 
 
 def rocm_torch() -> bool:
