@@ -472,7 +472,7 @@ def test_validation_worker_failure_names_the_exit_code_and_log(tmp_path, monkeyp
     monkeypatch.setenv("GEMM_TUNE_LOCK_DIR", str(tmp_path / "locks"))
     run = tmp_path / "night"
     run.mkdir()  # no merged results: the worker fails at once, on any machine
-    with pytest.raises(ToolError, match=r"validation worker exited with code 1:\n(.|\n)*merge"):
+    with pytest.raises(ToolError, match=r"validation worker exited with code 1 \(.*validate.log\):\n(.|\n)*merge"):
         run_worker(run, [0], rounds=1, margin=0.02)
     assert (run / "validate" / "validate.log").exists()
 
@@ -633,7 +633,7 @@ def test_several_gpus_split_the_rows_and_measure_what_one_gpu_measures(tmp_path,
         shutil.copytree(tmp_path / "w" / "v", run)
         settings.write_text("")
         seen: list[tuple[int, int]] = []
-        run_worker(run, gpus, rounds=1, margin=0.02, progress=lambda done, total: seen.append((done, total)))
+        run_worker(run, gpus, rounds=1, margin=0.02, progress=lambda done, total, seen=seen: seen.append((done, total)))
         runs[len(gpus)] = json.loads((run / "validate" / "measurements.json").read_text())
         used = {json.loads(line)["device"] for line in settings.read_text().splitlines()}
         assert used == set(gpus), f"{gpus}: the double ran on {used}"
@@ -642,6 +642,16 @@ def test_several_gpus_split_the_rows_and_measure_what_one_gpu_measures(tmp_path,
     assert (tmp_path / "on2" / "validate" / "validate-shard1.log").exists()
     assert runs[2]["rows"] == runs[1]["rows"] and runs[2]["held_out"] == runs[1]["held_out"]
     assert len(runs[1]["rows"]) == 3 and DOUBLE in runs[1]["meta"]["device"]["tool"]
+
+    from pipeline.stages.validate.validate import rows_to_measure
+
+    failing = tmp_path / "failing"  # the second shard's row fails on the board: the stage fails naming its log
+    shutil.copytree(tmp_path / "w" / "v", failing)
+    monkeypatch.setenv("HIPBLASLT_DOUBLE_FAIL", str(rows_to_measure(failing)[1].problem.m))
+    failed = r"validation worker exited with code [1-9] \(.*validate-shard1.log\):\n(.|\n)*HIPBLAS_STATUS"
+    with pytest.raises(ToolError, match=failed):
+        run_worker(failing, [0, 1], rounds=1, margin=0.02)
+    assert not (failing / "validate" / "measurements.json").exists()
 
 
 @pytest.mark.parametrize("shard", ["2/2", "1", "a/2", "-1/2"])

@@ -360,7 +360,7 @@ def _run(run_dir: Path, workers: Sequence[tuple[str, tuple, str]], options: tupl
                     del running[log]
                     if proc.returncode != 0:
                         tail = procs.tail_lines(log.read_text(), 15)
-                        raise ToolError(f"validation worker exited with code {proc.returncode}:\n{tail}")
+                        raise ToolError(f"validation worker exited with code {proc.returncode} ({log}):\n{tail}")
             found = [json.loads(path.read_text()) for path in counts if path.exists()]
             if progress and found:
                 progress(sum(c["done"] for c in found), sum(c["total"] for c in found))
