@@ -319,7 +319,11 @@ def measure(
     }
 
 
-PROGRESS = "progress{}.json"  # a worker's rows done and to do ("-I" for shard I)
+PROGRESS, LOG = "progress{}.json", "validate{}.log"  # a worker's rows done and to do, its log ("-shardI": shard I)
+
+
+def shard_suffix(index: int) -> str:
+    return f"-shard{index}"
 
 
 def run_worker(
@@ -335,23 +339,22 @@ def run_worker(
     for stale in out.glob(PROGRESS.format("*")):  # a stopped run's: this run's workers write their own
         stale.unlink()
     options = ("--gpus", ",".join(map(str, gpus)), "--rounds", rounds, "--margin", margin)
-    shards = len(gpus) if len(gpus) > 1 else 0
-    if shards:
-        sharded = [(f"-shard{i}", ("--shard", f"{i}/{shards}"), f"-{i}") for i in range(shards)]
-        _run(run_dir, sharded, options, progress)
-    _run(run_dir, [("", (), "")], options, progress)
+    if len(gpus) > 1:
+        shards = [(shard_suffix(i), ("--shard", f"{i}/{len(gpus)}")) for i in range(len(gpus))]
+        _run(run_dir, shards, options, progress)
+    _run(run_dir, [("", ())], options, progress)
 
 
-def _run(run_dir: Path, workers: Sequence[tuple[str, tuple, str]], options: tuple, progress) -> None:
-    """``workers`` on ``run_dir`` at once (each: its log's suffix, its own options, its progress file's suffix)
-    until every one has ended, their progress summed; raise with the log's tail of the first that fails (the
-    others are killed)."""
+def _run(run_dir: Path, workers: Sequence[tuple[str, tuple]], options: tuple, progress) -> None:
+    """``workers`` on ``run_dir`` at once (each: the suffix of its log and progress files, its own options) until
+    every one has ended, their progress summed; raise with the log's tail of the first that fails (the others
+    are killed)."""
     out = RunLayout.of(run_dir).validate
-    logs = [out / f"validate{log}.log" for log, _, _ in workers]
-    counts = [out / PROGRESS.format(suffix) for _, _, suffix in workers]
+    logs = [out / LOG.format(suffix) for suffix, _ in workers]
+    counts = [out / PROGRESS.format(suffix) for suffix, _ in workers]
     with contextlib.ExitStack() as stack:
         running = {}
-        for log, (_, own, _) in zip(logs, workers, strict=True):
+        for log, (_, own) in zip(logs, workers, strict=True):
             handle = stack.enter_context(log.open("w"))
             running[log] = stack.enter_context(procs.running_worker(handle, "validate", run_dir, *options, *own))
         while running:
@@ -394,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shard = args.shard or (0, 1)
 
     def progress(done: int, total: int) -> None:
-        atomic_write_json(out / PROGRESS.format(f"-{shard[0]}" if args.shard else ""), {"done": done, "total": total})
+        suffix = shard_suffix(shard[0]) if args.shard else ""
+        atomic_write_json(out / PROGRESS.format(suffix), {"done": done, "total": total})
 
     runtime = layout.bench_runtime
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
