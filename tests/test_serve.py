@@ -88,6 +88,48 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
     assert summary["decode_tokens_per_s"] == pytest.approx(rate)
 
 
+def test_a_compiled_decode_step_serves_the_models_own_tokens(monkeypatch):
+    """``--compile``: the decode step through Dynamo, its cache writes (slot and position indexed) kept. On the CPU
+    through ``aot_eager`` (Inductor's C++ build takes half a minute here); Inductor itself in the GPU test."""
+    torch = pytest.importorskip("torch", reason="the engine needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn: compile_(fn, backend="aot_eager"))
+    served = [_served_tokens(torch, transformers, "cpu", compiled) for compiled in (False, True)]
+    assert served[0] == served[1] and any(served[0])
+
+
+def _served_tokens(torch, transformers, device: str, compiled: bool, graphs: bool = False) -> list[list[int]]:
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=97,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval().to(device)
+    requests = serve.draw_requests(1, 5, (3, 20), (2, 7), config.vocab_size)
+    with torch.inference_mode():
+        engine = serve.Engine(model, config, max_seqs=3, max_len=32, compiled=compiled)
+        if graphs:
+            engine.capture([1, 2, 4])
+        serve.serve(engine, requests, max_seqs=3, budget=8, sync=lambda: None)
+    return [request.generated for request in requests]
+
+
+@pytest.mark.gpu
+def test_a_compiled_and_captured_decode_step_serves_the_eager_steps_tokens():
+    torch = pytest.importorskip("torch", reason="the engine needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    if not torch.cuda.is_available():
+        pytest.skip("Inductor's GPU kernels and CUDA graphs need a CUDA GPU")
+    eager = _served_tokens(torch, transformers, "cuda", False)
+    assert _served_tokens(torch, transformers, "cuda", True, graphs=True) == eager
+
+
 def test_bad_counts_are_refused_by_the_command_line():
     done = subprocess.run(
         [sys.executable, "-m", "pipeline.workloads.serve", "--max-seqs", "0", "--prompt-min", "9", "--prompt-max", "3"],

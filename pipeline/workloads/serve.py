@@ -1,7 +1,7 @@
 """A HuggingFace decoder built from its config (random weights, nothing downloaded), served as an inference
 server schedules it, so that its GEMMs meet the token counts a server runs:
 
-    python -m pipeline.workloads.serve --arch llama3-8b [--layers 4] [--seed 0] [--eager] [--fp8]
+    python -m pipeline.workloads.serve --arch llama3-8b [--layers 4] [--seed 0] [--eager] [--compile] [--fp8]
 
 * **Requests** drawn from ``--seed``: ``--requests`` of them, prompt lengths uniform in ``--prompt-min..max``,
   output lengths in ``--output-min..max``, all waiting at the start (an offline batch, as a benchmark serves).
@@ -13,7 +13,9 @@ server schedules it, so that its GEMMs meet the token counts a server runs:
 * **Decode**: every request past its prompt decodes one token a step; the batch is padded up to the next of vLLM's
   CUDA-graph capture sizes (1, 2, 4, 8, 16, ..., ``vllm/config/compilation.py``) and, unless ``--eager``, runs as
   the CUDA graph captured for that size at start-up (static token, slot and position buffers; the padding rows
-  write a scratch slot).
+  write a scratch slot). ``--compile`` compiles the decode step first (``torch.compile``, Inductor's default
+  mode), as vLLM serves by default: a layer's norms, rotary and activations fuse around its GEMMs, which stay
+  library calls, so a step is mostly its GEMMs' weight reads. One layer is compiled and serves every layer.
 
 The model's own modules run every GEMM (``q/k/v/o_proj``, the MLP, ``lm_head`` on each request's last
 position); attention is the server's own (``scaled_dot_product_attention`` over the slot's cache), as servers
@@ -34,6 +36,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from .hf import ARCHS, build, depth
 
@@ -102,7 +105,7 @@ def schedule(running: list[Request], budget: int) -> Step:
 class Engine:
     """The slots' KV cache and the forward passes of one model: a flattened prefill and a padded decode."""
 
-    def __init__(self, model, config, max_seqs: int, max_len: int) -> None:
+    def __init__(self, model, config, max_seqs: int, max_len: int, compiled: bool = False) -> None:
         import torch
 
         self.torch, self.model, self.config = torch, model, config
@@ -111,31 +114,39 @@ class Engine:
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        shape = (len(self.layers), max_seqs + 1, self.kv_heads, max_len, self.head_dim)  # + the padding rows' slot
+        shape = (max_seqs + 1, self.kv_heads, max_len, self.head_dim)  # + the padding rows' slot
         dtype = model.lm_head.weight.dtype
-        self.keys = torch.zeros(shape, dtype=dtype, device=self.device)
-        self.values = torch.zeros(shape, dtype=dtype, device=self.device)
+        # a tensor per layer: the compiled layer step takes its layer's cache whole, so one compile serves all
+        self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
+        self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
         self.scratch, self.max_len = max_seqs, max_len
         self.graphs: dict[int, tuple] = {}  # capture size -> (graph, its input buffers, its output): ``capture``
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         self.rotate = apply_rotary_pos_emb
+        # the decode step as vLLM runs it by default: Inductor fuses a layer's elementwise work (norms, rotary,
+        # activations, cache writes) around its GEMMs, which stay library calls, and ``capture`` records the
+        # compiled step. One layer is compiled and serves every layer (the layers differ only in their weights and
+        # cache, both inputs), so a 32-layer model compiles as fast as a one-layer one.
+        self.decode_layer = torch.compile(self._decode_layer) if compiled else self._decode_layer
 
     # -- the layers ------------------------------------------------------------------------------------------
-    def _qkv(self, layer, x, positions):
+    def _rotation(self, x, positions):
+        """The rotary embedding's cos and sin of ``positions``, once a forward pass (as HF's model computes them)."""
+        return self.model.model.rotary_emb(x, positions[None])
+
+    def _qkv(self, layer, x, rotation):
         """q [1, H, T, d], k and v [1, KV, T, d] of the flattened tokens ``x`` [T, hidden], rotated."""
         attn, tokens = layer.self_attn, x.shape[0]
         q = attn.q_proj(x).view(1, tokens, self.heads, self.head_dim).transpose(1, 2)
         k = attn.k_proj(x).view(1, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
         v = attn.v_proj(x).view(1, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self.model.model.rotary_emb(v, positions[None])
-        q, k = self.rotate(q, k, cos, sin)
+        q, k = self.rotate(q, k, *rotation)
         return q, k, v
 
-    def _block(self, index: int, x, positions, attend):
-        layer = self.layers[index]
-        q, k, v = self._qkv(layer, layer.input_layernorm(x), positions)
-        out = attend(index, q, k, v)  # [T, H * d]
+    def _block(self, layer, x, rotation, attend):
+        q, k, v = self._qkv(layer, layer.input_layernorm(x), rotation)
+        out = attend(q, k, v)  # [T, H * d]
         x = x + layer.self_attn.o_proj(out)
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
@@ -154,11 +165,11 @@ class Engine:
             spans.append((request.slot, start, length, offset))
             offset += length
 
-        def attend(index, q, k, v):
+        def attend(keys, values, q, k, v):
             outs = []
             for slot, start, length, at in spans:
-                self.keys[index, slot, :, start : start + length] = k[0, :, at : at + length]
-                self.values[index, slot, :, start : start + length] = v[0, :, at : at + length]
+                keys[slot, :, start : start + length] = k[0, :, at : at + length]
+                values[slot, :, start : start + length] = v[0, :, at : at + length]
                 end = start + length
                 mask = (
                     torch.arange(end, device=self.device)[None, :]
@@ -166,8 +177,8 @@ class Engine:
                 )
                 out = torch.nn.functional.scaled_dot_product_attention(
                     q[:, :, at : at + length],
-                    self.keys[index, slot : slot + 1, :, :end],
-                    self.values[index, slot : slot + 1, :, :end],
+                    keys[slot : slot + 1, :, :end],
+                    values[slot : slot + 1, :, :end],
                     attn_mask=mask,
                     enable_gqa=True,
                 )
@@ -175,8 +186,9 @@ class Engine:
             return torch.cat(outs)
 
         x = self.model.model.embed_tokens(ids)
-        for index in range(len(self.layers)):
-            x = self._block(index, x, positions, attend)
+        rotation = self._rotation(x, positions)
+        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+            x = self._block(layer, x, rotation, partial(attend, keys, values))
         finishing = [
             (r, at + n - 1) for (r, start, n), (*_, at) in zip(chunks, spans, strict=True) if start + n == r.prompt
         ]
@@ -187,27 +199,28 @@ class Engine:
         return {id(r): token for (r, _), token in zip(finishing, tokens, strict=True)}
 
     # -- decode ------------------------------------------------------------------------------------------------
+    def _decode_layer(self, layer, x, rotation, keys, values, slots, positions, mask):
+        """One layer of a decode step: each row's k and v written at its slot and position, attention over the
+        slot's cache up to it (``mask``)."""
+
+        def attend(q, k, v):
+            keys[slots, :, positions] = k[0].transpose(0, 1)
+            values[slots, :, positions] = v[0].transpose(0, 1)
+            out = self.torch.nn.functional.scaled_dot_product_attention(
+                q[0].transpose(0, 1)[:, :, None], keys[slots], values[slots], attn_mask=mask, enable_gqa=True
+            )
+            return out[:, :, 0].reshape(x.shape[0], -1)
+
+        return self._block(layer, x, rotation, attend)
+
     def _decode(self, tokens, slots, positions):
         """One decode step of the padded batch: the next token of each row."""
-        torch = self.torch
-        rows = torch.arange(self.max_len, device=self.device)
+        rows = self.torch.arange(self.max_len, device=self.device)
         mask = (rows[None, :] <= positions[:, None])[:, None, None, :]
-
-        def attend(index, q, k, v):
-            self.keys[index, slots, :, positions] = k[0].transpose(0, 1)
-            self.values[index, slots, :, positions] = v[0].transpose(0, 1)
-            out = torch.nn.functional.scaled_dot_product_attention(
-                q[0].transpose(0, 1)[:, :, None],
-                self.keys[index, slots],
-                self.values[index, slots],
-                attn_mask=mask,
-                enable_gqa=True,
-            )
-            return out[:, :, 0].reshape(tokens.shape[0], -1)
-
         x = self.model.model.embed_tokens(tokens)
-        for index in range(len(self.layers)):
-            x = self._block(index, x, positions, attend)
+        rotation = self._rotation(x, positions)
+        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+            x = self.decode_layer(layer, x, rotation, keys, values, slots, positions, mask)
         return self._logits_argmax(x)
 
     def capture(self, sizes: Sequence[int]) -> None:
@@ -338,6 +351,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-batched-tokens", type=int, default=512, help="prompt tokens prefilled a step")
     parser.add_argument("--eager", action="store_true", help="decode without CUDA graphs")
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the decode step with torch.compile (Inductor's default mode: the GEMMs stay library calls) "
+        "before its graphs are captured, as vLLM serves by default",
+    )
+    parser.add_argument(
         "--fp8",
         action="store_true",
         help="the decoder layers' projections in FP8 through torch._scaled_mm (tensorwise scales), as torchao's "
@@ -383,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     passes = []
     with torch.inference_mode():
-        engine = Engine(model, config, args.max_seqs, max_len)
+        engine = Engine(model, config, args.max_seqs, max_len, args.compile)
         if graphs:
             engine.capture([size for size in CAPTURE_SIZES if size <= padded_size(args.max_seqs)])
         for index in range(1 + args.repeat):  # the first pass warms up (first calls, library heuristics)
@@ -398,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
     keys = ("p50_ms", "p99_ms", "tokens_per_s", "saturated_tokens_per_s", "decode_tokens_per_s")
     median = {key: statistics.median(p[key] for p in passes) for key in keys}
-    mode = "eager" if not graphs else "CUDA graphs"
+    mode = ("eager" if not graphs else "CUDA graphs") + (", compiled" if args.compile else "")
     print(
         f"serve {args.arch} ({args.layers} layers, seed {args.seed}, {args.requests} requests, decode {mode}): "
         f"step p50 {median['p50_ms']:.2f} ms, p99 {median['p99_ms']:.2f} ms, saturated "
