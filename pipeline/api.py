@@ -38,6 +38,7 @@ _WHERE = {
     "gather": "pipeline.stages.gather.shapes:gather",
     "stack_facts": "pipeline.stages.run.fingerprint:stack_facts",
     "ab_test": "pipeline.stages.validate.e2e:ab_test",
+    "ab_outcome": "pipeline.stages.validate.e2e:outcome",
     "runtime_flags": "pipeline.stages.validate.e2e:runtime_flags",
     "agreement_upgraded": "pipeline.stages.validate.agreement:upgraded",
     # tuning and timing (torch, nvmath)

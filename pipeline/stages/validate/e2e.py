@@ -190,7 +190,26 @@ def ab_test(
         atomic_write_json(scratch / CHECKPOINT, {"identity": identity, "runs": runs})
     reps = rep
     (scratch / CHECKPOINT).unlink(missing_ok=True)  # finished: the outcome holds the runs
-    out: dict = {"reps": reps, "via": via, "runs": runs}
+    out: dict = {"reps": reps, "via": via, "runs": runs, **outcome(runs)}
+    if via != "tunableop" and kernels.is_dir():
+        out["kernels"] = str(kernels)
+    if via != "tunableop" and status.exists():
+        out["runtime"] = json.loads(status.read_text())
+        records = e2e_runtime.status_records(scratch)
+        walls = out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]
+        out.update(e2e_runtime.startup_figures(records, *walls))
+        out["calls_per_run"] = e2e_runtime.calls_per_run(records, reps)
+        out["tuned_calls_per_run"] = e2e_runtime.tuned_calls_per_run(records, reps)
+        out["coverage"] = e2e_runtime.coverage(records)
+        out["host_cost"] = e2e_runtime.host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
+    return out
+
+
+def outcome(runs: dict[str, list[dict]]) -> dict:
+    """What the alternations ``runs`` measured: the paired interval and whether it resolves, per arm the medians
+    and spreads, the speedups of the medians (wall, tokens/s) with the larger spread as ``noise``, and the decode
+    steps' figures."""
+    out: dict = {}
     bounds = interval(runs)
     if bounds is not None:
         out["interval"], out["resolved"] = list(bounds), bounds[1] - bounds[0] <= RESOLVE
@@ -213,17 +232,6 @@ def ab_test(
         spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
         out["noise"] = max(spreads) if spreads else None
     out.update(decode_figures(runs))
-    if via != "tunableop" and kernels.is_dir():
-        out["kernels"] = str(kernels)
-    if via != "tunableop" and status.exists():
-        out["runtime"] = json.loads(status.read_text())
-        records = e2e_runtime.status_records(scratch)
-        walls = out["tuned"]["median_wall_s"], out["baseline"]["median_wall_s"]
-        out.update(e2e_runtime.startup_figures(records, *walls))
-        out["calls_per_run"] = e2e_runtime.calls_per_run(records, reps)
-        out["tuned_calls_per_run"] = e2e_runtime.tuned_calls_per_run(records, reps)
-        out["coverage"] = e2e_runtime.coverage(records)
-        out["host_cost"] = e2e_runtime.host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
     return out
 
 
