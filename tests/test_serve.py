@@ -37,12 +37,9 @@ def test_requests_are_drawn_from_the_seed():
     assert all(4 <= r.prompt <= 64 and 2 <= r.output <= 9 and all(0 < t < 1000 for t in r.ids) for r in one)
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["llama", "qwen2-fp8"])
-def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
-    torch = pytest.importorskip("torch", reason="the engine needs torch")
-    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
-    family = ("Qwen2Config", "Qwen2ForCausalLM") if fp8 else ("LlamaConfig", "LlamaForCausalLM")
-    config = getattr(transformers, family[0])(
+def _tiny_model(torch, transformers, family: str):
+    """A two-layer decoder of HF's ``family`` (``Llama``, ``Qwen2``) with GQA, seeded: (model, config)."""
+    config = getattr(transformers, f"{family}Config")(
         hidden_size=64,
         intermediate_size=128,
         num_attention_heads=4,
@@ -52,7 +49,14 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
         max_position_embeddings=128,
     )
     torch.manual_seed(0)
-    model = getattr(transformers, family[1])(config).eval()
+    return getattr(transformers, f"{family}ForCausalLM")(config).eval(), config
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["llama", "qwen2-fp8"])
+def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
+    torch = pytest.importorskip("torch", reason="the engine needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    model, config = _tiny_model(torch, transformers, "Qwen2" if fp8 else "Llama")
     if fp8:  # Qwen2's q/k/v carry a bias: FP8Linear adds it in the scaled product's epilogue
         assert model.model.layers[0].self_attn.q_proj.bias is not None
         serve.to_fp8(model)
@@ -100,17 +104,8 @@ def test_a_compiled_decode_step_serves_the_models_own_tokens(monkeypatch):
 
 
 def _served_tokens(torch, transformers, device: str, compiled: bool, graphs: bool = False) -> list[list[int]]:
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=97,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval().to(device)
+    model, config = _tiny_model(torch, transformers, "Llama")
+    model = model.to(device)
     requests = serve.draw_requests(1, 5, (3, 20), (2, 7), config.vocab_size)
     with torch.inference_mode():
         engine = serve.Engine(model, config, max_seqs=3, max_len=32, compiled=compiled)
