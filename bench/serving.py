@@ -12,9 +12,10 @@ a held-out count inside the ranges the bundle serves, after it split the buckets
 splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step latency both
 ways; per model and dtype the job's verdict, its Bench time and GPUs. ``targets`` says which of the issue's targets
 each row meets. The record is written again as each row is measured (``complete`` false until the last), so an
-interrupted run keeps what it finished; run again with the same ``--workdir``, it resumes: each job where Luigi
-left it, each A/B at its first unfinished alternation. ``--arms graphs`` leaves out the eager A/B. Each job's log
-is ``<workdir>/<model>-<dtype>.log``.
+interrupted run keeps what it finished (a job stopped by ``--timeout`` inside its A/B leaves a row of the
+alternations it finished, marked ``unfinished``, with its ``runs``); run again with the same ``--workdir``, it
+resumes: each job where Luigi left it, each A/B at its first unfinished alternation. ``--arms graphs`` leaves out
+the eager A/B. Each job's log is ``<workdir>/<model>-<dtype>.log``.
 The job runs with ``--allow-e2e-regression`` so that a refused bundle is still measured eager (the
 verdict says it was refused).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -32,6 +34,7 @@ from pathlib import Path
 from pipeline.api import (
     INPUT,
     BadInput,
+    ab_interrupted,
     ab_test,
     atomic_write_json,
     claim_output_file,
@@ -135,14 +138,21 @@ def run_dir_figures(run: Path) -> tuple[dict, dict | None, dict, Path]:
 
 def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> Iterator[dict]:
     """The job and the eager A/B of one model and dtype: its rows (those of ``args.arms``), each as it is
-    measured."""
+    measured. A job that stops (``--timeout``, a failure) inside its A/B leaves its ``unfinished_row`` first."""
     log = workdir / f"{model}-{dtype}.log"
     workdir.mkdir(parents=True, exist_ok=True)
-    done = run_process(job_command(model, dtype, workdir, args), timeout_s=args.timeout, log=log)
+    try:
+        code = run_process(job_command(model, dtype, workdir, args), timeout_s=args.timeout, log=log).returncode
+        why = f"the job exited {code}"
+    except subprocess.TimeoutExpired:
+        code, why = None, f"the job ran past --timeout {args.timeout:.0f} s"
     run = workdir / f"{model}-{dtype}"
-    if done.returncode != 0 or not (run / "report" / "summary.json").exists():
+    if code != 0 or not (run / "report" / "summary.json").exists():
+        stopped = unfinished_row(model, dtype, run, args, why)
+        if stopped is not None:
+            yield stopped
         tail = tail_lines(log.read_text(errors="replace"), 30)
-        raise RuntimeError(f"{model} {dtype}: the job exited {done.returncode} (its log: {log}):\n{tail}")
+        raise RuntimeError(f"{model} {dtype}: {why} (its log: {log}):\n{tail}")
     e2e, held, summary, bundle = run_dir_figures(run)
     job = {
         "verdict": summary.get("verdict"),
@@ -166,6 +176,22 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
     )
     row = arm_row(model, dtype, "eager", eager, held)
     yield {**row, "job": job, "targets": targets(row)}
+
+
+def unfinished_row(model: str, dtype: str, run: Path, args: argparse.Namespace, why: str) -> dict | None:
+    """The graphs row of a job stopped inside its end-to-end A/B, from the alternations it finished (a rerun with
+    the same ``--workdir`` goes on from them): marked ``unfinished``, with its ``runs`` and the gate's verdict;
+    None where no alternation finished."""
+    ab = next(filter(None, map(ab_interrupted, sorted((run / "validate").glob("e2e*")))), None)
+    if ab is None:
+        return None
+    held_path, gate_path = run / "validate" / "held_out.json", run / "validate" / "gate.json"
+    held = json.loads(held_path.read_text()) if held_path.exists() else None
+    gate = json.loads(gate_path.read_text()) if gate_path.exists() else {}
+    row = arm_row(model, dtype, "graphs", {**ab, "coverage": {"graphs_only": args.graphs_only}}, held)
+    job = {"verdict": gate.get("message"), "bench_s": None, "gemms": None, "kept": len(gate.get("kept", []))}
+    stopped = {"unfinished": f"{why}, after {ab['reps']} alternations", "runs": ab["runs"]}
+    return {**row, "job": job, "targets": targets(row), **stopped}
 
 
 def recorded(out: Path, record: dict, rows: Iterable[dict]) -> dict:

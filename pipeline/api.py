@@ -39,6 +39,7 @@ _WHERE = {
     "stack_facts": "pipeline.stages.run.fingerprint:stack_facts",
     "ab_test": "pipeline.stages.validate.e2e:ab_test",
     "ab_outcome": "pipeline.stages.validate.e2e:outcome",
+    "ab_interrupted": "pipeline.stages.validate.e2e:interrupted",
     "runtime_flags": "pipeline.stages.validate.e2e:runtime_flags",
     "agreement_upgraded": "pipeline.stages.validate.agreement:upgraded",
     # tuning and timing (torch, nvmath)

@@ -121,6 +121,38 @@ def test_the_record_keeps_each_row_as_it_is_measured_and_an_arm_left_out_is_not_
     assert serving.recorded(out, {"rows": []}, iter(only))["complete"] and json.loads(out.read_text())["complete"]
 
 
+def test_a_job_stopped_in_its_ab_leaves_a_row_of_the_alternations_it_finished(tmp_path, monkeypatch):
+    run = _finished_job(tmp_path / "w")
+    (run / "report" / "summary.json").unlink()  # the job never reached its report
+    runs = {
+        "baseline": [{"wall_s": 20.0, "tokens_per_s": 400.0 + i, "p99_ms": 50.0, "decode_tokens_per_s": 1000.0}
+                     for i in range(3)],
+        "tuned": [{"wall_s": 21.0, "tokens_per_s": 410.0 + i, "p99_ms": 52.0, "decode_tokens_per_s": 1100.0 + i}
+                  for i in range(3)],
+    }  # fmt: skip
+    (run / "validate" / "e2e-runtime").mkdir()
+    (run / "validate" / "e2e-runtime" / "alternations.json").write_text(json.dumps({"identity": {}, "runs": runs}))
+    (run / "validate" / "gate.json").write_text(json.dumps({"message": "bundle accepted", "kept": ["a", "b"]}))
+
+    def timed_out(argv, timeout_s, log):
+        log.write_text("INFO: running Validate\n")
+        raise subprocess.TimeoutExpired(argv, timeout_s)
+
+    monkeypatch.setattr(serving, "run_process", timed_out)
+    out = tmp_path / "r.json"
+    args = _args("--graphs-only", "--timeout", "60")
+    with pytest.raises(RuntimeError, match="ran past --timeout 60 s"):
+        serving.recorded(out, {"rows": []}, serving.measure("qwen2-7b", "bf16", tmp_path / "w", args))
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["unfinished"].endswith("after 3 alternations") and row["runs"] == runs and row["reps"] == 3
+    assert row["decode_speedup"] == pytest.approx(1.101, abs=1e-3) and row["tokens_per_s"]["tuned"] == 411.0
+    assert row["held_out_worst"] == 0.985 and row["job"]["kept"] == 2 and row["coverage"] is None
+    assert row["targets"]["decode_tokens_per_s"] is True and row["coverage_counted"] == "graph captures only"
+    (run / "validate" / "e2e-runtime" / "alternations.json").unlink()
+    with pytest.raises(RuntimeError):
+        assert not list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", args)), "no alternation, no row"
+
+
 def test_a_committed_serving_record_meets_the_targets_its_rows_say():
     from pipeline.api import ab_outcome
 
@@ -131,7 +163,7 @@ def test_a_committed_serving_record_meets_the_targets_its_rows_say():
         assert record["device"] and record["date"] in path.name and record["targets"] == serving.TARGETS
         for row in record["rows"]:
             assert row["arm"] in ("graphs", "eager"), path
-            if row.get("coverage_counted") == "graph captures only":  # the runtime saw the captured calls alone
+            if row.get("coverage_counted") == "graph captures only" or row.get("unfinished"):  # not counted
                 assert row["coverage"] is None, path
             else:
                 assert 0 <= row["coverage"] <= 1, path

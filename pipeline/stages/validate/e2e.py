@@ -235,6 +235,16 @@ def outcome(runs: dict[str, list[dict]]) -> dict:
     return out
 
 
+def interrupted(scratch: Path) -> dict | None:
+    """What an A/B stopped before its end (a killed job) had measured: its alternations' ``outcome`` with
+    ``reps`` and ``runs``, read from ``scratch``'s checkpoint; None where it holds no finished alternation."""
+    path = Path(scratch) / CHECKPOINT
+    runs = json.loads(path.read_text())["runs"] if path.exists() else None
+    if not runs or not runs["baseline"] or len(runs["baseline"]) != len(runs["tuned"]):
+        return None
+    return {"reps": len(runs["baseline"]), "runs": runs, **outcome(runs)}
+
+
 def resumed(scratch: Path, identity: dict) -> dict[str, list[dict]]:
     """The alternations an earlier, interrupted A/B of the same commands and bundle finished (``CHECKPOINT``,
     written after each): a rerun goes on from there. Anything else starts afresh."""
