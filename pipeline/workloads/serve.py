@@ -9,7 +9,9 @@ server schedules it, so that its GEMMs meet the token counts a server runs:
   a finished request frees its slot and the next waiting one takes it at the next step.
 * **Chunked prefill**: each step prefills at most ``--max-batched-tokens`` prompt tokens, taken first come first
   served and split across steps where a prompt is longer; those tokens run through the linear layers as one
-  flattened batch (M = the step's prompt tokens, any count up to the budget), attention per request.
+  flattened batch (M = the step's prompt tokens, any count up to the budget), and so does attention: one masked
+  call a layer in which each token sees its own request's cache up to its position (as a server's
+  variable-length attention kernel takes the whole batch at once).
 * **Decode**: every request past its prompt decodes one token a step; the batch is padded up to the next of vLLM's
   CUDA-graph capture sizes (1, 2, 4, 8, 16, ..., ``vllm/config/compilation.py``) and, unless ``--eager``, runs as
   the CUDA graph captured for that size at start-up (static token, slot and position buffers; the padding rows
@@ -30,6 +32,7 @@ model's build and the graphs' capture are outside it).
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import sys
@@ -155,43 +158,44 @@ class Engine:
 
     # -- prefill -----------------------------------------------------------------------------------------------
     def prefill(self, chunks: Sequence[tuple[Request, int, int]]) -> dict[int, int]:
-        """Run the chunks as one flattened batch; the first token of each request whose prompt it completes."""
+        """Run the chunks as one flattened batch; the first token of each request whose prompt it completes.
+        Attention too is one call a layer, as a server's variable-length kernel: each token attends its own
+        request's cache up to its position (a mask over the chunks' contexts side by side)."""
         torch = self.torch
-        ids = torch.tensor([t for r, start, n in chunks for t in r.ids[start : start + n]], device=self.device)
-        positions = torch.cat([torch.arange(start, start + n, device=self.device) for _, start, n in chunks])
-        spans = []
-        offset = 0
-        for request, start, length in chunks:
-            spans.append((request.slot, start, length, offset))
-            offset += length
+        ids, slots, positions, owners = [], [], [], []  # per token
+        context: tuple[list[int], list[int], list[int]] = ([], [], [])  # per cache entry read: slot, position, owner
+        for owner, (request, start, length) in enumerate(chunks):
+            end = start + length
+            ids += request.ids[start:end]
+            slots += [request.slot] * length
+            positions += range(start, end)
+            owners += [owner] * length
+            for column, values in zip(context, ([request.slot] * end, range(end), [owner] * end), strict=True):
+                column.extend(values)
+        ids, slots, positions, owners, *context = (
+            torch.tensor(v, device=self.device) for v in (ids, slots, positions, owners, *context)
+        )
+        read_slots, read_positions, read_owners = context
+        mask = (owners[:, None] == read_owners[None, :]) & (read_positions[None, :] <= positions[:, None])
 
         def attend(keys, values, q, k, v):
-            outs = []
-            for slot, start, length, at in spans:
-                keys[slot, :, start : start + length] = k[0, :, at : at + length]
-                values[slot, :, start : start + length] = v[0, :, at : at + length]
-                end = start + length
-                mask = (
-                    torch.arange(end, device=self.device)[None, :]
-                    <= torch.arange(start, end, device=self.device)[:, None]
-                )
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q[:, :, at : at + length],
-                    keys[slot : slot + 1, :, :end],
-                    values[slot : slot + 1, :, :end],
-                    attn_mask=mask,
-                    enable_gqa=True,
-                )
-                outs.append(out[0].transpose(0, 1).reshape(length, -1))
-            return torch.cat(outs)
+            keys[slots, :, positions] = k[0].transpose(0, 1)
+            values[slots, :, positions] = v[0].transpose(0, 1)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q,
+                keys[read_slots, :, read_positions].transpose(0, 1)[None],
+                values[read_slots, :, read_positions].transpose(0, 1)[None],
+                attn_mask=mask,
+                enable_gqa=True,
+            )
+            return out[0].transpose(0, 1).reshape(q.shape[2], -1)
 
         x = self.model.model.embed_tokens(ids)
         rotation = self._rotation(x, positions)
         for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
             x = self._block(layer, x, rotation, partial(attend, keys, values))
-        finishing = [
-            (r, at + n - 1) for (r, start, n), (*_, at) in zip(chunks, spans, strict=True) if start + n == r.prompt
-        ]
+        ends = itertools.accumulate(n for _, _, n in chunks)  # each chunk's last token + 1 in the flattened batch
+        finishing = [(r, at - 1) for (r, start, n), at in zip(chunks, ends, strict=True) if start + n == r.prompt]
         if not finishing:
             return {}
         last = torch.tensor([at for _, at in finishing], device=self.device)
