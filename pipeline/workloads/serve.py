@@ -162,20 +162,16 @@ class Engine:
         Attention too is one call a layer, as a server's variable-length kernel: each token attends its own
         request's cache up to its position (a mask over the chunks' contexts side by side)."""
         torch = self.torch
-        ids, slots, positions, owners = [], [], [], []  # per token
-        context: tuple[list[int], list[int], list[int]] = ([], [], [])  # per cache entry read: slot, position, owner
+        tokens: tuple[list[int], ...] = ([], [], [], [])  # per token: its id, slot, position and chunk
+        reads: tuple[list[int], ...] = ([], [], [])  # per cache entry attended: its slot, position and chunk
         for owner, (request, start, length) in enumerate(chunks):
             end = start + length
-            ids += request.ids[start:end]
-            slots += [request.slot] * length
-            positions += range(start, end)
-            owners += [owner] * length
-            for column, values in zip(context, ([request.slot] * end, range(end), [owner] * end), strict=True):
+            token_values = (request.ids[start:end], [request.slot] * length, range(start, end), [owner] * length)
+            read_values = ([request.slot] * end, range(end), [owner] * end)  # its cache from 0 to the chunk's end
+            for column, values in zip((*tokens, *reads), (*token_values, *read_values), strict=True):
                 column.extend(values)
-        ids, slots, positions, owners, *context = (
-            torch.tensor(v, device=self.device) for v in (ids, slots, positions, owners, *context)
-        )
-        read_slots, read_positions, read_owners = context
+        ids, slots, positions, owners = (torch.tensor(v, device=self.device) for v in tokens)
+        read_slots, read_positions, read_owners = (torch.tensor(v, device=self.device) for v in reads)
         mask = (owners[:, None] == read_owners[None, :]) & (read_positions[None, :] <= positions[:, None])
 
         def attend(keys, values, q, k, v):
