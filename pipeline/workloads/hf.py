@@ -23,6 +23,7 @@ not one of the pipeline's. Tune one of these with::
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import sys
 import time
@@ -193,10 +194,18 @@ def run(
     return tokens, time.perf_counter() - start
 
 
-def decode_one_token(model, token, cache_position, cache):
-    """One greedy decode step (the function the guide compiles): the next token of each sequence."""
-    logits = model(token, cache_position=cache_position, past_key_values=cache, use_cache=True, return_dict=False)[0]
+def decode_one_token(model, token, cache_position, cache, keyword: str = "past_key_values"):
+    """One greedy decode step (the function the guide compiles): the next token of each sequence. ``keyword``:
+    the name the model's forward takes its cache by (``cache_keyword``)."""
+    kwargs = {keyword: cache}
+    logits = model(token, cache_position=cache_position, use_cache=True, return_dict=False, **kwargs)[0]
     return logits[:, -1].argmax(-1, keepdim=True)
+
+
+def cache_keyword(model) -> str:
+    """``cache`` where the model's forward takes it (transformers 5.24 renamed ``past_key_values``, deprecated
+    there and removed in 5.40), else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class CompiledDecoder:
@@ -210,6 +219,7 @@ class CompiledDecoder:
         self.new_tokens, self.generated = new_tokens, None
         self.cache = transformers.StaticCache(config=config, max_cache_len=prompt + new_tokens)
         self.step = torch.compile(decode_one_token, mode=mode, fullgraph=True)
+        self.keyword = cache_keyword(model)
 
     def run(self, synchronize: Callable[[], None]) -> tuple[int, float]:
         """Prefill a fresh batch of prompts, then decode; (decoded tokens, seconds of the decode loop)."""
@@ -220,12 +230,12 @@ class CompiledDecoder:
         with torch.inference_mode():
             self.cache.reset()
             position = torch.arange(prompt, device=self.device)
-            tokens = [decode_one_token(self.model, ids, position, self.cache)]
+            tokens = [decode_one_token(self.model, ids, position, self.cache, self.keyword)]
             position = torch.tensor([prompt], device=self.device)
             synchronize()
             start = time.perf_counter()
             for _ in range(self.new_tokens - 1):  # clone: the token outlives the graph replay that wrote it
-                tokens.append(self.step(self.model, tokens[-1], position, self.cache).clone())
+                tokens.append(self.step(self.model, tokens[-1], position, self.cache, self.keyword).clone())
                 position += 1
             synchronize()
             seconds = time.perf_counter() - start
