@@ -98,7 +98,7 @@ def test_readable_labels_tell_ld_twins_apart():
 @pytest.mark.long
 def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
     # a workload that runs slower whenever torch is pointed at the bundle (the e2e A/B's tuned arm)
-    slow = "import os, time; time.sleep(0.9 if os.environ.get('PYTORCH_TUNABLEOP_ENABLED') == '1' else 0.3)"
+    slow = "import os, time; time.sleep(0.3 if os.environ.get('PYTORCH_TUNABLEOP_ENABLED') == '1' else 0.1)"
     workload = shlex.join([sys.executable, "-c", slow])
     extra = ("--validate-rounds", "1", "--e2e-reps", "2", "--gpus", "1", "--workload-cmd", workload)
     few = first_gemms(tmp_path, UNTUNED, 3)  # the workload's wall time is the subject, not its GEMMs
