@@ -4,6 +4,7 @@ tokens (HF ``generate``) however the requests were chunked, batched and padded."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -86,6 +87,8 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
     assert summary["tokens_per_s"] == pytest.approx(summary["tokens"] / sum(step["s"] for step in steps))
     saturated = [step for step in steps if step["saturated"]]  # 5 requests, fewer slots: the first steps wait
     assert 0 < len(saturated) == summary["saturated_steps"] < len(steps)
+    assert sum(step["prefill_tokens"] for step in steps) == sum(r.prompt for r in requests)
+    assert sum(step["decodes"] for step in steps) == sum(r.output - 1 for r in requests)  # the first: prefill's
     decode_only = [step for step in steps if step["decode_only"]]  # the steps after the last prompt's chunks
     assert 0 < len(decode_only) == summary["decode_steps"] < len(steps)
     rate = sum(step["tokens"] for step in decode_only) / sum(step["s"] for step in decode_only)
@@ -123,6 +126,26 @@ def test_a_compiled_and_captured_decode_step_serves_the_eager_steps_tokens():
         pytest.skip("Inductor's GPU kernels and CUDA graphs need a CUDA GPU")
     eager = _served_tokens(torch, transformers, "cuda", False)
     assert _served_tokens(torch, transformers, "cuda", True, graphs=True) == eager
+
+
+def test_the_command_writes_every_timed_passs_steps(tmp_path, monkeypatch, capsys):
+    torch = pytest.importorskip("torch", reason="the engine needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    monkeypatch.setattr(serve, "build", lambda *args: _tiny_model(torch, transformers, "Llama"))
+    out = tmp_path / "steps.json"
+    argv = ["--device", "cpu", "--requests", "3", "--prompt-min", "4", "--prompt-max", "9", "--output-max", "17"]
+    assert (
+        serve.main([*argv, "--max-seqs", "2", "--max-batched-tokens", "8", "--repeat", "2", "--steps-out", str(out)])
+        == 0
+    )
+    written = json.loads(out.read_text())
+    assert len(written["passes"]) == 2 and written["passes"][0] == [
+        {**step, "s": pytest.approx(step["s"], abs=1)} for step in written["passes"][1]
+    ], "the same schedule each pass"
+    made = [sum(step["tokens"] for step in steps) for steps in written["passes"]]
+    printed = capsys.readouterr().out
+    assert made[0] == made[1] > 3 and f"{made[0]} tokens" in printed and "throughput:" in printed.splitlines()[-1]
+    assert set(written["allocator"]) >= {"num_alloc_retries", "num_device_alloc"}  # None off the GPU
 
 
 def test_bad_counts_are_refused_by_the_command_line():

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import random
 import statistics
 import sys
@@ -40,6 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from .hf import ARCHS, build, depth
 
@@ -286,7 +288,16 @@ def serve(engine: Engine, requests: list[Request], max_seqs: int, budget: int, s
         sync()  # the host reads the sampled tokens: a step ends here
         made = len(first) + len(step.decodes)
         seconds = time.perf_counter() - start
-        steps.append({"s": seconds, "tokens": made, "saturated": saturated, "decode_only": not step.chunks})
+        steps.append(
+            {
+                "s": seconds,
+                "tokens": made,
+                "saturated": saturated,
+                "decode_only": not step.chunks,
+                "prefill_tokens": step.prefill_tokens,
+                "decodes": len(step.decodes),
+            }
+        )
         for request in [r for r in running if r.done]:
             running.remove(request)
             free.append(request.slot)
@@ -364,6 +375,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--repeat", type=int, default=1, help="timed passes (after one untimed); medians printed")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (implies --eager)")
+    parser.add_argument(
+        "--steps-out",
+        help="write every timed pass's steps here as JSON (seconds, tokens made, prefill tokens, decode batch), "
+        "with the CUDA caching allocator's counts at the end (its retries and device allocations)",
+    )
     args = parser.parse_args(argv)
     bad = [
         name
@@ -400,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     graphs = args.device == "cuda" and not args.eager
     max_len = args.prompt_max + args.output_max
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    passes = []
+    passes, timed = [], []
     with torch.inference_mode():
         engine = Engine(model, config, args.max_seqs, max_len, args.compile)
         if graphs:
@@ -408,13 +424,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for index in range(1 + args.repeat):  # the first pass warms up (first calls, library heuristics)
             prompt, output = (args.prompt_min, args.prompt_max), (args.output_min, args.output_max)
             requests = draw_requests(args.seed, args.requests, prompt, output, config.vocab_size)
-            result = summary(serve(engine, requests, args.max_seqs, args.max_batched_tokens, sync)["steps"])
+            steps = serve(engine, requests, args.max_seqs, args.max_batched_tokens, sync)["steps"]
+            result = summary(steps)
             if index:
                 passes.append(result)
+                timed.append(steps)
                 print(
                     f"pass {index}: {result['steps']} steps, {result['tokens']} tokens, step p50 "
                     f"{result['p50_ms']:.2f} ms p99 {result['p99_ms']:.2f} ms, {result['tokens_per_s']:.1f} tokens/s"
                 )
+    if args.steps_out:
+        allocator = torch.cuda.memory_stats() if args.device == "cuda" else {}
+        counts = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+        record = {"passes": timed, "allocator": {k: allocator.get(k) for k in counts}}
+        partial_out = Path(f"{args.steps_out}.partial")  # a standalone program: written aside, then renamed
+        partial_out.write_text(json.dumps(record, indent=1) + "\n")
+        partial_out.replace(args.steps_out)
     keys = ("p50_ms", "p99_ms", "tokens_per_s", "saturated_tokens_per_s", "decode_tokens_per_s")
     median = {key: statistics.median(p[key] for p in passes) for key in keys}
     mode = ("eager" if not graphs else "CUDA graphs") + (", compiled" if args.compile else "")
