@@ -95,15 +95,20 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
     assert summary["decode_tokens_per_s"] == pytest.approx(rate)
 
 
-def test_a_compiled_decode_step_serves_the_models_own_tokens(monkeypatch):
-    """``--compile``: the decode step through Dynamo, its cache writes (slot and position indexed) kept. On the CPU
-    through ``aot_eager`` (Inductor's C++ build takes half a minute here); Inductor itself in the GPU test."""
+def test_compiled_layers_serve_the_models_own_tokens(monkeypatch):
+    """``--compile``: the decode and prefill layers through Dynamo (the prefill's for any token count), their cache
+    writes (slot and position indexed) kept. On the CPU through ``aot_eager`` (Inductor's C++ build takes a minute
+    and a half here); Inductor itself in the GPU test."""
     torch = pytest.importorskip("torch", reason="the engine needs torch")
     transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
     compile_ = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn: compile_(fn, backend="aot_eager"))
-    served = [_served_tokens(torch, transformers, "cpu", compiled) for compiled in (False, True)]
+    compiled = []
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kw: compiled.append(kw) or compile_(fn, backend="aot_eager", **kw)
+    )
+    served = [_served_tokens(torch, transformers, "cpu", on) for on in (False, True)]
     assert served[0] == served[1] and any(served[0])
+    assert compiled == [{}, {"dynamic": True}], "the decode layer, then the prefill layer for any token count"
 
 
 def _served_tokens(torch, transformers, device: str, compiled: bool, graphs: bool = False) -> list[list[int]]:

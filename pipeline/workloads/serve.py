@@ -15,9 +15,11 @@ server schedules it, so that its GEMMs meet the token counts a server runs:
 * **Decode**: every request past its prompt decodes one token a step; the batch is padded up to the next of vLLM's
   CUDA-graph capture sizes (1, 2, 4, 8, 16, ..., ``vllm/config/compilation.py``) and, unless ``--eager``, runs as
   the CUDA graph captured for that size at start-up (static token, slot and position buffers; the padding rows
-  write a scratch slot). ``--compile`` compiles the decode step first (``torch.compile``, Inductor's default
-  mode), as vLLM serves by default: a layer's norms, rotary and activations fuse around its GEMMs, which stay
-  library calls, so a step is mostly its GEMMs' weight reads. One layer is compiled and serves every layer.
+  write a scratch slot).
+* ``--compile``: the forward passes compiled (``torch.compile``, Inductor's default mode), as vLLM serves by
+  default: a layer's norms, rotary and activations fuse around its GEMMs, which stay library calls, so a step is
+  mostly its GEMMs. One decode layer is compiled, captured per size, and serves every layer; one prefill layer
+  is compiled for any token count.
 
 The model's own modules run every GEMM (``q/k/v/o_proj``, the MLP, ``lm_head`` on each request's last
 position); attention is the server's own (``scaled_dot_product_attention`` over the slot's cache), as servers
@@ -40,7 +42,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 from .hf import ARCHS, build, depth
@@ -129,11 +130,15 @@ class Engine:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         self.rotate = apply_rotary_pos_emb
-        # the decode step as vLLM runs it by default: Inductor fuses a layer's elementwise work (norms, rotary,
-        # activations, cache writes) around its GEMMs, which stay library calls, and ``capture`` records the
-        # compiled step. One layer is compiled and serves every layer (the layers differ only in their weights and
-        # cache, both inputs), so a 32-layer model compiles as fast as a one-layer one.
-        self.decode_layer = torch.compile(self._decode_layer) if compiled else self._decode_layer
+        # the forward passes as vLLM runs them by default: Inductor fuses a layer's elementwise work (norms,
+        # rotary, activations, cache writes) around its GEMMs, which stay library calls, and ``capture`` records
+        # the compiled decode step. One layer is compiled and serves every layer (the layers differ only in their
+        # weights and cache, both inputs), so a 32-layer model compiles as fast as a one-layer one. A prefill
+        # step's token count is new at almost every step: its layer compiles for any count at once (``dynamic``)
+        self.decode_layer, self.prefill_layer = self._decode_layer, self._prefill_layer
+        if compiled:
+            self.decode_layer = torch.compile(self._decode_layer)
+            self.prefill_layer = torch.compile(self._prefill_layer, dynamic=True)
 
     # -- the layers ------------------------------------------------------------------------------------------
     def _rotation(self, x, positions):
@@ -176,29 +181,36 @@ class Engine:
         read_slots, read_positions, read_owners = (torch.tensor(v, device=self.device) for v in reads)
         mask = (owners[:, None] == read_owners[None, :]) & (read_positions[None, :] <= positions[:, None])
 
-        def attend(keys, values, q, k, v):
+        x = self.model.model.embed_tokens(ids)
+        rotation = self._rotation(x, positions)
+        attended = (read_slots, read_positions, mask)
+        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+            x = self.prefill_layer(layer, x, rotation, keys, values, slots, positions, *attended)
+        ends = itertools.accumulate(n for _, _, n in chunks)  # each chunk's last token + 1 in the flattened batch
+        finishing = [(r, at - 1) for (r, start, n), at in zip(chunks, ends, strict=True) if start + n == r.prompt]
+        if not finishing:
+            return {}
+        last = torch.tensor([at for _, at in finishing], device=self.device)
+        first = self._logits_argmax(x[last]).tolist()
+        return {id(r): token for (r, _), token in zip(finishing, first, strict=True)}
+
+    def _prefill_layer(self, layer, x, rotation, keys, values, slots, positions, read_slots, read_positions, mask):
+        """One layer of a prefill step: each token's k and v written at its slot and position, then attention of
+        every token over the cache entries read (``read_slots``, ``read_positions``), as ``mask`` allows."""
+
+        def attend(q, k, v):
             keys[slots, :, positions] = k[0].transpose(0, 1)
             values[slots, :, positions] = v[0].transpose(0, 1)
-            out = torch.nn.functional.scaled_dot_product_attention(
+            out = self.torch.nn.functional.scaled_dot_product_attention(
                 q,
                 keys[read_slots, :, read_positions].transpose(0, 1)[None],
                 values[read_slots, :, read_positions].transpose(0, 1)[None],
                 attn_mask=mask,
                 enable_gqa=True,
             )
-            return out[0].transpose(0, 1).reshape(q.shape[2], -1)
+            return out[0].transpose(0, 1).reshape(x.shape[0], -1)
 
-        x = self.model.model.embed_tokens(ids)
-        rotation = self._rotation(x, positions)
-        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
-            x = self._block(layer, x, rotation, partial(attend, keys, values))
-        ends = itertools.accumulate(n for _, _, n in chunks)  # each chunk's last token + 1 in the flattened batch
-        finishing = [(r, at - 1) for (r, start, n), at in zip(chunks, ends, strict=True) if start + n == r.prompt]
-        if not finishing:
-            return {}
-        last = torch.tensor([at for _, at in finishing], device=self.device)
-        tokens = self._logits_argmax(x[last]).tolist()
-        return {id(r): token for (r, _), token in zip(finishing, tokens, strict=True)}
+        return self._block(layer, x, rotation, attend)
 
     # -- decode ------------------------------------------------------------------------------------------------
     def _decode_layer(self, layer, x, rotation, keys, values, slots, positions, mask):
@@ -364,8 +376,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="compile the decode step with torch.compile (Inductor's default mode: the GEMMs stay library calls) "
-        "before its graphs are captured, as vLLM serves by default",
+        help="compile the decode and prefill layers with torch.compile (Inductor's default mode: the GEMMs stay "
+        "library calls), the decode step before its graphs are captured, as vLLM serves by default",
     )
     parser.add_argument(
         "--fp8",
