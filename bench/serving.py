@@ -242,8 +242,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="serve with the decode step compiled (the workload's --compile, in collection and every A/B), as vLLM "
-        "serves by default: the layers' elementwise work fused, so a decode step is mostly its GEMMs",
+        help="serve with the layers compiled (the workload's --compile, in collection and every A/B), as vLLM "
+        "serves by default: the layers' elementwise work fused, so a step is mostly its GEMMs",
     )
     parser.add_argument(
         "--arms", default=",".join(ARMS), help="graphs, eager or both: eager is the same bundle A/B'd with eager decode"
