@@ -38,6 +38,7 @@ from pipeline.api import (
     ab_test,
     atomic_write_json,
     claim_output_file,
+    load_json,
     note_written,
     run_process,
     runtime_flags,
@@ -125,12 +126,17 @@ def targets(row: dict) -> dict[str, bool | None]:
     }
 
 
+def json_or_none(path: Path) -> dict | None:
+    """A record a job writes when its stage gets that far: its content (a corrupt one is named, with its line),
+    or None where it is not there."""
+    return load_json(path) if path.exists() else None
+
+
 def run_dir_figures(run: Path) -> tuple[dict, dict | None, dict, Path]:
     """A finished job's A/B, held-out record, report summary and bundle (a refused one where it was refused)."""
     validate = run / "validate"
     e2e = json.loads((validate / "e2e.json").read_text())
-    held_path = validate / "held_out.json"
-    held = json.loads(held_path.read_text()) if held_path.exists() else None
+    held = json_or_none(validate / "held_out.json")
     summary = json.loads((run / "report" / "summary.json").read_text())
     bundle = run / "bundle" if (run / "bundle").is_dir() else run / "bundle.refused"
     return e2e, held, summary, bundle
@@ -185,9 +191,8 @@ def unfinished_row(model: str, dtype: str, run: Path, args: argparse.Namespace, 
     ab = next(filter(None, map(ab_interrupted, sorted((run / "validate").glob("e2e*")))), None)
     if ab is None:
         return None
-    held_path, gate_path = run / "validate" / "held_out.json", run / "validate" / "gate.json"
-    held = json.loads(held_path.read_text()) if held_path.exists() else None
-    gate = json.loads(gate_path.read_text()) if gate_path.exists() else {}
+    held = json_or_none(run / "validate" / "held_out.json")
+    gate = json_or_none(run / "validate" / "gate.json") or {}
     row = arm_row(model, dtype, "graphs", {**ab, "coverage": {"graphs_only": args.graphs_only}}, held)
     job = {"verdict": gate.get("message"), "bench_s": None, "gemms": None, "kept": len(gate.get("kept", []))}
     stopped = {"unfinished": f"{why}, after {ab['reps']} alternations", "runs": ab["runs"]}

@@ -160,6 +160,12 @@ class Engine:
         x = x + layer.self_attn.o_proj(out)
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
+    @staticmethod
+    def _store(keys, values, slots, positions, k, v) -> None:
+        """Each token's k and v ([1, KV, T, d]) written into its layer's cache at its slot and position."""
+        keys[slots, :, positions] = k[0].transpose(0, 1)
+        values[slots, :, positions] = v[0].transpose(0, 1)
+
     def _logits_argmax(self, x):
         return self.model.lm_head(self.model.model.norm(x)).argmax(-1)
 
@@ -199,8 +205,7 @@ class Engine:
         every token over the cache entries read (``read_slots``, ``read_positions``), as ``mask`` allows."""
 
         def attend(q, k, v):
-            keys[slots, :, positions] = k[0].transpose(0, 1)
-            values[slots, :, positions] = v[0].transpose(0, 1)
+            self._store(keys, values, slots, positions, k, v)
             out = self.torch.nn.functional.scaled_dot_product_attention(
                 q,
                 keys[read_slots, :, read_positions].transpose(0, 1)[None],
@@ -218,8 +223,7 @@ class Engine:
         slot's cache up to it (``mask``)."""
 
         def attend(q, k, v):
-            keys[slots, :, positions] = k[0].transpose(0, 1)
-            values[slots, :, positions] = v[0].transpose(0, 1)
+            self._store(keys, values, slots, positions, k, v)
             out = self.torch.nn.functional.scaled_dot_product_attention(
                 q[0].transpose(0, 1)[:, :, None], keys[slots], values[slots], attn_mask=mask, enable_gqa=True
             )
