@@ -5,8 +5,10 @@ tokens (HF ``generate``) however the requests were chunked, batched and padded."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -151,6 +153,27 @@ def test_the_command_writes_every_timed_passs_steps(tmp_path, monkeypatch, capsy
     printed = capsys.readouterr().out
     assert made[0] == made[1] > 3 and f"{made[0]} tokens" in printed and "throughput:" in printed.splitlines()[-1]
     assert set(written["allocator"]) >= {"num_alloc_retries", "num_device_alloc"}  # None off the GPU
+
+
+def test_a_steps_file_that_is_there_or_has_no_directory_is_refused_before_the_run(tmp_path):
+    held = tmp_path / "inputs"
+    held.mkdir()
+    (held / "prompts.txt").write_text("kept\n")
+    for target, said in (
+        (held, "is already there"),
+        (held / "prompts.txt", "is already there"),
+        (Path("."), "is already there"),  # the cwd
+        (tmp_path / "missing" / "steps.json", f"its directory {tmp_path / 'missing'} does not exist"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.workloads.serve", "--steps-out", str(target)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert done.returncode == 12 and f"--steps-out {target}: {said}" in done.stderr, done.stderr
+    assert (held / "prompts.txt").read_text() == "kept\n" and sorted(p.name for p in tmp_path.iterdir()) == ["inputs"]
 
 
 def test_bad_counts_are_refused_by_the_command_line():

@@ -47,6 +47,7 @@ from pathlib import Path
 from .hf import ARCHS, build, depth
 
 NO_GPU_EXIT_CODE = 3
+BAD_OUTPUT_EXIT_CODE = 12  # the project's bad-input code (pipeline/errors.py INPUT; workloads import nothing of it)
 SERVED_ARCHS = ("llama", "mistral", "llama3-8b", "qwen2-7b")  # decoders of the Llama layout (q/k/v/o, gate/up/down)
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
 PROJECTIONS = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
@@ -394,7 +395,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--steps-out",
         help="write every timed pass's steps here as JSON (seconds, tokens made, prefill tokens, decode batch), "
-        "with the CUDA caching allocator's counts at the end (its retries and device allocations)",
+        "with the CUDA caching allocator's counts at the end (its retries and device allocations); a new file: "
+        "a path that is there is refused (exit 12)",
     )
     args = parser.parse_args(argv)
     bad = [
@@ -415,8 +417,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def output_refused(path: Path) -> str | None:
+    """Why the steps file cannot be written at ``path`` (None: it can): it replaces nothing that is there, a
+    directory or a file, and goes into a directory that exists."""
+    if path.exists() or path.is_symlink():
+        return "is already there (a directory or a file this run did not write): name a new file"
+    if not path.parent.is_dir():
+        return f"its directory {path.parent} does not exist"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    refused = args.steps_out and output_refused(Path(args.steps_out))
+    if refused:
+        print(f"--steps-out {args.steps_out}: {refused}", file=sys.stderr)
+        return BAD_OUTPUT_EXIT_CODE
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
