@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pipeline.api import (
+    CAPTURE_SIZES,
     INPUT,
     BadInput,
     ab_interrupted,
@@ -40,6 +41,7 @@ from pipeline.api import (
     claim_output_file,
     load_json,
     note_written,
+    padded_size,
     run_process,
     runtime_flags,
     tail_lines,
@@ -57,6 +59,7 @@ def serve_command(model: str, dtype: str, seed: int, args: argparse.Namespace, *
         f"--arch {model} --layers {args.layers} --seed {seed} --requests {args.requests}",
         f"--max-seqs {args.max_seqs} --prompt-max {args.prompt_max} --output-max {args.output_max}",
         f"--max-batched-tokens {args.max_batched_tokens}",
+        *([f"--max-capture {args.max_capture}"] if args.max_capture else []),
         *(["--fp8"] if dtype == "fp8" else []),
         *(["--compile"] if args.compile else []),
         *extra,
@@ -229,6 +232,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt-max", type=int, default=512)
     parser.add_argument("--output-max", type=int, default=128)
     parser.add_argument("--max-batched-tokens", type=int, default=512)
+    parser.add_argument(
+        "--max-capture",
+        type=int,
+        help="the workload's --max-capture, the largest step (tokens) served as a CUDA graph. Default: every step "
+        "(--max-batched-tokens + --max-seqs, up to 512), as vLLM at its default 256 sequences captures every step "
+        "up to 512 tokens; 0: the workload's default (vLLM's rule, twice --max-seqs)",
+    )
     parser.add_argument("--m-grid", default="serving")
     parser.add_argument("--gpus", type=int, default=0, help="Bench's GPUs (0: every visible one)")
     parser.add_argument(
@@ -260,7 +270,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", default="", help="the jobs' workdir (default: a fresh temporary directory)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--force", action="store_true", help="replace an --out that gemm-tune did not write")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.max_capture is None:
+        args.max_capture = padded_size(min(args.max_batched_tokens + args.max_seqs, CAPTURE_SIZES[-1]))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,9 @@ _WHERE = {
     "ab_interrupted": "pipeline.stages.validate.e2e:interrupted",
     "runtime_flags": "pipeline.stages.validate.e2e:runtime_flags",
     "agreement_upgraded": "pipeline.stages.validate.agreement:upgraded",
+    # the serving workload
+    "CAPTURE_SIZES": "pipeline.workloads.engine:CAPTURE_SIZES",
+    "padded_size": "pipeline.workloads.engine:padded_size",
     # tuning and timing (torch, nvmath)
     "DEFAULT": "pipeline.backends.base:DEFAULT",
     "TuneSettings": "pipeline.backends.base:TuneSettings",

@@ -12,17 +12,28 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.workloads import engine as engine_module
 from pipeline.workloads import serve
 
 from .helpers import ROOT
 
 
-def test_decode_batches_pad_up_to_the_capture_sizes():
-    assert [serve.padded_size(b) for b in (1, 2, 3, 5, 8, 9, 250, 257, 512)] == [1, 2, 4, 8, 8, 16, 256, 272, 512]
+def test_steps_pad_up_to_the_capture_sizes():
+    assert [engine_module.padded_size(b) for b in (1, 2, 3, 5, 8, 9, 250, 257, 512)] == [
+        1,
+        2,
+        4,
+        8,
+        8,
+        16,
+        256,
+        272,
+        512,
+    ]
 
 
 def test_the_schedule_decodes_every_prefilled_request_and_chunks_prompts_first_come_first_served():
-    a, b, c = serve.Request([1] * 10, 3), serve.Request([1] * 7, 2), serve.Request([1] * 4, 2)
+    a, b, c = engine_module.Request([1] * 10, 3), engine_module.Request([1] * 7, 2), engine_module.Request([1] * 4, 2)
     a.prefilled, a.generated = 10, [5]
     b.prefilled = 2
     step = serve.schedule([a, b, c], budget=8)
@@ -69,7 +80,7 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
         # FP8 scales each call's activations as a whole, so a request's tokens depend on its batch-mates: it is
         # served alone there (one slot, whole prompts), chunked and batched in 16-bit
         slots, budget = (1, 32) if fp8 else (3, 8)
-        engine = serve.Engine(model, config, max_seqs=slots, max_len=32)
+        engine = engine_module.Engine(model, config, max_seqs=slots, max_len=32)
         result = serve.serve(engine, requests, max_seqs=slots, budget=budget, sync=lambda: None)
         for request in requests:
             ids = torch.tensor([request.ids])
@@ -98,7 +109,7 @@ def test_served_tokens_are_the_models_own_greedy_tokens(fp8):
 
 
 def test_compiled_layers_serve_the_models_own_tokens(monkeypatch):
-    """``--compile``: the decode and prefill layers through Dynamo (the prefill's for any token count), their cache
+    """``--compile``: the layers of both passes through Dynamo (the eager pass's for any token count), their cache
     writes (slot and position indexed) kept. On the CPU through ``aot_eager`` (Inductor's C++ build takes a minute
     and a half here); Inductor itself in the GPU test."""
     torch = pytest.importorskip("torch", reason="the engine needs torch")
@@ -110,7 +121,7 @@ def test_compiled_layers_serve_the_models_own_tokens(monkeypatch):
     )
     served = [_served_tokens(torch, transformers, "cpu", on) for on in (False, True)]
     assert served[0] == served[1] and any(served[0])
-    assert compiled == [{}, {"dynamic": True}], "the decode layer, then the prefill layer for any token count"
+    assert compiled == [{}, {"dynamic": True}], "the captured pass's layer, then the eager pass's for any count"
 
 
 def _served_tokens(torch, transformers, device: str, compiled: bool, graphs: bool = False) -> list[list[int]]:
@@ -118,11 +129,48 @@ def _served_tokens(torch, transformers, device: str, compiled: bool, graphs: boo
     model = model.to(device)
     requests = serve.draw_requests(1, 5, (3, 20), (2, 7), config.vocab_size)
     with torch.inference_mode():
-        engine = serve.Engine(model, config, max_seqs=3, max_len=32, compiled=compiled)
+        engine = engine_module.Engine(model, config, max_seqs=3, max_len=32, compiled=compiled)
         if graphs:
-            engine.capture([1, 2, 4])
+            engine.capture([1, 2, 4, 8])  # steps of up to 8 tokens (prefill and decode mixed) as graphs, the rest eager
         serve.serve(engine, requests, max_seqs=3, budget=8, sync=lambda: None)
     return [request.generated for request in requests]
+
+
+class _Replay:
+    """A CUDA graph's double on the CPU: ``replay`` runs the engine's pass of fixed shapes on the graph's rows into
+    its output, as a replay recomputes what was captured; it counts the replays that padded their rows and those
+    that held a prompt chunk (a slot on several rows)."""
+
+    def __init__(self, engine, rows, out):
+        self.engine, self.rows, self.out = engine, rows, out
+        self.padded = self.chunked = 0
+
+    def replay(self):
+        self.out.copy_(self.engine._by_slot(*self.rows))
+        slots = self.rows[1].tolist()
+        real = [slot for slot in slots if slot != self.engine.scratch]
+        self.padded += len(real) < len(slots)
+        self.chunked += len(set(real)) < len(real)
+
+
+def test_steps_padded_to_a_capture_size_serve_the_eager_passs_tokens():
+    """A step of a captured size runs the pass of fixed shapes, padded (the padding rows write the scratch
+    slot), prompt chunks and decodes in one batch; its tokens are the eager pass's."""
+    torch = pytest.importorskip("torch", reason="the engine needs torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    eager = _served_tokens(torch, transformers, "cpu", False)
+    model, config = _tiny_model(torch, transformers, "Llama")
+    requests = serve.draw_requests(1, 5, (3, 20), (2, 7), config.vocab_size)
+    with torch.inference_mode():
+        engine = engine_module.Engine(model, config, max_seqs=3, max_len=32)
+        for size in (1, 2, 4, 8):
+            rows = torch.tensor([[1] * size, [engine.scratch] * size, [0] * size])
+            out = torch.zeros(size, config.hidden_size)
+            engine.graphs[size] = (_Replay(engine, rows, out), rows, out)
+        serve.serve(engine, requests, max_seqs=3, budget=8, sync=lambda: None)
+    assert [request.generated for request in requests] == eager
+    replays = [graph for graph, _, _ in engine.graphs.values()]
+    assert sum(r.padded for r in replays) > 0 and sum(r.chunked for r in replays) > 0
 
 
 @pytest.mark.gpu
@@ -177,13 +225,15 @@ def test_a_steps_file_that_is_there_or_has_no_directory_is_refused_before_the_ru
 
 
 def test_bad_counts_are_refused_by_the_command_line():
+    bad = ["--max-seqs", "0", "--prompt-min", "9", "--prompt-max", "3", "--max-capture", "513"]
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.workloads.serve", "--max-seqs", "0", "--prompt-min", "9", "--prompt-max", "3"],
+        [sys.executable, "-m", "pipeline.workloads.serve", *bad],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
     assert done.returncode == 2 and "max-seqs" in done.stderr and "prompt-max/output-max below its min" in done.stderr
+    assert "max-capture 513 (1 to 512)" in done.stderr
 
 
 def test_layers_zero_builds_the_released_depth_and_a_bad_count_is_refused():

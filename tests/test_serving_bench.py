@@ -33,6 +33,11 @@ def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
     assert "--e2e-graphs-only" in serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--graphs-only"))
     assert "--layers 0" in serving.serve_command("qwen2-7b", "bf16", 1, serving.parse_args(["--out", "x.json"]))
     assert "--compile" not in collect + ab
+    assert all("--max-capture 512" in c for c in (collect, ab)), "512 + 32 tokens: vLLM's largest capture size"
+    small = serving.serve_command("llama", "bf16", 1, _args("--max-batched-tokens", "64", "--max-seqs", "8"))
+    assert "--max-capture 72" in small, "every step captured: 64 prompt and 8 decode tokens at most"
+    vllm_rule = serving.job_command("llama", "bf16", ROOT / "w", _args("--max-capture", "0"))
+    assert "--max-capture" not in " ".join(vllm_rule), "0: the workload's own default"
     compiled = serving.job_command("llama3-8b", "bf16", ROOT / "w", _args("--compile"))
     assert all("--compile" in compiled[compiled.index(o) + 1] for o in ("--workload-cmd", "--e2e-cmd"))
 

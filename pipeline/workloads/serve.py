@@ -8,71 +8,38 @@ server schedules it, so that its GEMMs meet the token counts a server runs:
 * **Continuous batching**: up to ``--max-seqs`` requests run at once, each in a slot of a preallocated KV cache;
   a finished request frees its slot and the next waiting one takes it at the next step.
 * **Chunked prefill**: each step prefills at most ``--max-batched-tokens`` prompt tokens, taken first come first
-  served and split across steps where a prompt is longer; those tokens run through the linear layers as one
-  flattened batch (M = the step's prompt tokens, any count up to the budget), and so does attention: one masked
-  call a layer in which each token sees its own request's cache up to its position (as a server's
-  variable-length attention kernel takes the whole batch at once).
-* **Decode**: every request past its prompt decodes one token a step; the batch is padded up to the next of vLLM's
-  CUDA-graph capture sizes (1, 2, 4, 8, 16, ..., ``vllm/config/compilation.py``) and, unless ``--eager``, runs as
-  the CUDA graph captured for that size at start-up (static token, slot and position buffers; the padding rows
-  write a scratch slot).
-* ``--compile``: the forward passes compiled (``torch.compile``, Inductor's default mode), as vLLM serves by
-  default: a layer's norms, rotary and activations fuse around its GEMMs, which stay library calls, so a step is
-  mostly its GEMMs. One decode layer is compiled, captured per size, and serves every layer; one prefill layer
-  is compiled for any token count.
+  served and split across steps where a prompt is longer. **Decode**: every request past its prompt decodes one
+  token a step.
+* **One forward pass a step** (``engine.py``), prompt and decode tokens flattened; a step of at most
+  ``--max-capture`` tokens padded up to a CUDA-graph capture size and, unless ``--eager``, replayed as the graph
+  captured for it at start-up; a larger one eager. ``--compile``: the layers compiled, as vLLM serves by default.
 
-The model's own modules run every GEMM (``q/k/v/o_proj``, the MLP, ``lm_head`` on each request's last
-position); attention is the server's own (``scaled_dot_product_attention`` over the slot's cache), as servers
-bring their own attention. Greedy sampling, one host sync a step (a server reads the sampled tokens each step).
-Prints, per timed pass and as medians over ``--repeat`` passes after an untimed warm-up pass of the same
-schedule: steps, p50/p99 step latency, the saturated output rate (the steps while requests waited for a slot)
-and last the pass's output rate, ``throughput: X tokens/s`` (every output token over the wall time of every step:
-the ramp at the start and the drain at the end included, as a benchmark of an offline batch counts them; the
-model's build and the graphs' capture are outside it).
+Greedy sampling, one host sync a step (a server reads the sampled tokens each step). Prints, per timed pass and as
+medians over ``--repeat`` passes after an untimed warm-up pass of the same schedule: steps, p50/p99 step latency,
+the saturated output rate (the steps while requests waited for a slot) and last the pass's output rate,
+``throughput: X tokens/s`` (every output token over the wall time of every step: the ramp at the start and the
+drain at the end included, as a benchmark of an offline batch counts them; the model's build and the graphs'
+capture are outside it).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from .engine import CAPTURE_SIZES, Engine, Request, Step
 from .hf import ARCHS, build, depth
 
 NO_GPU_EXIT_CODE = 3
 BAD_OUTPUT_EXIT_CODE = 12  # the project's bad-input code (pipeline/errors.py INPUT; workloads import nothing of it)
 SERVED_ARCHS = ("llama", "mistral", "llama3-8b", "qwen2-7b")  # decoders of the Llama layout (q/k/v/o, gate/up/down)
-CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
 PROJECTIONS = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
-
-
-def padded_size(batch: int) -> int:
-    """The capture size a decode batch is padded up to."""
-    return next(size for size in CAPTURE_SIZES if size >= batch)
-
-
-@dataclass
-class Request:
-    ids: list[int]  # the prompt's tokens
-    output: int  # tokens to generate
-    slot: int = -1
-    prefilled: int = 0  # prompt tokens in the cache
-    generated: list[int] = field(default_factory=list)
-
-    @property
-    def prompt(self) -> int:
-        return len(self.ids)
-
-    @property
-    def done(self) -> bool:
-        return len(self.generated) >= self.output
 
 
 def draw_requests(seed: int, count: int, prompt: tuple[int, int], output: tuple[int, int], vocab: int) -> list[Request]:
@@ -82,18 +49,6 @@ def draw_requests(seed: int, count: int, prompt: tuple[int, int], output: tuple[
         Request([rng.randrange(1, vocab) for _ in range(rng.randint(*prompt))], rng.randint(*output))
         for _ in range(count)
     ]
-
-
-@dataclass(frozen=True)
-class Step:
-    """What one step runs: prefill chunks (request, start, length) and the requests that decode."""
-
-    chunks: tuple[tuple[Request, int, int], ...]
-    decodes: tuple[Request, ...]
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(length for _, _, length in self.chunks)
 
 
 def schedule(running: list[Request], budget: int) -> Step:
@@ -109,178 +64,6 @@ def schedule(running: list[Request], budget: int) -> Step:
     return Step(tuple(chunks), decodes)
 
 
-class Engine:
-    """The slots' KV cache and the forward passes of one model: a flattened prefill and a padded decode."""
-
-    def __init__(self, model, config, max_seqs: int, max_len: int, compiled: bool = False) -> None:
-        import torch
-
-        self.torch, self.model, self.config = torch, model, config
-        self.device = model.lm_head.weight.device
-        self.layers = model.model.layers
-        self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        shape = (max_seqs + 1, self.kv_heads, max_len, self.head_dim)  # + the padding rows' slot
-        dtype = model.lm_head.weight.dtype
-        # a tensor per layer: the compiled layer step takes its layer's cache whole, so one compile serves all
-        self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
-        self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
-        self.scratch, self.max_len = max_seqs, max_len
-        self.graphs: dict[int, tuple] = {}  # capture size -> (graph, its input buffers, its output): ``capture``
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        self.rotate = apply_rotary_pos_emb
-        # the forward passes as vLLM runs them by default: Inductor fuses a layer's elementwise work (norms,
-        # rotary, activations, cache writes) around its GEMMs, which stay library calls, and ``capture`` records
-        # the compiled decode step. One layer is compiled and serves every layer (the layers differ only in their
-        # weights and cache, both inputs), so a 32-layer model compiles as fast as a one-layer one. A prefill
-        # step's token count is new at almost every step: its layer compiles for any count at once (``dynamic``)
-        self.decode_layer, self.prefill_layer = self._decode_layer, self._prefill_layer
-        if compiled:
-            self.decode_layer = torch.compile(self._decode_layer)
-            self.prefill_layer = torch.compile(self._prefill_layer, dynamic=True)
-
-    # -- the layers ------------------------------------------------------------------------------------------
-    def _rotation(self, x, positions):
-        """The rotary embedding's cos and sin of ``positions``, once a forward pass (as HF's model computes them)."""
-        return self.model.model.rotary_emb(x, positions[None])
-
-    def _qkv(self, layer, x, rotation):
-        """q [1, H, T, d], k and v [1, KV, T, d] of the flattened tokens ``x`` [T, hidden], rotated."""
-        attn, tokens = layer.self_attn, x.shape[0]
-        q = attn.q_proj(x).view(1, tokens, self.heads, self.head_dim).transpose(1, 2)
-        k = attn.k_proj(x).view(1, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = attn.v_proj(x).view(1, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = self.rotate(q, k, *rotation)
-        return q, k, v
-
-    def _block(self, layer, x, rotation, attend):
-        q, k, v = self._qkv(layer, layer.input_layernorm(x), rotation)
-        out = attend(q, k, v)  # [T, H * d]
-        x = x + layer.self_attn.o_proj(out)
-        return x + layer.mlp(layer.post_attention_layernorm(x))
-
-    @staticmethod
-    def _store(keys, values, slots, positions, k, v) -> None:
-        """Each token's k and v ([1, KV, T, d]) written into its layer's cache at its slot and position."""
-        keys[slots, :, positions] = k[0].transpose(0, 1)
-        values[slots, :, positions] = v[0].transpose(0, 1)
-
-    def _logits_argmax(self, x):
-        return self.model.lm_head(self.model.model.norm(x)).argmax(-1)
-
-    # -- prefill -----------------------------------------------------------------------------------------------
-    def prefill(self, chunks: Sequence[tuple[Request, int, int]]) -> dict[int, int]:
-        """Run the chunks as one flattened batch; the first token of each request whose prompt it completes.
-        Attention too is one call a layer, as a server's variable-length kernel: each token attends its own
-        request's cache up to its position (a mask over the chunks' contexts side by side)."""
-        torch = self.torch
-        tokens: tuple[list[int], ...] = ([], [], [], [])  # per token: its id, slot, position and chunk
-        reads: tuple[list[int], ...] = ([], [], [])  # per cache entry attended: its slot, position and chunk
-        for owner, (request, start, length) in enumerate(chunks):
-            end = start + length
-            token_values = (request.ids[start:end], [request.slot] * length, range(start, end), [owner] * length)
-            read_values = ([request.slot] * end, range(end), [owner] * end)  # its cache from 0 to the chunk's end
-            for column, values in zip((*tokens, *reads), (*token_values, *read_values), strict=True):
-                column.extend(values)
-        ids, slots, positions, owners = (torch.tensor(v, device=self.device) for v in tokens)
-        read_slots, read_positions, read_owners = (torch.tensor(v, device=self.device) for v in reads)
-        mask = (owners[:, None] == read_owners[None, :]) & (read_positions[None, :] <= positions[:, None])
-
-        x = self.model.model.embed_tokens(ids)
-        rotation = self._rotation(x, positions)
-        attended = (read_slots, read_positions, mask)
-        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
-            x = self.prefill_layer(layer, x, rotation, keys, values, slots, positions, *attended)
-        ends = itertools.accumulate(n for _, _, n in chunks)  # each chunk's last token + 1 in the flattened batch
-        finishing = [(r, at - 1) for (r, start, n), at in zip(chunks, ends, strict=True) if start + n == r.prompt]
-        if not finishing:
-            return {}
-        last = torch.tensor([at for _, at in finishing], device=self.device)
-        first = self._logits_argmax(x[last]).tolist()
-        return {id(r): token for (r, _), token in zip(finishing, first, strict=True)}
-
-    def _prefill_layer(self, layer, x, rotation, keys, values, slots, positions, read_slots, read_positions, mask):
-        """One layer of a prefill step: each token's k and v written at its slot and position, then attention of
-        every token over the cache entries read (``read_slots``, ``read_positions``), as ``mask`` allows."""
-
-        def attend(q, k, v):
-            self._store(keys, values, slots, positions, k, v)
-            out = self.torch.nn.functional.scaled_dot_product_attention(
-                q,
-                keys[read_slots, :, read_positions].transpose(0, 1)[None],
-                values[read_slots, :, read_positions].transpose(0, 1)[None],
-                attn_mask=mask,
-                enable_gqa=True,
-            )
-            return out[0].transpose(0, 1).reshape(x.shape[0], -1)
-
-        return self._block(layer, x, rotation, attend)
-
-    # -- decode ------------------------------------------------------------------------------------------------
-    def _decode_layer(self, layer, x, rotation, keys, values, slots, positions, mask):
-        """One layer of a decode step: each row's k and v written at its slot and position, attention over the
-        slot's cache up to it (``mask``)."""
-
-        def attend(q, k, v):
-            self._store(keys, values, slots, positions, k, v)
-            out = self.torch.nn.functional.scaled_dot_product_attention(
-                q[0].transpose(0, 1)[:, :, None], keys[slots], values[slots], attn_mask=mask, enable_gqa=True
-            )
-            return out[:, :, 0].reshape(x.shape[0], -1)
-
-        return self._block(layer, x, rotation, attend)
-
-    def _decode(self, tokens, slots, positions):
-        """One decode step of the padded batch: the next token of each row."""
-        rows = self.torch.arange(self.max_len, device=self.device)
-        mask = (rows[None, :] <= positions[:, None])[:, None, None, :]
-        x = self.model.model.embed_tokens(tokens)
-        rotation = self._rotation(x, positions)
-        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
-            x = self.decode_layer(layer, x, rotation, keys, values, slots, positions, mask)
-        return self._logits_argmax(x)
-
-    def capture(self, sizes: Sequence[int]) -> None:
-        """A CUDA graph of the decode step for each of ``sizes``, over static buffers (engines capture at start)."""
-        torch = self.torch
-        for size in sizes:
-            buffers = (
-                torch.ones(size, dtype=torch.long, device=self.device),
-                torch.full((size,), self.scratch, dtype=torch.long, device=self.device),
-                torch.zeros(size, dtype=torch.long, device=self.device),
-            )
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._decode(*buffers)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = self._decode(*buffers)
-            self.graphs[size] = (graph, buffers, out)
-
-    def decode(self, requests: Sequence[Request]) -> list[int]:
-        """The next token of each request, its batch padded to a capture size (the padding rows: scratch slot)."""
-        torch = self.torch
-        size = padded_size(len(requests))
-        pad = size - len(requests)
-        tokens = [r.generated[-1] for r in requests] + [1] * pad
-        slots = [r.slot for r in requests] + [self.scratch] * pad
-        positions = [r.prompt + len(r.generated) - 1 for r in requests] + [0] * pad
-        values = [torch.tensor(v, dtype=torch.long, device=self.device) for v in (tokens, slots, positions)]
-        if size in self.graphs:
-            graph, buffers, out = self.graphs[size]
-            for buffer, value in zip(buffers, values, strict=True):
-                buffer.copy_(value)
-            graph.replay()
-        else:
-            out = self._decode(*values)
-        return out[: len(requests)].tolist()
-
-
 def serve(engine: Engine, requests: list[Request], max_seqs: int, budget: int, sync) -> dict:
     """Serve every request; per step its wall time, the tokens it made, and whether it ran saturated (every slot
     busy and requests waiting)."""
@@ -294,14 +77,13 @@ def serve(engine: Engine, requests: list[Request], max_seqs: int, budget: int, s
         step = schedule(running, budget)
         saturated = len(running) == max_seqs and bool(waiting)
         start = time.perf_counter()
-        first = engine.prefill(step.chunks) if step.chunks else {}
+        first, decoded = engine.step(step)
         for request, _, length in step.chunks:
             request.prefilled += length
             if id(request) in first:
                 request.generated.append(first[id(request)])
-        if step.decodes:
-            for request, token in zip(step.decodes, engine.decode(step.decodes), strict=True):
-                request.generated.append(token)
+        for request, token in zip(step.decodes, decoded, strict=True):
+            request.generated.append(token)
         sync()  # the host reads the sampled tokens: a step ends here
         made = len(first) + len(step.decodes)
         seconds = time.perf_counter() - start
@@ -377,7 +159,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-max", type=int, default=128)
     parser.add_argument("--max-seqs", type=int, default=32, help="requests running at once (slots)")
     parser.add_argument("--max-batched-tokens", type=int, default=512, help="prompt tokens prefilled a step")
-    parser.add_argument("--eager", action="store_true", help="decode without CUDA graphs")
+    parser.add_argument("--eager", action="store_true", help="every step eager, without CUDA graphs")
+    parser.add_argument(
+        "--max-capture",
+        type=int,
+        help="the largest step (tokens) run as a CUDA graph, as vLLM's max_cudagraph_capture_size; default: "
+        "vLLM's, twice --max-seqs up to 512",
+    )
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -412,6 +200,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         bad.append("prompt-max/output-max below its min")
     if args.max_seqs > CAPTURE_SIZES[-1]:
         bad.append(f"max-seqs above {CAPTURE_SIZES[-1]}")
+    if args.max_capture is None:
+        args.max_capture = min(2 * args.max_seqs, CAPTURE_SIZES[-1])
+    elif not 1 <= args.max_capture <= CAPTURE_SIZES[-1]:
+        bad.append(f"max-capture {args.max_capture} (1 to {CAPTURE_SIZES[-1]})")
     if bad:
         parser.error("not a positive count, or out of range: " + ", ".join(b.replace("_", "-") for b in bad))
     return args
@@ -452,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with torch.inference_mode():
         engine = Engine(model, config, args.max_seqs, max_len, args.compile)
         if graphs:
-            engine.capture([size for size in CAPTURE_SIZES if size <= padded_size(args.max_seqs)])
+            engine.capture([size for size in CAPTURE_SIZES if size <= args.max_capture])
         for index in range(1 + args.repeat):  # the first pass warms up (first calls, library heuristics)
             prompt, output = (args.prompt_min, args.prompt_max), (args.output_min, args.output_max)
             requests = draw_requests(args.seed, args.requests, prompt, output, config.vocab_size)
@@ -474,9 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         partial_out.replace(args.steps_out)
     keys = ("p50_ms", "p99_ms", "tokens_per_s", "saturated_tokens_per_s", "decode_tokens_per_s")
     median = {key: statistics.median(p[key] for p in passes) for key in keys}
-    mode = ("eager" if not graphs else "CUDA graphs") + (", compiled" if args.compile else "")
+    mode = ("eager" if not graphs else f"CUDA graphs to {args.max_capture} tokens") + (
+        ", compiled" if args.compile else ""
+    )
     print(
-        f"serve {args.arch} ({args.layers} layers, seed {args.seed}, {args.requests} requests, decode {mode}): "
+        f"serve {args.arch} ({args.layers} layers, seed {args.seed}, {args.requests} requests, {mode}): "
         f"step p50 {median['p50_ms']:.2f} ms, p99 {median['p99_ms']:.2f} ms, saturated "
         f"{median['saturated_tokens_per_s']:.1f} tok/s"
     )
