@@ -26,7 +26,7 @@ CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's CUD
 
 
 def padded_size(batch: int) -> int:
-    """The capture size a decode batch is padded up to."""
+    """The capture size a step of ``batch`` tokens is padded up to."""
     return next(size for size in CAPTURE_SIZES if size >= batch)
 
 
