@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.backends.base import CACHED, CandidateResult, ProblemResult, TuneSettings, WinnerRecord, tune
-from pipeline.backends.slots import NoFreeGpu, gpu_slot
+from pipeline.backends.slots import VISIBLE_DEVICES, NoFreeGpu, amd_device_env, board, gpu_slot
 from pipeline.formats.logic import load_logic
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
@@ -43,6 +43,44 @@ def test_gpu_slots_are_exclusive(tmp_path):
             pass
     with gpu_slot(tmp_path, [1]) as again:
         assert again == 1
+
+
+@pytest.mark.parametrize(
+    ("environ", "gpu", "name"),
+    [
+        ({}, 3, "3"),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, 1, "3"),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8f2c,GPU-11aa"}, 0, "GPU-8f2c"),
+        ({"CUDA_VISIBLE_DEVICES": "MIG-GPU-8f2c/1/0"}, 0, "MIG-GPU-8f2c_1_0"),
+        ({"CUDA_VISIBLE_DEVICES": "2"}, 1, "unlisted1"),
+        ({"ROCR_VISIBLE_DEVICES": "4,5"}, 1, "5"),
+        ({"ROCR_VISIBLE_DEVICES": "4,5,6", "HIP_VISIBLE_DEVICES": "2"}, 0, "6"),  # HIP indexes ROCR's boards
+        ({"ROCR_VISIBLE_DEVICES": "4,5", "CUDA_VISIBLE_DEVICES": "1,0"}, 0, "5"),
+        ({"HIP_VISIBLE_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "1"}, 0, "3"),  # HIP's own variable first
+    ],
+)
+def test_a_gpu_is_named_by_the_board_its_visibility_lists_give(environ, gpu, name):
+    assert board(gpu, environ) == name
+
+
+def test_runs_that_see_one_board_under_other_indices_share_its_slot(tmp_path, monkeypatch):
+    for variable in VISIBLE_DEVICES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with gpu_slot(tmp_path, [0]) as seen:  # a run given board 1 alone, as its GPU 0
+        assert seen == 0
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+        with pytest.raises(NoFreeGpu), gpu_slot(tmp_path, [1], wait_s=0.2):  # board 1, seen as GPU 1
+            pass
+        with gpu_slot(tmp_path, [0]) as other:  # board 0 is free
+            assert other == 0
+
+
+def test_a_tool_pinned_to_one_gpu_is_shown_hips_entry_over_rocrs_boards():
+    env = {"ROCR_VISIBLE_DEVICES": "2,3"}
+    assert amd_device_env(1, env)["HIP_VISIBLE_DEVICES"] == "1", "HIP indexes the boards ROCR leaves"
+    assert amd_device_env(1, {"HIP_VISIBLE_DEVICES": "5,7"})["HIP_VISIBLE_DEVICES"] == "7"
+    assert amd_device_env(2, {})["HIP_VISIBLE_DEVICES"] == "2"
 
 
 def test_failing_problem_is_recorded_and_others_finish(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
 Bench workers, the validation worker and collection's baseline timing each hold a slot while they use a
 GPU, so concurrent runs on one machine never share a device. Locks live in ``lock_dir()``
 (``GEMM_TUNE_LOCK_DIR`` overrides the default under the temporary directory) and are released by the
-kernel when a holder dies.
+kernel when a holder dies. A lock names the board, not the index a process sees: two runs given other
+``CUDA_VISIBLE_DEVICES`` share a board's lock and never each other's (``board``, docs/design.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import sys
 import tempfile
 import time
@@ -30,14 +32,49 @@ def lock_dir() -> Path:
     return Path(os.environ.get("GEMM_TUNE_LOCK_DIR") or Path(tempfile.gettempdir()) / "gemm-tune-gpu-locks")
 
 
+VISIBLE_DEVICES = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")  # what limits the GPUs seen
+
+
+def _listed(environ: Mapping[str, str], *names: str) -> list[str] | None:
+    """The entries of the first of ``names`` set in ``environ`` (None: none is)."""
+    for name in names:
+        value = environ.get(name)
+        if value is not None:
+            return [entry.strip() for entry in value.split(",")]
+    return None
+
+
+def _runtime_listed(environ: Mapping[str, str]) -> list[str] | None:
+    """The list the GPU runtime picks its devices from: ``HIP_VISIBLE_DEVICES`` (HIP, which also reads
+    ``CUDA_VISIBLE_DEVICES``) or ``CUDA_VISIBLE_DEVICES``, over the boards ``ROCR_VISIBLE_DEVICES`` leaves."""
+    return _listed(environ, "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+def board(gpu: int, environ: Mapping[str, str] = os.environ) -> str:
+    """The machine-wide name of the GPU a process sees as ``gpu``: its entry through the visibility lists its
+    runtime applies (an index or a UUID as written there; ``gpu`` itself where none is set), as torch reads
+    them (``torch/cuda/__init__.py``, ``_parse_visible_devices``: ROCm's ``ROCR_VISIBLE_DEVICES`` first, then
+    HIP's list over the boards it leaves). Runs must name a board the same way (both by index, or both by UUID)
+    to share its lock."""
+    entry = str(gpu)
+    listed = _runtime_listed(environ)
+    if listed is not None:
+        entry = listed[gpu] if gpu < len(listed) and listed[gpu] else f"unlisted{gpu}"
+    rocr = _listed(environ, "ROCR_VISIBLE_DEVICES")
+    if rocr is not None and entry.isdigit():
+        entry = rocr[int(entry)] if int(entry) < len(rocr) else f"unlisted{entry}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", entry)  # a MIG id's slashes
+
+
 @contextlib.contextmanager
 def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Iterator[int]:
-    """Hold an exclusive lock on one free GPU of ``gpus`` for the block; wait while all are taken."""
+    """Hold an exclusive lock on one free GPU of ``gpus`` (as this process sees them) for the block, by its
+    board's name; wait while all are taken."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
     while True:
         for gpu in gpus:
-            handle = open(lock_dir / f"gpu{gpu}.lock", "w")  # noqa: SIM115 (held for the block)
+            handle = open(lock_dir / f"gpu{board(gpu)}.lock", "w")  # noqa: SIM115 (held for the block)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -54,32 +91,21 @@ def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Ite
         time.sleep(0.5)
 
 
-VISIBLE_DEVICES = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-
-
-def visible_devices(env: Mapping[str, str]) -> list[str] | None:
-    """The devices the first visible-devices variable set in ``env`` lists (None: none is set)."""
-    for name in VISIBLE_DEVICES:
-        value = env.get(name)
-        if value:
-            return [v.strip() for v in value.split(",") if v.strip()]
-    return None
-
-
 def amd_device_env(gpu: int, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that shows a program only GPU ``gpu`` (an index among the GPUs this process sees) as
-    its device 0, for a tool that cannot be told which device to use (2024 find_exact.py)."""
+    its device 0, for a tool that cannot be told which device to use (2024 find_exact.py): HIP's list narrowed
+    to that entry, ``ROCR_VISIBLE_DEVICES`` left as it is (HIP indexes the boards it leaves)."""
     env = dict(os.environ if env is None else env)
-    visible = visible_devices(env)
-    return {**env, "HIP_VISIBLE_DEVICES": visible[gpu] if visible is not None else str(gpu)}
+    listed = _runtime_listed(env)
+    return {**env, "HIP_VISIBLE_DEVICES": listed[gpu] if listed is not None else str(gpu)}
 
 
 def amd_gpu_count() -> int:
     """GPUs the AMD tools can use, without torch: the visible-devices variable where one is set, else the
     GPU nodes of the kfd topology; at least 1 (the tool itself says so when there is none)."""
-    visible = visible_devices(os.environ)
+    visible = _runtime_listed(os.environ) or _listed(os.environ, "ROCR_VISIBLE_DEVICES")
     if visible is not None:
-        return len(visible)
+        return max(len([entry for entry in visible if entry]), 1)
     nodes = Path("/sys/class/kfd/kfd/topology/nodes")
     count = 0
     for gpu_id in nodes.glob("*/gpu_id") if nodes.is_dir() else ():
