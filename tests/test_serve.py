@@ -174,7 +174,7 @@ def test_steps_padded_to_a_capture_size_serve_the_eager_passs_tokens():
 
 
 @pytest.mark.gpu
-def test_a_compiled_and_captured_decode_step_serves_the_eager_steps_tokens():
+def test_compiled_and_captured_steps_serve_the_eager_passs_tokens():
     torch = pytest.importorskip("torch", reason="the engine needs torch")
     transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
     if not torch.cuda.is_available():
