@@ -126,19 +126,15 @@ class Engine:
         size padded up (``capture``; the padding rows write the scratch slot) where one was captured, else eager.
         The logits are taken of the sampled rows alone, outside the graph, as vLLM's ``compute_logits``."""
         torch = self.torch
-        ids, slots, positions = [], [], []
-        for request, start, length in step.chunks:
-            ids += request.ids[start : start + length]
-            slots += [request.slot] * length
-            positions += range(start, start + length)
-        for request in step.decodes:
-            ids.append(request.generated[-1])
-            slots.append(request.slot)
-            positions.append(request.prompt + len(request.generated) - 1)
+        spans = [*step.chunks, *((r, r.prompt + len(r.generated) - 1, 1) for r in step.decodes)]  # (request, at, n)
+        ids = [t for r, start, n in step.chunks for t in r.ids[start : start + n]] + [
+            r.generated[-1] for r in step.decodes
+        ]
+        slots = [r.slot for r, _, n in spans for _ in range(n)]
+        positions = [at for _, start, n in spans for at in range(start, start + n)]
         ends = list(itertools.accumulate(n for _, _, n in step.chunks))  # each chunk's last row + 1
         finishing = [(r, at - 1) for (r, start, n), at in zip(step.chunks, ends, strict=True) if start + n == r.prompt]
-        decoded_from = ends[-1] if ends else 0
-        sampled = [at for _, at in finishing] + list(range(decoded_from, decoded_from + len(step.decodes)))
+        sampled = [at for _, at in finishing] + list(range(step.prefill_tokens, len(ids)))  # then each decode's row
         size = padded_size(len(ids)) if len(ids) <= CAPTURE_SIZES[-1] else 0
         if size in self.graphs:
             graph, rows, hidden = self.graphs[size]
@@ -146,7 +142,6 @@ class Engine:
             rows.copy_(torch.tensor([ids + [1] * pad, slots + [self.scratch] * pad, positions + [0] * pad]))
             graph.replay()
         else:
-            spans = list(step.chunks) + [(r, r.prompt + len(r.generated) - 1, 1) for r in step.decodes]
             hidden = self._flattened(spans, *(torch.tensor(v, device=self.device) for v in (ids, slots, positions)))
         made = self._sample(hidden, torch.tensor(sampled, device=self.device)).tolist()
         first = {id(r): token for (r, _), token in zip(finishing, made[: len(finishing)], strict=True)}

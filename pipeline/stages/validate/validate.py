@@ -395,10 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = RunLayout.of(run_dir)
     out = layout.validate
     shard = args.shard or (0, 1)
+    progress_file = out / PROGRESS.format(shard_suffix(shard[0]) if args.shard else "")
 
     def progress(done: int, total: int) -> None:
-        suffix = shard_suffix(shard[0]) if args.shard else ""
-        atomic_write_json(out / PROGRESS.format(suffix), {"done": done, "total": total})
+        atomic_write_json(progress_file, {"done": done, "total": total})
 
     runtime = layout.bench_runtime
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
