@@ -196,7 +196,9 @@ def unfinished_row(model: str, dtype: str, run: Path, args: argparse.Namespace, 
         return None
     held = json_or_none(run / "validate" / "held_out.json")
     gate = json_or_none(run / "validate" / "gate.json") or {}
-    row = arm_row(model, dtype, "graphs", {**ab, "coverage": {"graphs_only": args.graphs_only}}, held)
+    row = arm_row(
+        model, dtype, "graphs", {**ab, "coverage": ab.get("coverage") or {"graphs_only": args.graphs_only}}, held
+    )
     job = {"verdict": gate.get("message"), "bench_s": None, "gemms": None, "kept": len(gate.get("kept", []))}
     stopped = {"unfinished": f"{why}, after {ab['reps']} alternations", "runs": ab["runs"]}
     return {**row, "job": job, "targets": targets(row), **stopped}

@@ -153,6 +153,15 @@ def test_a_job_stopped_in_its_ab_leaves_a_row_of_the_alternations_it_finished(tm
     assert row["decode_speedup"] == pytest.approx(1.101, abs=1e-3) and row["tokens_per_s"]["tuned"] == 411.0
     assert row["held_out_worst"] == 0.985 and row["job"]["kept"] == 2 and row["coverage"] is None
     assert row["targets"]["decode_tokens_per_s"] is True and row["coverage_counted"] == "graph captures only"
+    coverage = {"unseen_calls": 12, "unseen_tuned_calls": 9, "unseen_us": 100.0, "unseen_tuned_us": 96.0}
+    for pid, calls in (("", 12), (".7", 0)):  # the tuned runs' status records, one with no call at unseen M
+        status = {"graphs_only": True, "coverage": {**coverage, "unseen_calls": calls}}
+        (run / "validate" / "e2e-runtime" / f"runtime{pid}.json").write_text(json.dumps(status))
+    with pytest.raises(RuntimeError):
+        serving.recorded(out, {"rows": []}, serving.measure("qwen2-7b", "bf16", tmp_path / "w", args))
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["coverage"] == pytest.approx(192 / 200) and row["unseen_calls"] == 12, "summed over the records"
+    assert row["coverage_counted"] == "graph captures only" and row["targets"]["coverage"] is True
     (run / "validate" / "e2e-runtime" / "alternations.json").unlink()
     with pytest.raises(RuntimeError):
         assert not list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", args)), "no alternation, no row"
@@ -168,8 +177,8 @@ def test_a_committed_serving_record_meets_the_targets_its_rows_say():
         assert record["device"] and record["date"] in path.name and record["targets"] == serving.TARGETS
         for row in record["rows"]:
             assert row["arm"] in ("graphs", "eager"), path
-            if row.get("coverage_counted") == "graph captures only" or row.get("unfinished"):  # not counted
-                assert row["coverage"] is None, path
+            if row.get("unfinished") and row["coverage"] is None:  # stopped before its runtime counted a call
+                assert not row.get("unseen_calls"), path
             else:
                 assert 0 <= row["coverage"] <= 1, path
             if row.get("runs"):  # a row kept from an unfinished job's alternations: its figures are theirs

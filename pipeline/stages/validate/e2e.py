@@ -237,12 +237,17 @@ def outcome(runs: dict[str, list[dict]]) -> dict:
 
 def interrupted(scratch: Path) -> dict | None:
     """What an A/B stopped before its end (a killed job) had measured: its alternations' ``outcome`` with
-    ``reps`` and ``runs``, read from ``scratch``'s checkpoint; None where it holds no finished alternation."""
+    ``reps`` and ``runs``, read from ``scratch``'s checkpoint, and the ``coverage`` of the status records its
+    tuned runs left (the runtime's); None where it holds no finished alternation."""
     path = Path(scratch) / CHECKPOINT
     runs = json.loads(path.read_text())["runs"] if path.exists() else None
     if not runs or not runs["baseline"] or len(runs["baseline"]) != len(runs["tuned"]):
         return None
-    return {"reps": len(runs["baseline"]), "runs": runs, **outcome(runs)}
+    out = {"reps": len(runs["baseline"]), "runs": runs, **outcome(runs)}
+    records = e2e_runtime.status_records(Path(scratch))
+    if records:
+        out["coverage"] = e2e_runtime.coverage(records)
+    return out
 
 
 def resumed(scratch: Path, identity: dict) -> dict[str, list[dict]]:
