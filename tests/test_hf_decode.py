@@ -21,6 +21,23 @@ def test_compiled_decode_loop_matches_greedy_generate(monkeypatch):
     _decodes_as_generate(torch, "cpu")
 
 
+def test_a_model_is_made_in_its_dtype_and_the_default_dtype_comes_back(monkeypatch):
+    """The weights are made in the dtype asked, not in float32 and cast (which doubled the GPU's peak), and
+    the process's default dtype is float32 again after the build, whether it succeeded or not."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers", reason="the HuggingFace models need transformers")
+    head, made_in = transformers.AutoModelForCausalLM, []
+    build = head.from_config
+    monkeypatch.setattr(head, "from_config", lambda config: made_in.append(torch.get_default_dtype()) or build(config))
+    model, _ = hf.build("llama", 1, "bfloat16", "cpu")
+    assert made_in == [torch.bfloat16] and torch.get_default_dtype() == torch.float32
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    monkeypatch.setattr(head, "from_config", lambda config: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        hf.build("llama", 1, "float16", "cpu")
+    assert torch.get_default_dtype() == torch.float32
+
+
 @pytest.mark.gpu
 def test_the_inductor_compiled_decode_loop_matches_greedy_generate():
     torch = pytest.importorskip("torch")
