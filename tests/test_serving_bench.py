@@ -18,12 +18,12 @@ def _args(*argv: str):
 
 
 def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
-    args = _args("--m-grid", "1,2,4,8", "--gpus", "2", "--e2e-reps", "2", "--validate-rounds", "5")
+    args = _args("--m-grid", "1,2,4,8", "--gpus", "2", "--e2e-reps", "2", "--validate-rounds", "5", "--passes", "7")
     command = serving.job_command("qwen2-7b", "fp8", ROOT / "w", args)
     assert command[command.index("--e2e-reps") + 1] == "2" and command[command.index("--validate-rounds") + 1] == "5"
     collect = command[command.index("--workload-cmd") + 1]
     ab = command[command.index("--e2e-cmd") + 1]
-    assert "--seed 1" in collect and "--seed 2" in ab and "--repeat 3" in ab and "--repeat" not in collect
+    assert "--seed 1" in collect and "--seed 2" in ab and "--repeat 7" in ab and "--repeat" not in collect
     assert all("--fp8" in c and "--arch qwen2-7b --layers 2" in c and "--requests 16" in c for c in (collect, ab))
     assert command[command.index("--m-grid") + 1] == "1,2,4,8" and command[command.index("--gpus") + 1] == "2"
     assert "--allow-e2e-regression" in command and "--fp8" not in serving.serve_command("llama", "bf16", 1, args)
