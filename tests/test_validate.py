@@ -268,6 +268,37 @@ def test_the_decode_steps_are_paired_apart_where_the_workload_prints_them():
     assert e2e.decode_figures(runs) == {}
 
 
+def test_an_unresolved_ab_says_whether_its_noise_is_between_runs_or_within_them():
+    """The serving workload prints each timed pass; the A/B keeps them and, where it cannot resolve a 3% effect,
+    says whether more passes a run or more alternations would narrow its interval."""
+    from pipeline.stages.validate import e2e
+
+    def served(*passes: float) -> str:
+        lines = [f"pass {i}: 20 steps, 600 tokens, step p50 5.90 ms p99 7.10 ms, {t:.1f} tokens/s" for i, t in
+                 enumerate(passes, 1)]  # fmt: skip
+        return "\n".join([*lines, "decode throughput: 1.0 tokens/s", f"throughput: {sorted(passes)[1]} tokens/s"])
+
+    run = e2e.run_figures(2.0, served(1000.0, 1100.0, 1050.0))
+    assert run["passes_tokens_per_s"] == [1000.0, 1100.0, 1050.0] and run["tokens_per_s"] == 1050.0
+    assert "passes_tokens_per_s" not in e2e.run_figures(2.0, "throughput: 5.0 tokens/s"), "no passes printed"
+    noisy_passes = {
+        "baseline": [e2e.run_figures(1.0, served(b - 50, b + 50, b)) for b in (1000.0, 1010.0, 990.0)],
+        "tuned": [e2e.run_figures(1.0, served(t - 50, t + 50, t)) for t in (1030.0, 1060.0, 1000.0)],
+    }
+    out = e2e.outcome(noisy_passes)
+    assert out["baseline"]["pass_spread"] == pytest.approx(0.1, rel=0.02) and not out["resolved"]
+    line = e2e.resolution_line({**out, "reps": 3})
+    assert "passes spread 10.0% within a run, runs 5.8%: more passes a run" in line
+    steady_passes = {arm: [{**r, "passes_tokens_per_s": [r["tokens_per_s"]] * 3} for r in runs]
+                     for arm, runs in noisy_passes.items()}  # fmt: skip
+    out = e2e.outcome(steady_passes)
+    assert out["tuned"]["pass_spread"] == 0 and "more alternations narrow it, not more passes" in e2e.resolution_line(
+        {**out, "reps": 3}
+    )
+    assert e2e.noise_hint(e2e.outcome({arm: [dict(r, passes_tokens_per_s=None) for r in runs]
+                                       for arm, runs in noisy_passes.items()})) == ""  # fmt: skip
+
+
 def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
     script = tmp_path / "workload.py"
     script.write_text(

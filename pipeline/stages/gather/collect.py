@@ -212,6 +212,12 @@ def parse_decode_tokens_per_s(stdout: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+def parse_pass_tokens_per_s(stdout: str) -> list[float]:
+    """The tokens/s of each timed pass a workload printed on its own line (``pass <n>: ... <number> tokens/s``,
+    ``pipeline.workloads.serve``), in order; empty where it prints none."""
+    return [float(x) for x in re.findall(r"^pass \d+:.*?([0-9]+(?:\.[0-9]+)?)\s*tokens/s\s*$", stdout, re.M)]
+
+
 def parse_p99_ms(stdout: str) -> float | None:
     """The last ``p99 <number> ms`` step latency a workload printed (``pipeline.workloads.serve``), if any."""
     found = re.findall(r"p99\s+([0-9]+(?:\.[0-9]+)?)\s*ms", stdout)

@@ -37,7 +37,7 @@ from ...runtime import coverage_line
 from ...runtime.table import KERNELS
 from ...stats import ratio_bounds, round_order
 from ..bench import registry
-from ..gather.collect import parse_decode_tokens_per_s, parse_p99_ms, parse_tokens_per_s
+from ..gather.collect import parse_decode_tokens_per_s, parse_p99_ms, parse_pass_tokens_per_s, parse_tokens_per_s
 from ..run.made_from import file_digest
 from . import e2e_runtime
 from .validate import tunableop_env
@@ -205,6 +205,13 @@ def ab_test(
     return out
 
 
+def _pass_spread(runs: list[dict]) -> float | None:
+    """The spread of the timed passes within a run (``_spread``), the median over ``runs`` that printed their
+    passes; None where none did. Set against the spread between runs, it says where the A/B's noise lives."""
+    spreads = [_spread(r["passes_tokens_per_s"]) for r in runs if len(r.get("passes_tokens_per_s") or ()) > 1]
+    return statistics.median(spreads) if spreads else None
+
+
 def outcome(runs: dict[str, list[dict]]) -> dict:
     """What the alternations ``runs`` measured: the paired interval and whether it resolves, per arm the medians
     and spreads, the speedups of the medians (wall, tokens/s) with the larger spread as ``noise``, and the decode
@@ -225,6 +232,7 @@ def outcome(runs: dict[str, list[dict]]) -> dict:
             "tokens_spread": _spread(tokens) if tokens else None,
             "median_p99_ms": statistics.median(p99) if p99 else None,  # a serving workload's step latency
             "median_decode_tokens_per_s": statistics.median(decode) if decode else None,
+            "pass_spread": _pass_spread(values),
         }
     out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
     if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
@@ -282,15 +290,21 @@ def budget_line(e2e: dict) -> str:
 
 
 def run_figures(wall_s: float, stdout: str) -> dict:
-    """One run of the A/B: its wall time and what the workload printed (tokens/s, p99 step latency, and the
-    decode steps' tokens/s where it prints them apart from the figure the A/B reads)."""
-    tokens, decode = parse_tokens_per_s(stdout), parse_decode_tokens_per_s(stdout)
-    return {
+    """One run of the A/B: its wall time and what the workload printed (tokens/s, p99 step latency, the decode
+    steps' tokens/s where it prints them apart from the figure the A/B reads, and each timed pass's tokens/s
+    where it prints more than one)."""
+    tokens, decode, passes = (
+        parse_tokens_per_s(stdout),
+        parse_decode_tokens_per_s(stdout),
+        parse_pass_tokens_per_s(stdout),
+    )
+    figures = {
         "wall_s": wall_s,
         "tokens_per_s": tokens,
         "p99_ms": parse_p99_ms(stdout),
         "decode_tokens_per_s": decode if decode != tokens else None,
     }
+    return {**figures, "passes_tokens_per_s": passes} if len(passes) > 1 else figures
 
 
 def decode_figures(runs: dict[str, list[dict]]) -> dict:
@@ -437,5 +451,21 @@ def resolution_line(e2e: dict) -> str:
         return ""
     said = f"; paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval)"
     if not e2e.get("resolved"):
-        said += f": cannot resolve a {RESOLVE:.0%} effect after {e2e['reps']} alternations"
+        said += f": cannot resolve a {RESOLVE:.0%} effect after {e2e['reps']} alternations" + noise_hint(e2e)
     return said
+
+
+def noise_hint(e2e: dict) -> str:
+    """Where an unresolved A/B's noise lives, where the workload printed its passes: between its runs (more
+    alternations narrow the interval) or within them (more passes a run, the workload's ``--repeat``, do)."""
+    within = [(e2e.get(arm) or {}).get("pass_spread") for arm in ("baseline", "tuned")]
+    between = [(e2e.get(arm) or {}).get("tokens_spread") for arm in ("baseline", "tuned")]
+    if None in within or None in between:
+        return ""
+    inside, across = max(within), max(between)  # type: ignore[type-var]
+    cure = (
+        "more passes a run (the workload's --repeat) narrow it"
+        if inside >= across / 2
+        else "more alternations narrow it, not more passes"
+    )
+    return f" (passes spread {inside:.1%} within a run, runs {across:.1%}: {cure})"
