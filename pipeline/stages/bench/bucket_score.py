@@ -50,7 +50,7 @@ class Scored:
 def edge_counts(bucket: tuple[int, int]) -> list[int]:
     """The counts a bucket's candidates are timed at besides the grid point: its lower edge, its middle and the
     count just below the grid point (a winner whose tile fits its grid point exactly loses there: on the H200,
-    x0.92 at M = 95 under the M = 96 winner, docs/serving.md)."""
+    x0.92 at M = 95 under the M = 96 winner, docs/decisions.md)."""
     lo, hi = bucket
     return sorted({lo, (lo + hi) // 2, hi - 1} - {hi})
 
