@@ -307,6 +307,24 @@ def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss()
     assert "after the splits: the worst x1.111" in lines(result)[-2]
     assert [r["m"] for r in result["by_grid_row"][grid]] == [9, 10, 12]
     assert verdict([rows[3]])["split"] == {}  # x0.995: within the floor
+    assert result["within_noise"] is None and verdict([rows[3]])["within_noise"] is None
+
+
+def test_a_held_out_count_below_the_floor_within_its_noise_ships_and_the_report_says_so():
+    from pipeline.stages.validate.held_out import lines, verdict
+    from pipeline.stages.validate.measured import MeasuredRow, Pair
+    from pipeline.stats import Stats
+
+    grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
+    noisy = Pair(Stats.of([9.0, 10.0, 11.0, 10.0, 10.0]), Stats.of([9.2, 10.2, 11.5, 10.2, 10.2]))
+    row = MeasuredRow.of(QKV.with_tokens(11), "n", "Gemm_x", 0, 0.0, 1.0, noisy, held_out_of=grid)
+    assert row.speedup < 0.99 and row.noise > 0.1
+    result = verdict([row, _measured("a", 9, 10.0, 10.0, grid)])
+    assert result["split"] == {} and result["within_noise"]["count"] == 1
+    assert result["within_noise"]["lowest"]["m"] == 11
+    said = lines(result)[-1]
+    assert said.startswith("1 shipped held-out count(s) read below x0.99 within their noise") and "M = 11" in said
+    assert said.endswith("more --validate-rounds would tell")
 
 
 @pytest.mark.long

@@ -83,6 +83,8 @@ def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
     worst = min(rows, key=lambda r: r.speedup, default=None)
     shipped = [r for r in rows if r.n >= split.get(r.held_out_of, {}).get("lo", 0)]  # inside what the bundle serves
     worst_shipped = min(shipped, key=lambda r: r.speedup, default=None)
+    unsure = [r for r in shipped if r.speedup < FLOOR]  # below the floor, but not beyond its noise: shipped
+    lowest = min(unsure, key=lambda r: r.speedup, default=None)
     return {
         "seed": seed,
         "rows": len(rows),
@@ -90,6 +92,9 @@ def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
         "worst_shipped": _figure(worst_shipped),
         "by_grid_row": by_grid,
         "split": split,
+        "within_noise": {"count": len(unsure), "lowest": {**_figure(lowest), "noise": round(lowest.noise, 4)}}
+        if lowest
+        else None,
     }
 
 
@@ -110,4 +115,12 @@ def lines(result: dict | None) -> list[str]:
     if result["split"] and shipped:
         out.append(f"inside the ranges the bundle serves after the splits: the worst x{shipped['speedup']:.3f}")
     out += [f"split `{key}`: serves from M = {s['lo']} up ({s['why']})" for key, s in sorted(result["split"].items())]
+    unsure = result.get("within_noise")
+    if unsure:
+        low = unsure["lowest"]
+        out.append(
+            f"{unsure['count']} shipped held-out count(s) read below x{FLOOR} within their noise, so their buckets "
+            f"ship whole (the lowest x{low['speedup']:.3f} at M = {low['m']}, noise {low['noise']:.1%}): more "
+            "--validate-rounds would tell"
+        )
     return out
