@@ -77,6 +77,7 @@ def job_command(model: str, dtype: str, workdir: Path, args: argparse.Namespace)
         "--m-grid", args.m_grid, "--gpus", str(args.gpus), "--allow-e2e-regression",
         "--e2e-reps", str(args.e2e_reps), "--validate-rounds", str(args.validate_rounds),
         *(["--e2e-graphs-only"] if args.graphs_only else []),
+        *(["--e2e-parallel"] if args.e2e_parallel else []),
         *(["--grid-budget", str(args.grid_budget)] if args.grid_budget else []),
     ]  # fmt: skip
 
@@ -268,6 +269,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eager-reps", type=int, default=3)
     parser.add_argument("--e2e-reps", type=int, default=3, help="the job's end-to-end alternations (at least)")
     parser.add_argument("--validate-rounds", type=int, default=7, help="the job's interleaved rounds per GEMM")
+    parser.add_argument(
+        "--e2e-parallel",
+        action="store_true",
+        help="the job's A/B runs its alternations side by side, one on each of --gpus (the job's --e2e-parallel)",
+    )
     parser.add_argument(
         "--passes",
         type=int,

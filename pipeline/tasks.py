@@ -420,6 +420,7 @@ class Validate(ValidateParameters, StackBound):
             embedded_args=embedded_args(self),
             allow_e2e_regression=self.allow_e2e_regression,
             e2e_graphs_only=self.e2e_graphs_only,
+            e2e_parallel=self.e2e_parallel,
         )
         accept(self.stage_dir(""), self.stack(), settings, progress, self.set_status_message)
 

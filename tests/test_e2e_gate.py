@@ -121,3 +121,20 @@ def test_a_bundle_that_slows_the_workload_is_refused_unless_allowed(tmp_path):
     assert "end to end: wall x0." in allowed.stdout and (run / "bundle" / "manifest.json").exists()
     manifest = json.loads((run / "bundle" / "manifest.json").read_text())
     assert manifest["runtime_flags"] == ["--graphs-only"]  # what the package then prints with the runtime
+
+
+def test_the_job_runs_its_ab_side_by_side_on_its_gpus_when_asked(tmp_path, monkeypatch):
+    """``--e2e-parallel``: the job's A/B runs an alternation on each of its ``--gpus`` at once, each run shown its
+    GPU alone (ROCm's list narrowed to one entry), and its line says so."""
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0,1")
+    seen = tmp_path / "seen.txt"
+    script = (
+        "import os; open({!r}, 'a').write(os.environ['HIP_VISIBLE_DEVICES'] + '\\n'); print('throughput: 5.0 tokens/s')"
+    )
+    workload = shlex.join([sys.executable, "-c", script.format(str(seen))])
+    extra = ("--validate-rounds", "1", "--e2e-reps", "2", "--gpus", "2", "--e2e-parallel", "--workload-cmd", workload)
+    proc = run_amd_dag(tmp_path, "p", "", "TuneWorkload", *extra, untuned=first_gemms(tmp_path, UNTUNED, 2))
+    assert sorted(set(seen.read_text().split())) == ["0", "1"], "each run saw one of the two GPUs"
+    ab = json.loads((tmp_path / "w" / "p" / "validate" / "e2e.json").read_text())
+    assert ab["parallel_gpus"] == 2 and ab["reps"] == 2 and len(seen.read_text().split()) == 4
+    assert "side by side on 2 GPUs" in proc.stdout

@@ -31,6 +31,8 @@ def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
     budgeted = serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--grid-budget", "6"))
     assert budgeted[budgeted.index("--grid-budget") + 1] == "6.0"
     assert "--e2e-graphs-only" in serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--graphs-only"))
+    assert "--e2e-parallel" not in command
+    assert "--e2e-parallel" in serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--e2e-parallel"))
     assert "--layers 0" in serving.serve_command("qwen2-7b", "bf16", 1, serving.parse_args(["--out", "x.json"]))
     assert "--compile" not in collect + ab
     assert all("--max-capture 512" in c for c in (collect, ab)), "512 + 32 tokens: vLLM's largest capture size"

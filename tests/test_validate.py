@@ -250,40 +250,42 @@ def test_e2e_summary_line_gives_tokens_per_s_with_the_noise():
 
 
 def test_the_decode_steps_are_paired_apart_where_the_workload_prints_them():
-    from pipeline.stages.validate import e2e
+    from pipeline.stages.validate import alternations, e2e
 
     served = "pass 1: 400.0 tokens/s\ndecode throughput: 600.0 tokens/s (decode steps)\nthroughput: 450.0 tokens/s\n"
-    run = e2e.run_figures(2.0, served)
+    run = alternations.run_figures(2.0, served)
     assert run["tokens_per_s"] == 450.0 and run["decode_tokens_per_s"] == 600.0, "the A/B's figure is the last"
     llama = "throughput: 300.0 tokens/s\ndecode throughput: 280.0 tokens/s\n"  # its decode figure is the A/B's own
-    assert e2e.run_figures(2.0, llama)["decode_tokens_per_s"] is None
+    assert alternations.run_figures(2.0, llama)["decode_tokens_per_s"] is None
     runs = {
-        "baseline": [e2e.run_figures(2.0, served.replace("600.0", rate)) for rate in ("600.0", "610.0", "590.0")],
-        "tuned": [e2e.run_figures(2.0, served.replace("600.0", rate)) for rate in ("660.0", "665.0", "652.0")],
+        "baseline": [
+            alternations.run_figures(2.0, served.replace("600.0", rate)) for rate in ("600.0", "610.0", "590.0")
+        ],
+        "tuned": [alternations.run_figures(2.0, served.replace("600.0", rate)) for rate in ("660.0", "665.0", "652.0")],
     }
     figures = e2e.decode_figures(runs)
     assert figures["decode_speedup"] == pytest.approx(1.1) and figures["decode_interval"][0] > 1.05
     assert figures["decode_interval"][1] < 1.15
-    runs["tuned"][1] = e2e.run_figures(2.0, llama)  # one run without the figure: none is claimed
+    runs["tuned"][1] = alternations.run_figures(2.0, llama)  # one run without the figure: none is claimed
     assert e2e.decode_figures(runs) == {}
 
 
 def test_an_unresolved_ab_says_whether_its_noise_is_between_runs_or_within_them():
     """The serving workload prints each timed pass; the A/B keeps them and, where it cannot resolve a 3% effect,
     says whether more passes a run or more alternations would narrow its interval."""
-    from pipeline.stages.validate import e2e
+    from pipeline.stages.validate import alternations, e2e
 
     def served(*passes: float) -> str:
         lines = [f"pass {i}: 20 steps, 600 tokens, step p50 5.90 ms p99 7.10 ms, {t:.1f} tokens/s" for i, t in
                  enumerate(passes, 1)]  # fmt: skip
         return "\n".join([*lines, "decode throughput: 1.0 tokens/s", f"throughput: {sorted(passes)[1]} tokens/s"])
 
-    run = e2e.run_figures(2.0, served(1000.0, 1100.0, 1050.0))
+    run = alternations.run_figures(2.0, served(1000.0, 1100.0, 1050.0))
     assert run["passes_tokens_per_s"] == [1000.0, 1100.0, 1050.0] and run["tokens_per_s"] == 1050.0
-    assert "passes_tokens_per_s" not in e2e.run_figures(2.0, "throughput: 5.0 tokens/s"), "no passes printed"
+    assert "passes_tokens_per_s" not in alternations.run_figures(2.0, "throughput: 5.0 tokens/s"), "no passes printed"
     noisy_passes = {
-        "baseline": [e2e.run_figures(1.0, served(b - 50, b + 50, b)) for b in (1000.0, 1010.0, 990.0)],
-        "tuned": [e2e.run_figures(1.0, served(t - 50, t + 50, t)) for t in (1030.0, 1060.0, 1000.0)],
+        "baseline": [alternations.run_figures(1.0, served(b - 50, b + 50, b)) for b in (1000.0, 1010.0, 990.0)],
+        "tuned": [alternations.run_figures(1.0, served(t - 50, t + 50, t)) for t in (1030.0, 1060.0, 1000.0)],
     }
     out = e2e.outcome(noisy_passes)
     assert out["baseline"]["pass_spread"] == pytest.approx(0.1, rel=0.02) and not out["resolved"]
@@ -317,6 +319,39 @@ def test_end_to_end_ab_alternates_and_points_torch_at_the_bundle(tmp_path):
     assert (tmp_path / "scratch" / "tunableop_results1.csv").read_text() == csv.read_text()
     with pytest.raises(RuntimeError, match="exited with code 1"):
         ab_test([sys.executable, "-c", "raise SystemExit(1)"], csv, tmp_path / "s2", reps=1, timeout_s=60)
+
+
+def test_alternations_side_by_side_run_one_arm_on_each_gpu_at_once_and_pair_within_a_gpu(tmp_path):
+    """``parallel_gpus``: a round runs an alternation on each GPU at once, each run shown its GPU alone, every GPU
+    on the same arm at the same moment; a pair is one GPU's two runs, so a slower board cancels out of its ratio,
+    and a round of two GPUs makes two alternations."""
+    log = tmp_path / "runs.jsonl"
+    script = tmp_path / "workload.py"
+    script.write_text(
+        "import json, os, time\n"
+        "arm = 'tuned' if 'PYTORCH_TUNABLEOP_FILENAME' in os.environ else 'baseline'\n"
+        "gpu = os.environ['CUDA_VISIBLE_DEVICES']\n"
+        "start = time.time(); time.sleep(0.3)\n"
+        f"with open({str(log)!r}, 'a') as f: f.write(json.dumps([arm, gpu, start, time.time()]) + '\\n')\n"
+        "rate = (1000.0 if gpu == '3' else 500.0) * (1.5 if arm == 'tuned' else 1.0)\n"
+        "print(f'throughput: {rate} tokens/s')\n"
+    )
+    csv = tmp_path / "bundle.csv"
+    csv.write_text("Validator,PT_VERSION,2.11.0\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3,5"}
+    scratch = tmp_path / "scratch"
+    out = ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60, env=env, parallel_gpus=[0, 1])
+    assert out["reps"] == 4 and out["parallel_gpus"] == 2, "two rounds of two alternations"
+    assert "(medians of 4 alternating runs, side by side on 2 GPUs)" in summary_line(out)
+    assert out["tokens_speedup"] == pytest.approx(1.5) and out["interval"] == pytest.approx([1.5, 1.5])
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(gpu for _, gpu, _, _ in runs) == ["3"] * 4 + ["5"] * 4, "each run saw one GPU"
+    for arm, gpu, start, end in runs:  # a run overlaps its other GPU's run of the same arm, never another arm's
+        overlapping = [r for r in runs if r[2] < end and start < r[3] and r[1] != gpu]
+        assert overlapping and all(r[0] == arm for r in overlapping)
+    assert (scratch / "gpu0" / "tunableop_results0.csv").exists() and (
+        scratch / "gpu1" / "tunableop_results0.csv"
+    ).exists()
 
 
 def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_cannot(tmp_path):

@@ -91,6 +91,16 @@ def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Ite
         time.sleep(0.5)
 
 
+def one_gpu_env(gpu: int, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` narrowed to show a program only GPU ``gpu`` (an index among those ``env`` shows), as its device
+    0: the runtime's list cut to that entry (HIP's where it is set, else CUDA's, which HIP reads too)."""
+    out = dict(env)
+    listed = _runtime_listed(out)
+    name = "HIP_VISIBLE_DEVICES" if out.get("HIP_VISIBLE_DEVICES") is not None else "CUDA_VISIBLE_DEVICES"
+    out[name] = listed[gpu] if listed is not None and gpu < len(listed) else str(gpu)
+    return out
+
+
 def amd_device_env(gpu: int, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that shows a program only GPU ``gpu`` (an index among the GPUs this process sees) as
     its device 0, for a tool that cannot be told which device to use (2024 find_exact.py): HIP's list narrowed

@@ -154,6 +154,11 @@ class ValidateParameters:
         "captured into CUDA graphs are routed, an eager call costs nothing), and the package's command says so: "
         "for a workload whose eager part is host-bound (the report says when)",
     )
+    e2e_parallel = luigi.BoolParameter(
+        default=False,
+        description="the end-to-end A/B runs its alternations side by side, one on each GPU Validate may use, each "
+        "run shown its GPU alone and each pair on one GPU: for a workload that runs on one GPU",
+    )
     e2e_cmd = luigi.Parameter(
         default="",
         description="the workload the end-to-end A/B runs (default: --workload-cmd); a serving workload on another "
@@ -168,6 +173,7 @@ class ValidateParameters:
         "workload_cmd",
         "e2e_cmd",
         "e2e_graphs_only",
+        "e2e_parallel",
         "fp8",
         "allow_e2e_regression",
     )

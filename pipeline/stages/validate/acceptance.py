@@ -43,6 +43,7 @@ class AcceptanceSettings:
     embedded_args: tuple[str, ...] = ()  # the embedded workload's own options (--fp8)
     allow_e2e_regression: bool = False  # accept a bundle whose end-to-end figure regressed beyond noise
     e2e_graphs_only: bool = False  # the runtime arm routes only inside CUDA-graph captures (runtime --graphs-only)
+    e2e_parallel: bool = False  # the A/B's alternations side by side, one on each of ``gpus`` (e2e.ab_test)
 
 
 class EndToEndRefused(Refused):
@@ -55,6 +56,11 @@ def e2e_command(workload_cmd: str, embedded_args: tuple[str, ...] = ()) -> list[
     if workload_cmd:
         return ["bash", "-c", workload_cmd]
     return [*embedded_command(), *embedded_args, "--decode-mode", "graph", "--repeat", "5"]
+
+
+def _gpus(settings: AcceptanceSettings) -> Sequence[int]:
+    """The GPUs Validate may use (asked when needed)."""
+    return settings.gpus() if callable(settings.gpus) else settings.gpus
 
 
 def accept(
@@ -71,8 +77,7 @@ def accept(
     if not (out / validate.MEASUREMENTS).exists():
         say("validating GEMMs against the baseline")
         with timings.timed(run_dir, "validate-gemms"):
-            gpus = settings.gpus() if callable(settings.gpus) else settings.gpus
-            validate.run_worker(run_dir, gpus, settings.rounds, settings.margin, progress)
+            validate.run_worker(run_dir, _gpus(settings), settings.rounds, settings.margin, progress)
     measured = json.loads((out / validate.MEASUREMENTS).read_text())
     rows = [MeasuredRow.from_json(row) for row in measured["rows"]]
     held = held_out.verdict([MeasuredRow.from_json(row) for row in measured.get("held_out", [])])
@@ -111,6 +116,7 @@ def accept(
                 gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
                 via=via,
                 runtime_flags=runtime_flags,
+                parallel_gpus=_gpus(settings) if settings.e2e_parallel else (),
             )
     measured_us = {row.key: (row.baseline.median, row.tuned.median) for row in rows}
     budget = e2e_runtime.host_budget(outcome, measured_us)

@@ -22,24 +22,21 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ... import procs
 from ...atomic import atomic_write_json
 from ...backends.base import ToolMissing
-from ...errors import ToolError
+from ...backends.slots import one_gpu_env
 from ...kernels.triton_cache import CACHE_ENV
 from ...runtime import coverage_line
 from ...runtime.table import KERNELS
 from ...stats import ratio_bounds, round_order
 from ..bench import registry
-from ..gather.collect import parse_decode_tokens_per_s, parse_p99_ms, parse_pass_tokens_per_s, parse_tokens_per_s
 from ..run.made_from import file_digest
 from . import e2e_runtime
+from .alternations import side_by_side, timed_run
 from .validate import tunableop_env
 
 TUNABLEOP_AND_RUNTIME = "tunableop-runtime"
@@ -144,53 +141,60 @@ def ab_test(
     via: str = "tunableop",
     max_reps: int | None = None,
     runtime_flags: Sequence[str] = (),
+    parallel_gpus: Sequence[int] = (),
 ) -> dict:
     """Run ``command`` ``reps`` times in each environment, alternating (A B, B A, ...), and more, up to
     ``max_reps`` (default ``MORE_REPS`` x ``reps``), until the interval of the paired ratio resolves a 3% effect
     (``resolved``); medians, spread and that interval. ``via``: ``tunableop`` points torch at the bundle's
     results, ``runtime`` runs under pipeline.runtime (with ``runtime_flags``), and ``TUNABLEOP_AND_RUNTIME`` does
-    both."""
+    both. Given two or more ``parallel_gpus``, a round runs an alternation on each of them at once, each shown
+    that GPU alone (``alternations.side_by_side``)."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     status = scratch / "runtime.json"
-    tuned_command, tuned_env = command, base_env
-    if via != "runtime":
-        tuned_env = {**base_env, **tunableop_env(bundle_csv, scratch, gpus)}
     kernels = (scratch / KERNELS).absolute()  # the runtime compiles the Triton rows' kernels here: a package ships them
-    if via != "tunableop":
-        tuned_command = runtime_command(command, Path(bundle_csv).parent, status, runtime_flags)
-        tuned_env = {**tuned_env, CACHE_ENV: str(kernels)}
-    envs = {"baseline": base_env, "tuned": tuned_env}
-    envs = {
-        name: {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())}
-        for name, e in envs.items()
-    }
-    identity = {"baseline": command, "tuned": tuned_command, "via": via, "bundle": file_digest(bundle_csv)}
+
+    def arms(gpu: int | None) -> dict[str, tuple[list[str], dict[str, str]]]:
+        """Each arm's command and environment: on every GPU, or on ``gpu`` alone (its own TunableOp copies and
+        runtime record beside the others')."""
+        shown = base_env if gpu is None else one_gpu_env(gpu, base_env)
+        tuned_command, tuned_env = command, shown
+        if via != "runtime":
+            where = scratch if gpu is None else scratch / f"gpu{gpu}"
+            tuned_env = {**shown, **tunableop_env(bundle_csv, where, gpus if gpu is None else 1)}
+        if via != "tunableop":
+            record = status if gpu is None or gpu == parallel_gpus[0] else scratch / f"runtime.gpu{gpu}.json"
+            tuned_command = runtime_command(command, Path(bundle_csv).parent, record, runtime_flags)
+            tuned_env = {**tuned_env, CACHE_ENV: str(kernels)}
+        found = {"baseline": (command, shown), "tuned": (tuned_command, tuned_env)}
+        return {
+            name: (argv, {**e, "TORCHINDUCTOR_CACHE_DIR": str((scratch / f"inductor-{name}").absolute())})
+            for name, (argv, e) in found.items()
+        }
+
+    lanes = [arms(gpu) for gpu in parallel_gpus] if len(parallel_gpus) > 1 else [arms(None)]
+    identity = {"baseline": command, "tuned": lanes[0]["tuned"][0], "via": via, "bundle": file_digest(bundle_csv)}
+    if len(lanes) > 1:
+        identity["parallel_gpus"] = list(parallel_gpus)
     runs = resumed(scratch, identity)
     if not runs["baseline"]:
         for stale in scratch.glob(e2e_runtime.STATUS_RECORDS):  # an earlier attempt's: these runs write their own
             stale.unlink()
     rep, most = len(runs["baseline"]), max(reps, max_reps if max_reps is not None else MORE_REPS * reps)
     while rep < reps or (rep < most and not resolved(runs)):
-        for name in round_order(("baseline", "tuned"), rep):
-            argv = command if name == "baseline" else tuned_command
-            start = time.monotonic()
-            try:
-                proc = procs.run(argv, timeout_s=timeout_s, env=envs[name])
-            except subprocess.TimeoutExpired:
-                raise ToolError(f"{name} run {rep} of {argv} ran past {timeout_s:.0f} s") from None
-            wall = time.monotonic() - start
-            if proc.returncode != 0:
-                raise ToolError(
-                    f"{name} run {rep} of {argv} exited with code {proc.returncode}: {proc.stderr.strip()[-2000:]}"
-                )
-            runs[name].append(run_figures(wall, proc.stdout))
-        rep += 1
+        for name in round_order(("baseline", "tuned"), rep // len(lanes)):
+            if len(lanes) == 1:
+                runs[name].append(timed_run(name, lanes[0][name], rep, timeout_s))
+            else:
+                runs[name] += side_by_side(name, [lane[name] for lane in lanes], rep, timeout_s)
+        rep += len(lanes)
         atomic_write_json(scratch / CHECKPOINT, {"identity": identity, "runs": runs})
     reps = rep
     (scratch / CHECKPOINT).unlink(missing_ok=True)  # finished: the outcome holds the runs
     out: dict = {"reps": reps, "via": via, "runs": runs, **outcome(runs)}
+    if len(lanes) > 1:
+        out["parallel_gpus"] = len(lanes)
     if via != "tunableop" and kernels.is_dir():
         out["kernels"] = str(kernels)
     if via != "tunableop" and status.exists():
@@ -201,7 +205,7 @@ def ab_test(
         out["calls_per_run"] = e2e_runtime.calls_per_run(records, reps)
         out["tuned_calls_per_run"] = e2e_runtime.tuned_calls_per_run(records, reps)
         out["coverage"] = e2e_runtime.coverage(records)
-        out["host_cost"] = e2e_runtime.host_cost(Path(bundle_csv).parent, scratch, envs["tuned"], timeout_s)
+        out["host_cost"] = e2e_runtime.host_cost(Path(bundle_csv).parent, scratch, lanes[0]["tuned"][1], timeout_s)
     return out
 
 
@@ -287,24 +291,6 @@ def budget_line(e2e: dict) -> str:
         "which leaves every eager call to torch at no cost, or let TunableOp apply the rows (torch >= 2.14) "
         "rather than ship it for an eager run"
     )
-
-
-def run_figures(wall_s: float, stdout: str) -> dict:
-    """One run of the A/B: its wall time and what the workload printed (tokens/s, p99 step latency, the decode
-    steps' tokens/s where it prints them apart from the figure the A/B reads, and each timed pass's tokens/s
-    where it prints more than one)."""
-    tokens, decode, passes = (
-        parse_tokens_per_s(stdout),
-        parse_decode_tokens_per_s(stdout),
-        parse_pass_tokens_per_s(stdout),
-    )
-    figures = {
-        "wall_s": wall_s,
-        "tokens_per_s": tokens,
-        "p99_ms": parse_p99_ms(stdout),
-        "decode_tokens_per_s": decode if decode != tokens else None,
-    }
-    return {**figures, "passes_tokens_per_s": passes} if len(passes) > 1 else figures
 
 
 def decode_figures(runs: dict[str, list[dict]]) -> dict:
@@ -409,7 +395,8 @@ def summary_line(e2e: dict) -> str:
         return f"not measured: {e2e['skipped']}"
     if not e2e:
         return "not measured"
-    how = f"medians of {e2e['reps']} alternating runs" + (
+    side = f", side by side on {e2e['parallel_gpus']} GPUs" if e2e.get("parallel_gpus") else ""
+    how = f"medians of {e2e['reps']} alternating runs{side}" + (
         {
             "runtime": ", tuned through pipeline.runtime",
             TUNABLEOP_AND_RUNTIME: ", tuned by TunableOp and, for the Triton rows, pipeline.runtime",
