@@ -88,6 +88,26 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def create_json(path: str | Path, data: Any) -> bool:
+    """Write ``data`` to ``path`` only where nothing is there yet, whole or not at all: a finished file linked to
+    the name, which a link never replaces, so of processes that write one name at once exactly one succeeds
+    (on a file system without links, where nothing is there a moment before). Whether this one did."""
+    path = Path(path)
+    staged = path.with_name(f".{path.name}.{os.getpid()}.new")
+    atomic_write_json(staged, data)
+    try:
+        os.link(staged, path)
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links here
+        if path.exists():
+            return False
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    return True
+
+
 @contextmanager
 def atomic_directory(path: str | Path, marker: str | None = None) -> Iterator[Path]:
     """Build a directory in ``<path>.partial`` (emptied first); it replaces ``path`` only if the block succeeds.

@@ -677,6 +677,27 @@ def test_helper_processes_without_gemm_calls_leave_the_status_file_to_the_comman
     assert json.loads(status.read_text())["tuned_calls"] == {"row": 3}
     report(Runtime(0), tmp_path / "own.json")  # the launching process always reports
     assert (tmp_path / "own.json").exists()
+    report(Runtime(5), status)  # another process of the command: its own record, beside the first
+    assert json.loads(status.read_text())["tuned_calls"] == {"row": 3}
+    assert json.loads((tmp_path / f"status.{os.getpid()}.json").read_text())["tuned_calls"] == {"row": 5}
+
+
+def test_a_record_is_created_once_whole_and_never_replaced(tmp_path, monkeypatch):
+    """``create_json``: the first writer of a name wins and a later one is told so, nothing replaced and
+    nothing staged left behind (the runtime's status records: one per process of a command)."""
+    from pipeline.atomic import create_json
+
+    path = tmp_path / "runtime.json"
+    assert create_json(path, {"n": 1}) and not create_json(path, {"n": 2})
+    assert json.loads(path.read_text()) == {"n": 1} and sorted(p.name for p in tmp_path.iterdir()) == ["runtime.json"]
+
+    def no_links(*_):
+        raise PermissionError("no hard links on this file system")
+
+    monkeypatch.setattr(os, "link", no_links)
+    other = tmp_path / "other.json"
+    assert create_json(other, {"n": 3}) and not create_json(other, {"n": 4})
+    assert json.loads(other.read_text()) == {"n": 3} and len(list(tmp_path.iterdir())) == 2
 
 
 @pytest.mark.parametrize(

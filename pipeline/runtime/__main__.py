@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..atomic import atomic_write_json
+from ..atomic import atomic_write_json, create_json
 from . import coverage_line
 
 BUNDLE_ENV = "GEMM_TUNE_RUNTIME_BUNDLE"
@@ -70,10 +70,8 @@ def report(runtime, status_file: Path | None, skip_idle: bool = False) -> None:
     if skip_idle and status.get("installed") and not status["tuned_calls"] and not status["fallbacks"]:
         return
     print(summary_line(status), file=sys.stderr)
-    if status_file:
-        if status_file.exists():  # several processes of one command: one record each
-            status_file = status_file.with_name(f"{status_file.stem}.{os.getpid()}{status_file.suffix}")
-        atomic_write_json(status_file, status)
+    if status_file and not create_json(status_file, status):  # several processes of one command: one record each
+        atomic_write_json(status_file.with_name(f"{status_file.stem}.{os.getpid()}{status_file.suffix}"), status)
 
 
 def _run_in_process(command: list[str]) -> int:
