@@ -151,7 +151,7 @@ def depth(arch: str, layers: int) -> int:
 def build(arch: str, layers: int, dtype: str, device: str):
     """The model of ``arch`` from its config, on ``device`` in ``dtype``, in eval mode (``layers`` 0: its full
     depth, ``depth``). Its weights are made in ``dtype``: a Llama-3-8B shape built in float32 and cast peaked at
-    30.9 GiB on the GPU, built in bf16 at 15.0 GiB, in the same 5-6 s (H200, docs/serving.md)."""
+    30.9 GiB on the GPU, built in bf16 at 15.0 GiB, in the same 5-6 s (H200, docs/decisions.md)."""
     import torch
     import transformers
 
