@@ -136,5 +136,5 @@ def test_the_job_runs_its_ab_side_by_side_on_its_gpus_when_asked(tmp_path, monke
     proc = run_amd_dag(tmp_path, "p", "", "TuneWorkload", *extra, untuned=first_gemms(tmp_path, UNTUNED, 2))
     assert sorted(set(seen.read_text().split())) == ["0", "1"], "each run saw one of the two GPUs"
     ab = json.loads((tmp_path / "w" / "p" / "validate" / "e2e.json").read_text())
-    assert ab["parallel_gpus"] == 2 and ab["reps"] == 2 and len(seen.read_text().split()) == 4
+    assert ab["parallel_gpus"] == [0, 1] and ab["reps"] == 2 and len(seen.read_text().split()) == 4
     assert "side by side on 2 GPUs" in proc.stdout

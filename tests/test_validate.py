@@ -341,7 +341,7 @@ def test_alternations_side_by_side_run_one_arm_on_each_gpu_at_once_and_pair_with
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3,5"}
     scratch = tmp_path / "scratch"
     out = ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60, env=env, parallel_gpus=[0, 1])
-    assert out["reps"] == 4 and out["parallel_gpus"] == 2, "two rounds of two alternations"
+    assert out["reps"] == 4 and out["parallel_gpus"] == [0, 1], "two rounds of two alternations"
     assert "(medians of 4 alternating runs, side by side on 2 GPUs)" in summary_line(out)
     assert out["tokens_speedup"] == pytest.approx(1.5) and out["interval"] == pytest.approx([1.5, 1.5])
     runs = [json.loads(line) for line in log.read_text().splitlines()]

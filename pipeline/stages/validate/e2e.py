@@ -194,7 +194,7 @@ def ab_test(
     (scratch / CHECKPOINT).unlink(missing_ok=True)  # finished: the outcome holds the runs
     out: dict = {"reps": reps, "via": via, "runs": runs, **outcome(runs)}
     if len(lanes) > 1:
-        out["parallel_gpus"] = len(lanes)
+        out["parallel_gpus"] = list(parallel_gpus)
     if via != "tunableop" and kernels.is_dir():
         out["kernels"] = str(kernels)
     if via != "tunableop" and status.exists():
@@ -395,7 +395,7 @@ def summary_line(e2e: dict) -> str:
         return f"not measured: {e2e['skipped']}"
     if not e2e:
         return "not measured"
-    side = f", side by side on {e2e['parallel_gpus']} GPUs" if e2e.get("parallel_gpus") else ""
+    side = f", side by side on {len(e2e['parallel_gpus'])} GPUs" if e2e.get("parallel_gpus") else ""
     how = f"medians of {e2e['reps']} alternating runs{side}" + (
         {
             "runtime": ", tuned through pipeline.runtime",
