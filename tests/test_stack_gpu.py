@@ -150,3 +150,32 @@ def test_a_saved_cublaslt_winner_is_retimed_against_the_default():
     broken = WinnerRecord({**tuned.record.solution, "AlgoBytes": None, "AlgoId": 10**6})
     with pytest.raises(Exception):  # noqa: B017 (cuBLASLt's own error type)
         backend.retime(type(tuned)(problem, winner=tuned.winner, record=broken), settings)
+
+
+def test_alternations_side_by_side_show_each_run_one_real_gpu(tmp_path):
+    """``--e2e-parallel`` on real GPUs: each run of a round sees one device, a different board in each lane (its
+    UUID as torch reads it), and the pairs come back in lane order."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("side by side needs two GPUs; this machine shows one")
+    from pipeline.stages.validate.e2e import ab_test
+
+    seen = tmp_path / "uuids.txt"
+    script = tmp_path / "workload.py"
+    script.write_text(
+        "import torch\n"
+        "assert torch.cuda.device_count() == 1, torch.cuda.device_count()\n"
+        f"open({str(seen)!r}, 'a').write(str(torch.cuda.get_device_properties(0).uuid) + '\\n')\n"
+        "x = torch.randn(1024, 1024, device='cuda'); torch.cuda.synchronize()\n"
+        "print('throughput: 100.0 tokens/s')\n"
+    )
+    csv = tmp_path / "bundle.csv"
+    csv.write_text("Validator,PT_VERSION,2.11.0\n")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = ab_test(
+        [sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=300, env=env, parallel_gpus=[0, 1]
+    )
+    assert out["reps"] == 2 and out["parallel_gpus"] == [0, 1] and out["tokens_speedup"] == pytest.approx(1.0)
+    uuids = seen.read_text().split()
+    assert len(uuids) == 4 and len(set(uuids)) == 2, "each lane on a board of its own"
