@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.backends.base import CACHED, CandidateResult, ProblemResult, TuneSettings, WinnerRecord, tune
-from pipeline.backends.slots import VISIBLE_DEVICES, NoFreeGpu, amd_device_env, board, gpu_slot
+from pipeline.backends.slots import VISIBLE_DEVICES, NoFreeGpu, amd_device_env, board, gpu_slot, one_gpu_env
+from pipeline.errors import BadInput
 from pipeline.formats.logic import load_logic
 from pipeline.formats.tunableop import read_file
 from pipeline.problem import GemmProblem
@@ -81,6 +82,12 @@ def test_a_tool_pinned_to_one_gpu_is_shown_hips_entry_over_rocrs_boards():
     assert amd_device_env(1, env)["HIP_VISIBLE_DEVICES"] == "1", "HIP indexes the boards ROCR leaves"
     assert amd_device_env(1, {"HIP_VISIBLE_DEVICES": "5,7"})["HIP_VISIBLE_DEVICES"] == "7"
     assert amd_device_env(2, {})["HIP_VISIBLE_DEVICES"] == "2"
+    assert one_gpu_env(1, {"CUDA_VISIBLE_DEVICES": "3,5"})["CUDA_VISIBLE_DEVICES"] == "5"
+    shown = one_gpu_env(0, {"HIP_VISIBLE_DEVICES": "5,7", "ROCR_VISIBLE_DEVICES": "0,4"})
+    assert shown["HIP_VISIBLE_DEVICES"] == "5" and shown["ROCR_VISIBLE_DEVICES"] == "0,4"
+    assert one_gpu_env(1, {}) == {"CUDA_VISIBLE_DEVICES": "1"}
+    with pytest.raises(BadInput, match="GPU 2 asked for, where the visible devices are 3,5"):  # never another board
+        one_gpu_env(2, {"CUDA_VISIBLE_DEVICES": "3,5"})
 
 
 def test_failing_problem_is_recorded_and_others_finish(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .. import procs
-from ..errors import Busy, ToolError
+from ..errors import BadInput, Busy, ToolError
 
 
 class NoFreeGpu(Busy):
@@ -91,23 +91,22 @@ def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Ite
         time.sleep(0.5)
 
 
-def one_gpu_env(gpu: int, env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` narrowed to show a program only GPU ``gpu`` (an index among those ``env`` shows), as its device
-    0: the runtime's list cut to that entry (HIP's where it is set, else CUDA's, which HIP reads too)."""
+def one_gpu_env(gpu: int, env: Mapping[str, str], variable: str | None = None) -> dict[str, str]:
+    """``env`` narrowed to show a program only GPU ``gpu`` (an index among those ``env`` shows) as its device 0:
+    the runtime's list cut to that entry, in ``variable`` (default HIP's where it is set, else CUDA's, which HIP
+    reads too); ``ROCR_VISIBLE_DEVICES`` left as it is (HIP indexes the boards it leaves)."""
     out = dict(env)
     listed = _runtime_listed(out)
-    name = "HIP_VISIBLE_DEVICES" if out.get("HIP_VISIBLE_DEVICES") is not None else "CUDA_VISIBLE_DEVICES"
-    out[name] = listed[gpu] if listed is not None and gpu < len(listed) else str(gpu)
+    name = variable or ("HIP_VISIBLE_DEVICES" if out.get("HIP_VISIBLE_DEVICES") is not None else "CUDA_VISIBLE_DEVICES")
+    if listed is not None and gpu >= len(listed):
+        raise BadInput(f"GPU {gpu} asked for, where the visible devices are {','.join(listed)}: fewer --gpus")
+    out[name] = listed[gpu] if listed is not None else str(gpu)
     return out
 
 
 def amd_device_env(gpu: int, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment that shows a program only GPU ``gpu`` (an index among the GPUs this process sees) as
-    its device 0, for a tool that cannot be told which device to use (2024 find_exact.py): HIP's list narrowed
-    to that entry, ``ROCR_VISIBLE_DEVICES`` left as it is (HIP indexes the boards it leaves)."""
-    env = dict(os.environ if env is None else env)
-    listed = _runtime_listed(env)
-    return {**env, "HIP_VISIBLE_DEVICES": listed[gpu] if listed is not None else str(gpu)}
+    """``one_gpu_env`` in HIP's list, for a tool that cannot be told which device to use (2024 find_exact.py)."""
+    return one_gpu_env(gpu, os.environ if env is None else env, "HIP_VISIBLE_DEVICES")
 
 
 def amd_gpu_count() -> int:
