@@ -32,6 +32,14 @@ def test_steps_pad_up_to_the_capture_sizes():
     ]
 
 
+def test_the_engine_captures_the_sizes_the_grid_tunes():
+    """The workload stands alone (it imports nothing of the stages), so it spells vLLM's capture sizes itself:
+    the same the M grid tunes and the bundle serves (``mgrid.CAPTURE_SIZES``)."""
+    from pipeline.stages.gather import mgrid
+
+    assert engine_module.CAPTURE_SIZES == mgrid.CAPTURE_SIZES
+
+
 def test_the_schedule_decodes_every_prefilled_request_and_chunks_prompts_first_come_first_served():
     a, b, c = engine_module.Request([1] * 10, 3), engine_module.Request([1] * 7, 2), engine_module.Request([1] * 4, 2)
     a.prefilled, a.generated = 10, [5]
