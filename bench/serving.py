@@ -86,6 +86,7 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
     """One record row from an A/B outcome (``e2e.ab_test``'s) and Validate's held-out record."""
     coverage = e2e.get("coverage") or {}
     base, tuned = e2e.get("baseline") or {}, e2e.get("tuned") or {}
+    side = {k: e2e[k] for k in ("parallel_gpus", "by_gpu") if e2e.get(k)}  # --e2e-parallel: each GPU's pairs
     return {
         "model": model,
         "dtype": dtype,
@@ -108,6 +109,7 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "decode_speedup": e2e.get("decode_speedup"),
         "decode_interval": e2e.get("decode_interval"),
         "reps": e2e.get("reps"),
+        **side,
     }
 
 

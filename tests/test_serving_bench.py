@@ -92,6 +92,13 @@ def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
     eager = serving.targets({**row, "arm": "eager", "speedup": 0.995, "p99_ms": {"baseline": 20.0, "tuned": 21.0}})
     assert eager["tokens_per_s"] is False and eager["p99"] is False  # 5% slower beyond a 2% interval
     assert serving.targets({**row, "coverage": None, "p99_ms": {"baseline": None, "tuned": 1.0}})["coverage"] is None
+    assert "parallel_gpus" not in row and "by_gpu" not in row, "one GPU: nothing about lanes"
+    lanes = {
+        "parallel_gpus": [0, 1],
+        "by_gpu": {"0": {"pairs": 3, "speedup": 1.06}, "1": {"pairs": 2, "speedup": 1.08}},
+    }
+    side = serving.arm_row("qwen2-7b", "bf16", "graphs", {**got, **lanes}, held)
+    assert side["parallel_gpus"] == [0, 1] and side["by_gpu"]["1"] == {"pairs": 2, "speedup": 1.08}
 
 
 def test_a_dtype_or_arm_it_does_not_serve_is_refused_before_anything_runs(tmp_path):

@@ -342,7 +342,12 @@ def test_alternations_side_by_side_run_one_arm_on_each_gpu_at_once_and_pair_with
     scratch = tmp_path / "scratch"
     out = ab_test([sys.executable, str(script)], csv, scratch, reps=3, timeout_s=60, env=env, parallel_gpus=[0, 1])
     assert out["reps"] == 4 and out["parallel_gpus"] == [0, 1], "two rounds of two alternations"
-    assert "(medians of 4 alternating runs, side by side on 2 GPUs)" in summary_line(out)
+    assert "(medians of 4 alternating runs, side by side on 2 GPUs (x1.500 on GPU 0, x1.500 on GPU 1))" in (
+        summary_line(out)
+    )
+    assert [r["gpu"] for r in out["runs"]["tuned"]] == [0, 1, 0, 1], "each run names the GPU it ran on"
+    assert [r["tokens_per_s"] for r in out["runs"]["baseline"]] == [1000.0, 500.0] * 2, "the boards differ"
+    assert out["by_gpu"] == {"0": {"pairs": 2, "speedup": 1.5}, "1": {"pairs": 2, "speedup": 1.5}}
     assert out["tokens_speedup"] == pytest.approx(1.5) and out["interval"] == pytest.approx([1.5, 1.5])
     runs = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(gpu for _, gpu, _, _ in runs) == ["3"] * 4 + ["5"] * 4, "each run saw one GPU"

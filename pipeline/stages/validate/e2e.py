@@ -187,7 +187,8 @@ def ab_test(
             if len(lanes) == 1:
                 runs[name].append(timed_run(name, lanes[0][name], rep, timeout_s))
             else:
-                runs[name] += side_by_side(name, [lane[name] for lane in lanes], rep, timeout_s)
+                figures = side_by_side(name, [lane[name] for lane in lanes], rep, timeout_s)
+                runs[name] += [{**run, "gpu": gpu} for gpu, run in zip(parallel_gpus, figures, strict=True)]
         rep += len(lanes)
         atomic_write_json(scratch / CHECKPOINT, {"identity": identity, "runs": runs})
     reps = rep
@@ -239,6 +240,9 @@ def outcome(runs: dict[str, list[dict]]) -> dict:
             "pass_spread": _pass_spread(values),
         }
     out["wall_speedup"] = out["baseline"]["median_wall_s"] / out["tuned"]["median_wall_s"]
+    by_gpu = per_gpu(runs)
+    if by_gpu:
+        out["by_gpu"] = by_gpu
     if out["baseline"]["median_tokens_per_s"] and out["tuned"]["median_tokens_per_s"]:
         out["tokens_speedup"] = out["tuned"]["median_tokens_per_s"] / out["baseline"]["median_tokens_per_s"]
         spreads = [s for s in (out["baseline"]["tokens_spread"], out["tuned"]["tokens_spread"]) if s is not None]
@@ -324,6 +328,19 @@ def paired_ratios(runs: dict[str, list[dict]]) -> list[float]:
     return [b["wall_s"] / t["wall_s"] for b, t in zip(runs["baseline"], runs["tuned"], strict=False)]
 
 
+def per_gpu(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Side by side (``--e2e-parallel``), each GPU's own alternations: their count and the median of their paired
+    ratios, keyed by the GPU's index; boards that disagree beyond noise show here. Empty where the runs name no
+    GPU."""
+    gpus = sorted({r["gpu"] for r in runs["baseline"] if "gpu" in r})
+    out = {}
+    for gpu in gpus:
+        lane = {name: [r for r in values if r.get("gpu") == gpu] for name, values in runs.items()}
+        ratios = paired_ratios(lane)
+        out[str(gpu)] = {"pairs": len(ratios), "speedup": statistics.median(ratios) if ratios else None}
+    return out
+
+
 def interval(runs: dict[str, list[dict]]) -> tuple[float, float] | None:
     """The 95% interval of the paired ratio (``stats.ratio_bounds``: Student's t on the logs); None before two
     alternations."""
@@ -396,6 +413,8 @@ def summary_line(e2e: dict) -> str:
     if not e2e:
         return "not measured"
     side = f", side by side on {len(e2e['parallel_gpus'])} GPUs" if e2e.get("parallel_gpus") else ""
+    lanes = [f"x{v['speedup']:.3f} on GPU {g}" for g, v in (e2e.get("by_gpu") or {}).items() if v["speedup"]]
+    side += f" ({', '.join(lanes)})" if lanes else ""
     how = f"medians of {e2e['reps']} alternating runs{side}" + (
         {
             "runtime": ", tuned through pipeline.runtime",
