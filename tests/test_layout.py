@@ -288,6 +288,36 @@ def test_the_benchmarks_import_only_the_public_names():
                 assert "from pipeline.api import" in code.value, path.name
 
 
+def _expanded(name: str) -> list[str]:
+    """A cited file name with one ``{a,b}`` in it, as the shell expands it."""
+    head, brace, rest = name.partition("{")
+    if not brace:
+        return [name]
+    choices, _, tail = rest.partition("}")
+    return [head + choice + tail for choice in choices.split(",")]
+
+
+def test_every_benchmark_record_is_one_the_docs_cite_and_every_cited_record_is_there():
+    """``bench/results/`` keeps the records the README, bench/README.md and docs/ cite for a current figure, and
+    no other (a finished record leaves the tree; a doc cites it as ``<commit>:bench/results/...``); each record
+    they cite without a commit is there."""
+    import re
+
+    docs = [PACKAGE.parent / "README.md", BENCH / "README.md", *sorted((PACKAGE.parent / "docs").glob("*.md"))]
+    text = "\n".join(path.read_text() for path in docs)
+    cited = set()
+    for match in re.finditer(r"`([\w.{},\-]+\.json(?:\.gz)?)`|(?<![0-9a-f]:)bench/results/([\w.{},\-]+)", text):
+        name = (match.group(1) or match.group(2)).rstrip(".")
+        cited.update(_expanded(name))
+    records = {path.name for path in (BENCH / "results").iterdir()}
+    assert records <= cited, f"records no doc cites: {sorted(records - cited)}"
+    named_in_full = {
+        n for m in re.finditer(r"(?<![0-9a-f]:)bench/results/([\w.{},<>\-]+)", text) for n in _expanded(m.group(1))
+    }
+    missing = {n.rstrip(".") for n in named_in_full if "<" not in n} - records
+    assert not missing, f"cited records that are not in bench/results/: {sorted(missing)}"
+
+
 def test_every_public_name_is_defined_where_the_api_says():
     """Each entry of ``pipeline.api`` names a module and a top-level name it defines (read from the source, so
     the test needs neither torch nor nvmath); nothing private is public, and the module loads neither."""
