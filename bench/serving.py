@@ -79,6 +79,7 @@ def job_command(model: str, dtype: str, workdir: Path, args: argparse.Namespace)
         *(["--e2e-graphs-only"] if args.graphs_only else []),
         *(["--e2e-parallel"] if args.e2e_parallel else []),
         *(["--grid-budget", str(args.grid_budget)] if args.grid_budget else []),
+        *(["--e2e-max-reps", str(args.e2e_max_reps)] if args.e2e_max_reps else []),
     ]  # fmt: skip
 
 
@@ -270,6 +271,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--eager-reps", type=int, default=3)
     parser.add_argument("--e2e-reps", type=int, default=3, help="the job's end-to-end alternations (at least)")
+    parser.add_argument(
+        "--e2e-max-reps", type=int, default=0, help="the job's end-to-end alternations at most (0: the job's default)"
+    )
     parser.add_argument("--validate-rounds", type=int, default=7, help="the job's interleaved rounds per GEMM")
     parser.add_argument(
         "--e2e-parallel",

@@ -413,6 +413,7 @@ class Validate(ValidateParameters, StackBound):
             min_speedup=self.min_speedup,
             rounds=self.validate_rounds,
             e2e_reps=self.e2e_reps,
+            e2e_max_reps=self.e2e_cap(),
             workload_timeout_s=self.workload_timeout,
             workload_cmd=self.e2e_cmd or self.workload_cmd,
             has_workload=bool(self.e2e_cmd or self.workload_cmd or not self.untuned),

@@ -180,6 +180,8 @@ def test_tune_workload_dag_through_bench(tmp_path):
             gpus="1",
             validate_rounds="1",  # the report's figures are checked against the bench data; one round has them
             e2e_reps="2",  # the least that measures a spread for the end-to-end gate
+            # and no more: under the other tests' load the A/B cannot resolve 3% and would go on to 8 alternations
+            e2e_max_reps="2",
             # the library's search alone: Triton's first compiles would double this test, the suite's longest
             # (the Triton candidates in Bench: test_triton_bench_gpu; the README's main command, which
             # times them by default, runs on the device verbatim)

@@ -138,3 +138,28 @@ def test_the_job_runs_its_ab_side_by_side_on_its_gpus_when_asked(tmp_path, monke
     ab = json.loads((tmp_path / "w" / "p" / "validate" / "e2e.json").read_text())
     assert ab["parallel_gpus"] == [0, 1] and ab["reps"] == 2 and len(seen.read_text().split()) == 4
     assert "side by side on 2 GPUs" in proc.stdout
+
+
+def test_the_ab_stops_at_its_cap_and_a_cap_below_its_reps_is_refused_before_any_work(tmp_path):
+    """``--e2e-max-reps``: a workload too noisy to resolve a 3% effect is alternated up to the cap and no more,
+    and the line says it could not resolve; a cap below ``--e2e-reps`` is refused before any stage runs."""
+    counter = tmp_path / "runs.txt"
+    script = (
+        "n = len(open({path!r}).read()) if __import__('os').path.exists({path!r}) else 0\n"
+        "open({path!r}, 'a').write('x')\n"
+        "print(f'throughput: {{[100, 130, 80, 125, 90, 140][n % 6]}} tokens/s')\n"
+    ).format(path=str(counter))
+    workload = shlex.join([sys.executable, "-c", script])
+    few = first_gemms(tmp_path, UNTUNED, 2)
+    extra = ("--validate-rounds", "1", "--e2e-reps", "2", "--gpus", "1", "--workload-cmd", workload)
+    low = run_amd_dag(tmp_path, "low", "", "TuneWorkload", *extra, "--e2e-max-reps", "1", untuned=few, check=False)
+    assert low.returncode == 5, low.stderr[-2000:]
+    last = low.stderr.strip().splitlines()[-1]
+    assert "(exit 12, bad input)" in last and "--e2e-max-reps 1: below --e2e-reps 2" in last
+    assert not counter.exists() and not (tmp_path / "w" / "low" / "bench").exists(), "refused before any work"
+    capped = run_amd_dag(
+        tmp_path, "cap", "", "TuneWorkload", *extra, "--e2e-max-reps", "3", "--allow-e2e-regression", untuned=few
+    )
+    ab = json.loads((tmp_path / "w" / "cap" / "validate" / "e2e.json").read_text())
+    assert ab["reps"] == 3 and not ab["resolved"] and len(counter.read_text()) == 6, "three alternations, no more"
+    assert "cannot resolve a 3% effect after 3 alternations" in capped.stdout

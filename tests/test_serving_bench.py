@@ -27,7 +27,9 @@ def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
     assert all("--fp8" in c and "--arch qwen2-7b --layers 2" in c and "--requests 16" in c for c in (collect, ab))
     assert command[command.index("--m-grid") + 1] == "1,2,4,8" and command[command.index("--gpus") + 1] == "2"
     assert "--allow-e2e-regression" in command and "--fp8" not in serving.serve_command("llama", "bf16", 1, args)
-    assert "--e2e-graphs-only" not in command and "--grid-budget" not in command
+    assert "--e2e-graphs-only" not in command and "--grid-budget" not in command and "--e2e-max-reps" not in command
+    capped = serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--e2e-reps", "4", "--e2e-max-reps", "6"))
+    assert capped[capped.index("--e2e-max-reps") + 1] == "6"
     budgeted = serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--grid-budget", "6"))
     assert budgeted[budgeted.index("--grid-budget") + 1] == "6.0"
     assert "--e2e-graphs-only" in serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--graphs-only"))

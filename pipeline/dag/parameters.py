@@ -143,6 +143,14 @@ class ValidateParameters:
     )
     validate_rounds = counted(int, 1, 10000, default=7, description="interleaved rounds per GEMM")
     e2e_reps = counted(int, 1, 1000, default=3, description="alternating end-to-end runs per environment")
+    e2e_max_reps = counted(
+        int,
+        0,
+        100000,
+        default=0,
+        description="the most alternations the end-to-end A/B runs while its paired interval is wider than 3% "
+        "(0: four times --e2e-reps; --e2e-reps itself: no more than asked), which bounds its time",
+    )
     allow_e2e_regression = luigi.BoolParameter(
         default=False,
         description="ship a bundle even when the workload ran slower with it end to end (beyond the run-to-run spread, "
@@ -164,10 +172,24 @@ class ValidateParameters:
         description="the workload the end-to-end A/B runs (default: --workload-cmd); a serving workload on another "
         "seed than the collection's proves the bundle at token counts it never saw",
     )
+
+    def e2e_cap(self) -> int | None:
+        """The most alternations the end-to-end A/B may run (None: the A/B's own default, four times
+        ``--e2e-reps``); a cap below ``--e2e-reps`` is refused."""
+        if not self.e2e_max_reps:
+            return None
+        if self.e2e_max_reps < self.e2e_reps:
+            raise BadArguments(
+                f"--e2e-max-reps {self.e2e_max_reps}: below --e2e-reps {self.e2e_reps}, the alternations the A/B "
+                "runs at least; give at least that, or 0 (four times --e2e-reps)"
+            )
+        return self.e2e_max_reps
+
     made_from_params = (
         "min_speedup",
         "validate_rounds",
         "e2e_reps",
+        "e2e_max_reps",
         "gate_margin",
         "margin",
         "workload_cmd",

@@ -26,10 +26,12 @@ def _task(task: luigi.Task, family: str) -> luigi.Task:
 def preflight(task: luigi.Task) -> None:
     """What would fail the run after its costly stages, checked before any of them starts (in ``requires``,
     so Luigi runs nothing): the config settings, the tool the backend needs and the stack probe where Bench is
-    still to run, and the validator block the rows will carry while MergeResults is (where ``task`` has its
-    parameters).
+    still to run, the validator block the rows will carry while MergeResults is, and the end-to-end A/B's cap
+    (where ``task`` has their parameters).
     ``task`` is Bench or a task that inherits its parameters."""
     _task(task, "GenerateConfigs").settings()  # options no TensileLite takes (Validate reads the configs too)
+    if hasattr(task, "e2e_max_reps"):
+        _task(task, "Validate").e2e_cap()  # a cap on the A/B below its --e2e-reps
     if task.margin is not None:
         tuning = margin_value(task.margin, task.tune_margin)
         log.info("--margin %s sets --tune-margin %s and --gate-margin %s", task.margin, tuning, tuning)

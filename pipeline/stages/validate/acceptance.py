@@ -36,6 +36,7 @@ class AcceptanceSettings:
     min_speedup: float = 1.0
     rounds: int = 7
     e2e_reps: int = 3
+    e2e_max_reps: int | None = None  # the most alternations while unresolved (None: e2e.ab_test's default)
     workload_timeout_s: float = 3600.0
     workload_cmd: str = ""  # the user's workload; "" with ``has_workload``: the embedded one
     has_workload: bool = True
@@ -115,6 +116,7 @@ def accept(
                 settings.workload_timeout_s,
                 gpus=settings.e2e_gpus or gpu_count("Validate's end-to-end A/B"),
                 via=via,
+                max_reps=settings.e2e_max_reps,
                 runtime_flags=runtime_flags,
                 parallel_gpus=_gpus(settings) if settings.e2e_parallel else (),
             )
