@@ -103,6 +103,8 @@ def test_expand_keeps_what_ran_and_adds_the_grid():
     assert mgrid.expand([rotary], mgrid.SERVING) == ([mgrid.GridPoint(rotary, None, True)], "")  # tokens are its m
     line = mgrid.cost_line(mgrid.SERVING, len(points), 2, gpus=4)
     assert f"{len(points)} GEMMs to tune (2 the workload ran" in line and "on 4 GPUs" in line
+    assert "about 7 min of Bench on 1 GPU" in mgrid.cost_line(mgrid.SERVING, 100, 2)  # 4 s a GEMM
+    assert "about 3 min of Bench on 4 GPUs" in mgrid.cost_line(mgrid.SERVING, 150, 2, gpus=4), "not 2.5: 80% each"
 
 
 def test_a_grid_budget_drops_the_finest_points_the_workload_did_not_run_and_never_what_it_ran():

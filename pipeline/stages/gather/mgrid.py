@@ -37,6 +37,7 @@ CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's dec
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
 SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
+GPU_EFFICIENCY = 0.8  # of each GPU past the first: workers' start-up and Triton's compiles share the host
 
 GridSpec = str | tuple[int, ...]
 
@@ -208,10 +209,10 @@ def expand(
 
 def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1) -> str:
     """What the grid costs before Bench runs: ``gemms`` to tune (``seen`` of them the workload ran) and the
-    estimated minutes of Bench on ``gpus`` GPUs."""
+    estimated minutes of Bench on ``gpus`` GPUs (at ``GPU_EFFICIENCY`` each where there are several)."""
     name = spec if isinstance(spec, str) else ",".join(map(str, spec))
     gpus = max(1, gpus)
-    minutes = gemms * SECONDS_PER_PROBLEM / gpus / 60
+    minutes = gemms * SECONDS_PER_PROBLEM / (gpus if gpus == 1 else gpus * GPU_EFFICIENCY) / 60
     return (
         f"m-grid {name}: {gemms} GEMMs to tune ({seen} the workload ran, {gemms - seen} grid points), "
         f"about {minutes:.0f} min of Bench on {gpus} GPU{'s' if gpus > 1 else ''}"
