@@ -17,6 +17,7 @@ torch wrote round-trips byte for byte; ``format_key`` rebuilds the canonical key
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -95,8 +96,8 @@ _TYPES_RE = {
     1: re.compile(rf"(?P<a>{_T})"),
     3: re.compile(rf"(?P<a>{_T})_(?P<b>{_T})_(?P<c>{_T})"),
 }
-_DIM = r"[1-9][0-9]*|\*"
-_LD = r"0|[1-9][0-9]*|\*"  # torch records ld 0 for a one-column operand (compiled decode at batch 1, H100)
+_DIM = re.compile(r"[1-9][0-9]*|\*")
+_LD = re.compile(r"0|[1-9][0-9]*|\*")  # torch records ld 0 for a one-column operand (compiled decode at batch 1, H100)
 _HEAD_RE = re.compile(r"(?P<ta>[^_])(?P<tb>[^_])_(?P<m>[^_]*)_(?P<n>[^_]*)_(?P<k>[^_]*)")
 _BATCH_RE = re.compile(r"_B_(?P<batch>[^_]*)")
 _LD_RE = re.compile(r"_ld_(?P<lda>[^_]*)_(?P<ldb>[^_]*)_(?P<ldc>[^_]*)")
@@ -113,14 +114,16 @@ class TunableOpFormatError(BadInput):
     """A line that is not TunableOp grammar; the message starts with ``path:line:``."""
 
 
-def _dim(name: str, token: str, pattern: str = _DIM, what: str = "a positive") -> int | str:
-    if not re.fullmatch(pattern, token):
+def _dim(name: str, token: str, pattern: re.Pattern = _DIM, what: str = "a positive") -> int | str:
+    if not pattern.fullmatch(token):
         raise ValueError(f"{name} {token!r} is not {what} integer or '*'")
     return token if token == WILDCARD else int(token)
 
 
+@functools.lru_cache(maxsize=256)  # a file holds a few op signatures over thousands of rows
 def _parse_op_signature(op_signature: str) -> tuple[OpKind, str, dict[str, str]]:
-    """Return the op kind, its layout (e.g. ``"TN"``) and the dtype fields of the signature."""
+    """Return the op kind, its layout (e.g. ``"TN"``) and the dtype fields of the signature (read only: the
+    cache shares them)."""
     match = _OP_RE.fullmatch(op_signature)
     if not match:
         raise ValueError(f"op signature {op_signature!r} is not <Op>TunableOp_<dtype>_<layout>")
