@@ -382,6 +382,11 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
     assert out["reps"] == 2 * MORE_REPS and len(out["runs"]["tuned"]) == 2 * MORE_REPS and not out["resolved"]
     assert out["interval"][1] - out["interval"][0] > 0.03
     assert "cannot resolve a 3% effect after 8 alternations" in resolution_line(out)
+    two = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}  # side by side: a round makes two alternations
+    capped = ab_test(
+        [sys.executable, str(script)], csv, tmp_path / "u", 2, 60, env=two, max_reps=5, parallel_gpus=[0, 1]
+    )
+    assert capped["reps"] == 4 and not capped["resolved"], "whole rounds of two, never past the five at most"
     env["WOBBLE"] = "0"
     steady = ab_test([sys.executable, str(script)], csv, tmp_path / "t", reps=2, timeout_s=60, env=env)
     assert steady["reps"] == 2 and steady["resolved"] and steady["interval"] == [1.0, 1.0]

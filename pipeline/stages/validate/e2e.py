@@ -148,7 +148,7 @@ def ab_test(
     (``resolved``); medians, spread and that interval. ``via``: ``tunableop`` points torch at the bundle's
     results, ``runtime`` runs under pipeline.runtime (with ``runtime_flags``), and ``TUNABLEOP_AND_RUNTIME`` does
     both. Given two or more ``parallel_gpus``, a round runs an alternation on each of them at once, each shown
-    that GPU alone (``alternations.side_by_side``)."""
+    that GPU alone (``alternations.side_by_side``): ``reps`` rounds up to whole rounds, ``max_reps`` down."""
     base_env = {k: v for k, v in (env or os.environ).items() if not k.startswith("PYTORCH_TUNABLEOP_")}
     scratch = Path(scratch)
     scratch.mkdir(parents=True, exist_ok=True)
@@ -182,7 +182,7 @@ def ab_test(
         for stale in scratch.glob(e2e_runtime.STATUS_RECORDS):  # an earlier attempt's: these runs write their own
             stale.unlink()
     rep, most = len(runs["baseline"]), max(reps, max_reps if max_reps is not None else MORE_REPS * reps)
-    while rep < reps or (rep < most and not resolved(runs)):
+    while rep < reps or (rep + len(lanes) <= most and not resolved(runs)):  # whole rounds, never past ``most``
         for name in round_order(("baseline", "tuned"), rep // len(lanes)):
             if len(lanes) == 1:
                 runs[name].append(timed_run(name, lanes[0][name], rep, timeout_s))
