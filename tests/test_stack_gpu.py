@@ -177,5 +177,6 @@ def test_alternations_side_by_side_show_each_run_one_real_gpu(tmp_path):
         [sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=300, env=env, parallel_gpus=[0, 1]
     )
     assert out["reps"] == 2 and out["parallel_gpus"] == [0, 1] and out["tokens_speedup"] == pytest.approx(1.0)
+    assert [r["gpu"] for r in out["runs"]["tuned"]] == [0, 1] and sorted(out["by_gpu"]) == ["0", "1"]
     uuids = seen.read_text().split()
     assert len(uuids) == 4 and len(set(uuids)) == 2, "each lane on a board of its own"
