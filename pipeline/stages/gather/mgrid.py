@@ -37,7 +37,7 @@ CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's dec
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
 SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
-GPU_EFFICIENCY = 0.8  # of each GPU past the first: workers' start-up and Triton's compiles share the host
+GPU_EFFICIENCY = 0.8  # what each of several GPUs counts of one: workers' start-up and Triton's compiles share the host
 
 GridSpec = str | tuple[int, ...]
 
