@@ -367,9 +367,10 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
 
     counter = tmp_path / "runs"
     script = tmp_path / "workload.py"
-    script.write_text(
-        "import os, pathlib\n"
-        f"p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
+    script.write_text(  # each run counts itself under a lock: side by side, two run at once
+        "import fcntl, os\n"
+        f"f = open({str(counter)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.seek(0); n = len(f.read())\n"
+        "f.write('x'); f.close()\n"
         "wobble = float(os.environ.get('WOBBLE', '0'))\n"
         "tuned = 'PYTORCH_TUNABLEOP_FILENAME' in os.environ\n"
         "print(f'step p50 1.00 ms, p99 {2.5 if tuned else 3.0:.2f} ms')\n"
