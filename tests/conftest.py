@@ -19,6 +19,37 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False  # each test process caches its rewritten test modules (3.5 s of collecting)
     if not hasattr(config, "workerinput"):  # once, in the process that starts the others
         _compile_for_children()
+    else:
+        config.pluginmanager.register(_GroupSuffix(), "gemm-tune-xdist-groups")
+
+
+class _GroupSuffix:
+    """pytest-xdist's ``--dist loadgroup`` tells its scheduler a test's group by appending ``@<group>`` to the
+    test's id in each test process; from pytest 9.2 a test's id is a structured value that the write xdist
+    3.8 makes no longer reaches, and every group is silently spread over the processes (pytest-xdist issue
+    1386; its fix, PR 1388, is not released). After xdist's turn, this writes the same suffix where it did
+    not take, and does nothing where it did (pytest <= 9.1, a fixed xdist)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not config.getvalue("loadgroup"):
+            return
+        for item in items:
+            names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in
+                     item.iter_markers("xdist_group")}  # fmt: skip
+            if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+                _set_node_id(item, f"{item.nodeid}@{'_'.join(sorted(names))}")
+
+
+def _set_node_id(item: pytest.Item, nodeid: str) -> None:
+    """Give ``item`` the id ``nodeid`` where pytest keeps it: the structured ``_id`` (pytest >= 9.2), else the
+    string ``_nodeid`` xdist writes."""
+    from _pytest import nodes
+
+    if hasattr(item, "_id") and hasattr(nodes, "coerce_node_id"):
+        item._id = nodes.coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
 
 
 def _compile_for_children() -> None:
@@ -74,12 +105,21 @@ def _schedule_rank(item: pytest.Item) -> int:
     return 0 if long else 1 if gpu else 2
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether a test uses a module-scoped fixture of ours: its module's tests then run in one process, which
+    builds the fixture once (spread over three, a fixture of three CPU DAG runs was built two or three times)."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(d.scope == "module" for chain in defs.values() for d in chain)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_schedule_rank)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(pytest.mark.xdist_group(_gpu_group(item)))  # groups spread over the processes
+        elif _shares_a_module_fixture(item) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.module.__name__}"))
     if not any("gpu" in item.keywords for item in items):
         return
     reason = _gpu_reason()

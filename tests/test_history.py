@@ -30,7 +30,10 @@ def nights(tmp_path_factory):
     return tmp
 
 
-def test_every_validate_appends_its_run(nights):
+@pytest.mark.long  # the three nights are built once, in one process (conftest)
+def test_every_validate_appends_its_run(nights, request):
+    if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):  # pytest-xdist
+        assert request.node.nodeid.endswith("@module-tests.test_history"), "one process builds the nights"
     past = history.load(nights / "w")
     assert [r["run"] for r in past.runs] == ["night1", "night2", "night3"]
     assert len(past.gemms) == 3 * 4 and set(Counter(g["run"] for g in past.gemms).values()) == {4}
@@ -46,6 +49,7 @@ def test_every_validate_appends_its_run(nights):
     assert all(isinstance(g["kept"], bool) and isinstance(g["baseline_us"], float) for g in past.gemms), "typed"
 
 
+@pytest.mark.long  # the three nights are built once, in one process (conftest)
 def test_the_trend_marks_the_upgrade_with_the_defaults_own_speedup(nights, capsys):
     past = history.load(nights / "w")
     table = history.nights(past)
@@ -66,6 +70,7 @@ def test_the_trend_marks_the_upgrade_with_the_defaults_own_speedup(nights, capsy
     assert len(rows) == 12 and list(rows[0]) == list(history.GEMM_COLUMNS)
 
 
+@pytest.mark.long  # the three nights are built once, in one process (conftest)
 def test_the_report_shows_the_nights_and_what_the_upgrade_moved(nights):
     report = (nights / "w" / "night3" / "report" / "report.md").read_text()
     section = report.split("## Across nights", 1)[1].split("\n## ", 1)[0]
