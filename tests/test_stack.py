@@ -17,7 +17,7 @@ from pipeline.stages.bench.tune import problem_id
 from pipeline.stages.bench.tuned_cache import TUNED
 from pipeline.stages.run import fingerprint as fpmod
 
-from .helpers import UNTUNED, first_gemms
+from .helpers import DOUBLE, UNTUNED, first_gemms
 from .helpers import run_amd_dag as _amd_run
 
 GEMMS = 4  # of the Llama file's 12: what is tested is the keying, not the count
@@ -225,3 +225,26 @@ def test_the_probe_imports_torch_only_for_a_build_that_can_see_a_gpu(tmp_path, c
         assert out.returncode == 0, out.stderr
         facts = json.loads(out.stdout.splitlines()[-1])
         assert (facts["platform"], facts["torch"], facts["cuda"], facts["hip"]) == ("cpu", "9.9.0+test", None, None)
+
+
+@pytest.mark.parametrize(("cuda", "hip", "bench", "here"), [
+    (None, None, False, True),  # no GPU build of torch: read here, no interpreter started
+    ("13.0", None, False, False),  # a CUDA build is imported, in a process of its own
+    ("13.0", None, True, True),  # an AMD tool beside a CUDA torch: torch is not asked
+    (None, "6.4", True, False),  # a ROCm torch with an AMD tool: imported apart
+])  # fmt: skip
+def test_the_probe_starts_a_process_only_where_it_imports_torch(monkeypatch, cuda, hip, bench, here):
+    build = {"torch": "9.9.0+test", "cuda": cuda, "hip": hip}
+    monkeypatch.setattr(fpmod, "torch_build", lambda: build)
+    started = []
+
+    def child(argv, **_):
+        started.append(argv)
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"platform": "child"}) + "\n", "")
+
+    monkeypatch.setattr(fpmod.procs, "run", child)
+    facts = fpmod.probe(DOUBLE if bench else None)
+    assert (started == []) is here and (facts["platform"] == "child") is not here
+    if here:
+        assert (facts["torch"], facts["cuda"], facts["hip"]) == ("9.9.0+test", cuda, hip)
+        assert facts["platform"] == ("rocm" if bench else "cpu") and (facts.get("hipblaslt") is not None) is bench

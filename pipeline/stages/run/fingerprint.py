@@ -5,8 +5,9 @@ driver, tuning settings; with ``--triton`` also Triton's version and the kernels
 about another, so every stage from Bench on records the fingerprint it ran under (``<stage>/stack.json``) and
 is complete only under the same one; results are cached per fingerprint, their winners re-timed in each run.
 
-Probing the stack means importing a GPU build of torch and touching the GPU (seconds; a CPU-only build,
-which can see no GPU, is read from its ``version.py`` instead), so the facts are cached under a
+Probing the stack means importing a GPU build of torch and touching the GPU (seconds, in a process of its
+own, so that the run's never initialises a GPU; a CPU-only build, which can see no GPU, is read from its
+``version.py`` instead, in the run's process), so the facts are cached under a
 cheap signature (package versions, library files' sizes and times, driver version, the environment that
 steers the libraries), which is read without importing torch: a rerun with nothing changed costs a few
 file stats.
@@ -124,7 +125,14 @@ def signature(tool: str | None = None) -> str:
 
 
 def probe(bench: str | None = None, timeout_s: float = 300.0) -> dict:
-    """The stack facts, from a fresh process (this one never initialises a GPU)."""
+    """The stack facts: from a fresh process where probing imports torch (``imports_torch``: this one never
+    initialises a GPU), else here, as that process would (a CPU build of torch or none, and the bench asked
+    through a supervised run of its own), without an interpreter's start-up."""
+    if not imports_torch(bench):
+        try:
+            return probe_here(bench, timeout_s)
+        except PipelineError as err:
+            raise ProbeFailed(f"the stack probe failed: {one_line(err)}") from err
     argv = procs.worker_argv("stack-probe", *(["--bench", bench] if bench else []))
     try:
         proc = procs.run(argv, timeout_s=timeout_s, env=procs.with_package_on_path(os.environ))
@@ -241,13 +249,21 @@ def _cublaslt_version() -> int | None:
     return None
 
 
-def probe_here(bench: str | None = None) -> dict:
-    """Probe in this process: torch and its GPU, its BLAS libraries, and hipblaslt-bench when given."""
+def imports_torch(bench: str | None = None) -> bool:
+    """Whether probing imports torch: a build that can see a GPU (a CPU build is read from its ``version.py``),
+    and with an AMD tool a ROCm one only (an AMD tool's stack is ROCm's: a CUDA torch beside it is not asked)."""
+    build = torch_build()
+    gpu_build = build is not None and bool(build["cuda"] or build["hip"])
+    return gpu_build and (bench is None or bool(build["hip"]))
+
+
+def probe_here(bench: str | None = None, timeout_s: float = 600.0) -> dict:
+    """Probe in this process: torch and its GPU, its BLAS libraries, and hipblaslt-bench when given (each of
+    its runs within ``timeout_s``)."""
     facts: dict = {"platform": "cpu", "torch": None, "driver": driver_version(), "gpu_count": 0}
     build = torch_build()
     torch = None
-    gpu_build = build is not None and bool(build["cuda"] or build["hip"])  # a CPU build sees no GPU: no import
-    if gpu_build and (bench is None or build["hip"]):  # an AMD tool's stack is ROCm's: no CUDA torch
+    if imports_torch(bench):
         import torch
     elif build is not None:
         facts.update(build)
@@ -274,7 +290,11 @@ def probe_here(bench: str | None = None) -> dict:
     if bench:
         from ...backends.hipblaslt import HipblasltBackend
 
-        runtime = HipblasltBackend(0, bench).runtime()
+        backend = HipblasltBackend(0, bench, timeout_s=timeout_s)
+        try:
+            runtime = backend.runtime()
+        finally:
+            backend.close()
         facts.update(hipblaslt=runtime["hipblaslt_version"], hipblaslt_git=runtime["hipblaslt_git"])
         if facts["platform"] == "cpu":  # the bench's own device (a machine without a ROCm torch)
             facts.update(platform="rocm", gpu=runtime["name"], arch=runtime["arch"])
