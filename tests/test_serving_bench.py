@@ -193,9 +193,10 @@ def test_a_committed_serving_record_meets_the_targets_its_rows_say():
             else:
                 assert 0 <= row["coverage"] <= 1, path
             if row.get("runs"):  # a row kept from an unfinished job's alternations: its figures are theirs
-                assert row["tokens_per_s"]["tuned"] == ab_outcome(row["runs"])["tuned"]["median_tokens_per_s"]
-                assert row["decode_speedup"] == ab_outcome(row["runs"])["decode_speedup"], path
-                assert row["speedup"] == ab_outcome(row["runs"])["tokens_speedup"], f"{path}: the pairs' median"
+                ab = ab_outcome(row["runs"])
+                assert row["tokens_per_s"]["tuned"] == ab["tuned"]["median_tokens_per_s"]
+                assert row["decode_speedup"] == ab["decode_speedup"], path
+                assert row["speedup"] == ab["tokens_speedup"], f"{path}: the pairs' median"
                 assert row["interval"][0] <= row["speedup"] <= row["interval"][1], path
             else:  # an older row without its runs: the ratio of the arms' medians
                 ratio = row["tokens_per_s"]["tuned"] / row["tokens_per_s"]["baseline"]

@@ -128,7 +128,7 @@ def probe(bench: str | None = None, timeout_s: float = 300.0) -> dict:
     """The stack facts: from a fresh process where probing imports torch (``imports_torch``: this one never
     initialises a GPU), else here, as that process would (a CPU build of torch or none, and the bench asked
     through a supervised run of its own), without an interpreter's start-up."""
-    if not imports_torch(bench):
+    if not imports_torch(torch_build(), bench):
         try:
             return probe_here(bench, timeout_s)
         except PipelineError as err:
@@ -249,10 +249,10 @@ def _cublaslt_version() -> int | None:
     return None
 
 
-def imports_torch(bench: str | None = None) -> bool:
-    """Whether probing imports torch: a build that can see a GPU (a CPU build is read from its ``version.py``),
-    and with an AMD tool a ROCm one only (an AMD tool's stack is ROCm's: a CUDA torch beside it is not asked)."""
-    build = torch_build()
+def imports_torch(build: dict | None, bench: str | None = None) -> bool:
+    """Whether probing imports torch ``build`` (``torch_build``'s facts, None without torch): a build that can see
+    a GPU (a CPU build is read from its ``version.py``), and with an AMD tool a ROCm one only (an AMD tool's stack
+    is ROCm's: a CUDA torch beside it is not asked)."""
     gpu_build = build is not None and bool(build["cuda"] or build["hip"])
     return gpu_build and (bench is None or bool(build["hip"]))
 
@@ -263,7 +263,7 @@ def probe_here(bench: str | None = None, timeout_s: float = 600.0) -> dict:
     facts: dict = {"platform": "cpu", "torch": None, "driver": driver_version(), "gpu_count": 0}
     build = torch_build()
     torch = None
-    if imports_torch(bench):
+    if imports_torch(build, bench):
         import torch
     elif build is not None:
         facts.update(build)

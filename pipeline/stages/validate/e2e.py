@@ -230,8 +230,8 @@ def _pass_spread(runs: list[dict]) -> float | None:
 
 def outcome(runs: dict[str, list[dict]]) -> dict:
     """What the alternations ``runs`` measured: the paired interval and whether it resolves, per arm the medians
-    and spreads, the speedups of the medians (wall, tokens/s) with the larger spread as ``noise``, and the decode
-    steps' figures."""
+    and spreads, the wall-time speedup of the medians, the tokens/s speedup (``tokens_speedup``: the pairs'
+    median) with the larger spread as ``noise``, each GPU's pairs side by side, and the decode steps' figures."""
     out: dict = {}
     bounds = interval(runs)
     if bounds is not None:

@@ -84,7 +84,7 @@ def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
     shipped = [r for r in rows if r.n >= split.get(r.held_out_of, {}).get("lo", 0)]  # inside what the bundle serves
     worst_shipped = min(shipped, key=lambda r: r.speedup, default=None)
     unsure = [r for r in shipped if r.speedup < FLOOR]  # below the floor, but not beyond its noise: shipped
-    lowest = min(unsure, key=lambda r: r.speedup, default=None)
+    lowest = worst_shipped if unsure else None  # the lowest of them
     return {
         "seed": seed,
         "rows": len(rows),
