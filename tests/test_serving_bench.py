@@ -37,9 +37,9 @@ def test_the_job_collects_on_one_seed_and_serves_another_in_its_ab():
     assert "--e2e-parallel" in serving.job_command("qwen2-7b", "bf16", ROOT / "w", _args("--e2e-parallel"))
     assert "--layers 0" in serving.serve_command("qwen2-7b", "bf16", 1, serving.parse_args(["--out", "x.json"]))
     assert "--compile" not in collect + ab
-    assert all("--max-capture 512" in c for c in (collect, ab)), "512 + 32 tokens: vLLM's largest capture size"
-    small = serving.serve_command("llama", "bf16", 1, _args("--max-batched-tokens", "64", "--max-seqs", "8"))
-    assert "--max-capture 72" in small, "every step captured: 64 prompt and 8 decode tokens at most"
+    assert all("--max-capture 72" in c for c in (collect, ab)), "every step captured: 64 prompt and 8 decode tokens"
+    large = serving.serve_command("llama", "bf16", 1, _args("--max-batched-tokens", "512", "--max-seqs", "32"))
+    assert "--max-capture 512" in large, "512 + 32 tokens: vLLM's largest capture size"
     vllm_rule = serving.job_command("llama", "bf16", ROOT / "w", _args("--max-capture", "0"))
     assert "--max-capture" not in " ".join(vllm_rule), "0: the workload's own default"
     compiled = serving.job_command("llama3-8b", "bf16", ROOT / "w", _args("--compile"))
