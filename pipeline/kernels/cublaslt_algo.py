@@ -13,7 +13,14 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from nvmath.bindings import cublasLt as lt
+
+try:
+    from nvmath.bindings import cublasLt as lt
+except ImportError as err:  # the cuda extra is what brings it; the tuner and the runtime both import it here
+    raise ImportError(
+        f"cuBLASLt needs nvmath-python ({err}): pip install nvmath-python (the project's 'cuda' extra)",
+        name=err.name,  # what is missing stays readable to callers that skip on it
+    ) from err
 
 from . import space
 

@@ -11,13 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-try:
-    from nvmath.bindings import cublasLt as lt
-except ImportError as err:  # the cuda extra is what brings it
-    raise ImportError(f"the cuBLASLt backend needs nvmath-python ({err}): pip install -e '.[cuda]'") from err
-
 from ..problem import ROWWISE, GemmProblem
-from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, new_record, set_config, value_buffer
+from .cublaslt_algo import CONFIG_FIELDS, AlgoSpace, lt, new_record, set_config, value_buffer
 from .support import Unsupported
 from .torch_gemm import OperandSet, Shape
 
