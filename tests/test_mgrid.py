@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from pipeline.formats.tunableop import TunableOpEntry, format_key, parse_key
 from pipeline.problem import GemmProblem
 from pipeline.stages.gather import mgrid
-from pipeline.stages.gather.shapes import apply_grid, gather, read_shapes_json, write_shapes_json
+from pipeline.stages.gather.shapes import (
+    GatherResult,
+    ShapeRecord,
+    apply_grid,
+    gather,
+    read_shapes_json,
+    write_shapes_json,
+)
 
 from .helpers import UNTUNED
 
@@ -126,6 +133,43 @@ def test_a_grid_budget_drops_the_finest_points_the_workload_did_not_run_and_neve
     just, note = mgrid.expand(ran, mgrid.SERVING, budget_s=3 * cost)
     assert len(just) == 3 and "38 of 41 grid points dropped" in note and "and no other point" in note
     assert [mgrid.coarseness(m) for m in (64, 96, 128, 768, 48, 40, 1)] == [0, 2, 0, 1, 2, 3, 0]
+
+
+def test_where_what_ran_overruns_the_budget_its_finest_counts_are_seeded_not_dropped():
+    """A server's workload runs every capture size: the budget cannot drop them, so it seeds the finest (their
+    search starts from a neighbour's winner), keeping the powers of two and each weight's largest count searched."""
+    ran = [QKV.with_tokens(n) for n in mgrid.CAPTURE_SIZES if n <= 72]  # 1, 2, 4, 8, 16, ..., 72: 12 counts
+    searched, seeded = mgrid.SECONDS_PER_PROBLEM, mgrid.SECONDS_PER_SEEDED
+    steps = mgrid.expand(ran, mgrid.SERVING, budget_s=9 * searched + 3 * seeded)  # the steps of 8 seeded
+    assert sorted(p.problem.n for p in steps[0]) == [n.n for n in ran], "what ran stays, nothing else is added"
+    assert sorted(p.problem.n for p in steps[0] if p.seeded) == [24, 40, 56]  # not 72: the weight's largest
+    assert "3 of them (the steps of 8 between multiples of 16" in steps[1] and "about 1 min" in steps[1]
+    sixteens = mgrid.expand(ran, mgrid.SERVING, budget_s=8 * searched + 4 * seeded)
+    assert sorted(p.problem.n for p in sixteens[0] if p.seeded) == [24, 40, 48, 56] and "still" not in sixteens[1]
+    deep = mgrid.expand(ran, mgrid.SERVING, budget_s=5 * searched + 7 * seeded)
+    assert sorted(p.problem.n for p in deep[0] if not p.seeded) == [1, 2, 4, 8, 16, 32, 64, 72]
+    assert "still over the budget" in deep[1] and "all but the powers of two" in deep[1]
+    assert "(12 the workload ran, 3 of them seeded, 0 grid points), about 1 min" in mgrid.cost_line(
+        mgrid.SERVING, 12, 12, seeded=3
+    )
+
+
+def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path):
+    ran = {QKV.with_tokens(n) for n in (1, 8, 16, 24, 32)}
+    records = [ShapeRecord(p, *format_key(p), count=1) for p in sorted(ran, key=GemmProblem.sort_key)]
+    result = GatherResult(records, [], 5, [])
+    apply_grid(result, mgrid.SERVING, budget_s=1.0)  # less than any search: every count the budget can seed
+    seeded = [r for r in result.shapes if r.seeded]
+    assert seeded and all(r.seen and r.problem in ran and r.problem.n & (r.problem.n - 1) for r in seeded)
+    assert any("start from the winner of their weight's nearest searched count" in n for n in result.weight_notes)
+    write_shapes_json(tmp_path / "shapes.json", result)
+    again = read_shapes_json(tmp_path / "shapes.json")
+    assert [r.seeded for r in again] == [r.seeded for r in result.shapes]
+    rows = json.loads((tmp_path / "shapes.json").read_text())
+    rows[0]["seeded"] = "yes"
+    (tmp_path / "shapes.json").write_text(json.dumps(rows))
+    with pytest.raises(ValueError, match="row 0: seeded 'yes' is not true or false"):
+        read_shapes_json(tmp_path / "shapes.json")
 
 
 def test_apply_grid_gives_grid_points_no_weight(tmp_path):
@@ -330,6 +374,27 @@ def test_a_held_out_count_below_the_floor_within_its_noise_ships_and_the_report_
 
 
 @pytest.mark.long
+def test_a_count_the_budget_seeds_is_retimed_from_its_neighbours_winner_on_the_bench_double(tmp_path):
+    """Bench alone on the double: the workload ran 2, 3 and 128 tokens of one weight, and a budget under what
+    their searches cost seeds 3, which starts from the winner at 128 (its weight's nearest searched count)."""
+    from .helpers import run_amd_dag
+
+    untuned = tmp_path / "untuned.csv"
+    untuned.write_text("".join(f"GemmTunableOp_BFloat16_TN,tn_256_{n}_2048_ld_2048_2048_256\n" for n in (2, 3, 128)))
+    budget = ("--m-grid", "serving", "--grid-budget", "0.1")
+    done = run_amd_dag(tmp_path, "seeded", "", "Bench", *budget, untuned=untuned, target=None, rounds=None)
+    run = tmp_path / "w" / "seeded"
+    assert [(r.problem.n, r.seeded) for r in read_shapes_json(run / "shapes" / "shapes.json")] == [
+        (2, False),
+        (3, True),
+        (128, False),
+    ]
+    results = {r["problem"]["n"]: r for r in json.loads((run / "bench" / "results.json").read_text())}
+    assert sorted(results) == [2, 3, 128]
+    assert "grid point M = 128" in results[3]["origin"], results[3]["origin"]  # retimed or, losing, retuned
+    assert "(3 the workload ran, 1 of them seeded, 0 grid points)" in done.stdout + done.stderr
+
+
 def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     """The AMD DAG on the hipblaslt-bench double with a grid: GatherShapes writes the buckets, Validate times
     held-out counts, and the bundle holds a row at every count of every kept range (a split one from above its
@@ -470,6 +535,10 @@ def test_bench_searches_the_anchors_then_starts_every_other_grid_point_from_its_
     (anchors, _), (rest, sources) = calls
     assert anchors == [4, 6, 8, 5] and rest == [3, 12]  # powers of two, what ran, and what no family holds
     assert sources == {problem_id(QKV.with_tokens(3)): "grid point M = 4", twelve: "cached"}  # the cache first
+    calls.clear()  # a count the workload ran that the budget seeds is not an anchor: it starts from M = 8's winner
+    grid_seeds.tune_in_two_passes([*problems, rotary], {rotary}, tmp_path, tune, {}, {})
+    assert calls[0][0] == [4, 8, 5] and calls[1][0] == [3, 6, 12]
+    assert calls[1][1][problem_id(QKV.with_tokens(6))] == "grid point M = 8"
     previous, _ = grid_seeds.seeds([QKV.with_tokens(3), QKV.with_tokens(12)], problems[1:4], tmp_path)
     seeded = ProblemResult.from_json(previous[problem_id(QKV.with_tokens(3))])
     assert seeded.problem == QKV.with_tokens(3) and seeded.winner == "W4"  # the anchor above, at this size

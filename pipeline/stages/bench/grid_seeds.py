@@ -1,5 +1,6 @@
 """Bench over an M grid in two passes (``--m-grid``, docs/serving.md): the anchors first, the token counts the
-workload ran and the powers of two, each searched in full; then every other grid point, whose search starts by
+workload ran (but those ``--grid-budget`` seeds: ``mgrid.BudgetFit``) and the powers of two, each searched in
+full; then every other grid point, whose search starts by
 re-timing the winner of its weight's nearest anchor at or above it (the bucket that point would otherwise fall
 into), as ``base.tune`` re-times a cached winner: where that winner still beats torch's default by the margin
 there, no search runs; where it does not (or the library refuses it at that size), the point is searched in full.
@@ -19,10 +20,11 @@ from .tune import problem_id, result_path
 Tuner = Callable[[list[GemmProblem], dict[str, dict], dict[str, str]], None]  # problems, previous, sources
 
 
-def is_anchor(problem: GemmProblem, seen: Collection[GemmProblem]) -> bool:
-    """Searched in full: a problem the workload ran, one outside any family, or a power-of-two token count."""
+def is_anchor(problem: GemmProblem, searched: Collection[GemmProblem]) -> bool:
+    """Searched in full: a problem ``searched`` names (the workload ran it and no budget seeds it), one outside
+    any family, or a power-of-two token count."""
     n = problem.n
-    return problem in seen or problem.token_family() is None or not isinstance(n, int) or n & (n - 1) == 0
+    return problem in searched or problem.token_family() is None or not isinstance(n, int) or n & (n - 1) == 0
 
 
 def seeds(rest: Sequence[GemmProblem], anchors: Sequence[GemmProblem], out_dir: Path) -> tuple[dict, dict]:
@@ -50,7 +52,7 @@ def seeds(rest: Sequence[GemmProblem], anchors: Sequence[GemmProblem], out_dir: 
 
 def tune_in_two_passes(
     problems: Sequence[GemmProblem],
-    seen: Collection[GemmProblem],
+    searched: Collection[GemmProblem],
     out_dir: Path,
     tune: Tuner,
     previous: dict[str, dict],
@@ -58,8 +60,8 @@ def tune_in_two_passes(
 ) -> None:
     """Tune the anchors, then the rest seeded from them; a winner from the cache or an earlier stack
     (``previous``) is re-timed first as ever, before any neighbour's."""
-    anchors = [p for p in problems if is_anchor(p, seen)]
-    rest = [p for p in problems if not is_anchor(p, seen)]
+    anchors = [p for p in problems if is_anchor(p, searched)]
+    rest = [p for p in problems if not is_anchor(p, searched)]
     tune(anchors, previous, sources)
     if rest:
         seeded, seeded_from = seeds(rest, anchors, out_dir)

@@ -65,8 +65,9 @@ class HostBench:
             if spec == mgrid.EXACT:
                 run(list(problems), previous, sources)
                 return
-            seen = {record.problem for record in shapes if record.seen}
-            log.info("%s", mgrid.cost_line(spec, len(problems), len(seen & set(problems)), len(self.gpus)))
-            grid_seeds.tune_in_two_passes(problems, seen, out, run, previous, sources)
+            seen = {record.problem for record in shapes if record.seen} & set(problems)
+            seeded = {record.problem for record in shapes if record.seeded} & seen
+            log.info("%s", mgrid.cost_line(spec, len(problems), len(seen), len(self.gpus), len(seeded)))
+            grid_seeds.tune_in_two_passes(problems, seen - seeded, out, run, previous, sources)
 
         return tuned_cache.tune_through_cache(list(problems), out, self.workdir, self.stack, tune_pending)

@@ -37,6 +37,7 @@ CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's dec
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
 SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
+SECONDS_PER_SEEDED = 1.5  # one started from a neighbour's winner: its verdicts alone, where it holds (docs/serving.md)
 GPU_EFFICIENCY = 0.8  # what each of several GPUs counts of one: workers' start-up and Triton's compiles share the host
 
 GridSpec = str | tuple[int, ...]
@@ -136,6 +137,7 @@ class GridPoint:
     problem: GemmProblem
     bucket: tuple[int, int] | None
     seen: bool
+    seeded: bool = False  # the workload ran it, but --grid-budget starts its search from a neighbour's winner
 
 
 def coarseness(m: int) -> int:
@@ -148,36 +150,82 @@ def coarseness(m: int) -> int:
     return 2 if m % 16 == 0 else 3
 
 
+@dataclass(frozen=True)
+class BudgetFit:
+    """What ``fit_budget`` keeps: the finest ``coarseness`` of the grid points the workload did not run that
+    are tuned (-1: none), the finest of the counts it ran that are searched in full (the others, seeded, start
+    from their weight's nearest searched count's winner; 3: all searched), and the note of what it gave up."""
+
+    finest: int = 3
+    searched: int = 3
+    note: str = ""
+
+    def keeps(self, m: int, ran: Collection[int]) -> bool:
+        return m in ran or coarseness(m) <= self.finest
+
+    def seeds(self, m: int, ran: Collection[int]) -> bool:
+        """Whether ``m``, a count the workload ran, starts from a neighbour's winner: finer than ``searched``
+        and not its weight's largest count (every weight keeps one count searched in full)."""
+        return m in ran and coarseness(m) > self.searched and m != max(ran)
+
+
+def _bench_seconds(
+    grids: Mapping[GemmProblem, tuple[list[int], Collection[int]]], others: int, fit: BudgetFit
+) -> tuple[float, int, int]:
+    """Bench's estimated seconds on one GPU for ``fit``, with the GEMMs it tunes and how many of them are seeded."""
+    kept = seeded = 0
+    for points, ran in grids.values():
+        kept += sum(fit.keeps(m, ran) for m in points)
+        seeded += sum(fit.seeds(m, ran) for m in points)
+    seconds = (others + kept - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
+    return seconds, others + kept, seeded
+
+
 def fit_budget(
     grids: Mapping[GemmProblem, tuple[list[int], Collection[int]]], budget_s: float, others: int = 0
-) -> tuple[int, str]:
-    """The finest ``coarseness`` of grid points the workload did not run that keeps the grids (family ->
-    (points, the counts it ran)) and ``others`` GEMMs outside any family within ``budget_s`` of Bench on one GPU
-    at ``SECONDS_PER_PROBLEM`` a GEMM, and a note of what it dropped ("" where all fit). The counts a workload
-    ran are never dropped; where they alone overrun the budget the note says so and every other point goes
-    (-1)."""
-    for finest in (3, 2, 1, 0, -1):
-        in_grids = (1 for points, seen in grids.values() for m in points if m in seen or coarseness(m) <= finest)
-        kept = others + sum(in_grids)
-        if kept * SECONDS_PER_PROBLEM <= budget_s or finest == -1:
-            break
+) -> BudgetFit:
+    """What keeps the grids (family -> (points, the counts it ran)) and ``others`` GEMMs outside any family
+    within ``budget_s`` of Bench on one GPU (``SECONDS_PER_PROBLEM`` a GEMM searched, ``SECONDS_PER_SEEDED`` one
+    seeded). First the grid points the workload did not run go, finest first; where the counts it ran alone
+    overrun the budget, those go no further: they are seeded instead, finest first, down to the powers of two
+    and each weight's largest count, which stay searched in full. Where even that overruns, the note says so."""
     total = others + sum(len(points) for points, _ in grids.values())
-    if kept == total:
-        return 3, ""
+    for finest in (3, 2, 1, 0, -1):
+        seconds, kept, _ = _bench_seconds(grids, others, BudgetFit(finest))
+        if seconds <= budget_s:
+            break
     minutes = f"{budget_s / 60:g} min"
-    if kept * SECONDS_PER_PROBLEM > budget_s:
-        alone = kept * SECONDS_PER_PROBLEM / 60
-        return -1, (
+    if seconds <= budget_s:
+        if kept == total:
+            return BudgetFit()
+        kind = {2: "the multiples of 16", 1: "the multiples of 64 and the ladder", 0: "the powers of two"}.get(
+            finest, "no other point"
+        )
+        return BudgetFit(finest, note=(
+            f"--grid-budget {minutes}: {total - kept} of {total} grid points dropped to fit; the grid keeps what the "
+            f"workload ran and {kind} (their buckets widen to the next point kept)"
+        ))  # fmt: skip
+    alone = seconds / 60
+    for searched in (2, 1, 0):
+        fit = BudgetFit(-1, searched)
+        seconds, kept, seeded = _bench_seconds(grids, others, fit)
+        if seconds <= budget_s:
+            break
+    if not seeded:
+        return BudgetFit(-1, 3, (
             f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one "
             "GPU by themselves; no other grid point is tuned"
-        )
-    kind = {2: "the multiples of 16", 1: "the multiples of 64 and the ladder", 0: "the powers of two"}.get(
-        finest, "no other point"
+        ))  # fmt: skip
+    which = {2: "the steps of 8 between multiples of 16", 1: "all but the multiples of 64 and the ladder"}.get(
+        searched, "all but the powers of two"
     )
-    return finest, (
-        f"--grid-budget {minutes}: {total - kept} of {total} grid points dropped to fit; the grid keeps what the "
-        f"workload ran and {kind} (their buckets widen to the next point kept)"
-    )
+    over = "" if seconds <= budget_s else ": still over the budget"
+    return BudgetFit(-1, searched, (
+        f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one GPU "
+        f"searched in full; {seeded} of them ({which}, each weight's largest count aside) start from the winner of "
+        f"their weight's nearest searched count instead, searched only where it no longer beats torch's default: "
+        f"about {seconds / 60:.0f} min{over}; no other grid point is tuned"
+    ))  # fmt: skip
 
 
 def expand(
@@ -196,25 +244,28 @@ def expand(
         else:
             families.setdefault(fam, {})[problem.n] = problem  # type: ignore[index]
     grids = {fam: (grid_points(spec, members, m_max), members.keys()) for fam, members in families.items()}
-    finest, note = fit_budget(grids, budget_s, len(points)) if budget_s else (3, "")
+    fit = fit_budget(grids, budget_s, len(points)) if budget_s else BudgetFit()
     for fam, members in families.items():
-        grid = [m for m in grids[fam][0] if m in members or coarseness(m) <= finest]
+        grid = [m for m in grids[fam][0] if fit.keeps(m, members)]
         any_member = next(iter(members.values()))
         for m, bucket in buckets(grid, spec).items():
             problem = members.get(m) or any_member.with_tokens(m)
             if problem is not None:
-                points.append(GridPoint(problem, bucket, m in members))
-    return points, note
+                points.append(GridPoint(problem, bucket, m in members, fit.seeds(m, members)))
+    return points, fit.note
 
 
-def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1) -> str:
-    """What the grid costs before Bench runs: ``gemms`` to tune (``seen`` of them the workload ran) and the
-    estimated minutes of Bench on ``gpus`` GPUs (at ``GPU_EFFICIENCY`` each where there are several)."""
+def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1, seeded: int = 0) -> str:
+    """What the grid costs before Bench runs: ``gemms`` to tune (``seen`` of them the workload ran, ``seeded`` of
+    those started from a neighbour's winner) and the estimated minutes of Bench on ``gpus`` GPUs (at
+    ``GPU_EFFICIENCY`` each where there are several)."""
     name = spec if isinstance(spec, str) else ",".join(map(str, spec))
     gpus = max(1, gpus)
-    minutes = gemms * SECONDS_PER_PROBLEM / (gpus if gpus == 1 else gpus * GPU_EFFICIENCY) / 60
+    seconds = (gemms - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
+    minutes = seconds / (gpus if gpus == 1 else gpus * GPU_EFFICIENCY) / 60
+    started = f", {seeded} of them seeded" if seeded else ""
     return (
-        f"m-grid {name}: {gemms} GEMMs to tune ({seen} the workload ran, {gemms - seen} grid points), "
+        f"m-grid {name}: {gemms} GEMMs to tune ({seen} the workload ran{started}, {gemms - seen} grid points), "
         f"about {minutes:.0f} min of Bench on {gpus} GPU{'s' if gpus > 1 else ''}"
     )
 

@@ -43,6 +43,7 @@ class ShapeRecord:
     time_share: float | None = None  # share of the workload's baseline GEMM time; None: unknown
     per_call_us: float | None = None  # baseline time of one call, as collection measured it
     bucket: tuple[int, int] | None = None  # the token counts its winner serves (``mgrid``); None: its own alone
+    seeded: bool = False  # ran, but --grid-budget starts its search from a neighbour's winner (``mgrid.BudgetFit``)
 
     @property
     def seen(self) -> bool:
@@ -82,6 +83,7 @@ class ShapeRecord:
             "solution": self.solution,
             "sources": self.sources,
             "bucket": list(self.bucket) if self.bucket else None,
+            "seeded": self.seeded,
         }
 
     @classmethod
@@ -99,7 +101,14 @@ class ShapeRecord:
             row.get("time_share"),
             row.get("per_call_us"),
             _bucket(row.get("bucket"), problem),
+            _flag(row.get("seeded", False), "seeded"),
         )
+
+
+def _flag(value: object, name: str) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"{name} {value!r} is not true or false")
+    return value
 
 
 def _bucket(value: object, problem: GemmProblem) -> tuple[int, int] | None:
@@ -182,11 +191,12 @@ def apply_grid(
         if record is None:
             record = ShapeRecord(point.problem, *format_key(point.problem), count=0, calls=0)
             record.time_share = 0.0 if shares_known else None
-        record.bucket = point.bucket
+        record.bucket, record.seeded = point.bucket, point.seeded
         shapes.append(record)
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
     result.weight_notes += [note for note in (dropped,) if note]
-    result.weight_notes.append(mgrid.cost_line(spec, len(points), sum(point.seen for point in points)))
+    seen, seeded = sum(point.seen for point in points), sum(point.seeded for point in points)
+    result.weight_notes.append(mgrid.cost_line(spec, len(points), seen, seeded=seeded))
 
 
 def expand_inputs(specs: Iterable[str]) -> list[Path]:
