@@ -139,6 +139,21 @@ def json_or_none(path: Path) -> dict | None:
     return load_json(path) if path.exists() else None
 
 
+def bench_figures(run: Path) -> dict:
+    """What Bench's own record says once Bench has run (``bench/summary.json``; nothing before): its problems, its
+    tuning seconds summed over the problems, and how each result came (``origin``: searched, from this stack's
+    cache, ``retimed``: a neighbour's or an earlier stack's winner that still won, ``retuned``: searched after it
+    lost)."""
+    summary = json_or_none(run / "bench" / "summary.json")
+    if summary is None:
+        return {}
+    return {
+        "bench_problems": summary.get("problems"),
+        "bench_tuning_s": summary.get("tuning_s"),
+        "bench_origin": summary.get("origin"),
+    }
+
+
 def run_dir_figures(run: Path) -> tuple[dict, dict | None, dict, Path]:
     """A finished job's A/B, held-out record, report summary and bundle (a refused one where it was refused)."""
     validate = run / "validate"
@@ -172,6 +187,7 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         "bench_s": (summary.get("stage_seconds") or {}).get("Bench"),
         "gemms": summary.get("gemms"),
         "kept": summary.get("kept"),
+        **bench_figures(run),
     }
     if "graphs" in args.arms:
         row = arm_row(model, dtype, "graphs", e2e, held)
@@ -204,6 +220,7 @@ def unfinished_row(model: str, dtype: str, run: Path, args: argparse.Namespace, 
         model, dtype, "graphs", {**ab, "coverage": ab.get("coverage") or {"graphs_only": args.graphs_only}}, held
     )
     job = {"verdict": gate.get("message"), "bench_s": None, "gemms": None, "kept": len(gate.get("kept", []))}
+    job.update(bench_figures(run))
     stopped = {"unfinished": f"{why}, after {ab['reps']} alternations", "runs": ab["runs"]}
     return {**row, "job": job, "targets": targets(row), **stopped}
 

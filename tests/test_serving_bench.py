@@ -163,6 +163,7 @@ def test_a_job_stopped_in_its_ab_leaves_a_row_of_the_alternations_it_finished(tm
     assert row["unfinished"].endswith("after 3 alternations") and row["runs"] == runs and row["reps"] == 3
     assert row["decode_speedup"] == pytest.approx(1.101, abs=1e-3) and row["tokens_per_s"]["tuned"] == 411.0
     assert row["held_out_worst"] == 0.985 and row["job"]["kept"] == 2 and row["coverage"] is None
+    assert "bench_problems" not in row["job"] and "bench_origin" not in row["job"], "no record of Bench yet"
     assert row["targets"]["decode_tokens_per_s"] is True and row["coverage_counted"] == "graph captures only"
     coverage = {"unseen_calls": 12, "unseen_tuned_calls": 9, "unseen_us": 100.0, "unseen_tuned_us": 96.0}
     for pid, calls in (("", 12), (".7", 0)):  # the tuned runs' status records, one with no call at unseen M
@@ -170,8 +171,15 @@ def test_a_job_stopped_in_its_ab_leaves_a_row_of_the_alternations_it_finished(tm
         (run / "validate" / "e2e-runtime" / f"runtime{pid}.json").write_text(json.dumps(status))
     with pytest.raises(RuntimeError):
         serving.recorded(out, {"rows": []}, serving.measure("qwen2-7b", "bf16", tmp_path / "w", args))
+    origin = {"tuned": 70, "cache": 0, "retimed": 25, "retuned": 5}
+    (run / "bench").mkdir()
+    (run / "bench" / "summary.json").write_text(json.dumps({"problems": 100, "tuning_s": 250.0, "origin": origin}))
+    with pytest.raises(RuntimeError):
+        serving.recorded(out, {"rows": []}, serving.measure("qwen2-7b", "bf16", tmp_path / "w", args))
     (row,) = json.loads(out.read_text())["rows"]
     assert row["coverage"] == pytest.approx(192 / 200) and row["unseen_calls"] == 12, "summed over the records"
+    assert row["job"]["bench_problems"] == 100 and row["job"]["bench_tuning_s"] == 250.0
+    assert row["job"]["bench_origin"] == origin
     assert row["coverage_counted"] == "graph captures only" and row["targets"]["coverage"] is True
     (run / "validate" / "e2e-runtime" / "alternations.json").unlink()
     with pytest.raises(RuntimeError):
