@@ -154,6 +154,17 @@ def test_where_what_ran_overruns_the_budget_its_finest_counts_are_seeded_not_dro
     )
 
 
+@given(st.sets(st.integers(1, 600), min_size=1, max_size=40), st.floats(1, 2000))
+def test_a_budget_keeps_every_count_that_ran_and_seeds_none_it_must_search(ran, budget_s):
+    points, note = mgrid.expand([QKV.with_tokens(n) for n in ran], mgrid.SERVING, budget_s=budget_s)
+    assert ran <= {p.problem.n for p in points}, "what ran is never dropped"
+    seeded = {p.problem.n for p in points if p.seeded}
+    assert seeded <= ran and max(ran) not in seeded and not any(n & (n - 1) == 0 for n in seeded)
+    searched = len(points) - len(seeded)
+    fits = searched * mgrid.SECONDS_PER_PROBLEM + len(seeded) * mgrid.SECONDS_PER_SEEDED <= budget_s
+    assert fits or "still over the budget" in note or "by themselves" in note, note
+
+
 def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path):
     ran = {QKV.with_tokens(n) for n in (1, 8, 16, 24, 32)}
     records = [ShapeRecord(p, *format_key(p), count=1) for p in sorted(ran, key=GemmProblem.sort_key)]
