@@ -252,7 +252,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     # the request mix of the record's rows; a vLLM-sized one (--requests 128 --max-seqs 32 --prompt-max 512
     # --output-max 128 --max-batched-tokens 512) runs every capture size to 512: a 454-GEMM grid for the Qwen2-7B
-    # shape in FP8, about 23 minutes of Bench on one GPU by the per-problem times measured (docs/serving.md)
+    # shape in FP8, about 30 minutes of Bench on one GPU, 25 under --grid-budget 10 (measured: docs/serving.md)
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--max-seqs", type=int, default=8)
     parser.add_argument("--prompt-max", type=int, default=64)

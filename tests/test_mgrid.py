@@ -4,6 +4,7 @@ serves, the rows a bundle ships for them, and the refusal of values the pipeline
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -149,9 +150,17 @@ def test_where_what_ran_overruns_the_budget_its_finest_counts_are_seeded_not_dro
     deep = mgrid.expand(ran, mgrid.SERVING, budget_s=5 * searched + 7 * seeded)
     assert sorted(p.problem.n for p in deep[0] if not p.seeded) == [1, 2, 4, 8, 16, 32, 64, 72]
     assert "still over the budget" in deep[1] and "all but the powers of two" in deep[1]
+    assert "on 2 GPUs: --gpus 2)" in deep[1], "8 searched and 4 seeded overrun it on one GPU, not on two"
     assert "(12 the workload ran, 3 of them seeded, 0 grid points), about 1 min" in mgrid.cost_line(
         mgrid.SERVING, 12, 12, seeded=3
     )
+
+
+def test_an_overrun_budget_names_the_fewest_gpus_that_would_fit_it():
+    """The vLLM-sized Qwen2-7B FP8 grid seeded: about 25 minutes on one GPU against a 10-minute budget."""
+    assert mgrid.gpus_to_fit(25 * 60, 10 * 60) == " (about 8 min of wall time on 4 GPUs: --gpus 4)"  # 3 give 10.4
+    assert mgrid.gpus_to_fit(100 * 60, 10 * 60) == "", "no count up to 8 fits: nothing to suggest"
+    assert mgrid.gpus_to_fit(60 * 60, 10 * 60, most=16) == " (about 9 min of wall time on 8 GPUs: --gpus 8)"
 
 
 @given(st.sets(st.integers(1, 600), min_size=1, max_size=40), st.floats(1, 2000))
@@ -161,8 +170,13 @@ def test_a_budget_keeps_every_count_that_ran_and_seeds_none_it_must_search(ran, 
     seeded = {p.problem.n for p in points if p.seeded}
     assert seeded <= ran and max(ran) not in seeded and not any(n & (n - 1) == 0 for n in seeded)
     searched = len(points) - len(seeded)
-    fits = searched * mgrid.SECONDS_PER_PROBLEM + len(seeded) * mgrid.SECONDS_PER_SEEDED <= budget_s
-    assert fits or "still over the budget" in note or "by themselves" in note, note
+    seconds = searched * mgrid.SECONDS_PER_PROBLEM + len(seeded) * mgrid.SECONDS_PER_SEEDED
+    assert seconds <= budget_s or "still over the budget" in note or "by themselves" in note, note
+    gpus = re.search(r"--gpus (\d+)\)", note)
+    if gpus:  # the fewest that fit: one fewer would not
+        g = int(gpus.group(1))
+        assert seconds > budget_s and seconds / (g * mgrid.GPU_EFFICIENCY) <= budget_s, note
+        assert g == 2 or seconds / ((g - 1) * mgrid.GPU_EFFICIENCY) > budget_s, note
 
 
 def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path):

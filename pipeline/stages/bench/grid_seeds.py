@@ -4,7 +4,8 @@ full; then every other grid point, whose search starts by
 re-timing the winner of its weight's nearest anchor at or above it (the bucket that point would otherwise fall
 into), as ``base.tune`` re-times a cached winner: where that winner still beats torch's default by the margin
 there, no search runs; where it does not (or the library refuses it at that size), the point is searched in full.
-Neighbouring token counts mostly share a winner, so most of a serving grid costs a verdict instead of a search.
+It saves the search, not the verdicts, which are most of a search's time: on the vLLM-sized Qwen2-7B FP8 grid a
+seeded count took 3.0 s against 4.1 s searched (docs/serving.md, "What seeding saves").
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's dec
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
 SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
-SECONDS_PER_SEEDED = 1.5  # one started from a neighbour's winner: its verdicts alone, where it holds (docs/serving.md)
+SECONDS_PER_SEEDED = 3.0  # one started from a neighbour's winner: two verdicts where it holds, one and a search where
+# not; about 3 s either way on one H200 (docs/serving.md)
 GPU_EFFICIENCY = 0.8  # what each of several GPUs counts of one: workers' start-up and Triton's compiles share the host
 
 GridSpec = str | tuple[int, ...]
@@ -214,18 +215,27 @@ def fit_budget(
     if not seeded:
         return BudgetFit(-1, 3, (
             f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one "
-            "GPU by themselves; no other grid point is tuned"
+            f"GPU by themselves{gpus_to_fit(seconds, budget_s)}; no other grid point is tuned"
         ))  # fmt: skip
     which = {2: "the steps of 8 between multiples of 16", 1: "all but the multiples of 64 and the ladder"}.get(
         searched, "all but the powers of two"
     )
-    over = "" if seconds <= budget_s else ": still over the budget"
+    over = "" if seconds <= budget_s else f": still over the budget{gpus_to_fit(seconds, budget_s)}"
     return BudgetFit(-1, searched, (
         f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one GPU "
         f"searched in full; {seeded} of them ({which}, each weight's largest count aside) start from the winner of "
         f"their weight's nearest searched count instead, searched only where it no longer beats torch's default: "
         f"about {seconds / 60:.0f} min{over}; no other grid point is tuned"
     ))  # fmt: skip
+
+
+def gpus_to_fit(seconds: float, budget_s: float, most: int = 8) -> str:
+    """Where ``seconds`` of Bench on one GPU overrun ``budget_s``, the fewest GPUs (at ``GPU_EFFICIENCY`` each, up
+    to ``most``) that would bring its wall time within it, as the note's clause; empty where none would."""
+    fits = next((g for g in range(2, most + 1) if seconds / (g * GPU_EFFICIENCY) <= budget_s), None)
+    if fits is None:
+        return ""
+    return f" (about {seconds / (fits * GPU_EFFICIENCY) / 60:.0f} min of wall time on {fits} GPUs: --gpus {fits})"
 
 
 def expand(
