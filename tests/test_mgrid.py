@@ -418,6 +418,9 @@ def test_a_count_the_budget_seeds_is_retimed_from_its_neighbours_winner_on_the_b
     assert sorted(results) == [2, 3, 128]
     assert "grid point M = 128" in results[3]["origin"], results[3]["origin"]  # retimed or, losing, retuned
     assert "(3 the workload ran, 1 of them seeded, 0 grid points)" in done.stdout + done.stderr
+    counts = [tuple(map(int, m)) for m in re.findall(r"Bench \[[#.]+\] (\d+)/(\d+)", done.stderr)]
+    assert counts and {total for _, total in counts} == {3}, counts  # the two passes count as one, not 2 then 1
+    assert [d for d, _ in counts] == sorted(d for d, _ in counts), counts
 
 
 def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):

@@ -17,7 +17,7 @@ from ..gather.shapes import read_shapes_json
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
 from . import grid_seeds, tuned_cache
-from .tune import run_shards
+from .tune import pending, run_shards
 
 log = logging.getLogger("pipeline")
 
@@ -45,6 +45,10 @@ class HostBench:
         buckets = {record.problem: record.bucket for record in shapes if record.bucket}
         out = self.layout.bench
 
+        def overall(_done: int, _total: int) -> None:  # a grid's two passes count as one: results among them all
+            if progress:
+                progress(len(problems) - len(pending(problems, out)), len(problems))
+
         def run(part: list, previous: dict, sources: dict) -> None:
             run_shards(
                 part,
@@ -52,7 +56,7 @@ class HostBench:
                 self.gpus,
                 self.settings,
                 self.factory,
-                progress,
+                overall,
                 self.options,
                 previous,
                 sources,
