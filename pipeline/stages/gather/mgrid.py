@@ -170,6 +170,16 @@ class BudgetFit:
         return m in ran and coarseness(m) > self.searched and m != max(ran)
 
 
+def bench_seconds(gemms: int, seeded: int = 0) -> float:
+    """Bench's estimated seconds on one GPU for ``gemms``, ``seeded`` of them started from a neighbour's winner."""
+    return (gemms - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
+
+
+def wall_seconds(seconds: float, gpus: int) -> float:
+    """``seconds`` of Bench on one GPU spread over ``gpus`` (at ``GPU_EFFICIENCY`` each where there are several)."""
+    return seconds if gpus <= 1 else seconds / (gpus * GPU_EFFICIENCY)
+
+
 def _bench_seconds(
     grids: Mapping[GemmProblem, tuple[list[int], Collection[int]]], others: int, fit: BudgetFit
 ) -> tuple[float, int, int]:
@@ -178,8 +188,7 @@ def _bench_seconds(
     for points, ran in grids.values():
         kept += sum(fit.keeps(m, ran) for m in points)
         seeded += sum(fit.seeds(m, ran) for m in points)
-    seconds = (others + kept - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
-    return seconds, others + kept, seeded
+    return bench_seconds(others + kept, seeded), others + kept, seeded
 
 
 def fit_budget(
@@ -232,10 +241,10 @@ def fit_budget(
 def gpus_to_fit(seconds: float, budget_s: float, most: int = 8) -> str:
     """Where ``seconds`` of Bench on one GPU overrun ``budget_s``, the fewest GPUs (at ``GPU_EFFICIENCY`` each, up
     to ``most``) that would bring its wall time within it, as the note's clause; empty where none would."""
-    fits = next((g for g in range(2, most + 1) if seconds / (g * GPU_EFFICIENCY) <= budget_s), None)
+    fits = next((g for g in range(2, most + 1) if wall_seconds(seconds, g) <= budget_s), None)
     if fits is None:
         return ""
-    return f" (about {seconds / (fits * GPU_EFFICIENCY) / 60:.0f} min of wall time on {fits} GPUs: --gpus {fits})"
+    return f" (about {wall_seconds(seconds, fits) / 60:.0f} min of wall time on {fits} GPUs: --gpus {fits})"
 
 
 def expand(
@@ -271,8 +280,7 @@ def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1, seeded: int 
     ``GPU_EFFICIENCY`` each where there are several)."""
     name = spec if isinstance(spec, str) else ",".join(map(str, spec))
     gpus = max(1, gpus)
-    seconds = (gemms - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
-    minutes = seconds / (gpus if gpus == 1 else gpus * GPU_EFFICIENCY) / 60
+    minutes = wall_seconds(bench_seconds(gemms, seeded), gpus) / 60
     started = f", {seeded} of them seeded" if seeded else ""
     return (
         f"m-grid {name}: {gemms} GEMMs to tune ({seen} the workload ran{started}, {gemms - seen} grid points), "
