@@ -45,9 +45,15 @@ class HostBench:
         buckets = {record.problem: record.bucket for record in shapes if record.bucket}
         out = self.layout.bench
 
-        def overall(_done: int, _total: int) -> None:  # a grid's two passes count as one: results among them all
-            if progress:
-                progress(len(problems) - len(pending(problems, out)), len(problems))
+        def overall(part: list) -> Callable[[int, int], None] | None:
+            """``progress`` over every problem, a grid's two passes counted as one: the part's count added to the
+            results outside it, which the part's workers do not change (counted once, not at every poll)."""
+            if progress is None:
+                return None
+            in_part = set(part)
+            outside = [p for p in problems if p not in in_part]
+            before = len(outside) - len(pending(outside, out))
+            return lambda done, _total: progress(before + done, len(problems))
 
         def run(part: list, previous: dict, sources: dict) -> None:
             run_shards(
@@ -56,7 +62,7 @@ class HostBench:
                 self.gpus,
                 self.settings,
                 self.factory,
-                overall,
+                overall(part),
                 self.options,
                 previous,
                 sources,
