@@ -580,13 +580,14 @@ class ScriptedRetime:
     name = "scripted"
 
     def __init__(self, table):
-        self.table, self.asked = table, []
+        self.table, self.asked, self.reports = table, [], []
 
-    def retime(self, previous, settings):
+    def retime(self, previous, settings, report=True):
         from pipeline.backends.base import CandidateResult, ProblemResult
 
         name, n = previous.winner, previous.problem.n
         self.asked.append((name, n))
+        self.reports.append(report)
         speedup = self.table[name].get(n)
         if speedup is None:
             raise ValueError(f"CUBLAS_STATUS_NOT_SUPPORTED: {name} at n = {n}")
@@ -619,6 +620,7 @@ def test_bench_scores_a_grid_winner_over_its_bucket_and_keeps_it_where_it_holds(
     backend = ScriptedRetime({"A": {9: 1.05, 12: 1.1, 15: 1.08}})
     result = bucket_score.score(backend, grid_result(top), (9, 16), TuneSettings())
     assert backend.asked == [("A", 9), ("A", 12), ("A", 15)]  # lower edge, middle, one below; each at its size
+    assert backend.reports == [False] * 3  # nothing is crowned at an edge: the verdict alone, no second reading
     assert result.winner == "A" and result.bucket["worst"] == 1.05 and result.bucket["serves_from"] == 9
     assert result.bucket["speedups"] == {"9": 1.05, "12": 1.1, "15": 1.08, "16": 1.2}
     assert bucket_score.score(backend, grid_result(top), (16, 16), TuneSettings()).bucket == {}  # one count
@@ -634,8 +636,11 @@ def test_a_winner_that_loses_inside_its_bucket_gives_way_to_a_finalist_that_serv
         "B": {16: 1.1, 9: 1.0, 12: 1.08, 15: 1.05},
         "C": {16: 1.05, 9: 1.01, 12: 1.0, 15: 1.0},
     }
-    result = bucket_score.score(ScriptedRetime(table), grid_result(top), (9, 16), TuneSettings())
+    backend = ScriptedRetime(table)
+    result = bucket_score.score(backend, grid_result(top), (9, 16), TuneSettings())
     assert result.winner == "B" and result.record.solution == {"AlgoId": 2} and result.winner_us == 10.0 / 1.1
+    crowning = [asked for asked, report in zip(backend.asked, backend.reports, strict=True) if report]
+    assert crowning == [("B", 16), ("C", 16)]  # a finalist crowned at the grid point reports a second reading
     assert result.bucket["worst"] == 1.0 and result.bucket["serves_from"] == 9  # B's worst beats C's
     assert [t["name"] for t in result.bucket["tried"]] == ["A", "B", "C"]
     assert "B serves it better" in result.origin

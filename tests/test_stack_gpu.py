@@ -144,6 +144,8 @@ def test_a_saved_cublaslt_winner_is_retimed_against_the_default():
     assert again.winner == tuned.winner and again.default_us > 0 and again.candidates[0].final_us > 0
     assert again.winner_us != again.candidates[0].verdict_us, "reported from a reading other than the one that kept it"
     assert len(again.candidates[0].report_windows) == 6, "the reported reading, window by window"
+    alone = backend.retime(tuned, TuneSettings(margin=-1.0), report=False)  # a bucket's edge count: one reading
+    assert alone.winner == tuned.winner and alone.winner_us == alone.candidates[0].verdict_us
     strict = backend.retime(tuned, TuneSettings(margin=10.0))  # no winner is 11x faster: it is not kept
     assert strict.winner == DEFAULT and strict.winner_us == strict.default_us
     assert 0 < strict.candidates[0].verdict_speedup < 11, "the figure that refused it is kept"

@@ -147,9 +147,11 @@ class BackendBase:
     def tune_one(self, problem: GemmProblem, settings: TuneSettings) -> ProblemResult:
         raise NotImplementedError
 
-    def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult | None:
+    def retime(self, previous: ProblemResult, settings: TuneSettings, report: bool = True) -> ProblemResult | None:
         """The previous stack's winner against this stack's default (winner DEFAULT where it no longer wins);
-        None where this backend cannot re-time one: the problem is tuned again."""
+        None where this backend cannot re-time one: the problem is tuned again. ``report`` False: a caller that
+        reads only the deciding measurement (``verdict_speedup``: a bucket's edge count) needs no second reading
+        of a winner where the backend takes one."""
         return None
 
     def prepare(self) -> None:

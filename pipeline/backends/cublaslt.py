@@ -206,11 +206,11 @@ class CublasLtBackend(BackendBase):
             self._decide(problem, result, pool, ranked, sets, ref, settings, self.timing.rounds)
             return result
 
-    def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
+    def retime(self, previous: ProblemResult, settings: TuneSettings, report: bool = True) -> ProblemResult:
         """The previous winner, rebuilt from its config under this cuBLASLt (an error where it no longer
         passes cublasLtMatmulAlgoCheck) or, a Triton config, compiled under this Triton, checked here, judged
-        against torch's default as a verdict is (``_verdict``) and, where it still wins, reported from a second
-        reading as ``_decide`` reports a winner."""
+        against torch's default as a verdict is (``_verdict``) and, where it still wins and ``report`` asks,
+        reported from a second reading as ``_decide`` reports a winner (without it: from the verdict)."""
         problem, name = previous.problem, previous.winner
         with self._prepared(problem, settings) as (gemm, sets):
             solution = previous.record.solution if previous.record else {}
@@ -226,11 +226,13 @@ class CublasLtBackend(BackendBase):
             numerics[name], figures = checked(problem, winner, sets[0], ref, triton_gemm.is_config(solution))
             if figures is not None:
                 config["numerics"] = figures
-            verdict, report = self._readings(problem, solution, name, settings.workspace_bytes, settings.margin)
+            verdict, reading = self._readings(
+                problem, solution, name, settings.workspace_bytes, settings.margin, report
+            )
             result = ProblemResult(
                 problem,
-                default_us=report.default_us,
-                winner_us=report.default_us,
+                default_us=reading.default_us,
+                winner_us=reading.default_us,
                 numerics={DEFAULT: numerics[DEFAULT]},
                 candidates=[
                     CandidateResult(
@@ -239,9 +241,9 @@ class CublasLtBackend(BackendBase):
                     )
                 ],
             )  # fmt: skip
-            if crowned(verdict, report, settings.margin):
-                result.crown(name, report.winner_us, WinnerRecord(config))
-                result.candidates[0].report_windows = [list(window) for window in report.windows]
+            if crowned(verdict, reading, settings.margin):
+                result.crown(name, reading.winner_us, WinnerRecord(config))
+                result.candidates[0].report_windows = [list(window) for window in reading.windows]
                 result.numerics[name] = numerics[name]
             elif verdict.wins(settings.margin):  # a harness error: searched again (base.tune)
                 raise BelowFloor(f"{name}: the reported reading fell under the device's floor")
@@ -362,12 +364,13 @@ class CublasLtBackend(BackendBase):
         return final[DEFAULT].median
 
     def _readings(
-        self, problem: GemmProblem, config: dict, name: str, workspace_bytes: int, margin: float
+        self, problem: GemmProblem, config: dict, name: str, workspace_bytes: int, margin: float, report: bool = True
     ) -> tuple[Verdict, Verdict]:
         """The verdict that decides ``name`` and the reading Bench reports for it: where the verdict wins by
-        ``margin``, a second one on operands no other reading used (``_decide`` says why); else the verdict."""
+        ``margin`` and ``report`` asks, a second one on operands no other reading used (``_decide`` says why);
+        else the verdict."""
         verdict = self._verdict(problem, config, name, workspace_bytes, VERDICT_SEED)
-        if not verdict.wins(margin):
+        if not report or not verdict.wins(margin):
             return verdict, verdict
         return verdict, self._verdict(problem, config, name, workspace_bytes, REPORT_SEED)
 

@@ -254,9 +254,10 @@ class HipblasltBackend(BackendBase):
             result.winner_us = baseline.us
         return result
 
-    def retime(self, previous: ProblemResult, settings: TuneSettings) -> ProblemResult:
-        """The previous winner's solution index against this build's heuristic pick, in alternating runs. The
-        index must still name the same kernel: indices are not portable across builds (spec section 6)."""
+    def retime(self, previous: ProblemResult, settings: TuneSettings, report: bool = True) -> ProblemResult:
+        """The previous winner's solution index against this build's heuristic pick, in alternating runs (one
+        reading, whatever ``report`` says). The index must still name the same kernel: indices are not portable
+        across builds (spec section 6)."""
         problem = previous.problem
         config = previous.record.solution if previous.record else {}
         index = config["SolutionIndex"]
