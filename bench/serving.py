@@ -111,6 +111,7 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "decode_interval": e2e.get("decode_interval"),
         "reps": e2e.get("reps"),
         **side,
+        **({"runs": e2e["runs"]} if e2e.get("runs") else {}),  # what the record's figures are recomputed from
     }
 
 
@@ -201,6 +202,7 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         args.eager_reps,
         args.timeout,
         via="runtime",
+        max_reps=args.eager_max_reps or None,
         runtime_flags=runtime_flags(args.graphs_only),
     )
     row = arm_row(model, dtype, "eager", eager, held)
@@ -252,7 +254,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     # the request mix of the record's rows; a vLLM-sized one (--requests 128 --max-seqs 32 --prompt-max 512
     # --output-max 128 --max-batched-tokens 512) runs every capture size to 512: a 454-GEMM grid for the Qwen2-7B
-    # shape in FP8, about 30 minutes of Bench on one GPU, 25 under --grid-budget 10 (measured: docs/serving.md)
+    # shape in FP8, about 30 minutes of Bench on one GPU, 26 under --grid-budget 10 (measured: docs/serving.md)
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--max-seqs", type=int, default=8)
     parser.add_argument("--prompt-max", type=int, default=64)
@@ -290,6 +292,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--arms", default=",".join(ARMS), help="graphs, eager or both: eager is the same bundle A/B'd with eager decode"
     )
     parser.add_argument("--eager-reps", type=int, default=3)
+    parser.add_argument(
+        "--eager-max-reps", type=int, default=0, help="the eager A/B's alternations at most (0: as the job's A/B)"
+    )
     parser.add_argument("--e2e-reps", type=int, default=3, help="the job's end-to-end alternations (at least)")
     parser.add_argument(
         "--e2e-max-reps", type=int, default=0, help="the job's end-to-end alternations at most (0: the job's default)"

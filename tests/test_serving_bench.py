@@ -95,6 +95,9 @@ def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
     assert eager["tokens_per_s"] is False and eager["p99"] is False  # 5% slower beyond a 2% interval
     assert serving.targets({**row, "coverage": None, "p99_ms": {"baseline": None, "tuned": 1.0}})["coverage"] is None
     assert "parallel_gpus" not in row and "by_gpu" not in row, "one GPU: nothing about lanes"
+    assert "runs" not in row, "an A/B record without its runs gives none"
+    runs = {"baseline": [{"tokens_per_s": 1000.0}], "tuned": [{"tokens_per_s": 1070.0}]}
+    assert serving.arm_row("qwen2-7b", "bf16", "eager", {**got, "runs": runs}, held)["runs"] == runs, "kept"
     lanes = {
         "parallel_gpus": [0, 1],
         "by_gpu": {"0": {"pairs": 3, "speedup": 1.06}, "1": {"pairs": 2, "speedup": 1.08}},
@@ -124,6 +127,11 @@ def test_the_record_keeps_each_row_as_it_is_measured_and_an_arm_left_out_is_not_
     only = list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", _args("--arms", "graphs")))
     assert [r["arm"] for r in only] == ["graphs"] and not ran, "no eager A/B where the arm is left out"
     assert [r["arm"] for r in serving.measure("qwen2-7b", "bf16", tmp_path / "w", _args())] == ["graphs", "eager"]
+    capped = _args("--arms", "eager", "--eager-reps", "2", "--eager-max-reps", "5")
+    monkeypatch.setattr(serving, "ab_test", lambda *a, **k: ran.append((a, k)) or {})
+    assert [r["arm"] for r in serving.measure("qwen2-7b", "bf16", tmp_path / "w", capped)] == ["eager"]
+    (reps, *_), asked = ran[-1][0][3:], ran[-1][1]
+    assert reps == 2 and asked["max_reps"] == 5 and asked["via"] == "runtime"
 
     def stopped():
         yield only[0]
@@ -186,6 +194,9 @@ def test_a_job_stopped_in_its_ab_leaves_a_row_of_the_alternations_it_finished(tm
         assert not list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", args)), "no alternation, no row"
 
 
+PAIRS_MEDIAN = "the pairs' median (runs not kept)"
+
+
 def test_a_committed_serving_record_meets_the_targets_its_rows_say():
     from pipeline.api import ab_outcome
 
@@ -200,11 +211,13 @@ def test_a_committed_serving_record_meets_the_targets_its_rows_say():
                 assert not row.get("unseen_calls"), path
             else:
                 assert 0 <= row["coverage"] <= 1, path
-            if row.get("runs"):  # a row kept from an unfinished job's alternations: its figures are theirs
+            if row.get("runs"):  # its figures are those of its alternations
                 ab = ab_outcome(row["runs"])
                 assert row["tokens_per_s"]["tuned"] == ab["tuned"]["median_tokens_per_s"]
                 assert row["decode_speedup"] == ab["decode_speedup"], path
                 assert row["speedup"] == ab["tokens_speedup"], f"{path}: the pairs' median"
+                assert row["interval"][0] <= row["speedup"] <= row["interval"][1], path
+            elif row.get("speedup_of") == PAIRS_MEDIAN:  # the pairs' median of runs the record did not keep yet
                 assert row["interval"][0] <= row["speedup"] <= row["interval"][1], path
             else:  # an older row without its runs: the ratio of the arms' medians
                 ratio = row["tokens_per_s"]["tuned"] / row["tokens_per_s"]["baseline"]
