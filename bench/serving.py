@@ -6,16 +6,18 @@ decode through ``pipeline.runtime``. One record:
     python3 bench/serving.py --models llama3-8b,qwen2-7b --dtypes bf16,fp8 --gpus 4 \\
         --out bench/results/serving_<gpu>_<date>.json
 
-Per model, dtype and arm (``graphs``, ``eager``): ``coverage`` (the share of GEMM time at token counts the collection
-never saw that ran a tuned choice, a roofline estimate), ``held_out_worst`` (the lowest speedup Validate measured at
-a held-out count inside the ranges the bundle serves, after it split the buckets that lost; the lowest before the
-splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step latency both
-ways; per model and dtype the job's verdict, its Bench time and GPUs. ``targets`` says which of the issue's targets
-each row meets. The record is written again as each row is measured (``complete`` false until the last), so an
-interrupted run keeps what it finished (a job stopped by ``--timeout`` inside its A/B leaves a row of the
-alternations it finished, marked ``unfinished``, with its ``runs``); run again with the same ``--workdir``, it
-resumes: each job where Luigi left it, each A/B at its first unfinished alternation. ``--arms graphs`` leaves out
-the eager A/B. Each job's log is ``<workdir>/<model>-<dtype>.log``.
+Per model, dtype and arm (``graphs``, ``eager``): ``coverage`` (the share of GEMM time at token counts the
+collection never saw that ran a tuned choice, a roofline estimate), ``held_out_worst`` (the lowest speedup Validate
+measured at a held-out count inside the ranges the bundle serves, after it split the buckets that lost; the lowest
+before the splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step
+latency both ways; per model and dtype the job's verdict, its Bench time and GPUs. The eager row adds
+``host_budget``: the runtime's host time a run against the GPU time its rows save (Validate's medians), and
+``host_bound``, the gate's words where the host time is the larger and the A/B saw no gain (None where it pays).
+``targets`` says which of the issue's targets each row meets. The record is written again as each row is measured
+(``complete`` false until the last), so an interrupted run keeps what it finished (a job stopped by ``--timeout``
+inside its A/B leaves a row of the alternations it finished, marked ``unfinished``, with its ``runs``); run again
+with the same ``--workdir``, it resumes: each job where Luigi left it, each A/B at its first unfinished alternation.
+``--arms graphs`` leaves out the eager A/B. Each job's log is ``<workdir>/<model>-<dtype>.log``.
 The job runs with ``--allow-e2e-regression`` so that a refused bundle is still measured eager (the
 verdict says it was refused).
 """
@@ -35,6 +37,8 @@ from pipeline.api import (
     CAPTURE_SIZES,
     INPUT,
     BadInput,
+    ab_budget_line,
+    ab_host_budget,
     ab_interrupted,
     ab_test,
     atomic_write_json,
@@ -88,6 +92,9 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
     coverage = e2e.get("coverage") or {}
     base, tuned = e2e.get("baseline") or {}, e2e.get("tuned") or {}
     side = {k: e2e[k] for k in ("parallel_gpus", "by_gpu") if e2e.get(k)}  # --e2e-parallel: each GPU's pairs
+    budget = {}  # the runtime's host time against the GPU time it saves, and the gate's words where it cannot pay
+    if e2e.get("host_budget"):
+        budget = {"host_budget": e2e["host_budget"], "host_bound": ab_budget_line(e2e).removeprefix("; ") or None}
     return {
         "model": model,
         "dtype": dtype,
@@ -110,6 +117,7 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "decode_speedup": e2e.get("decode_speedup"),
         "decode_interval": e2e.get("decode_interval"),
         "reps": e2e.get("reps"),
+        **budget,
         **side,
         **({"runs": e2e["runs"]} if e2e.get("runs") else {}),  # what the record's figures are recomputed from
     }
@@ -205,7 +213,8 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         max_reps=args.eager_max_reps or None,
         runtime_flags=runtime_flags(args.graphs_only),
     )
-    row = arm_row(model, dtype, "eager", eager, held)
+    budget = ab_host_budget(eager, run)  # the runtime's host time a run against the GPU time its rows save
+    row = arm_row(model, dtype, "eager", {**eager, **({"host_budget": budget} if budget else {})}, held)
     yield {**row, "job": job, "targets": targets(row)}
 
 

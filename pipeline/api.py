@@ -41,6 +41,8 @@ _WHERE = {
     "ab_outcome": "pipeline.stages.validate.e2e:outcome",
     "ab_interrupted": "pipeline.stages.validate.e2e:interrupted",
     "runtime_flags": "pipeline.stages.validate.e2e:runtime_flags",
+    "ab_host_budget": "pipeline.stages.validate.acceptance:host_budget_of",
+    "ab_budget_line": "pipeline.stages.validate.e2e:budget_line",
     "agreement_upgraded": "pipeline.stages.validate.agreement:upgraded",
     # the serving workload
     "CAPTURE_SIZES": "pipeline.workloads.engine:CAPTURE_SIZES",

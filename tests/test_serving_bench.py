@@ -96,6 +96,13 @@ def test_a_row_and_its_targets_come_from_the_jobs_records(tmp_path):
     assert serving.targets({**row, "coverage": None, "p99_ms": {"baseline": None, "tuned": 1.0}})["coverage"] is None
     assert "parallel_gpus" not in row and "by_gpu" not in row, "one GPU: nothing about lanes"
     assert "runs" not in row, "an A/B record without its runs gives none"
+    assert "host_budget" not in row and "host_bound" not in row, "no budget measured, none said"
+    budget = {"host_us_per_run": 5e5, "gpu_saved_us_per_run": 5e4, "host_bound_risk": True, "graphs_only": False}
+    flat = {**got, "tokens_speedup": 0.99, "interval": [0.9, 1.08], "host_budget": budget}
+    eager = serving.arm_row("qwen2-7b", "bf16", "eager", flat, held)
+    assert eager["host_budget"] == budget and "500.00 ms of host time a run against 50.00 ms" in eager["host_bound"]
+    paying = {**budget, "host_bound_risk": False}
+    assert serving.arm_row("qwen2-7b", "bf16", "eager", {**flat, "host_budget": paying}, held)["host_bound"] is None
     runs = {"baseline": [{"tokens_per_s": 1000.0}], "tuned": [{"tokens_per_s": 1070.0}]}
     assert serving.arm_row("qwen2-7b", "bf16", "eager", {**got, "runs": runs}, held)["runs"] == runs, "kept"
     lanes = {

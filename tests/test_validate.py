@@ -670,6 +670,24 @@ def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_i
     assert budget_line({**e2e, **flat, "host_budget": captured}) == "", "no advice to run what already runs"
 
 
+def test_an_ab_beside_the_job_is_budgeted_against_the_runs_own_validated_rows(tmp_path):
+    """``host_budget_of`` a run directory reads Validate's medians from its measurements, as the gate does from
+    its rows (``bench/serving.py``'s eager arm runs its A/B after the job); a run that never validated has no
+    row to save GPU time: every host microsecond is a loss."""
+    from pipeline.stages.validate.acceptance import host_budget_of
+
+    rows = typed(RECORDED["rows"])
+    tuned = {row.key: 100.0 for row in rows}
+    e2e = {"tuned_calls_per_run": tuned, "calls_per_run": 1000.0, "host_cost": {"over_us": 5.0, "torch_us": 20.0}}
+    run = tmp_path / "run"
+    (run / "validate").mkdir(parents=True)
+    (run / "validate" / "measurements.json").write_text(json.dumps(RECORDED))
+    from_rows, from_run = host_budget_of(e2e, rows), host_budget_of(e2e, run)
+    saved = sum(100.0 * (row.baseline.median - row.tuned.median) for row in rows)
+    assert from_run == from_rows and from_rows["gpu_saved_us_per_run"] == pytest.approx(saved) and saved != 0
+    assert host_budget_of(e2e, tmp_path / "never-validated")["gpu_saved_us_per_run"] == 0
+
+
 def test_the_html_report_escapes_what_it_shows(tmp_path, capsys, no_nvmath):
     """A run name and a key with markup characters show as text in report.html (its template is
     ``report.html.j2``, which autoescaping by the extension "html" alone missed); the Markdown stays as is."""

@@ -120,8 +120,7 @@ def accept(
                 runtime_flags=runtime_flags,
                 parallel_gpus=_gpus(settings) if settings.e2e_parallel else (),
             )
-    measured_us = {row.key: (row.baseline.median, row.tuned.median) for row in rows}
-    budget = e2e_runtime.host_budget(outcome, measured_us)
+    budget = host_budget_of(outcome, rows)
     if budget is not None:
         outcome["host_budget"] = budget
     slower = e2e.regression(outcome)
@@ -141,3 +140,12 @@ def accept(
             f"{run_dir / 'bundle.refused'}). Report: {summary['report']}"
         )
     return summary
+
+
+def host_budget_of(outcome: dict, rows: Sequence[MeasuredRow] | Path) -> dict | None:
+    """``e2e_runtime.host_budget`` of an A/B ``outcome`` against Validate's medians of ``rows`` (or of the rows a
+    run directory's measurements hold: an A/B run beside the job, as ``bench/serving.py``'s eager arm)."""
+    if isinstance(rows, Path):
+        path = RunLayout.of(rows).measurements
+        rows = [MeasuredRow.from_json(row) for row in json.loads(path.read_text())["rows"]] if path.exists() else []
+    return e2e_runtime.host_budget(outcome, {row.key: (row.baseline.median, row.tuned.median) for row in rows})
