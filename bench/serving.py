@@ -206,7 +206,7 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
     eager = ab_test(
         ["bash", "-c", serve_command(model, dtype, 2, args, f"--eager --repeat {args.passes}")],
         bundle / "tunableop_results.csv",
-        run / "eager-ab",
+        run / ("eager-ab-graphs-only" if args.graphs_only else "eager-ab"),  # each mode's runs and records apart
         args.eager_reps,
         args.timeout,
         via="runtime",

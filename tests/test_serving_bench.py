@@ -139,6 +139,10 @@ def test_the_record_keeps_each_row_as_it_is_measured_and_an_arm_left_out_is_not_
     assert [r["arm"] for r in serving.measure("qwen2-7b", "bf16", tmp_path / "w", capped)] == ["eager"]
     (reps, *_), asked = ran[-1][0][3:], ran[-1][1]
     assert reps == 2 and asked["max_reps"] == 5 and asked["via"] == "runtime"
+    assert ran[-1][0][2].name == "eager-ab" and not asked["runtime_flags"]
+    list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", _args("--arms", "eager", "--graphs-only")))
+    assert ran[-1][0][2].name == "eager-ab-graphs-only", "a graphs-only A/B keeps the full runtime's records"
+    assert "--graphs-only" in ran[-1][1]["runtime_flags"]
 
     def stopped():
         yield only[0]
