@@ -203,15 +203,16 @@ def measure(model: str, dtype: str, workdir: Path, args: argparse.Namespace) -> 
         yield {**row, "job": job, "targets": targets(row)}
     if "eager" not in args.arms:
         return
+    graphs_only = args.graphs_only or args.eager_graphs_only
     eager = ab_test(
         ["bash", "-c", serve_command(model, dtype, 2, args, f"--eager --repeat {args.passes}")],
         bundle / "tunableop_results.csv",
-        run / ("eager-ab-graphs-only" if args.graphs_only else "eager-ab"),  # each mode's runs and records apart
+        run / ("eager-ab-graphs-only" if graphs_only else "eager-ab"),  # each mode's runs and records apart
         args.eager_reps,
         args.timeout,
         via="runtime",
         max_reps=args.eager_max_reps or None,
-        runtime_flags=runtime_flags(args.graphs_only),
+        runtime_flags=runtime_flags(graphs_only),
     )
     budget = ab_host_budget(eager, run)  # the runtime's host time a run against the GPU time its rows save
     row = arm_row(model, dtype, "eager", {**eager, **({"host_budget": budget} if budget else {})}, held)
@@ -290,6 +291,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="apply the bundle with pipeline.runtime --graphs-only in both arms (the job's --e2e-graphs-only): "
         "only the GEMMs captured into CUDA graphs are routed, so eager decode meets no runtime",
+    )
+    parser.add_argument(
+        "--eager-graphs-only",
+        action="store_true",
+        help="the eager A/B alone applies the bundle with pipeline.runtime --graphs-only, as the eager row's "
+        "host_bound advises; the job keeps its own A/B (changing the job's --e2e-graphs-only would redo Validate)",
     )
     parser.add_argument(
         "--compile",

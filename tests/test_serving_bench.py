@@ -143,6 +143,11 @@ def test_the_record_keeps_each_row_as_it_is_measured_and_an_arm_left_out_is_not_
     list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", _args("--arms", "eager", "--graphs-only")))
     assert ran[-1][0][2].name == "eager-ab-graphs-only", "a graphs-only A/B keeps the full runtime's records"
     assert "--graphs-only" in ran[-1][1]["runtime_flags"]
+    advised = _args("--arms", "eager", "--eager-graphs-only")
+    list(serving.measure("qwen2-7b", "bf16", tmp_path / "w", advised))
+    assert ran[-1][0][2].name == "eager-ab-graphs-only" and "--graphs-only" in ran[-1][1]["runtime_flags"]
+    job = serving.job_command("qwen2-7b", "bf16", tmp_path / "w", advised)
+    assert "--e2e-graphs-only" not in job, "the job's own A/B (and its Validate) stay as they were"
 
     def stopped():
         yield only[0]
