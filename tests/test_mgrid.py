@@ -741,4 +741,81 @@ def test_a_finalist_that_serves_the_bucket_takes_a_fixed_size_winners_place_with
     assert backend.asked == [(SWAP, 16), ("A", 16), ("A", 9), ("A", 12), ("A", 15)]  # A: the fastest finalist
     assert scored.winner == "A" and scored.record.solution == {"AlgoId": 1} and f"in place of {SWAP}" in scored.origin
     assert scored.bucket["serves_from"] == 9 and scored.bucket["worst"] == 1.05
-    assert bucket_score.summary([scored]) == {"scored": 1, "replaced": 1, "narrowed": 0, "worst": 1.05}
+    assert bucket_score.summary([scored]) == {"scored": 1, "replaced": 1, "narrowed": 0, "worst": 1.05, "below": 0}
+
+
+def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_it_serves_the_rest():
+    """The finalist that serves ranges, too far behind at the grid point to take the fixed-size winner's place,
+    is crowned at ``hi - 1`` and scored over the rest of the bucket; holding the floor there, it is a row of its
+    own whose bucket is that rest. Losing at any count of it, nothing is added."""
+    from pipeline.backends.base import TuneSettings, WinnerRecord
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    fixed = grid_result(top)
+    fixed.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
+    backend = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 1.04, 12: 1.06, 14: 1.07}})
+    scored = bucket_score.score(backend, fixed, (9, 16), TuneSettings())
+    assert scored.winner == SWAP and scored.bucket["note"] == f"{SWAP} serves M = 16 alone"
+    assert backend.asked == [(SWAP, 16), ("A", 16), ("A", 15), ("A", 9), ("A", 12), ("A", 14)]
+    assert backend.reports == [False, True, True, False, False, False]  # crowned at 16 and at 15 alone
+    (below,) = bucket_score.rows_below([scored])
+    assert below.problem == QKV.with_tokens(15) and below.winner == "A" and below.record.solution == {"AlgoId": 1}
+    assert below.bucket["lo"] == 9 and below.bucket["hi"] == 15 and below.bucket["worst"] == 1.04
+    assert below.origin == "bucket 9-16: A serves 9-15, below the fixed-size winner of M = 16"
+    data = scored.to_json()
+    key, key_below = (",".join(format_key(p)) for p in (top, QKV.with_tokens(15)))
+    assert bucket_score.below_buckets([data], {key: (9, 16)}) == {key_below: (9, 15)}
+    assert bucket_score.below_buckets([data], {key: (5, 16)}) == {}, "another grid's bucket: not this one's rest"
+    assert bucket_score.served([data], {key: (9, 16)}) == {}, "the winner's own range is not narrowed by it"
+    losing = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 0.97, 12: 1.06, 14: 1.07}})
+    fixed.bucket = {}
+    assert bucket_score.rows_below([bucket_score.score(losing, fixed, (9, 16), TuneSettings())]) == []
+
+
+def test_bench_writes_the_row_below_a_fixed_size_winner_beside_the_grid_and_validate_weighs_it_nothing(tmp_path):
+    """Bench's outputs carry the row below as a result and a results row of its own; Validate takes its bucket
+    from Bench's record (the shapes do not know it), times its held-out counts and gives it no weight; the
+    bundle's ranges then cover the fixed-size winner's whole bucket between the two rows."""
+    from pipeline.backends.base import TuneSettings, WinnerRecord
+    from pipeline.formats.tunableop import read_file
+    from pipeline.stages.bench import bucket_score
+    from pipeline.stages.bench.tune import result_path, write_outputs
+    from pipeline.stages.run.layout import RunLayout
+    from pipeline.stages.validate import bundle
+    from pipeline.stages.validate.validate import rows_to_measure
+
+    top = QKV.with_tokens(16)
+    fixed = grid_result(top)
+    fixed.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
+    backend = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 1.04, 12: 1.06, 14: 1.07}})
+    scored = bucket_score.score(backend, fixed, (9, 16), TuneSettings())
+    run = tmp_path / "run"
+    layout = RunLayout.of(run)
+    path = result_path(layout.bench, top)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(scored.to_json()))
+    summary = write_outputs([top], layout.bench)
+    assert summary["buckets"]["below"] == 1 and summary["problems"] == 1
+    assert bucket_score.line(summary["buckets"]).startswith("1 fixed-size winners serve their grid point alone")
+    assert [r["problem"]["n"] for r in json.loads(layout.bench_results.read_text())] == [16, 15]
+    written = read_file(layout.bench / "tunableop_results.csv").entries
+    assert [(e.problem.n, e.solution) for e in written] == [(16, SWAP), (15, "A")]
+    record = ShapeRecord(top, *format_key(top), count=0)
+    record.bucket = (9, 16)
+    (layout.shapes.parent).mkdir(parents=True, exist_ok=True)
+    write_shapes_json(layout.shapes, GatherResult([record], [], 0, []))
+    layout.merged_csv.parent.mkdir(parents=True, exist_ok=True)
+    layout.merged_csv.write_text((layout.bench / "tunableop_results.csv").read_text())
+    buckets, _ = bundle.grid_buckets(layout, read_shapes_json(layout.shapes))
+    key, key_below = (",".join(format_key(p)) for p in (top, QKV.with_tokens(15)))
+    assert buckets == {key: (9, 16), key_below: (9, 15)}
+    rows = rows_to_measure(run)
+    own = {r.key: r for r in rows if r.held_out_of is None}
+    assert own[key_below].calls == 0 and own[key_below].time_share == 0.0
+    held = [r for r in rows if r.held_out_of]
+    assert held and {r.held_out_of for r in held} == {key_below}, "the fixed-size row has nothing held out"
+    assert all(9 <= r.problem.n <= 15 for r in held)
+    entries, ranges = mgrid.spread(written, buckets)
+    assert [(r["solution"], r["lo"], r["hi"]) for r in ranges] == [(SWAP, 16, 16), ("A", 9, 15)]
+    assert sorted(e.problem.n for e in entries if e.solution == "A") == list(range(9, 16))

@@ -10,8 +10,11 @@ candidate scores 0: it is not valid there.
 A winner that cannot compute the bucket's other counts (a Triton kernel compiled for its own sizes,
 ``triton_gemm.serves_range``) would serve its grid point alone, the bucket's other counts running torch's
 default: the fastest finalist that can serve the bucket takes its place where, both re-timed at the grid point,
-it is within ``TIE`` of it there and holds ``FLOOR`` over the bucket; else it stays, unscored. No finalist that
-cannot serve the bucket is tried in place of a winner. A Triton winner whose kernel takes its sizes as
+it is within ``TIE`` of it there and holds ``FLOOR`` over the bucket. Else the winner keeps its grid point and
+that finalist is crowned one count below it and scored over the rest of the bucket (``lo`` to ``hi - 1``, the
+same counts a bucket is scored at): where it holds ``FLOOR`` there, its result at ``hi - 1`` is a row of its own
+(``BELOW``, in the winner's ``bucket``; ``rows_below``) that serves those counts, as a grid point would. No
+finalist that cannot serve the bucket is tried in place of a winner. A Triton winner whose kernel takes its sizes as
 arguments is scored as a library's is. A backend that cannot re-time a winner (``retime`` returns None) leaves
 the bucket unscored, as it was.
 """
@@ -29,6 +32,7 @@ from ...problem import GemmProblem
 FLOOR = 0.99  # the worst ratio a candidate may have over its bucket (as Validate's held-out counts)
 ALTERNATIVES = 2  # finalists scored where the winner falls below FLOOR inside its bucket
 TIE = 0.005  # how far behind a fixed-size winner at its grid point a finalist serving the whole bucket may be
+BELOW = "below"  # a fixed-size winner's ``bucket`` key: the result of the finalist serving the rest of its bucket
 
 
 @dataclass
@@ -138,16 +142,53 @@ def _instead_of_fixed(
     fixed = speedup_at(backend, result.problem, result.winner, result.record, settings, crowning=False)  # type: ignore[arg-type]
     record = WinnerRecord(dict(found[0].config or {}))
     ranged = speedup_at(backend, result.problem, found[0].name, record, settings)
-    if fixed is None or ranged is None or not ranged[1].has_winner or ranged[0] * (1 + TIE) < fixed[0]:
+    if fixed is None or ranged is None:
         return result
-    scored = _scored(backend, ranged[1], counts, settings)
+    scored = None
+    if ranged[1].has_winner and ranged[0] * (1 + TIE) >= fixed[0]:
+        scored = _scored(backend, ranged[1], counts, settings)
     if scored is None or scored.worst < FLOOR:
-        return result
+        return _with_below(backend, result, bucket, found[0].name, record, settings)
     name = result.winner
     result = _crowned(result, scored)
     result.origin += f" (in place of {name}, x{fixed[0]:.3f} at the grid point, which serves it alone)"
     result.bucket = _record(bucket, scored, [(name, 0.0), (scored.name, scored.worst)])  # the winner: no count else
     return result
+
+
+def _with_below(
+    backend: Backend,
+    result: ProblemResult,
+    bucket: tuple[int, int],
+    name: str,
+    record: WinnerRecord,
+    settings: TuneSettings,
+) -> ProblemResult:
+    """``result``, whose fixed-size winner keeps its grid point, with ``name`` (a finalist that serves ranges)
+    crowned at ``hi - 1`` and scored over ``lo`` to ``hi - 1`` in its ``bucket`` (``BELOW``) where it holds
+    ``FLOOR`` at every count there; else ``result`` as it was."""
+    lo, hi = bucket
+    top = result.problem.with_tokens(hi - 1)
+    crowned_there = None if top is None else speedup_at(backend, top, name, record, settings)
+    if crowned_there is None or not crowned_there[1].has_winner:
+        return result
+    rest = (lo, hi - 1)
+    counts = [m for m in edge_counts(rest) if result.problem.with_tokens(m) is not None]
+    scored = _scored(backend, crowned_there[1], counts, settings)
+    if scored is None or scored.worst < FLOOR:
+        return result
+    below = crowned_there[1]
+    below.origin = f"bucket {lo}-{hi}: {name} serves {lo}-{hi - 1}, below the fixed-size winner of M = {hi}"
+    below.bucket = _record(rest, scored, [(name, scored.worst)])
+    result.bucket = {"lo": lo, "hi": hi, "note": f"{result.winner} serves M = {hi} alone", BELOW: below.to_json()}
+    return result
+
+
+def rows_below(results: Sequence[ProblemResult]) -> list[ProblemResult]:
+    """The results ``BELOW`` fixed-size winners (each a row at one count below its grid point, whose ``bucket``
+    is the rest of the winner's): Bench writes them beside the grid's own, so that MergeResults, Validate and the
+    bundle take each as a grid row of its own."""
+    return [ProblemResult.from_json(r.bucket[BELOW]) for r in results if BELOW in r.bucket]
 
 
 def _scored(backend: Backend, top: ProblemResult, counts: Sequence[int], settings: TuneSettings) -> Scored | None:
@@ -203,17 +244,36 @@ def served(results: Sequence[dict], buckets: Mapping[str, tuple[int, int]]) -> d
     return narrowed
 
 
+def below_buckets(results: Sequence[dict], buckets: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The bucket of each row ``BELOW`` a fixed-size winner, by its key: the rest of the winner's bucket, where
+    that bucket is the one the shapes give (a cached result may carry another grid's)."""
+    found = {}
+    for data in results:
+        scored = data.get("bucket") or {}
+        key = ",".join(format_key(GemmProblem.from_dict(data["problem"])))
+        if BELOW in scored and (scored.get("lo"), scored.get("hi")) == tuple(buckets.get(key, ())):
+            below = scored[BELOW]
+            found[",".join(format_key(GemmProblem.from_dict(below["problem"])))] = (
+                below["bucket"]["lo"],
+                below["bucket"]["hi"],
+            )
+    return found
+
+
 def summary(results: Sequence[ProblemResult]) -> dict | None:
     """What scoring did over a Bench (None: no grid winner was scored): how many winners, how many gave way
-    to a finalist, how many serve part of their bucket, and the worst ratio a shipped one has inside it."""
+    to a finalist, how many serve part of their bucket, the worst ratio a shipped one has inside it, and how many
+    fixed-size winners have a row ``BELOW`` them."""
     scored = [r for r in results if r.bucket.get("speedups")]
-    if not scored:
+    below = sum(BELOW in r.bucket for r in results)
+    if not scored and not below:
         return None
     return {
         "scored": len(scored),
         "replaced": sum(r.bucket["tried"][0]["name"] != r.winner for r in scored),
         "narrowed": sum(r.bucket["serves_from"] > r.bucket["lo"] for r in scored),
-        "worst": min(r.bucket["worst"] for r in scored),
+        "worst": min((r.bucket["worst"] for r in scored), default=None),
+        "below": below,
     }
 
 
@@ -221,9 +281,18 @@ def line(figures: dict | None) -> str:
     """The report's line on it ("" where nothing was scored)."""
     if not figures:
         return ""
-    return (
-        f"Bench timed {figures['scored']} grid winners inside their buckets too (lower edge, middle, one below "
-        "the grid point): "
-        f"{figures['replaced']} gave way to a finalist that serves the bucket better, {figures['narrowed']} serve "
-        f"only the counts above their highest loss (the worst ratio inside a bucket: x{figures['worst']:.3f})"
-    )
+    said = []
+    if figures["scored"]:
+        said.append(
+            f"Bench timed {figures['scored']} grid winners inside their buckets too (lower edge, middle, one below "
+            "the grid point): "
+            f"{figures['replaced']} gave way to a finalist that serves the bucket better, {figures['narrowed']} "
+            f"serve only the counts above their highest loss (the worst ratio inside a bucket: "
+            f"x{figures['worst']:.3f})"
+        )
+    if figures.get("below"):
+        said.append(
+            f"{figures['below']} fixed-size winners serve their grid point alone, and a finalist crowned one count "
+            "below each serves the rest of its bucket"
+        )
+    return "; ".join(said)

@@ -233,7 +233,10 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path, triton: dict |
     """results.json, tunableop_results.csv, logic/*.yaml and summary.json (written last) from the results;
     ``triton``: ``{"backend": name, "amd": bool}`` where the run asked for ``--triton`` (``own_kernels``)."""
     texts = [result_path(out_dir, p).read_text() for p in problems]
-    results = [ProblemResult.from_json(json.loads(text)) for text in texts]
+    searched = [ProblemResult.from_json(json.loads(text)) for text in texts]
+    below = bucket_score.rows_below(searched)  # rows of their own, as grid points are (bucket_score.BELOW)
+    results = [*searched, *below]
+    texts += [json.dumps(r.to_json(), indent=1) for r in below]
     runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
     atomic_write_text(out_dir / "results.json", "[\n" + ",\n".join(t.strip() for t in texts) + "\n]\n")
     validators = runtime.get("validators") or {"PT_VERSION": runtime.get("pt_version", "unknown")}
@@ -251,8 +254,8 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path, triton: dict |
     if text is not None:
         override = parse_override(text, str(out_dir / OVERRIDE))
         write_override(out_dir / OVERRIDE, override.git_version, override.entries)
-    summary = {**summarize(results), "runtime": runtime, "override_source": sources}
+    summary = {**summarize(searched), "runtime": runtime, "override_source": sources}
     if triton is not None:
-        summary["triton"] = own_kernels.summary(results, triton["backend"], triton["amd"])
+        summary["triton"] = own_kernels.summary(searched, triton["backend"], triton["amd"])
     atomic_write_json(out_dir / "summary.json", summary)
     return summary

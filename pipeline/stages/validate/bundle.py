@@ -58,9 +58,11 @@ def grid_buckets(
     layout: RunLayout, shapes: Sequence[ShapeRecord]
 ) -> tuple[dict[str, tuple[int, int]], dict[str, dict]]:
     """Each grid row's bucket (of ``shapes``, the run's) as Bench left it (narrowed where its winner lost inside
-    it: ``bucket_score``), and the narrowed ones (grid key -> ``{"lo", "why"}``)."""
+    it; the rest of a fixed-size winner's bucket a row of its own below it: ``bucket_score``), and the narrowed
+    ones (grid key -> ``{"lo", "why"}``)."""
     buckets = buckets_of(shapes)
     results = json.loads(layout.bench_results.read_text()) if layout.bench_results.exists() else []
+    buckets.update(bucket_score.below_buckets(results, buckets))
     narrowed = bucket_score.served(results, buckets)
     return {k: (max(lo, narrowed.get(k, {}).get("lo", lo)), hi) for k, (lo, hi) in buckets.items()}, narrowed
 

@@ -96,14 +96,15 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
     configs_json = layout.configs_manifest
     if configs_json.exists():
         padded = {p["original"]: p["problem"] for p in json.loads(configs_json.read_text())["padded"]}
+    buckets = bundle.grid_buckets(layout, shapes)[0]
     rows = []
     for entry in merged.entries:
         key = f"{entry.op_signature},{entry.params_signature}"
-        calls, share = weights.get(key, (1, None))
+        calls, share = weights.get(key, (0, 0.0) if key in buckets else (1, None))  # a row below: no weight
         rows.append(
             MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
         )
-    return rows + held_out.held_out_rows(rows, bundle.grid_buckets(layout, shapes)[0])
+    return rows + held_out.held_out_rows(rows, buckets)
 
 
 class Checkpoints:
