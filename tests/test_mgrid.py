@@ -768,6 +768,11 @@ def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_i
     assert bucket_score.below_buckets([data], {key: (9, 16)}) == {key_below: (9, 15)}
     assert bucket_score.below_buckets([data], {key: (5, 16)}) == {}, "another grid's bucket: not this one's rest"
     assert bucket_score.served([data], {key: (9, 16)}) == {}, "the winner's own range is not narrowed by it"
+    narrow = grid_result(QKV.with_tokens(4))
+    narrow.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
+    two = ScriptedRetime({SWAP: {4: 1.3}, "A": {4: 1.1, 3: 1.05}})
+    (alone,) = bucket_score.rows_below([bucket_score.score(two, narrow, (3, 4), TuneSettings())])
+    assert two.asked == [(SWAP, 4), ("A", 4), ("A", 3)] and alone.bucket["speedups"] == {"3": 1.05}  # no M = 2
     losing = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 0.97, 12: 1.06, 14: 1.07}})
     fixed.bucket = {}
     assert bucket_score.rows_below([bucket_score.score(losing, fixed, (9, 16), TuneSettings())]) == []

@@ -173,7 +173,7 @@ def _with_below(
     if crowned_there is None or not crowned_there[1].has_winner:
         return result
     rest = (lo, hi - 1)
-    counts = [m for m in edge_counts(rest) if result.problem.with_tokens(m) is not None]
+    counts = [m for m in edge_counts(rest) if lo < hi - 1 and result.problem.with_tokens(m) is not None]
     scored = _scored(backend, crowned_there[1], counts, settings)
     if scored is None or scored.worst < FLOOR:
         return result
