@@ -135,7 +135,8 @@ def _instead_of_fixed(
 ) -> ProblemResult:
     """``result``, whose winner serves its grid point alone, with the fastest finalist that can serve the whole
     bucket in its place where that one, re-timed at the grid point beside the winner, is within ``TIE`` of it
-    and holds ``FLOOR`` at ``counts``; else ``result`` as it was."""
+    and holds ``FLOOR`` at ``counts``; else ``result`` with that finalist as the row below it where it serves
+    the rest of the bucket (``_with_below``)."""
     found = _finalists(result, bucket)[:1]
     if not found:
         return result
