@@ -234,7 +234,8 @@ def write_outputs(problems: Sequence[GemmProblem], out_dir: Path, triton: dict |
     ``triton``: ``{"backend": name, "amd": bool}`` where the run asked for ``--triton`` (``own_kernels``)."""
     texts = [result_path(out_dir, p).read_text() for p in problems]
     searched = [ProblemResult.from_json(json.loads(text)) for text in texts]
-    below = bucket_score.rows_below(searched)  # rows of their own, as grid points are (bucket_score.BELOW)
+    tuned = set(problems)  # a row below is never one of them (every count the workload ran is a grid point)
+    below = [r for r in bucket_score.rows_below(searched) if r.problem not in tuned]  # rows of their own
     results = [*searched, *below]
     texts += [json.dumps(r.to_json(), indent=1) for r in below]
     runtime = json.loads((out_dir / RUNTIME).read_text()) if (out_dir / RUNTIME).exists() else {}
