@@ -748,7 +748,7 @@ def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_i
     """The finalist that serves ranges, too far behind at the grid point to take the fixed-size winner's place,
     is crowned at ``hi - 1`` and scored over the rest of the bucket; holding the floor there, it is a row of its
     own whose bucket is that rest. Losing at any count of it, nothing is added."""
-    from pipeline.backends.base import TuneSettings, WinnerRecord
+    from pipeline.backends.base import CandidateResult, ProblemResult, TuneSettings, WinnerRecord
     from pipeline.stages.bench import bucket_score
 
     top = QKV.with_tokens(16)
@@ -773,6 +773,13 @@ def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_i
     two = ScriptedRetime({SWAP: {4: 1.3}, "A": {4: 1.1, 3: 1.05}})
     (alone,) = bucket_score.rows_below([bucket_score.score(two, narrow, (3, 4), TuneSettings())])
     assert two.asked == [(SWAP, 4), ("A", 4), ("A", 3)] and alone.bucket["speedups"] == {"3": 1.05}  # no M = 2
+    retimed = ProblemResult(top, default_us=10.0)  # a cached winner re-timed: no finalist of its own
+    retimed.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
+    retimed.candidates = [CandidateResult(SWAP, final_us=10.0 / 1.3, config={"Tuner": "triton"})]
+    again = ScriptedRetime(backend.table)
+    assert bucket_score.score(again, retimed, (9, 16), TuneSettings()).bucket == {} and not again.asked
+    from_prior = bucket_score.score(again, retimed, (9, 16), TuneSettings(), prior=fixed)  # the cached search's
+    assert [r.winner for r in bucket_score.rows_below([from_prior])] == ["A"]
     losing = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 0.97, 12: 1.06, 14: 1.07}})
     fixed.bucket = {}
     assert bucket_score.rows_below([bucket_score.score(losing, fixed, (9, 16), TuneSettings())]) == []

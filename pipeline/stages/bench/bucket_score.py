@@ -85,23 +85,29 @@ def speedup_at(
 
 
 def score(
-    backend: Backend, result: ProblemResult, bucket: tuple[int, int] | None, settings: TuneSettings
+    backend: Backend,
+    result: ProblemResult,
+    bucket: tuple[int, int] | None,
+    settings: TuneSettings,
+    prior: ProblemResult | None = None,
 ) -> ProblemResult:
     """``result`` with its winner scored over ``bucket`` (``result.bucket``), replaced by a finalist that serves
-    the bucket better where the winner falls below ``FLOOR`` in it."""
+    the bucket better where the winner falls below ``FLOOR`` in it. A result re-timed rather than searched has no
+    finalists of its own: those of the ``prior`` it was re-timed from (the cached or seeding result) stand in."""
     if bucket is None or bucket[0] >= bucket[1] or not result.has_winner:
         return result
     lo, hi = bucket
     counts = [m for m in edge_counts(bucket) if result.problem.with_tokens(m) is not None]
+    finalists = _finalists(result, bucket) or (_finalists(prior, bucket, result.winner) if prior else [])
     if not serves_range(result.winner, lo, hi):
-        return _instead_of_fixed(backend, result, bucket, counts, settings)
+        return _instead_of_fixed(backend, result, bucket, counts, settings, finalists)
     winner = _scored(backend, result, counts, settings)
     if winner is None:
         result.bucket = {"lo": lo, "hi": hi, "note": f"not scored: the {backend.name} backend cannot re-time"}
         return result
     tried = [winner]
     if winner.worst < FLOOR:
-        for candidate in _finalists(result, bucket)[:ALTERNATIVES]:
+        for candidate in finalists[:ALTERNATIVES]:
             record = WinnerRecord(dict(candidate.config or {}))
             _, top = speedup_at(backend, result.problem, candidate.name, record, settings) or (0.0, None)
             if top is None or not top.has_winner:
@@ -131,13 +137,18 @@ def _record(bucket: tuple[int, int], best: Scored, tried: Sequence[tuple[str, fl
 
 
 def _instead_of_fixed(
-    backend: Backend, result: ProblemResult, bucket: tuple[int, int], counts: Sequence[int], settings: TuneSettings
+    backend: Backend,
+    result: ProblemResult,
+    bucket: tuple[int, int],
+    counts: Sequence[int],
+    settings: TuneSettings,
+    finalists: Sequence,
 ) -> ProblemResult:
     """``result``, whose winner serves its grid point alone, with the fastest finalist that can serve the whole
     bucket in its place where that one, re-timed at the grid point beside the winner, is within ``TIE`` of it
     and holds ``FLOOR`` at ``counts``; else ``result`` with that finalist as the row below it where it serves
     the rest of the bucket (``_with_below``)."""
-    found = _finalists(result, bucket)[:1]
+    found = finalists[:1]
     if not found:
         return result
     fixed = speedup_at(backend, result.problem, result.winner, result.record, settings, crowning=False)  # type: ignore[arg-type]
@@ -204,13 +215,13 @@ def _scored(backend: Backend, top: ProblemResult, counts: Sequence[int], setting
     return Scored(top.winner, top, speedups)  # type: ignore[arg-type]
 
 
-def _finalists(result: ProblemResult, bucket: tuple[int, int]) -> list:
-    """The search's other finalists with a config that computes every count of ``bucket``, fastest at the grid
-    point first."""
+def _finalists(result: ProblemResult, bucket: tuple[int, int], winner: str | None = None) -> list:
+    """The search's finalists but ``winner`` (default: ``result``'s) with a config that computes every count of
+    ``bucket``, fastest at the grid point first."""
     found = [
         c
         for c in result.candidates
-        if c.name not in (DEFAULT, result.winner)
+        if c.name not in (DEFAULT, winner or result.winner)
         and c.final_us
         and not c.error
         and c.config

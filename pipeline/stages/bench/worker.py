@@ -79,7 +79,8 @@ def work(
                 continue
             for result in tune(backend, [problem], settings, previous, previous_from):
                 start = time.monotonic()
-                result = bucket_score.score(backend, result, (buckets or {}).get(problem), settings)
+                bucket = (buckets or {}).get(problem)
+                result = bucket_score.score(backend, result, bucket, settings, previous.get(problem))
                 result.tuning_s += time.monotonic() - start
                 result.timeline.update(gpu=gpu, pid=os.getpid())
                 atomic_write_json(result_path(out_dir, result.problem), result.to_json())
