@@ -156,7 +156,7 @@ class _Searches(FakeBackend):
         self.searches += 1
         return super().tune_one(problem, settings)
 
-    def retime(self, previous, settings):
+    def retime(self, previous, settings, report=True):
         if self.speedup is None:
             return None  # as a backend without re-timing (TunableOp's) answers
         again = ProblemResult(previous.problem, default_us=10.0, winner_us=10.0)
