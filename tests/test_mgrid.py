@@ -773,6 +773,7 @@ def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_i
     two = ScriptedRetime({SWAP: {4: 1.3}, "A": {4: 1.1, 3: 1.05}})
     (alone,) = bucket_score.rows_below([bucket_score.score(two, narrow, (3, 4), TuneSettings())])
     assert two.asked == [(SWAP, 4), ("A", 4), ("A", 3)] and alone.bucket["speedups"] == {"3": 1.05}  # no M = 2
+    assert bucket_score.edge_counts((3, 3)) == [] and bucket_score.edge_counts((3, 4)) == [3]
     retimed = ProblemResult(top, default_us=10.0)  # a cached winner re-timed: no finalist of its own
     retimed.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
     retimed.candidates = [CandidateResult(SWAP, final_us=10.0 / 1.3, config={"Tuner": "triton"})]

@@ -54,9 +54,9 @@ class Scored:
 def edge_counts(bucket: tuple[int, int]) -> list[int]:
     """The counts a bucket's candidates are timed at besides the grid point: its lower edge, its middle and the
     count just below the grid point (a winner whose tile fits its grid point exactly loses there: on the H200,
-    x0.92 at M = 95 under the M = 96 winner, docs/decisions.md)."""
+    x0.92 at M = 95 under the M = 96 winner, docs/decisions.md). None where the bucket is the grid point alone."""
     lo, hi = bucket
-    return sorted({lo, (lo + hi) // 2, hi - 1} - {hi})
+    return sorted({lo, (lo + hi) // 2, hi - 1} - {hi}) if lo < hi else []
 
 
 def speedup_at(
@@ -185,7 +185,7 @@ def _with_below(
     if crowned_there is None or not crowned_there[1].has_winner:
         return result
     rest = (lo, hi - 1)
-    counts = [m for m in edge_counts(rest) if lo < hi - 1 and result.problem.with_tokens(m) is not None]
+    counts = [m for m in edge_counts(rest) if result.problem.with_tokens(m) is not None]
     scored = _scored(backend, crowned_there[1], counts, settings)
     if scored is None or scored.worst < FLOOR:
         return result
@@ -245,11 +245,7 @@ def served(results: Sequence[dict], buckets: Mapping[str, tuple[int, int]]) -> d
     shape of Validate's held-out split). Only a score of the bucket the shapes give counts (a cached result may
     carry another grid's)."""
     narrowed = {}
-    for data in results:
-        scored = data.get("bucket") or {}
-        key = ",".join(format_key(GemmProblem.from_dict(data["problem"])))
-        if key not in buckets or (scored.get("lo"), scored.get("hi")) != tuple(buckets[key]):
-            continue
+    for key, scored in _scores_of_these_buckets(results, buckets):
         lo = scored.get("serves_from", scored["lo"])
         if lo > scored["lo"]:
             narrowed[key] = {"lo": lo, "why": f"Bench: x{scored['worst']:.3f} at worst over its bucket"}
@@ -260,16 +256,23 @@ def below_buckets(results: Sequence[dict], buckets: Mapping[str, tuple[int, int]
     """The bucket of each row ``BELOW`` a fixed-size winner, by its key: the rest of the winner's bucket, where
     that bucket is the one the shapes give (a cached result may carry another grid's)."""
     found = {}
-    for data in results:
-        scored = data.get("bucket") or {}
-        key = ",".join(format_key(GemmProblem.from_dict(data["problem"])))
-        if BELOW in scored and (scored.get("lo"), scored.get("hi")) == tuple(buckets.get(key, ())):
+    for _, scored in _scores_of_these_buckets(results, buckets):
+        if BELOW in scored:
             below = scored[BELOW]
             found[",".join(format_key(GemmProblem.from_dict(below["problem"])))] = (
                 below["bucket"]["lo"],
                 below["bucket"]["hi"],
             )
     return found
+
+
+def _scores_of_these_buckets(results: Sequence[dict], buckets: Mapping[str, tuple[int, int]]):
+    """(grid key, Bench's bucket record) of each result whose record scores the bucket ``buckets`` gives its key."""
+    for data in results:
+        scored = data.get("bucket") or {}
+        key = ",".join(format_key(GemmProblem.from_dict(data["problem"])))
+        if key in buckets and (scored.get("lo"), scored.get("hi")) == tuple(buckets[key]):
+            yield key, scored
 
 
 def summary(results: Sequence[ProblemResult]) -> dict | None:
