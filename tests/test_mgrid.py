@@ -588,7 +588,7 @@ class ScriptedRetime:
         name, n = previous.winner, previous.problem.n
         self.asked.append((name, n))
         self.reports.append(report)
-        speedup = self.table[name].get(n)
+        speedup = self.table.get(name, {}).get(n)  # a name it does not know: refused everywhere
         if speedup is None:
             raise ValueError(f"CUBLAS_STATUS_NOT_SUPPORTED: {name} at n = {n}")
         result = ProblemResult(previous.problem, default_us=10.0, winner_us=10.0)
@@ -665,6 +665,7 @@ def test_where_no_finalist_serves_the_bucket_the_winner_serves_above_its_highest
 
 
 SWAP = "triton_r16c64k128_s1_g8_w4_st3_swap"  # compiled for its own sizes: it serves its grid point alone
+SWR = "triton_r16c64k128_s1_g8_w4_st3_swr"  # its twin, the token count an argument: tried over its bucket first
 
 
 def test_a_fixed_size_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_as_it_was():
@@ -684,7 +685,7 @@ def test_a_fixed_size_winner_or_a_backend_that_cannot_retime_leaves_the_bucket_a
         triton.crown(name, 5.0, WinnerRecord({"Tuner": "triton"}))
         backend = ScriptedRetime(table)
         scored = bucket_score.score(backend, triton, (9, 16), TuneSettings())
-        assert scored.winner == name and scored.bucket == {} and {n for n, _ in backend.asked} <= {name, "A"}
+        assert scored.winner == name and scored.bucket == {} and {n for n, _ in backend.asked} <= {name, SWR, "A"}
     result = bucket_score.score(BackendBase(), grid_result(top), (9, 16), TuneSettings())
     assert result.winner == "A" and result.bucket["note"].startswith("not scored")
 
@@ -738,7 +739,7 @@ def test_a_finalist_that_serves_the_bucket_takes_a_fixed_size_winners_place_with
     result.crown(SWAP, 10.0 / 1.2, WinnerRecord({"Tuner": "triton"}))
     backend = ScriptedRetime({SWAP: {16: 1.2}, "A": {16: 1.197, 9: 1.05, 12: 1.1, 15: 1.1}})
     scored = bucket_score.score(backend, result, (9, 16), TuneSettings())
-    assert backend.asked == [(SWAP, 16), ("A", 16), ("A", 9), ("A", 12), ("A", 15)]  # A: the fastest finalist
+    assert backend.asked == [(SWAP, 16), (SWR, 16), ("A", 16), ("A", 9), ("A", 12), ("A", 15)]  # SWR refused
     assert scored.winner == "A" and scored.record.solution == {"AlgoId": 1} and f"in place of {SWAP}" in scored.origin
     assert scored.bucket["serves_from"] == 9 and scored.bucket["worst"] == 1.05
     assert bucket_score.summary([scored]) == {"scored": 1, "replaced": 1, "narrowed": 0, "worst": 1.05, "below": 0}
@@ -757,8 +758,8 @@ def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_i
     backend = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 1.04, 12: 1.06, 14: 1.07}})
     scored = bucket_score.score(backend, fixed, (9, 16), TuneSettings())
     assert scored.winner == SWAP and scored.bucket["note"] == f"{SWAP} serves M = 16 alone"
-    assert backend.asked == [(SWAP, 16), ("A", 16), ("A", 15), ("A", 9), ("A", 12), ("A", 14)]
-    assert backend.reports == [False, True, True, False, False, False]  # crowned at 16 and at 15 alone
+    assert backend.asked == [(SWAP, 16), (SWR, 16), ("A", 16), (SWR, 15), ("A", 15), ("A", 9), ("A", 12), ("A", 14)]
+    assert backend.reports == [False, True, True, True, True, False, False, False]  # crowned at 16 and 15 alone
     (below,) = bucket_score.rows_below([scored])
     assert below.problem == QKV.with_tokens(15) and below.winner == "A" and below.record.solution == {"AlgoId": 1}
     assert below.bucket["lo"] == 9 and below.bucket["hi"] == 15 and below.bucket["worst"] == 1.04
@@ -772,18 +773,57 @@ def test_a_fixed_size_winner_keeps_its_grid_point_and_a_finalist_crowned_below_i
     narrow.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
     two = ScriptedRetime({SWAP: {4: 1.3}, "A": {4: 1.1, 3: 1.05}})
     (alone,) = bucket_score.rows_below([bucket_score.score(two, narrow, (3, 4), TuneSettings())])
-    assert two.asked == [(SWAP, 4), ("A", 4), ("A", 3)] and alone.bucket["speedups"] == {"3": 1.05}  # no M = 2
+    assert two.asked == [(SWAP, 4), (SWR, 4), ("A", 4), (SWR, 3), ("A", 3)]
+    assert alone.bucket["speedups"] == {"3": 1.05}  # no M = 2
     assert bucket_score.edge_counts((3, 3)) == [] and bucket_score.edge_counts((3, 4)) == [3]
     retimed = ProblemResult(top, default_us=10.0)  # a cached winner re-timed: no finalist of its own
     retimed.crown(SWAP, 10.0 / 1.3, WinnerRecord({"Tuner": "triton"}))
     retimed.candidates = [CandidateResult(SWAP, final_us=10.0 / 1.3, config={"Tuner": "triton"})]
-    again = ScriptedRetime(backend.table)
-    assert bucket_score.score(again, retimed, (9, 16), TuneSettings()).bucket == {} and not again.asked
+    again = ScriptedRetime(backend.table)  # its twin alone is tried, and refused
+    assert bucket_score.score(again, retimed, (9, 16), TuneSettings()).bucket == {}
+    assert {name for name, _ in again.asked} == {SWAP, SWR}
+    again.asked.clear()
     from_prior = bucket_score.score(again, retimed, (9, 16), TuneSettings(), prior=fixed)  # the cached search's
     assert [r.winner for r in bucket_score.rows_below([from_prior])] == ["A"]
     losing = ScriptedRetime({SWAP: {16: 1.3}, "A": {16: 1.1, 15: 1.08, 9: 0.97, 12: 1.06, 14: 1.07}})
     fixed.bucket = {}
     assert bucket_score.rows_below([bucket_score.score(losing, fixed, (9, 16), TuneSettings())]) == []
+
+
+def test_a_swapped_winners_twin_that_takes_the_token_count_serves_its_bucket_before_any_finalist():
+    """The winner's own config on the kernel whose token count is an argument is tried first: within the tie at
+    the grid point and holding the floor over the bucket it takes the winner's place; too far behind there, it
+    is the row below while it holds the floor over the rest, and a finalist is the row below where it does not."""
+    from pipeline.backends.base import TuneSettings, WinnerRecord
+    from pipeline.kernels.triton_gemm import config_from_name
+    from pipeline.stages.bench import bucket_score
+
+    def fixed():
+        result = grid_result(QKV.with_tokens(8))
+        result.crown(SWAP, 10.0 / 1.2, WinnerRecord(config_from_name(SWAP).to_json()))
+        return result
+
+    near = ScriptedRetime({SWAP: {8: 1.2}, SWR: {8: 1.198, 5: 1.1, 6: 1.12, 7: 1.15}, "A": {8: 1.1}})
+    whole = bucket_score.score(near, fixed(), (5, 8), TuneSettings())
+    assert near.asked == [(SWAP, 8), (SWR, 8), (SWR, 5), (SWR, 6), (SWR, 7)]  # A is not needed
+    assert whole.winner == SWR and whole.record.solution["family"] == "swapped_range" and whole.bucket["worst"] == 1.1
+    assert f"in place of {SWAP}" in whole.origin and bucket_score.rows_below([whole]) == []
+
+    behind = ScriptedRetime({SWAP: {8: 1.2}, SWR: {8: 1.17, 7: 1.16, 5: 1.1, 6: 1.12}, "A": {8: 1.19}})
+    scored = bucket_score.score(behind, fixed(), (5, 8), TuneSettings())
+    assert scored.winner == SWAP and scored.bucket["note"] == f"{SWAP} serves M = 8 alone"
+    (below,) = bucket_score.rows_below([scored])
+    assert below.problem == QKV.with_tokens(7) and below.winner == SWR and below.bucket["worst"] == 1.1
+    assert below.record.solution["family"] == "swapped_range" and below.bucket["tried"] == [{"name": SWR, "worst": 1.1}]
+
+    losing = {SWAP: {8: 1.2}, SWR: {8: 1.17, 7: 1.16, 5: 0.95, 6: 1.12}, "A": {8: 1.1, 7: 1.05, 5: 1.02, 6: 1.03}}
+    (finalist,) = bucket_score.rows_below([bucket_score.score(ScriptedRetime(losing), fixed(), (5, 8), TuneSettings())])
+    assert finalist.winner == "A" and [t["name"] for t in finalist.bucket["tried"]] == [SWR, "A"]
+    assert finalist.bucket["worst"] == 1.02
+
+    beyond = ScriptedRetime({SWAP: {16: 1.2}, SWR: {16: 1.2}})  # a bucket past the twin's 16 rows: not tried
+    assert bucket_score.score(beyond, fixed(), (9, 24), TuneSettings()).bucket == {}
+    assert SWR not in {name for name, _ in beyond.asked}
 
 
 def test_bench_writes_the_row_below_a_fixed_size_winner_beside_the_grid_and_validate_weighs_it_nothing(tmp_path):

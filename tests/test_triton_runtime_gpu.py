@@ -115,10 +115,21 @@ def test_install_compiles_every_triton_row_so_that_no_call_meets_the_jit(tmp_pat
     assert sorted(k.split(" ", 1)[0] for k in status["tuned_calls"]) == sorted(chosen.values()), status
 
 
-def test_a_range_row_serves_unseen_token_counts_with_kernels_compiled_at_install(tmp_path, weights):
-    """A tiled Triton winner at the grid point M = 32 serving 17..32 (the manifest's ``m_ranges``, docs/serving.md):
-    calls at counts nobody tuned run its kernel at their own size, right against an fp32 reference, and compile
-    nothing (install built the range's other frame, ``TunedTable.triton_builds``)."""
+@pytest.mark.parametrize(
+    "family, top, lo, counts",
+    [
+        ("tiled", 32, 17, (17, 20, 31, 32)),
+        ("swapped_range", 8, 1, (1, 3, 7, 8)),  # a swapped winner's twin: one token compiles apart (a constant)
+        ("swapped_range", 16, 9, (9, 12, 15, 16)),  # 16 divides by 16: the grid point's own kernel
+    ],
+)
+def test_a_range_row_serves_unseen_token_counts_with_kernels_compiled_at_install(
+    tmp_path, weights, family, top, lo, counts
+):
+    """A Triton winner at a grid point serving its range (the manifest's ``m_ranges``, docs/serving.md): a tiled
+    config, and the swapped tile's twin that takes the token count (``triton_gemm.ranged_twin``); calls at counts
+    nobody tuned run its kernel at their own size, right against an fp32 reference, and compile nothing
+    (install built the range's other frames, ``TunedTable.triton_builds``)."""
     import torch
     import torch.nn.functional as F
 
@@ -126,18 +137,23 @@ def test_a_range_row_serves_unseen_token_counts_with_kernels_compiled_at_install
     from pipeline.formats.tunableop import format_key
 
     w = weights[1]
-    grid = GemmProblem("gemm", "T", "N", N_OUT, 32, K, K, K, N_OUT)
-    name = _rows(tmp_path / "tunableop_results.csv", [grid])[grid]
-    assert tg.serves_range(name, 17, 32), name
+    grid = GemmProblem("gemm", "T", "N", N_OUT, top, K, K, K, N_OUT)
+    if family == "tiled":
+        name = _rows(tmp_path / "tunableop_results.csv", [grid])[grid]
+    else:
+        name = tg.TritonConfig(16, 64, 256, 1, 1, 4, 4, family=family).name
+        versions = {"PT_VERSION": torch.__version__.split("+")[0]}
+        write_file(tmp_path / "tunableop_results.csv", versions, [TunableOpEntry.from_problem(grid, name, 0.01)])
+    assert tg.serves_range(name, lo, top), name
     key = ",".join(format_key(grid))
     (tmp_path / "manifest.json").write_text(
-        json.dumps({"m_ranges": [{"key": key, "solution": name, "lo": 17, "hi": 32}]})
+        json.dumps({"m_ranges": [{"key": key, "solution": name, "lo": lo, "hi": top}]})
     )
     runtime = rt.install(tmp_path)
     try:
         cache = next(iter(runtime.router.executor.kernel_caches.values()))
         compiled = sorted(p.name for p in cache.rglob("*") if p.is_file())
-        xs = {m: torch.randn(m, K, device="cuda", dtype=torch.bfloat16) for m in (17, 20, 31, 32)}
+        xs = {m: torch.randn(m, K, device="cuda", dtype=torch.bfloat16) for m in counts}
         got = {m: F.linear(x, w) for m, x in xs.items()}
         torch.cuda.synchronize()
         status = runtime.status()

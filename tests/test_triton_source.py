@@ -153,7 +153,7 @@ def test_one_token_also_gets_the_literal_kernel_compiled_per_shape():
     assert tg.TritonConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
     before = {k: v for k, v in config.to_json().items() if k != "family"} | {"name": config.name[: -len("_lit")]}
     assert tg.TritonConfig.from_json(before) == tg.TritonConfig(1, 1, 4096, 1, 1, 8, 1), "saved before the family"
-    with pytest.raises(ValueError, match="_lit, _swap or neither"):
+    with pytest.raises(ValueError, match="_lit, _swap, _swr or neither"):
         tg.config_from_name("triton_r1c1k4096_s1_g1_w8_st1_lit_swap")
 
 
@@ -175,6 +175,60 @@ GPU_PROBLEMS = [
     scaled(4096, 4, 4096, bias_type="bfloat16"),
     scaled(4096, 256, 4096),
 ]
+
+
+def test_a_swapped_config_has_a_twin_that_takes_the_token_count_and_is_never_searched():
+    """The twin Bench tries over a swapped winner's bucket (``bucket_score``): the same tile on ``swapped_range``,
+    whose name parses back and which serves any count up to its 16 rows; no other family has one, and the search
+    never offers it."""
+    config = tg.TritonConfig(16, 64, 256, 2, 1, 4, 4, family="swapped")
+    twin = tg.ranged_twin(config.name)
+    assert twin == tg.TritonConfig(16, 64, 256, 2, 1, 4, 4, family="swapped_range") and twin.kernel == "swapped_range"
+    assert twin.name == "triton_r16c64k256_s2_g1_w4_st4_swr" and tg.config_from_name(twin.name) == twin
+    assert tg.TritonConfig.from_json(json.loads(json.dumps(twin.to_json()))) == twin
+    assert tg.serves_range(twin.name, 1, 16) and not tg.serves_range(twin.name, 9, 17)
+    assert not tg.serves_range(config.name, 5, 8), "the swapped tile itself: its own count alone"
+    for other in ("triton_r16c64k256_s1_g1_w4_st6", "triton_r1c1k2048_s1_g1_w8_st1_lit", "Gemm_Cublaslt_id_7", "x"):
+        assert tg.ranged_twin(other) is None, other
+    assert tg.ranged_twin(twin.name) is None, "a twin has no twin"
+    offered = {
+        c.family for t in (2, 8, 16) for p in (linear(4096, t, 4096), scaled(4096, t, 4096)) for c in tg.configs(p, 132)
+    }
+    assert "swapped" in offered and "swapped_range" not in offered
+
+
+@pytest.mark.gpu
+@pytest.mark.gpu_untimed
+@pytest.mark.parametrize(
+    "problem",
+    [
+        scaled(4096, 8, 4096, bias_type="bfloat16"),
+        GemmProblem("gemm_and_bias", "T", "N", 3000, 8, 2048, 2048, 2048, 3000),  # columns not a tile multiple
+        GemmProblem("gemm_strided_batched", "T", "N", 256, 8, 4104, 4104, 4104, 256, batch=3),  # K not a tile multiple
+    ],
+    ids=lambda p: f"{p.op}-{p.m}x{p.k}-{p.a_type}",
+)
+def test_a_swapped_twin_matches_the_fp32_reference_at_every_count_it_serves(problem):
+    """Each swapped config's twin (unsplit and split, 64 and 128 columns) at one token, counts between and 16,
+    against the fp32 reference at each: the count and the batch strides are its only arguments."""
+    pytest.importorskip("triton")
+    import torch
+
+    from pipeline.backends.measure import check_numerics
+    from pipeline.kernels.torch_gemm import allocate, reference
+
+    swapped = [c for c in tg.configs(problem, torch.cuda.get_device_properties(0).multi_processor_count)]
+    swapped = [c for c in swapped if c.family == "swapped"]
+    picks = {swapped[0], *[c for c in swapped if c.split_k > 1][-1:], *[c for c in swapped if c.block_c == 128][-1:]}
+    errors = {}
+    for m in (1, 3, 8, 13, 16):
+        at = problem.with_tokens(m)
+        ops = allocate(at, 1, torch.device("cuda"), seed=m)[0]
+        ref = reference(at, ops)
+        for config in picks:
+            twin = tg.ranged_twin(config.name)
+            errors[(twin.name, m)] = check_numerics(at, tr.launcher(at, twin), ops, ref)  # raises if off
+    assert len(errors) == 5 * len(picks) >= 10 and max(errors.values()) > 0
 
 
 def test_the_gpu_problems_cover_every_family_and_dtype():
@@ -334,5 +388,5 @@ def test_a_kernel_family_is_one_entry_of_the_registry(monkeypatch):
         tg.TritonConfig(128, 256, 64, family="wider")
     name = offered[0].name
     monkeypatch.delitem(tg.FAMILIES, "wide")
-    with pytest.raises(ValueError, match="_lit, _swap or neither"):
+    with pytest.raises(ValueError, match="_lit, _swap, _swr or neither"):
         tg.config_from_name(name)

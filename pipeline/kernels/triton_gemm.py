@@ -16,11 +16,13 @@ operands of a tensorwise-scaled ``_scaled_mm`` have the product scaled before th
             split-K fills the GPU when the output has few column tiles
     swapped 2-16 tokens: the skinny tile transposed, 64 or 128 weight columns on the MMA's M side (Hopper's
             warpgroup MMA reads them from shared memory) and the tokens on its N side (``triton_kernels.swapped``)
+    swapped_range  a swapped winner's config with the token count an argument (``swapped_range``): never
+            searched, it is the twin Bench tries over a swapped winner's bucket (``ranged_twin``)
     tiled   more tokens: 32-128-row tiles over 64-long K tiles, split-K only where the tiles leave SMs idle
 
 ``gemv``, ``skinny`` and ``tiled`` take their sizes as arguments, so a winner of theirs also serves other token
-counts of its weight (a bucket of an M grid, ``serves_range``); ``literal`` and ``swapped`` serve their own
-alone.
+counts of its weight (a bucket of an M grid, ``serves_range``), and ``swapped_range`` serves any count up to its
+16 rows; ``literal`` and ``swapped`` serve their own alone.
 
 ``serves(problem)`` says why a problem is not served (None: it is); ``configs(problem, sms)`` are the configs
 worth timing for its shape; ``triton_runner.launcher(problem, config)`` runs one on an ``OperandSet``. A config
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..problem import ROWWISE, GemmProblem, dtype_bytes
 
@@ -155,6 +157,11 @@ def _more_than_sixteen(problem: GemmProblem, sms: int) -> bool:
     return problem.n > SKINNY_ROWS
 
 
+def _never(problem: GemmProblem, sms: int) -> bool:
+    """Not searched: a fixed-size winner's twin, tried over its bucket (``ranged_twin``)."""
+    return False
+
+
 def _skinny_configs(problem: GemmProblem, sms: int) -> list[TritonConfig]:
     """2-16 tokens: one 16-row tile of 32-128 weight columns over 128- or 256-long K tiles."""
     tiles = [(SKINNY_ROWS, c, bk) for c in (32, 64, 128) for bk in (128, 256)]
@@ -254,7 +261,8 @@ class Family:
     the same arguments), what its names end with (empty: its tile's rows tell it apart), whether it is offered
     for a problem on a GPU of so many SMs, its configs for that shape, and the token counts one of its winners
     computes right when only the count changes (``counts``: the least and the most, None for no bound; None
-    itself where the kernel is compiled for one frame, its sizes literals: it serves its own count alone). A new
+    itself where the kernel is compiled for one frame, its sizes literals: it serves its own count alone), and
+    for such a family the one whose kernel runs the same configs over a range of counts (``ranged``). A new
     family is its kernel and one entry here."""
 
     kernel: str
@@ -262,6 +270,7 @@ class Family:
     offered: Callable[[GemmProblem, int], bool]
     configs: Callable[[GemmProblem, int], list[TritonConfig]]
     counts: tuple[int, int | None] | None
+    ranged: str | None = None
 
 
 ANY_COUNT = (1, None)  # ``gemm`` takes its sizes as arguments and masks its edges: any token count
@@ -270,7 +279,8 @@ FAMILIES: dict[str, Family] = {
     "gemv": Family("gemv", "", _one_token_gemv, _gemv_configs, (1, 1)),  # sizes as arguments, one row alone
     "literal": Family("gemv_literal", "_lit", _one_token_literal, _literal_configs, None),
     "skinny": Family("gemm", "", _two_to_sixteen, _skinny_configs, ANY_COUNT),
-    "swapped": Family("swapped", "_swap", _two_to_sixteen, _swapped_configs, None),
+    "swapped": Family("swapped", "_swap", _two_to_sixteen, _swapped_configs, None, "swapped_range"),
+    "swapped_range": Family("swapped_range", "_swr", _never, _swapped_configs, (1, SKINNY_ROWS)),  # R <= its rows
     "tiled": Family("gemm", "", _more_than_sixteen, _tiled_configs, ANY_COUNT),
 }
 
@@ -287,6 +297,20 @@ def serves_range(solution: str, lo: int, hi: int) -> bool:
     except ValueError:
         return False
     return counts is not None and counts[0] <= lo and (counts[1] is None or hi <= counts[1])
+
+
+def ranged_twin(solution: str) -> TritonConfig | None:
+    """The config of a winner named ``solution`` on the kernel of its family's ``ranged`` twin, which takes the
+    token count as an argument and so may serve the winner's bucket (a swapped winner's ``swapped_range``:
+    docs/triton.md, "Token counts a winner serves"); None where its family has none."""
+    if not solution.startswith(PREFIX):
+        return None
+    try:
+        config = config_from_name(solution)
+    except ValueError:
+        return None
+    twin = FAMILIES[config.family].ranged
+    return None if twin is None else replace(config, family=twin)
 
 
 NAME = re.compile(PREFIX + r"r(\d+)c(\d+)k(\d+)_s(\d+)_g(\d+)_w(\d+)_st(\d+)(_[a-z]+)?")

@@ -56,10 +56,33 @@ def swapped(x, y, out, bias, part, scale_x, scale_y, R: tl.constexpr, C: tl.cons
             syk: tl.constexpr, syc: tl.constexpr, sob: tl.constexpr, sor: tl.constexpr, soc: tl.constexpr,
             HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
             BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    # the swapped tile compiled for one frame, every size and stride a literal (+0.5-2.2% on FP8 and the small
+    # bf16 projections: docs/triton.md)
+    swapped_tile(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER, sxb, sxr, sxk, syb, syk, syc, sob, sor,
+                 soc, HAS_BIAS, SCALED, SPLIT, BR, BC, BK, EVEN_K)  # fmt: skip
+
+
+@triton.jit
+def swapped_range(x, y, out, bias, part, scale_x, scale_y, R, C: tl.constexpr, K: tl.constexpr,
+                  K_PER: tl.constexpr, sxb, sxr: tl.constexpr, sxk: tl.constexpr, syb: tl.constexpr,
+                  syk: tl.constexpr, syc: tl.constexpr, sob, sor: tl.constexpr, soc: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
+                  BC: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    # the same tile over a range of token counts (R <= BR): the count and the batch strides that hold it are
+    # arguments, the weight's sizes and strides literals as in ``swapped`` (docs/triton.md, "Token counts a
+    # winner serves")
+    swapped_tile(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER, sxb, sxr, sxk, syb, syk, syc, sob, sor,
+                 soc, HAS_BIAS, SCALED, SPLIT, BR, BC, BK, EVEN_K)  # fmt: skip
+
+
+@triton.jit
+def swapped_tile(x, y, out, bias, part, scale_x, scale_y, R, C, K, K_PER, sxb, sxr, sxk, syb, syk, syc, sob, sor,
+                 soc, HAS_BIAS: tl.constexpr, SCALED: tl.constexpr, SPLIT: tl.constexpr, BR: tl.constexpr,
+                 BC: tl.constexpr, BK: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
     # gemm's skinny tile transposed (R <= BR, one row tile): a [BC, BR] tile of the output's transpose, the BC
     # (64 or 128) weight columns on the MMA's M side, where Hopper's warpgroup MMA takes them from shared memory,
-    # and the tokens on its N side; gemm's parameters (GROUP unused), split-K partials in its layout. Compiled for
-    # one frame, every size and stride a literal (+0.5-2.2% on FP8 and the small bf16 projections: docs/triton.md)
+    # and the tokens on its N side; gemm's parameters (GROUP unused), split-K partials in its layout. A size its
+    # caller passes as a literal stays one here (Triton specialises a called function on its constant arguments)
     pc, pk, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     cols = pc * BC + tl.arange(0, BC)
     rows = tl.arange(0, BR)

@@ -9,12 +9,14 @@ candidate scores 0: it is not valid there.
 
 A winner that cannot compute the bucket's other counts (a Triton kernel compiled for its own sizes,
 ``triton_gemm.serves_range``) would serve its grid point alone, the bucket's other counts running torch's
-default: the fastest finalist that can serve the bucket takes its place where, both re-timed at the grid point,
-it is within ``TIE`` of it there and holds ``FLOOR`` over the bucket. Else the winner keeps its grid point and
-that finalist is crowned one count below it and scored over the rest of the bucket (``lo`` to ``hi - 1``, the
-same counts a bucket is scored at): where it holds ``FLOOR`` there, its result at ``hi - 1`` is a row of its own
-(``BELOW``, in the winner's ``bucket``; ``rows_below``) that serves those counts, as a grid point would. No
-finalist that cannot serve the bucket is tried in place of a winner. A Triton winner whose kernel takes its sizes as
+default. What can serve the bucket is tried instead (``_range_servers``): first the winner's own config on the
+kernel of its family that takes the token count as an argument (``triton_gemm.ranged_twin``: a swapped tile's),
+then the fastest finalist that serves the bucket. The first takes the winner's place where, both re-timed at the
+grid point, it is within ``TIE`` of it there and holds ``FLOOR`` over the bucket. Else the winner keeps its grid
+point, and the first of them that holds ``FLOOR`` over the rest of the bucket (``lo`` to ``hi - 1``, scored at
+the same counts a bucket is), crowned one count below the grid point, is a row of its own there (``BELOW``, in
+the winner's ``bucket``; ``rows_below``) that serves those counts, as a grid point would. No finalist that
+cannot serve the bucket is tried in place of a winner. A Triton winner whose kernel takes its sizes as
 arguments is scored as a library's is. A backend that cannot re-time a winner (``retime`` returns None) leaves
 the bucket unscored, as it was.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from ...backends.base import DEFAULT, Backend, ProblemResult, TuneSettings, WinnerRecord
 from ...formats.tunableop import format_key
-from ...kernels.triton_gemm import serves_range
+from ...kernels.triton_gemm import ranged_twin, serves_range
 from ...problem import GemmProblem
 
 FLOOR = 0.99  # the worst ratio a candidate may have over its bucket (as Validate's held-out counts)
@@ -144,55 +146,77 @@ def _instead_of_fixed(
     settings: TuneSettings,
     finalists: Sequence,
 ) -> ProblemResult:
-    """``result``, whose winner serves its grid point alone, with the fastest finalist that can serve the whole
-    bucket in its place where that one, re-timed at the grid point beside the winner, is within ``TIE`` of it
-    and holds ``FLOOR`` at ``counts``; else ``result`` with that finalist as the row below it where it serves
-    the rest of the bucket (``_with_below``)."""
-    found = finalists[:1]
-    if not found:
+    """``result``, whose winner serves its grid point alone, with the first of ``_range_servers`` in its place
+    that, re-timed at the grid point beside the winner, is within ``TIE`` of it there and holds ``FLOOR`` at
+    ``counts``; else ``result`` with one of them as the row below it where it serves the rest of the bucket
+    (``_with_below``)."""
+    servers = _range_servers(result, bucket, finalists)
+    if not servers:
         return result
     fixed = speedup_at(backend, result.problem, result.winner, result.record, settings, crowning=False)  # type: ignore[arg-type]
-    record = WinnerRecord(dict(found[0].config or {}))
-    ranged = speedup_at(backend, result.problem, found[0].name, record, settings)
-    if fixed is None or ranged is None:
+    if fixed is None:
         return result
-    scored = None
-    if ranged[1].has_winner and ranged[0] * (1 + TIE) >= fixed[0]:
-        scored = _scored(backend, ranged[1], counts, settings)
-    if scored is None or scored.worst < FLOOR:
-        return _with_below(backend, result, bucket, found[0].name, record, settings)
-    name = result.winner
-    result = _crowned(result, scored)
-    result.origin += f" (in place of {name}, x{fixed[0]:.3f} at the grid point, which serves it alone)"
-    result.bucket = _record(bucket, scored, [(name, 0.0), (scored.name, scored.worst)])  # the winner: no count else
-    return result
+    for name, record in servers:
+        ranged = speedup_at(backend, result.problem, name, record, settings)
+        if ranged is None:
+            return result
+        scored = None
+        if ranged[1].has_winner and ranged[0] * (1 + TIE) >= fixed[0]:
+            scored = _scored(backend, ranged[1], counts, settings)
+        if scored is not None and scored.worst >= FLOOR:
+            winner = result.winner
+            result = _crowned(result, scored)
+            result.origin += f" (in place of {winner}, x{fixed[0]:.3f} at the grid point, which serves it alone)"
+            result.bucket = _record(bucket, scored, [(winner, 0.0), (scored.name, scored.worst)])  # no count else
+            return result
+    return _with_below(backend, result, bucket, servers, settings)
+
+
+def _range_servers(
+    result: ProblemResult, bucket: tuple[int, int], finalists: Sequence
+) -> list[tuple[str, WinnerRecord]]:
+    """What may serve the bucket of ``result``'s fixed-size winner, in the order tried: the winner's own config
+    on its family's kernel that takes the token count as an argument (``triton_gemm.ranged_twin``: the swapped
+    tile's), then the search's fastest finalist that serves the bucket."""
+    found = []
+    twin = ranged_twin(result.winner or "")
+    if twin is not None and serves_range(twin.name, *bucket):
+        found.append((twin.name, WinnerRecord(twin.to_json())))
+    return found + [(c.name, WinnerRecord(dict(c.config or {}))) for c in finalists[:1]]
 
 
 def _with_below(
     backend: Backend,
     result: ProblemResult,
     bucket: tuple[int, int],
-    name: str,
-    record: WinnerRecord,
+    servers: Sequence[tuple[str, WinnerRecord]],
     settings: TuneSettings,
 ) -> ProblemResult:
-    """``result``, whose fixed-size winner keeps its grid point, with ``name`` (a finalist that serves ranges)
-    crowned at ``hi - 1`` and scored over ``lo`` to ``hi - 1`` in its ``bucket`` (``BELOW``) where it holds
-    ``FLOOR`` at every count there; else ``result`` as it was."""
+    """``result``, whose fixed-size winner keeps its grid point, with the first of ``servers`` (name, record:
+    candidates that serve ranges) that holds ``FLOOR`` at every count of the rest of its bucket (``lo`` to
+    ``hi - 1``), crowned at ``hi - 1``, as the row ``BELOW`` it; else ``result`` as it was."""
     lo, hi = bucket
     top = result.problem.with_tokens(hi - 1)
-    crowned_there = None if top is None else speedup_at(backend, top, name, record, settings)
-    if crowned_there is None or not crowned_there[1].has_winner:
+    if top is None:
         return result
     rest = (lo, hi - 1)
     counts = [m for m in edge_counts(rest) if result.problem.with_tokens(m) is not None]
-    scored = _scored(backend, crowned_there[1], counts, settings)
-    if scored is None or scored.worst < FLOOR:
+    tried = []
+    for name, record in servers:
+        crowned_there = speedup_at(backend, top, name, record, settings)
+        if crowned_there is None or not crowned_there[1].has_winner:
+            continue
+        scored = _scored(backend, crowned_there[1], counts, settings)
+        if scored is None:
+            continue
+        tried.append((name, scored.worst))
+        if scored.worst < FLOOR:
+            continue
+        below = crowned_there[1]
+        below.origin = f"bucket {lo}-{hi}: {name} serves {lo}-{hi - 1}, below the fixed-size winner of M = {hi}"
+        below.bucket = _record(rest, scored, tried)
+        result.bucket = {"lo": lo, "hi": hi, "note": f"{result.winner} serves M = {hi} alone", BELOW: below.to_json()}
         return result
-    below = crowned_there[1]
-    below.origin = f"bucket {lo}-{hi}: {name} serves {lo}-{hi - 1}, below the fixed-size winner of M = {hi}"
-    below.bucket = _record(rest, scored, [(name, scored.worst)])
-    result.bucket = {"lo": lo, "hi": hi, "note": f"{result.winner} serves M = {hi} alone", BELOW: below.to_json()}
     return result
 
 
