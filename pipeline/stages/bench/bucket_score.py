@@ -11,8 +11,8 @@ A winner that cannot compute the bucket's other counts (a Triton kernel compiled
 ``triton_gemm.serves_range``) would serve its grid point alone, the bucket's other counts running torch's
 default. What can serve the bucket is tried instead (``_range_servers``): first the winner's own config on the
 kernel of its family that takes the token count as an argument (``triton_gemm.ranged_twin``: a swapped tile's),
-then the fastest finalist that serves the bucket. The first takes the winner's place where, both re-timed at the
-grid point, it is within ``TIE`` of it there and holds ``FLOOR`` over the bucket. Else the winner keeps its grid
+then the fastest finalist that serves the bucket. The first of them that, both re-timed at the grid point, is
+within ``TIE`` of the winner there and holds ``FLOOR`` over the bucket takes its place. Else the winner keeps its grid
 point, and the first of them that holds ``FLOOR`` over the rest of the bucket (``lo`` to ``hi - 1``, scored at
 the same counts a bucket is), crowned one count below the grid point, is a row of its own there (``BELOW``, in
 the winner's ``bucket``; ``rows_below``) that serves those counts, as a grid point would. No finalist that
@@ -301,8 +301,8 @@ def _scores_of_these_buckets(results: Sequence[dict], buckets: Mapping[str, tupl
 
 def summary(results: Sequence[ProblemResult]) -> dict | None:
     """What scoring did over a Bench (None: no grid winner was scored): how many winners, how many gave way
-    to a finalist, how many serve part of their bucket, the worst ratio a shipped one has inside it, and how many
-    fixed-size winners have a row ``BELOW`` them."""
+    to another kernel (a finalist, a swapped winner's twin), how many serve part of their bucket, the worst
+    ratio a shipped one has inside it, and how many fixed-size winners have a row ``BELOW`` them."""
     scored = [r for r in results if r.bucket.get("speedups")]
     below = sum(BELOW in r.bucket for r in results)
     if not scored and not below:
@@ -325,13 +325,13 @@ def line(figures: dict | None) -> str:
         said.append(
             f"Bench timed {figures['scored']} grid winners inside their buckets too (lower edge, middle, one below "
             "the grid point): "
-            f"{figures['replaced']} gave way to a finalist that serves the bucket better, {figures['narrowed']} "
+            f"{figures['replaced']} gave way to a kernel that serves the bucket better, {figures['narrowed']} "
             f"serve only the counts above their highest loss (the worst ratio inside a bucket: "
             f"x{figures['worst']:.3f})"
         )
     if figures.get("below"):
         said.append(
-            f"{figures['below']} fixed-size winners serve their grid point alone, and a finalist crowned one count "
-            "below each serves the rest of its bucket"
+            f"{figures['below']} fixed-size winners serve their grid point alone, and a kernel crowned one count "
+            "below each (a swapped winner's twin, or a finalist) serves the rest of its bucket"
         )
     return "; ".join(said)
