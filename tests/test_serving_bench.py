@@ -223,8 +223,8 @@ def test_a_committed_serving_record_meets_the_targets_its_rows_say():
         assert record["device"] and record["date"] in path.name and record["targets"] == serving.TARGETS
         for row in record["rows"]:
             assert row["arm"] in ("graphs", "eager"), path
-            if row.get("unfinished") and row["coverage"] is None:  # stopped before its runtime counted a call
-                assert not row.get("unseen_calls"), path
+            if row["coverage"] is None:  # no unseen call counted: every step padded to a grid point, nothing
+                assert not row.get("unseen_calls"), path  # eager routed (--graphs-only), or stopped before a call
             else:
                 assert 0 <= row["coverage"] <= 1, path
             if row.get("runs"):  # its figures are those of its alternations
