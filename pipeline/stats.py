@@ -72,6 +72,26 @@ _T975 = (
 )  # fmt: skip
 
 
+def _t975(n: int) -> float:
+    """Student's t at 97.5% for the mean of ``n`` >= 2 values."""
+    return _T975[n - 2] if n - 1 <= len(_T975) else 1.96 + 2.37 / (n - 1)
+
+
+def pairs_to_resolve(ratios: Sequence[float], width: float, most: int = 10_000) -> int | None:
+    """About how many paired ratios ``ratio_bounds`` needs for an interval no wider than ``width``, were the
+    ratios to keep the spread and centre of these (at least two); None beyond ``most``."""
+    n = len(ratios)
+    if n < 2:
+        raise ValueError(f"pairs_to_resolve needs two ratios or more, not {n}")
+    logs = [math.log(r) for r in ratios]
+    spread, centre = statistics.stdev(logs), statistics.fmean(logs)
+    for pairs in range(n, most + 1):
+        half = _t975(pairs) * spread / math.sqrt(pairs)
+        if math.exp(centre + half) - math.exp(centre - half) <= width:
+            return pairs
+    return None
+
+
 def ratio_bounds(ratios: Sequence[float]) -> tuple[float, float]:
     """A 95% confidence interval of the typical ratio of paired runs (tuned over baseline): Student's t on the
     logs, the geometric mean times/over exp(t * s / sqrt(n)). Unlike order statistics, whose widest interval,
@@ -81,8 +101,7 @@ def ratio_bounds(ratios: Sequence[float]) -> tuple[float, float]:
     if n < 2:
         raise ValueError(f"ratio_bounds needs two ratios or more, not {n}")
     logs = [math.log(r) for r in ratios]
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96 + 2.37 / (n - 1)
-    half = t * statistics.stdev(logs) / math.sqrt(n)
+    half = _t975(n) * statistics.stdev(logs) / math.sqrt(n)
     centre = statistics.fmean(logs)
     return math.exp(centre - half), math.exp(centre + half)
 

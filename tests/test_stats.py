@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.stats import Verdict, median_bounds, ratio_bounds
+from pipeline.stats import Verdict, median_bounds, pairs_to_resolve, ratio_bounds
 
 
 @given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=200))
@@ -53,6 +53,29 @@ def test_the_ratio_bounds_of_steady_pairs_are_tight_and_need_two():
     assert high - low > 0.1
     with pytest.raises(ValueError, match="two ratios"):
         ratio_bounds([1.1])
+
+
+def test_the_pairs_to_resolve_a_width_are_where_the_interval_of_that_spread_closes_to_it():
+    draws = random.Random(3)
+    ratios = [1.03 * math.exp(draws.gauss(0, 0.05)) for _ in range(6)]
+    needed = pairs_to_resolve(ratios, 0.03)
+    assert needed is not None and needed > 6
+    logs = [math.log(r) for r in ratios]
+    spread, centre = statistics.stdev(logs), statistics.fmean(logs)
+
+    def alike(n: int) -> list[float]:  # n ratios of exactly that centre and spread
+        xs = [draws.gauss(0, 1) for _ in range(n)]
+        mean, sd = statistics.fmean(xs), statistics.stdev(xs)
+        return [math.exp(centre + spread * (x - mean) / sd) for x in xs]
+
+    low, high = ratio_bounds(alike(needed))
+    assert high - low <= 0.03
+    low, high = ratio_bounds(alike(needed - 1))
+    assert high - low > 0.03, "one pair fewer: still too wide"
+    assert pairs_to_resolve([1.02, 1.03, 1.025], 0.03) == 3, "already narrow enough: the pairs it has"
+    assert pairs_to_resolve([0.7, 1.4], 0.03, most=50) is None, "too wide to close within reach"
+    with pytest.raises(ValueError, match="two ratios"):
+        pairs_to_resolve([1.1], 0.03)
 
 
 def _samples(speedup: float, spread: float, rounds: int = 42, seed: int = 1) -> dict[str, list[float]]:

@@ -388,7 +388,8 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
     """A workload whose rate wanders run to run: the A/B goes on past the alternations asked while the interval
     of the paired ratio is wider than 3%, stops at four times as many, and its line says it could not resolve;
     a steady one stops at the alternations asked, resolved."""
-    from pipeline.stages.validate.e2e import MORE_REPS, resolution_line
+    from pipeline.stages.validate.e2e import MORE_REPS, paired_ratios, resolution_line
+    from pipeline.stats import pairs_to_resolve
 
     counter = tmp_path / "runs"
     script = tmp_path / "workload.py"
@@ -407,7 +408,10 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
     out = ab_test([sys.executable, str(script)], csv, tmp_path / "s", reps=2, timeout_s=60, env=env)
     assert out["reps"] == 2 * MORE_REPS and len(out["runs"]["tuned"]) == 2 * MORE_REPS and not out["resolved"]
     assert out["interval"][1] - out["interval"][0] > 0.03
-    assert "cannot resolve a 3% effect after 8 alternations" in resolution_line(out)
+    line = resolution_line(out)
+    assert "cannot resolve a 3% effect after 8 alternations" in line
+    needed = int(line.split("at this spread about ")[1].split()[0])  # the pairs' own spread, extrapolated
+    assert needed > 8 and pairs_to_resolve(paired_ratios(out["runs"]), 0.03) == needed
     two = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}  # side by side: a round makes two alternations
     capped = ab_test(
         [sys.executable, str(script)], csv, tmp_path / "u", 2, 60, env=two, max_reps=5, parallel_gpus=[0, 1]

@@ -32,7 +32,7 @@ from ...backends.slots import one_gpu_env
 from ...kernels.triton_cache import CACHE_ENV
 from ...runtime import coverage_line
 from ...runtime.table import KERNELS
-from ...stats import ratio_bounds, round_order
+from ...stats import pairs_to_resolve, ratio_bounds, round_order
 from ..bench import registry
 from ..run.made_from import file_digest
 from . import e2e_runtime
@@ -471,6 +471,12 @@ def resolution_line(e2e: dict) -> str:
     said = f"; paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval)"
     if not e2e.get("resolved"):
         said += f": cannot resolve a {RESOLVE:.0%} effect after {e2e['reps']} alternations" + noise_hint(e2e)
+        ratios = paired_ratios(e2e["runs"]) if e2e.get("runs") else []
+        needed = pairs_to_resolve(ratios, RESOLVE) if len(ratios) >= 2 else None
+        if needed is not None and needed > len(ratios):
+            said += f"; at this spread about {needed} alternations would (--e2e-max-reps)"
+        elif len(ratios) >= 2 and needed is None:
+            said += "; at this spread no number of alternations within reach would"
     return said
 
 
