@@ -9,7 +9,8 @@ decode through ``pipeline.runtime``. One record:
 Per model, dtype and arm (``graphs``, ``eager``): ``coverage`` (the share of GEMM time at token counts the
 collection never saw that ran a tuned choice, a roofline estimate), ``held_out_worst`` (the lowest speedup Validate
 measured at a held-out count inside the ranges the bundle serves, after it split the buckets that lost; the lowest
-before the splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio, p99 step
+before the splits beside it), tokens/s both ways with their ratio and the interval of the paired ratio (and,
+where it is wider than 3%, ``pairs_to_resolve``: about how many alternations its spread needs), p99 step
 latency both ways; per model and dtype the job's verdict, its Bench time and GPUs. The eager row adds
 ``host_budget``: the runtime's host time a run against the GPU time its rows save (Validate's medians), and
 ``host_bound``, the gate's words where the host time is the larger and the A/B saw no gain (None where it pays).
@@ -40,6 +41,7 @@ from pipeline.api import (
     ab_budget_line,
     ab_host_budget,
     ab_interrupted,
+    ab_pairs_needed,
     ab_test,
     atomic_write_json,
     claim_output_file,
@@ -109,6 +111,7 @@ def arm_row(model: str, dtype: str, arm: str, e2e: dict, held: dict | None) -> d
         "speedup": e2e.get("tokens_speedup"),
         "interval": e2e.get("interval"),
         "resolved": e2e.get("resolved"),
+        "pairs_to_resolve": ab_pairs_needed(e2e),  # about how many alternations its spread needs (None: resolved)
         "p99_ms": {"baseline": base.get("median_p99_ms"), "tuned": tuned.get("median_p99_ms")},
         "decode_tokens_per_s": {
             "baseline": base.get("median_decode_tokens_per_s"),

@@ -214,7 +214,7 @@ PAIRS_MEDIAN = "the pairs' median (runs not kept)"
 
 
 def test_a_committed_serving_record_meets_the_targets_its_rows_say():
-    from pipeline.api import ab_outcome
+    from pipeline.api import ab_outcome, ab_pairs_needed
 
     records = sorted((ROOT / "bench" / "results").glob("serving_*.json"))
     assert records, "bench/README.md cites a serving record"
@@ -233,6 +233,7 @@ def test_a_committed_serving_record_meets_the_targets_its_rows_say():
                 assert row["decode_speedup"] == ab["decode_speedup"], path
                 assert row["speedup"] == ab["tokens_speedup"], f"{path}: the pairs' median"
                 assert row["interval"][0] <= row["speedup"] <= row["interval"][1], path
+                assert row.get("pairs_to_resolve") == ab_pairs_needed(row), f"{path}: its own spread's need"
             elif row.get("speedup_of") == PAIRS_MEDIAN:  # the pairs' median of runs the record did not keep yet
                 assert row["interval"][0] <= row["speedup"] <= row["interval"][1], path
             else:  # an older row without its runs: the ratio of the arms' medians

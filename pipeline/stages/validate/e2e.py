@@ -471,13 +471,18 @@ def resolution_line(e2e: dict) -> str:
     said = f"; paired ratio x{bounds[0]:.3f}-x{bounds[1]:.3f} (95% interval)"
     if not e2e.get("resolved"):
         said += f": cannot resolve a {RESOLVE:.0%} effect after {e2e['reps']} alternations" + noise_hint(e2e)
-        ratios = paired_ratios(e2e["runs"]) if e2e.get("runs") else []
-        needed = pairs_to_resolve(ratios, RESOLVE) if len(ratios) >= 2 else None
-        if needed is not None and needed > len(ratios):
+        needed = pairs_needed(e2e)
+        if needed is not None:
             said += f"; at this spread about {needed} alternations would (--e2e-max-reps)"
-        elif len(ratios) >= 2 and needed is None:
-            said += "; at this spread no number of alternations within reach would"
     return said
+
+
+def pairs_needed(e2e: dict) -> int | None:
+    """About how many alternations an unresolved A/B needs to resolve a ``RESOLVE`` effect, were its pairs to
+    keep their spread (``stats.pairs_to_resolve``); None where it is resolved or has fewer than two pairs."""
+    ratios = paired_ratios(e2e["runs"]) if e2e.get("runs") and not e2e.get("resolved") else []
+    needed = pairs_to_resolve(ratios, RESOLVE) if len(ratios) >= 2 else None
+    return needed if needed is not None and needed > len(ratios) else None
 
 
 def noise_hint(e2e: dict) -> str:
