@@ -42,8 +42,8 @@ _WHERE = {
     "ab_interrupted": "pipeline.stages.validate.e2e:interrupted",
     "runtime_flags": "pipeline.stages.validate.e2e:runtime_flags",
     "ab_host_budget": "pipeline.stages.validate.acceptance:host_budget_of",
-    "ab_budget_line": "pipeline.stages.validate.e2e:budget_line",
-    "ab_pairs_needed": "pipeline.stages.validate.e2e:pairs_needed",
+    "ab_budget_line": "pipeline.stages.validate.e2e_report:budget_line",
+    "ab_pairs_needed": "pipeline.stages.validate.e2e_report:pairs_needed",
     "agreement_upgraded": "pipeline.stages.validate.agreement:upgraded",
     # the serving workload
     "CAPTURE_SIZES": "pipeline.workloads.engine:CAPTURE_SIZES",

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.formats.tunableop import parse_key
 from pipeline.problem import distinct_labels
-from pipeline.stages.validate import e2e, e2e_runtime
+from pipeline.stages.validate import e2e, e2e_report, e2e_runtime
 
 from .helpers import UNTUNED, first_gemms, run_amd_dag
 
@@ -73,7 +73,8 @@ def test_the_runtimes_start_up_is_told_apart(tmp_path):
     assert figures["steady_wall_speedup"] == pytest.approx(4.0 / (4.5 - 0.46))
     ab = {**_ab([4.0, 4.05, 4.02], [4.5, 4.55, 4.52]), **figures}
     assert "start-up costs 0.46 s per run (without it: wall x0.990)" in e2e.regression(ab)
-    assert "fixed start-up (install, plans) 0.46 s per run of 4.5 s, steady state wall x0.990" in e2e.summary_line(ab)
+    said = e2e_report.summary_line(ab)
+    assert "fixed start-up (install, plans) 0.46 s per run of 4.5 s, steady state wall x0.990" in said
     assert e2e_runtime.startup_figures(e2e_runtime.status_records(tmp_path / "none"), 4.5, 4.0) == {}
 
 

@@ -26,8 +26,8 @@ from pipeline.stages.validate.e2e import (
     runtime_command,
     runtime_consumer,
     skip_reason,
-    summary_line,
 )
+from pipeline.stages.validate.e2e_report import summary_line
 from pipeline.stages.validate.gate import GateSettings, gate
 from pipeline.stages.validate.measured import MeasuredRow, Pair
 from pipeline.stages.validate.validate import run_worker
@@ -274,7 +274,7 @@ def test_the_speedup_is_the_pairs_median_and_lies_inside_its_interval_on_a_drift
     """A machine that speeds up during the A/B (as the Llama-3-8B FP8 serving A/B's did, 2026-11-29: its baseline
     runs from 1416 to 1506 tokens/s) moves both runs of a pair; the ratio of the two arms' medians mixes early
     baselines with late tuned runs and can fall outside the paired interval. The headline is the pairs' median."""
-    from pipeline.stages.validate import e2e
+    from pipeline.stages.validate import e2e, e2e_report
 
     base = [1000.0, 1100.0, 1200.0, 1300.0, 1400.0]  # the machine speeds up run after run
     ratios = [1.10, 1.08, 1.12, 1.09, 1.11]
@@ -287,7 +287,7 @@ def test_the_speedup_is_the_pairs_median_and_lies_inside_its_interval_on_a_drift
     assert medians == pytest.approx(1.12) and medians > out["interval"][1], "the medians' ratio: outside"
     assert out["tokens_speedup"] == pytest.approx(1.1)
     assert out["interval"][0] <= out["tokens_speedup"] <= out["interval"][1]
-    assert "x1.100 the pairs' median" in e2e.summary_line({**out, "reps": 5, "runs": runs})
+    assert "x1.100 the pairs' median" in e2e_report.summary_line({**out, "reps": 5, "runs": runs})
     runs["tuned"][2] = {"wall_s": 1.0, "tokens_per_s": None}  # a run without the figure: the medians' ratio
     out = e2e.outcome(runs)
     assert out["tokens_speedup"] == pytest.approx(
@@ -298,7 +298,7 @@ def test_the_speedup_is_the_pairs_median_and_lies_inside_its_interval_on_a_drift
 def test_an_unresolved_ab_says_whether_its_noise_is_between_runs_or_within_them():
     """The serving workload prints each timed pass; the A/B keeps them and, where it cannot resolve a 3% effect,
     says whether more passes a run or more alternations would narrow its interval."""
-    from pipeline.stages.validate import alternations, e2e
+    from pipeline.stages.validate import alternations, e2e, e2e_report
 
     def served(*passes: float) -> str:
         lines = [f"pass {i}: 20 steps, 600 tokens, step p50 5.90 ms p99 7.10 ms, {t:.1f} tokens/s" for i, t in
@@ -314,15 +314,14 @@ def test_an_unresolved_ab_says_whether_its_noise_is_between_runs_or_within_them(
     }
     out = e2e.outcome(noisy_passes)
     assert out["baseline"]["pass_spread"] == pytest.approx(0.1, rel=0.02) and not out["resolved"]
-    line = e2e.resolution_line({**out, "reps": 3})
+    line = e2e_report.resolution_line({**out, "reps": 3})
     assert "passes spread 10.0% within a run, runs 5.8%: more passes a run" in line
     steady_passes = {arm: [{**r, "passes_tokens_per_s": [r["tokens_per_s"]] * 3} for r in runs]
                      for arm, runs in noisy_passes.items()}  # fmt: skip
     out = e2e.outcome(steady_passes)
-    assert out["tuned"]["pass_spread"] == 0 and "more alternations narrow it, not more passes" in e2e.resolution_line(
-        {**out, "reps": 3}
-    )
-    assert e2e.noise_hint(e2e.outcome({arm: [dict(r, passes_tokens_per_s=None) for r in runs]
+    said = e2e_report.resolution_line({**out, "reps": 3})
+    assert out["tuned"]["pass_spread"] == 0 and "more alternations narrow it, not more passes" in said
+    assert e2e_report.noise_hint(e2e.outcome({arm: [dict(r, passes_tokens_per_s=None) for r in runs]
                                        for arm, runs in noisy_passes.items()})) == ""  # fmt: skip
 
 
@@ -388,7 +387,8 @@ def test_the_ab_alternates_more_until_it_resolves_a_3_percent_effect_or_says_it_
     """A workload whose rate wanders run to run: the A/B goes on past the alternations asked while the interval
     of the paired ratio is wider than 3%, stops at four times as many, and its line says it could not resolve;
     a steady one stops at the alternations asked, resolved."""
-    from pipeline.stages.validate.e2e import MORE_REPS, paired_ratios, resolution_line
+    from pipeline.stages.validate.e2e import MORE_REPS, paired_ratios
+    from pipeline.stages.validate.e2e_report import resolution_line
     from pipeline.stats import pairs_to_resolve
 
     counter = tmp_path / "runs"
@@ -645,7 +645,7 @@ def test_the_runtimes_dispatch_is_reported_per_run_and_a_failed_measurement_is_s
 
 
 def test_the_host_budget_says_when_the_runtime_costs_a_run_more_host_time_than_it_saves_gpu_time():
-    from pipeline.stages.validate.e2e import budget_line
+    from pipeline.stages.validate.e2e_report import budget_line
     from pipeline.stages.validate.e2e_runtime import host_budget, tuned_calls_per_run
 
     records = [{"tuned_calls": {"Gemm_x k1": 30, "triton_y k2": 6}}, {"tuned_calls": {"Gemm_x k1": 30}}]

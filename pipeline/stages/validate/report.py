@@ -23,7 +23,7 @@ from ..run.layout import RunLayout
 from . import agreement, held_out, history, plots
 from .drift import compare, previous_run
 from .drift import lines as drift_lines
-from .e2e import summary_line as e2e_summary
+from .e2e_report import summary_line as e2e_summary
 from .gate import GateSettings, gate, weights
 from .measured import MeasuredRow
 
