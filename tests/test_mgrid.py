@@ -491,7 +491,8 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
 
 
 def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_line():
-    from pipeline.stages.validate import e2e, e2e_runtime
+    from pipeline.runtime import coverage_line
+    from pipeline.stages.validate import e2e_runtime
 
     def record(tuned_calls, calls, tuned_us, us):
         return {
@@ -507,15 +508,15 @@ def test_the_e2e_coverage_adds_every_tuned_process_and_says_it_in_the_report_lin
     assert coverage["unseen_calls"] == 10 and coverage["tuned_share_of_calls"] == pytest.approx(0.4)
     assert coverage["tuned_share_of_time"] == pytest.approx(0.4)
     assert e2e_runtime.coverage([{"coverage": None}]) is None
-    line = e2e.coverage_line(coverage)
+    line = coverage_line(coverage)
     assert "40.0% of their GEMM time (100 us by the roofline estimate; 4 of 10 calls)" in line
     assert "graphs-only" not in line
-    assert e2e.coverage_line(None) == ""
+    assert coverage_line(None) == ""
     captured = {**record(0, 0, 0.0, 0.0), "graphs_only": {"captures": 4}}  # every count captured was tuned
     only = e2e_runtime.coverage([captured, {**record(1, 2, 5.0, 10.0), "graphs_only": {"captures": 4}}])
     assert only["graphs_only"] and only["unseen_calls"] == 2
-    assert "under --graphs-only coverage counts the calls captured into CUDA graphs alone" in e2e.coverage_line(only)
-    nothing_unseen = e2e.coverage_line(e2e_runtime.coverage([captured]))
+    assert "under --graphs-only coverage counts the calls captured into CUDA graphs alone" in coverage_line(only)
+    nothing_unseen = coverage_line(e2e_runtime.coverage([captured]))
     assert nothing_unseen.startswith("; under --graphs-only") and "of their GEMM time" not in nothing_unseen
     assert "graphs_only" not in e2e_runtime.coverage([record(3, 4, 30.0, 40.0), {"graphs_only": None}])
 
