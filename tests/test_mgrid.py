@@ -236,6 +236,7 @@ def test_spread_repeats_a_winner_over_its_bucket_and_narrows_a_triton_one_compil
     # the swapped kernel's sizes are literals: its bucket narrows; the tiled one takes them as arguments
     assert [(r["lo"], r["hi"]) for r in ranges] == [(5, 8), (16, 16), (17, 24)]
     assert "serves its M alone (bucket 9-16)" in ranges[1]["note"] and not ranges[2].get("note")
+    assert ranges[1]["bucket_lo"] == 9 and "bucket_lo" not in ranges[0], "the counts below it, for the runtime"
 
 
 @pytest.mark.parametrize(
@@ -707,6 +708,10 @@ def test_a_manifests_ranges_read_alike_everywhere_and_a_bad_one_is_named():
     for bad, why in (({"key": key, "solution": "x", "lo": 9}, "KeyError"), ({**written[0], "lo": 20}, "lo 20, hi 16")):
         with pytest.raises(BadInput, match=rf"bundle/manifest.json: m_ranges\[0\] is not a range record .*{why}"):
             read_ranges([bad], "bundle/manifest.json")
+    with pytest.raises(BadInput, match=r"m_ranges\[0\] is not a range record .*bucket_lo 17, lo 9"):
+        read_ranges([{**written[0], "bucket_lo": 17}], "bundle/manifest.json")
+    narrowed = {**written[0], "lo": 16, "bucket_lo": 9}
+    assert read_ranges([narrowed])[0].bucket_lo == 9 and read_ranges([narrowed])[0].to_json() == narrowed
     with pytest.raises(BadInput, match=r"manifest.json: default_ranges\[0\] is not a range record .*KeyError"):
         read_ranges([{"key": key, "lo": 1}], "manifest.json", "default_ranges")
 

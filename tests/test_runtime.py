@@ -17,11 +17,12 @@ from pipeline.formats.tunableop import TunableOpEntry, parse_key, write_file
 from pipeline.kernels import triton_gemm as tg
 from pipeline.runtime import DeviceMismatch, tunableop_consumes
 from pipeline.runtime.frame import gemm_key, operand
-from pipeline.runtime.table import RESULTS, RUNTIME_RESULTS, TUNED_DEFAULT, load_table, runtime_key
+from pipeline.runtime.table import BELOW_FIXED, RESULTS, RUNTIME_RESULTS, TUNED_DEFAULT, load_table, runtime_key
 
 from .helpers import FIXTURES, needs_torch, optional_torch
 
 SOLUTION = "Gemm_Cublaslt_id_66_tile_10_stages_35_splitk_1_red_0_swizzle_0_custom_3"
+SWAPPED = "triton_r16c64k128_s1_g8_w4_st3_swap"  # a Triton winner compiled for its own token count
 REFUSED = "Gemm_Cublaslt_id_999_tile_1_stages_1_splitk_1_red_0_swizzle_0_custom_0"
 
 
@@ -773,7 +774,10 @@ def test_a_call_where_the_tuner_chose_torchs_default_counts_as_a_tuned_choice_ap
     manifest = {
         "runtime": {"name": "NVIDIA H100 80GB HBM3"},
         "collected": [f"{op},tn_512_8_256_ld_256_256_512"],
-        "m_ranges": [{"key": f"{op},tn_512_8_256_ld_256_256_512", "solution": SOLUTION, "lo": 7, "hi": 8}],
+        "m_ranges": [
+            {"key": f"{op},tn_512_8_256_ld_256_256_512", "solution": SOLUTION, "lo": 7, "hi": 8},
+            {"key": f"{op},tn_512_4_256_ld_256_256_512", "solution": SWAPPED, "lo": 4, "hi": 4, "bucket_lo": 3},
+        ],
         "default_ranges": [
             {"key": f"{op},tn_512_8_256_ld_256_256_512", "lo": 5, "hi": 6, "why": "split: serves 7-8"},
             {"key": f"{op},tn_512_16_256_ld_256_256_512", "lo": 9, "hi": 16, "why": "nothing to ship"},
@@ -783,7 +787,7 @@ def test_a_call_where_the_tuner_chose_torchs_default_counts_as_a_tuned_choice_ap
     runtime = rt.install(tmp_path, executor=DoubleExecutor(), dispatch_key="CPU", any_device=True)
     try:
         w = torch.randn(512, 256).bfloat16()
-        for tokens in (7, 5, 12, 12, 17):
+        for tokens in (7, 5, 12, 12, 17, 3):  # 3: below the swapped winner of M = 4, in its bucket
             torch.nn.functional.linear(torch.randn(tokens, 256).bfloat16(), w)
         status = runtime.status()
     finally:
@@ -791,17 +795,18 @@ def test_a_call_where_the_tuner_chose_torchs_default_counts_as_a_tuned_choice_ap
     assert status["fallbacks"] == {
         TUNED_DEFAULT: 3,
         "outside every range (its weight is tuned at other token counts)": 1,
+        BELOW_FIXED: 1,
     }
     assert status["defaulted_calls"] == {
         f"{op},tn_512_5_256_ld_256_256_512": 1,
         f"{op},tn_512_12_256_ld_256_256_512": 2,
     }
-    assert status["missed_calls"] == {f"{op},tn_512_17_256_ld_256_256_512": 1}
+    assert status["missed_calls"] == {f"{op},tn_512_17_256_ld_256_256_512": 1, f"{op},tn_512_3_256_ld_256_256_512": 1}
     coverage = status["coverage"]
-    assert (coverage["unseen_calls"], coverage["unseen_tuned_calls"], coverage["unseen_default_calls"]) == (5, 4, 3)
+    assert (coverage["unseen_calls"], coverage["unseen_tuned_calls"], coverage["unseen_default_calls"]) == (6, 4, 3)
     from pipeline.runtime.__main__ import summary_line
 
-    assert "4 of 5 calls) ran a tuned choice (3 of them torch's default, measured best there)" in summary_line(status)
+    assert "4 of 6 calls) ran a tuned choice (3 of them torch's default, measured best there)" in summary_line(status)
 
 
 def test_a_call_inside_a_manifest_range_takes_its_grid_rows_solution_at_its_own_size(tmp_path):

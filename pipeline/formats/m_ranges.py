@@ -20,7 +20,9 @@ DEFAULT_RANGES = "default_ranges"
 
 @dataclass(frozen=True)
 class MRange:
-    """One grid row's range: ``grid`` (its problem at ``hi``), ``key`` as TunableOp spells it, its ``solution``."""
+    """One grid row's range: ``grid`` (its problem at ``hi``), ``key`` as TunableOp spells it, its ``solution``;
+    ``bucket_lo`` where a winner that serves its own count alone was narrowed to it: its bucket's lowest count
+    (``bucket_lo..lo - 1`` have no row of this one)."""
 
     grid: GemmProblem
     key: str
@@ -28,20 +30,23 @@ class MRange:
     lo: int
     hi: int
     note: str = ""
+    bucket_lo: int | None = None
 
     def copies(self) -> range:
         """The token counts below the grid point that a library reading exact sizes needs a copy of the row at."""
         return range(self.lo, self.hi)
 
     def to_json(self) -> dict:
-        return {"key": self.key, "solution": self.solution, "lo": self.lo, "hi": self.hi} | (
-            {"note": self.note} if self.note else {}
+        return (
+            {"key": self.key, "solution": self.solution, "lo": self.lo, "hi": self.hi}
+            | ({"note": self.note} if self.note else {})
+            | ({"bucket_lo": self.bucket_lo} if self.bucket_lo is not None else {})
         )
 
 
-def m_range(key: str, solution: str, lo: int, hi: int, note: str = "") -> MRange:
+def m_range(key: str, solution: str, lo: int, hi: int, note: str = "", bucket_lo: int | None = None) -> MRange:
     """The range record of the grid row ``key`` (``op_signature,params_signature``)."""
-    return MRange(parse_key(*key.split(",", 1)), key, solution, lo, hi, note)
+    return MRange(parse_key(*key.split(",", 1)), key, solution, lo, hi, note, bucket_lo)
 
 
 def read_ranges(
@@ -61,7 +66,10 @@ def read_ranges(
                 solution, note = DEFAULT, str(record.get("why") or "")
             else:
                 solution, note = str(record["solution"]), str(record.get("note") or "")
-            found.append(m_range(str(record["key"]), solution, lo, hi, note))
+            bucket_lo = None if record.get("bucket_lo") is None else int(record["bucket_lo"])
+            if bucket_lo is not None and not 0 < bucket_lo <= lo:
+                raise ValueError(f"bucket_lo {bucket_lo}, lo {lo}: not 0 < bucket_lo <= lo")
+            found.append(m_range(str(record["key"]), solution, lo, hi, note, bucket_lo))
         except (KeyError, TypeError, ValueError, TunableOpFormatError) as err:
             raise BadInput(f"{where}: {field}[{i}] is not a range record ({type(err).__name__}: {err})") from err
     return found

@@ -33,6 +33,10 @@ RESULTS = "tunableop_results.csv"
 MANIFEST = "manifest.json"
 NO_ROW = "no tuned row"
 OUTSIDE_RANGES = "outside every range (its weight is tuned at other token counts)"
+BELOW_FIXED = (
+    "below a fixed-size Triton winner, in its bucket (no kernel that serves these counts held x0.99 over them in "
+    "Bench, or the gate dropped it)"
+)
 TUNED_DEFAULT = "torch's default, the tuned choice at this token count (the manifest's default_ranges)"
 _CUBLASLT = re.compile(r"Gemm_Cublaslt_id_\d+_")
 
@@ -197,16 +201,27 @@ class TunedTable:
         records = read_ranges(self.meta.get(DEFAULT_RANGES), "the bundle's manifest", DEFAULT_RANGES)
         return {family: [(r.lo, r.hi) for r in rows] for family, rows in by_family(records).items()}
 
+    @functools.cached_property
+    def narrowed(self) -> dict[GemmProblem, list[tuple[int, int]]]:
+        """By token family, the counts below each grid row narrowed to its own count (``MRange.bucket_lo``: a
+        Triton winner compiled for its size) that nothing else in the manifest serves."""
+        found: dict[GemmProblem, list[tuple[int, int]]] = {}
+        for family, rows in by_family(read_ranges(self.meta.get("m_ranges"), "the bundle's manifest")).items():
+            found[family] = [(r.bucket_lo, r.lo - 1) for r in rows if r.bucket_lo is not None and r.bucket_lo < r.lo]
+        return found
+
     def miss(self, key: RuntimeKey) -> str:
         """Why a call's key found no row: the tuner chose torch's default at its token count (a default range),
-        its weight has rows at other token counts, none at this one (outside every range the bundle serves), or
-        no row at all."""
+        it falls below a fixed-size Triton winner in that winner's bucket, its weight has rows at other token
+        counts, none at this one (outside every range the bundle serves), or no row at all."""
         problem = problem_of(key)
         family = problem.token_family()
         if family is None:
             return NO_ROW
         if any(lo <= problem.n <= hi for lo, hi in self.defaulted.get(family, ())):  # type: ignore[operator]
             return TUNED_DEFAULT
+        if any(lo <= problem.n <= hi for lo, hi in self.narrowed.get(family, ())):  # type: ignore[operator]
+            return BELOW_FIXED
         return OUTSIDE_RANGES if family in self.families else NO_ROW
 
 

@@ -305,14 +305,14 @@ def spread(
         if bucket is None:
             continue
         lo, hi = bucket
-        note = None
+        note, below = None, None
         if lo < hi and not serves_range(entry.solution or "", lo, hi):
-            lo, note = hi, f"{TRITON_NARROWED} (bucket {bucket[0]}-{bucket[1]})"
+            lo, note, below = hi, f"{TRITON_NARROWED} (bucket {bucket[0]}-{bucket[1]})", bucket[0]
         for m in range(lo, hi):
             problem = entry.problem.with_tokens(m)
             if problem is not None:
                 rows.append(TunableOpEntry.from_problem(problem, entry.solution, entry.time_ms))
-        ranges.append(m_range(key, entry.solution or "", lo, hi, note or "").to_json())
+        ranges.append(m_range(key, entry.solution or "", lo, hi, note or "", below).to_json())
     return rows, ranges
 
 
