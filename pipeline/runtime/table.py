@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..formats.m_ranges import DEFAULT_RANGES, by_family, read_ranges
+from ..formats.m_ranges import DEFAULT_RANGES, MRange, by_family, read_ranges
 from ..formats.tunableop import DEFAULT, format_key, parse_key, read_file
 from ..kernels.support import unsupported_reason
 from ..kernels.triton_gemm import PREFIX as TRITON
@@ -155,13 +155,18 @@ class TunedTable:
         return frozenset(family for family in found if family is not None)
 
     @functools.cached_property
+    def m_ranges(self) -> dict[GemmProblem, list[MRange]]:
+        """The manifest's ``m_ranges`` by token family, read once (``ranges`` and ``narrowed`` both take them)."""
+        return by_family(read_ranges(self.meta.get("m_ranges"), "the bundle's manifest"))
+
+    @functools.cached_property
     def ranges(self) -> dict[GemmProblem, tuple[list[int], list[tuple[int, RuntimeKey]]]]:
         """The manifest's M ranges (``m_ranges``: a grid row's key, its solution and the token counts ``lo..hi``
         it serves) whose grid row this table routes and whose solution computes every count of it
         (``triton_gemm.serves_range``: a Triton kernel compiled for its own sizes serves that size alone), by
         token family: the sorted range tops, and per range its bottom and its grid row's key."""
         found = {}
-        for family, ranges in by_family(read_ranges(self.meta.get("m_ranges"), "the bundle's manifest")).items():
+        for family, ranges in self.m_ranges.items():
             routed = [(r, runtime_key(r.grid)) for r in ranges]
             routed = [
                 (r, key)
@@ -204,11 +209,11 @@ class TunedTable:
     @functools.cached_property
     def narrowed(self) -> dict[GemmProblem, list[tuple[int, int]]]:
         """By token family, the counts below each grid row narrowed to its own count (``MRange.bucket_lo``: a
-        Triton winner compiled for its size) that nothing else in the manifest serves."""
-        found: dict[GemmProblem, list[tuple[int, int]]] = {}
-        for family, rows in by_family(read_ranges(self.meta.get("m_ranges"), "the bundle's manifest")).items():
-            found[family] = [(r.bucket_lo, r.lo - 1) for r in rows if r.bucket_lo is not None and r.bucket_lo < r.lo]
-        return found
+        Triton winner compiled for its size); a call there that no range served (``find``) misses below it."""
+        return {
+            family: [(r.bucket_lo, r.lo - 1) for r in rows if r.bucket_lo is not None and r.bucket_lo < r.lo]
+            for family, rows in self.m_ranges.items()
+        }
 
     def miss(self, key: RuntimeKey) -> str:
         """Why a call's key found no row: the tuner chose torch's default at its token count (a default range),

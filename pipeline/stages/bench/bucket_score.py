@@ -56,7 +56,7 @@ class Scored:
 def edge_counts(bucket: tuple[int, int]) -> list[int]:
     """The counts a bucket's candidates are timed at besides the grid point: its lower edge, its middle and the
     count just below the grid point (a winner whose tile fits its grid point exactly loses there: on the H200,
-    x0.92 at M = 95 under the M = 96 winner, docs/decisions.md). None where the bucket is the grid point alone."""
+    x0.92 at M = 95 under the M = 96 winner, docs/decisions.md). No count where the bucket is the grid point alone."""
     lo, hi = bucket
     return sorted({lo, (lo + hi) // 2, hi - 1} - {hi}) if lo < hi else []
 
@@ -111,10 +111,7 @@ def score(
     if winner.worst < FLOOR:
         for candidate in finalists[:ALTERNATIVES]:
             record = WinnerRecord(dict(candidate.config or {}))
-            _, top = speedup_at(backend, result.problem, candidate.name, record, settings) or (0.0, None)
-            if top is None or not top.has_winner:
-                continue
-            scored = _scored(backend, top, counts, settings)
+            scored = _crowned_and_scored(backend, result.problem, candidate.name, record, counts, settings)
             if scored is not None:
                 tried.append(scored)
     best = max(tried, key=lambda s: (s.worst >= FLOOR, s.worst if s.worst >= FLOOR else s.speedups[hi]))
@@ -203,16 +200,13 @@ def _with_below(
     counts = [m for m in edge_counts(rest) if result.problem.with_tokens(m) is not None]
     tried = []
     for name, record in servers:
-        crowned_there = speedup_at(backend, top, name, record, settings)
-        if crowned_there is None or not crowned_there[1].has_winner:
-            continue
-        scored = _scored(backend, crowned_there[1], counts, settings)
+        scored = _crowned_and_scored(backend, top, name, record, counts, settings)
         if scored is None:
             continue
         tried.append((name, scored.worst))
         if scored.worst < FLOOR:
             continue
-        below = crowned_there[1]
+        below = scored.at_top
         below.origin = f"bucket {lo}-{hi}: {name} serves {lo}-{hi - 1}, below the fixed-size winner of M = {hi}"
         below.bucket = _record(rest, scored, tried)
         result.bucket = {"lo": lo, "hi": hi, "note": f"{result.winner} serves M = {hi} alone", BELOW: below.to_json()}
@@ -237,6 +231,22 @@ def _scored(backend: Backend, top: ProblemResult, counts: Sequence[int], setting
             return None
         speedups[m] = timed[0]
     return Scored(top.winner, top, speedups)  # type: ignore[arg-type]
+
+
+def _crowned_and_scored(
+    backend: Backend,
+    problem: GemmProblem,
+    name: str,
+    record: WinnerRecord,
+    counts: Sequence[int],
+    settings: TuneSettings,
+) -> Scored | None:
+    """``name`` crowned at ``problem`` (its verdict and reported reading) and timed at ``counts`` too; None where
+    it is not crowned there or cannot be re-timed."""
+    crowned = speedup_at(backend, problem, name, record, settings)
+    if crowned is None or not crowned[1].has_winner:
+        return None
+    return _scored(backend, crowned[1], counts, settings)
 
 
 def _finalists(result: ProblemResult, bucket: tuple[int, int], winner: str | None = None) -> list:
