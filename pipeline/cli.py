@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="MIN",
         help="minutes of Bench on one GPU the grid may cost (estimated): the finest grid points the files do not "
-        "show are dropped to fit, then the finest counts they show are seeded (default: no bound)",
+        "show are dropped to fit, then the finest counts they show are seeded, then the lightest of what they show "
+        "is dropped (default: no bound)",
     )
     shapes.set_defaults(func=_shapes)
 

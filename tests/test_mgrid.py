@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from pipeline.formats.tunableop import TunableOpEntry, format_key, parse_key
 from pipeline.problem import GemmProblem
-from pipeline.stages.gather import mgrid
+from pipeline.stages.gather import grid_budget, mgrid
 from pipeline.stages.gather.shapes import (
     GatherResult,
     ShapeRecord,
     apply_grid,
+    budget_shares,
     gather,
     read_shapes_json,
     write_shapes_json,
@@ -115,75 +116,156 @@ def test_expand_keeps_what_ran_and_adds_the_grid():
     assert "about 3 min of Bench on 4 GPUs" in mgrid.cost_line(mgrid.SERVING, 150, 2, gpus=4), "not 2.5: 80% each"
 
 
-def test_a_grid_budget_drops_the_finest_points_the_workload_did_not_run_and_never_what_it_ran():
+def test_a_grid_budget_drops_the_finest_points_the_workload_did_not_run_before_anything_it_ran():
     ran = [QKV.with_tokens(n) for n in (3, 7, 300)]  # one family; the serving grid to 304 has 41 points
     full, note = mgrid.expand(ran, mgrid.SERVING)
     assert note == "" and len(full) == 41
-    cost = mgrid.SECONDS_PER_PROBLEM
+    cost = grid_budget.SECONDS_PER_PROBLEM
     fitted, note = mgrid.expand(ran, mgrid.SERVING, budget_s=20 * cost)
     kept = sorted(p.problem.n for p in fitted)
     assert len(kept) <= 20 and {3, 7, 300} <= set(kept)
-    assert all(n in (3, 7, 300) or mgrid.coarseness(n) <= 1 for n in kept)
+    assert all(n in (3, 7, 300) or grid_budget.coarseness(n) <= 1 for n in kept)
     assert kept == [1, 2, 3, 4, 7, 8, 16, 32, 64, 128, 192, 256, 300]  # powers of two, multiples of 64
     assert f"{41 - 13} of 41 grid points dropped to fit" in note and "multiples of 64" in note
     by_n = {p.problem.n: p.bucket for p in fitted}
     assert by_n[192] == (129, 192) and by_n[300] == (257, 300)  # buckets widen to the next point kept
-    alone, note = mgrid.expand(ran, mgrid.SERVING, budget_s=2 * cost)
-    assert sorted(p.problem.n for p in alone) == [3, 7, 300]  # what ran stays, over any budget
+    seeded = grid_budget.SECONDS_PER_SEEDED
+    alone, note = mgrid.expand(ran, mgrid.SERVING, budget_s=cost + 2 * seeded)
+    assert sorted(p.problem.n for p in alone) == [3, 7, 300]  # what ran stays while seeding fits the budget
     assert "the 3 GEMMs the workload ran cost about" in note and "no other grid point is tuned" in note
+    assert "not tuned" not in note
+    less, note = mgrid.expand(ran, mgrid.SERVING, budget_s=cost + seeded)
+    assert {p.problem.n: p.bucket for p in less} == {7: (1, 7), 300: (8, 300)}, "3 served by 7, its next count up"
+    assert "to fit, 1 count of its weights, finest first, each served by its weight's next count up" in note
     just, note = mgrid.expand(ran, mgrid.SERVING, budget_s=3 * cost)
     assert len(just) == 3 and "38 of 41 grid points dropped" in note and "and no other point" in note
-    assert [mgrid.coarseness(m) for m in (64, 96, 128, 768, 48, 40, 1)] == [0, 2, 0, 1, 2, 3, 0]
+    assert [grid_budget.coarseness(m) for m in (64, 96, 128, 768, 48, 40, 1)] == [0, 2, 0, 1, 2, 3, 0]
 
 
-def test_where_what_ran_overruns_the_budget_its_finest_counts_are_seeded_not_dropped():
-    """A server's workload runs every capture size: the budget cannot drop them, so it seeds the finest (their
-    search starts from a neighbour's winner), keeping the powers of two and each weight's largest count searched."""
+def test_where_what_ran_overruns_the_budget_its_finest_counts_are_seeded_then_dropped():
+    """A server's workload runs every capture size: the budget first seeds the finest (their search starts from a
+    neighbour's winner), keeping the powers of two and each weight's largest count searched; only where that
+    overruns it does it drop counts, finest first, and never those."""
     ran = [QKV.with_tokens(n) for n in mgrid.CAPTURE_SIZES if n <= 72]  # 1, 2, 4, 8, 16, ..., 72: 12 counts
-    searched, seeded = mgrid.SECONDS_PER_PROBLEM, mgrid.SECONDS_PER_SEEDED
+    searched, seeded = grid_budget.SECONDS_PER_PROBLEM, grid_budget.SECONDS_PER_SEEDED
     steps = mgrid.expand(ran, mgrid.SERVING, budget_s=9 * searched + 3 * seeded)  # the steps of 8 seeded
     assert sorted(p.problem.n for p in steps[0]) == [n.n for n in ran], "what ran stays, nothing else is added"
     assert sorted(p.problem.n for p in steps[0] if p.seeded) == [24, 40, 56]  # not 72: the weight's largest
     assert "3 of them (the steps of 8 between multiples of 16" in steps[1] and "about 1 min" in steps[1]
     sixteens = mgrid.expand(ran, mgrid.SERVING, budget_s=8 * searched + 4 * seeded)
     assert sorted(p.problem.n for p in sixteens[0] if p.seeded) == [24, 40, 48, 56] and "still" not in sixteens[1]
-    deep = mgrid.expand(ran, mgrid.SERVING, budget_s=5 * searched + 7 * seeded)
+    deep = mgrid.expand(ran, mgrid.SERVING, budget_s=5 * searched + 7 * seeded)  # under 8 searched and 4 seeded
     assert sorted(p.problem.n for p in deep[0] if not p.seeded) == [1, 2, 4, 8, 16, 32, 64, 72]
-    assert "still over the budget" in deep[1] and "all but the powers of two" in deep[1]
-    assert "on 2 GPUs: --gpus 2)" in deep[1], "8 searched and 4 seeded overrun it on one GPU, not on two"
+    assert sorted(p.problem.n for p in deep[0] if p.seeded) == [40, 48, 56], "24 dropped: finest, then lowest"
+    assert "to fit, 1 count of its weights" in deep[1] and "all but the powers of two" in deep[1]
+    assert "still" not in deep[1]
+    floor = mgrid.expand(ran, mgrid.SERVING, budget_s=7.5 * searched)  # under the 8 no budget drops
+    assert sorted(p.problem.n for p in floor[0]) == [1, 2, 4, 8, 16, 32, 64, 72] and "4 counts" in floor[1]
+    assert "none is seeded" in floor[1] and "still over the budget" in floor[1]
+    assert "on 2 GPUs: --gpus 2)" in floor[1], "8 searched overrun it on one GPU, not on two"
     assert "(12 the workload ran, 3 of them seeded, 0 grid points), about 1 min" in mgrid.cost_line(
         mgrid.SERVING, 12, 12, seeded=3
     )
 
 
+def rotary(m: int) -> GemmProblem:
+    """The rotary embedding's position x frequency outer product at ``m`` tokens (its token count is ``m``)."""
+    return GemmProblem("gemm", "N", "N", m, 64, 1, m, 1, m, a_type="float32", b_type="float32", c_type="float32")
+
+
+def test_a_budget_drops_negligible_outer_products_first_then_counts_finest_and_lightest_first():
+    """What the vLLM-sized grid asks of a 10-minute budget: the rotary outer products (a few hundredths of a
+    percent of the GEMM time, each a search) go first, lightest first; then counts of the weights, the finest
+    coarseness first and the lightest within it; a heavy GEMM outside any family, a power of two and a weight's
+    largest count stay."""
+    counts = (1, 2, 4, 8, 16, 24, 32, 40, 48)
+    family = {n: QKV.with_tokens(n) for n in counts}
+    light = [rotary(m) for m in (94, 95, 96)]
+    heavy = rotary(97)
+    shares = {p: 0.1 for p in family.values()} | {family[40]: 0.02, family[24]: 0.03, heavy: 0.05}
+    shares |= {light[0]: 0.0003, light[1]: 0.0001, light[2]: 0.0002}
+    problems = [*family.values(), *light, heavy]
+    searched, seeded = grid_budget.SECONDS_PER_PROBLEM, grid_budget.SECONDS_PER_SEEDED
+    assert (
+        mgrid.expand(problems, mgrid.SERVING, budget_s=11 * searched + 2 * seeded + 0.1, shares=shares)[1].count(
+            "not tuned"
+        )
+        == 0
+    ), "seeding 24 and 40 fits: nothing dropped"
+    two, note = mgrid.expand(problems, mgrid.SERVING, budget_s=45, shares=shares)  # 50.8 s seeded: two go
+    assert {p.problem for p in two} == set(problems) - {light[1], light[2]}, "the two lightest outer products"
+    assert "to fit, 2 GEMMs outside any weight family, 0.03% of its GEMM time, run by torch's default" in note
+    deeper, note = mgrid.expand(problems, mgrid.SERVING, budget_s=36, shares=shares)
+    assert {p.problem for p in deeper} == {*family.values(), heavy} - {family[40]}, "then 40: finest, lightest"
+    assert {p.problem.n: p.bucket for p in deeper if p.bucket}[48] == (33, 48), "48 serves what 40 did"
+    assert "3 GEMMs outside any weight family" in note and "1 count of its weights, 2.00% of its GEMM time" in note
+    assert [p.problem.n for p in deeper if p.seeded] == [24] and "still" not in note
+    floor, note = mgrid.expand(problems, mgrid.SERVING, budget_s=10, shares=shares)
+    assert {p.problem for p in floor} == {family[n] for n in (1, 2, 4, 8, 16, 32, 48)} | {heavy}
+    assert "still over the budget" in note
+
+
+def test_apply_grid_drops_the_records_of_counts_the_budget_gives_up_and_says_what_share_they_held():
+    counts = (1, 8, 16, 24, 32)
+    records = [ShapeRecord(QKV.with_tokens(n), *format_key(QKV.with_tokens(n)), count=1, calls=10) for n in counts]
+    for record, share in zip(records, (0.2, 0.2, 0.2, 0.1, 0.3), strict=True):
+        record.time_share = share
+    result = GatherResult(records, [], 5, [])
+    apply_grid(result, mgrid.SERVING, budget_s=4 * grid_budget.SECONDS_PER_PROBLEM)  # 24 seeded is still over
+    assert [r.problem.n for r in result.shapes] == [1, 8, 16, 32]
+    assert {r.problem.n: r.bucket for r in result.shapes}[32] == (17, 32)
+    assert any("1 count of its weights, 10.00% of its GEMM time" in n for n in result.weight_notes)
+    calls_only = [
+        ShapeRecord(r.problem, r.op_signature, r.params_signature, count=1, calls=c)
+        for r, c in zip(records, (1, 1, 1, 3, 5), strict=True)
+    ]
+    shares, basis = budget_shares(calls_only)
+    assert shares[QKV.with_tokens(24)] == pytest.approx(3 / 11) and basis == "calls", "by calls, times unknown"
+    again = GatherResult(calls_only, [], 5, [])
+    apply_grid(again, mgrid.SERVING, budget_s=4 * grid_budget.SECONDS_PER_PROBLEM)
+    assert any("1 count of its weights, 27.27% of its calls" in n for n in again.weight_notes), again.weight_notes
+
+
 def test_an_overrun_budget_names_the_fewest_gpus_that_would_fit_it():
     """The vLLM-sized Qwen2-7B FP8 grid seeded: about 25 minutes on one GPU against a 10-minute budget."""
-    assert mgrid.gpus_to_fit(25 * 60, 10 * 60) == " (about 8 min of wall time on 4 GPUs: --gpus 4)"  # 3 give 10.4
-    assert mgrid.gpus_to_fit(100 * 60, 10 * 60) == "", "no count up to 8 fits: nothing to suggest"
-    assert mgrid.gpus_to_fit(60 * 60, 10 * 60, most=16) == " (about 9 min of wall time on 8 GPUs: --gpus 8)"
+    assert grid_budget.gpus_to_fit(25 * 60, 10 * 60) == " (about 8 min of wall time on 4 GPUs: --gpus 4)"  # 3 give 10.4
+    assert grid_budget.gpus_to_fit(100 * 60, 10 * 60) == "", "no count up to 8 fits: nothing to suggest"
+    assert grid_budget.gpus_to_fit(60 * 60, 10 * 60, most=16) == " (about 9 min of wall time on 8 GPUs: --gpus 8)"
 
 
 @given(st.sets(st.integers(1, 600), min_size=1, max_size=40), st.floats(1, 2000))
-def test_a_budget_keeps_every_count_that_ran_and_seeds_none_it_must_search(ran, budget_s):
+def test_a_budget_drops_no_count_it_must_keep_and_seeds_none_it_must_search(ran, budget_s):
     points, note = mgrid.expand([QKV.with_tokens(n) for n in ran], mgrid.SERVING, budget_s=budget_s)
-    assert ran <= {p.problem.n for p in points}, "what ran is never dropped"
+    kept = {p.problem.n for p in points}
+    dropped = ran - kept
+    assert not any(n & (n - 1) == 0 for n in dropped) and max(ran) in kept, "powers of two and the largest stay"
+    assert not dropped or f"to fit, {len(dropped)} count" in note, note
+    assert not dropped or kept <= ran, "counts the workload ran go only after every other grid point"
+    assert all(
+        lo <= n <= hi
+        for n in ran
+        for p in points
+        for lo, hi in [p.bucket]
+        if p.problem.n == min((m for m in kept if m >= n), default=None)
+    ), "every count that ran lies in the bucket of the next count kept"
     seeded = {p.problem.n for p in points if p.seeded}
     assert seeded <= ran and max(ran) not in seeded and not any(n & (n - 1) == 0 for n in seeded)
     searched = len(points) - len(seeded)
-    seconds = searched * mgrid.SECONDS_PER_PROBLEM + len(seeded) * mgrid.SECONDS_PER_SEEDED
+    seconds = searched * grid_budget.SECONDS_PER_PROBLEM + len(seeded) * grid_budget.SECONDS_PER_SEEDED
     assert seconds <= budget_s or "still over the budget" in note or "by themselves" in note, note
     gpus = re.search(r"--gpus (\d+)\)", note)
     if gpus:  # the fewest that fit: one fewer would not
         g = int(gpus.group(1))
-        assert seconds > budget_s and seconds / (g * mgrid.GPU_EFFICIENCY) <= budget_s, note
-        assert g == 2 or seconds / ((g - 1) * mgrid.GPU_EFFICIENCY) > budget_s, note
+        assert seconds > budget_s and seconds / (g * grid_budget.GPU_EFFICIENCY) <= budget_s, note
+        assert g == 2 or seconds / ((g - 1) * grid_budget.GPU_EFFICIENCY) > budget_s, note
 
 
 def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path):
     ran = {QKV.with_tokens(n) for n in (1, 8, 16, 24, 32)}
     records = [ShapeRecord(p, *format_key(p), count=1) for p in sorted(ran, key=GemmProblem.sort_key)]
     result = GatherResult(records, [], 5, [])
-    apply_grid(result, mgrid.SERVING, budget_s=1.0)  # less than any search: every count the budget can seed
+    budget_s = 4 * grid_budget.SECONDS_PER_PROBLEM + grid_budget.SECONDS_PER_SEEDED  # 24 seeded, the rest searched
+    apply_grid(result, mgrid.SERVING, budget_s=budget_s)
     seeded = [r for r in result.shapes if r.seeded]
     assert seeded and all(r.seen and r.problem in ran and r.problem.n & (r.problem.n - 1) for r in seeded)
     assert any("start from the winner of their weight's nearest searched count" in n for n in result.weight_notes)
@@ -407,7 +489,7 @@ def test_a_count_the_budget_seeds_is_retimed_from_its_neighbours_winner_on_the_b
 
     untuned = tmp_path / "untuned.csv"
     untuned.write_text("".join(f"GemmTunableOp_BFloat16_TN,tn_256_{n}_2048_ld_2048_2048_256\n" for n in (2, 3, 128)))
-    budget = ("--m-grid", "serving", "--grid-budget", "0.1")
+    budget = ("--m-grid", "serving", "--grid-budget", "0.195")  # 11.7 s: 12 searched, 11.4 with 3 seeded
     done = run_amd_dag(tmp_path, "seeded", "", "Bench", *budget, untuned=untuned, target=None, rounds=None)
     run = tmp_path / "w" / "seeded"
     assert [(r.problem.n, r.seeded) for r in read_shapes_json(run / "shapes" / "shapes.json")] == [

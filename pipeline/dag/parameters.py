@@ -63,7 +63,8 @@ class GatherParameters:
         default=0.0,
         description="minutes of Bench on one GPU the M grid may cost (estimated; 0: no bound): the finest grid "
         "points the workload did not run are dropped to fit, then the finest counts it ran are seeded (their "
-        "search starts from a neighbour's winner)",
+        "search starts from a neighbour's winner), then outer products of negligible time share and the finest "
+        "counts it ran are dropped (served by the next count up)",
     )
     made_from_params = ("untuned", "lenient", "m_grid", "m_max", "grid_budget")
 

@@ -1,5 +1,5 @@
 """Bench over an M grid in two passes (``--m-grid``, docs/serving.md): the anchors first, the token counts the
-workload ran (but those ``--grid-budget`` seeds: ``mgrid.BudgetFit``) and the powers of two, each searched in
+workload ran (but those ``--grid-budget`` seeds: ``grid_budget.BudgetFit``) and the powers of two, each searched in
 full; then every other grid point, whose search starts by
 re-timing the winner of its weight's nearest anchor at or above it (the bucket that point would otherwise fall
 into), as ``base.tune`` re-times a cached winner: where that winner still beats torch's default by the margin

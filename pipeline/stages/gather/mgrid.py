@@ -23,7 +23,7 @@ needs torch.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BadInput
@@ -31,15 +31,12 @@ from ...formats.m_ranges import by_family, m_range, read_ranges
 from ...formats.tunableop import TunableOpEntry
 from ...kernels.triton_gemm import serves_range
 from ...problem import GemmProblem
+from .grid_budget import BudgetFit, bench_seconds, fit_budget, wall_seconds
 
 EXACT, SERVING = "exact", "serving"
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
-SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
-SECONDS_PER_SEEDED = 3.4  # one started from a neighbour's winner: two verdicts where it holds, one and a search where
-# not; 3.4 s a problem over the 313 seeded of a vLLM-sized grid on one H200 (docs/serving.md)
-GPU_EFFICIENCY = 0.8  # what each of several GPUs counts of one: workers' start-up and Triton's compiles share the host
 
 GridSpec = str | tuple[int, ...]
 
@@ -141,129 +138,30 @@ class GridPoint:
     seeded: bool = False  # the workload ran it, but --grid-budget starts its search from a neighbour's winner
 
 
-def coarseness(m: int) -> int:
-    """How coarse a grid point is, 0 the coarsest: a power of two, then a ladder point or a multiple of 64,
-    then of 16, then the rest (the capture sizes in steps of 8). A budget keeps the coarsest."""
-    if m & (m - 1) == 0:
-        return 0
-    if m > LADDER_START or m % 64 == 0:
-        return 1
-    return 2 if m % 16 == 0 else 3
-
-
-@dataclass(frozen=True)
-class BudgetFit:
-    """What ``fit_budget`` keeps: the finest ``coarseness`` of the grid points the workload did not run that
-    are tuned (-1: none), the finest of the counts it ran that are searched in full (the others, seeded, start
-    from their weight's nearest searched count's winner; 3: all searched), and the note of what it gave up."""
-
-    finest: int = 3
-    searched: int = 3
-    note: str = ""
-
-    def keeps(self, m: int, ran: Collection[int]) -> bool:
-        return m in ran or coarseness(m) <= self.finest
-
-    def seeds(self, m: int, ran: Collection[int]) -> bool:
-        """Whether ``m``, a count the workload ran, starts from a neighbour's winner: finer than ``searched``
-        and not its weight's largest count (every weight keeps one count searched in full)."""
-        return m in ran and coarseness(m) > self.searched and m != max(ran)
-
-
-def bench_seconds(gemms: int, seeded: int = 0) -> float:
-    """Bench's estimated seconds on one GPU for ``gemms``, ``seeded`` of them started from a neighbour's winner."""
-    return (gemms - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
-
-
-def wall_seconds(seconds: float, gpus: int) -> float:
-    """``seconds`` of Bench on one GPU spread over ``gpus`` (at ``GPU_EFFICIENCY`` each where there are several)."""
-    return seconds if gpus <= 1 else seconds / (gpus * GPU_EFFICIENCY)
-
-
-def _bench_seconds(
-    grids: Mapping[GemmProblem, tuple[list[int], Collection[int]]], others: int, fit: BudgetFit
-) -> tuple[float, int, int]:
-    """Bench's estimated seconds on one GPU for ``fit``, with the GEMMs it tunes and how many of them are seeded."""
-    kept = seeded = 0
-    for points, ran in grids.values():
-        kept += sum(fit.keeps(m, ran) for m in points)
-        seeded += sum(fit.seeds(m, ran) for m in points)
-    return bench_seconds(others + kept, seeded), others + kept, seeded
-
-
-def fit_budget(
-    grids: Mapping[GemmProblem, tuple[list[int], Collection[int]]], budget_s: float, others: int = 0
-) -> BudgetFit:
-    """What keeps the grids (family -> (points, the counts it ran)) and ``others`` GEMMs outside any family
-    within ``budget_s`` of Bench on one GPU (``SECONDS_PER_PROBLEM`` a GEMM searched, ``SECONDS_PER_SEEDED`` one
-    seeded). First the grid points the workload did not run go, finest first; where the counts it ran alone
-    overrun the budget, those go no further: they are seeded instead, finest first, down to the powers of two
-    and each weight's largest count, which stay searched in full. Where even that overruns, the note says so."""
-    total = others + sum(len(points) for points, _ in grids.values())
-    for finest in (3, 2, 1, 0, -1):
-        seconds, kept, _ = _bench_seconds(grids, others, BudgetFit(finest))
-        if seconds <= budget_s:
-            break
-    minutes = f"{budget_s / 60:g} min"
-    if seconds <= budget_s:
-        if kept == total:
-            return BudgetFit()
-        kind = {2: "the multiples of 16", 1: "the multiples of 64 and the ladder", 0: "the powers of two"}.get(
-            finest, "no other point"
-        )
-        return BudgetFit(finest, note=(
-            f"--grid-budget {minutes}: {total - kept} of {total} grid points dropped to fit; the grid keeps what the "
-            f"workload ran and {kind} (their buckets widen to the next point kept)"
-        ))  # fmt: skip
-    alone = seconds / 60
-    for searched in (2, 1, 0):
-        fit = BudgetFit(-1, searched)
-        seconds, kept, seeded = _bench_seconds(grids, others, fit)
-        if seconds <= budget_s:
-            break
-    if not seeded:
-        return BudgetFit(-1, 3, (
-            f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one "
-            f"GPU by themselves{gpus_to_fit(seconds, budget_s)}; no other grid point is tuned"
-        ))  # fmt: skip
-    which = {2: "the steps of 8 between multiples of 16", 1: "all but the multiples of 64 and the ladder"}.get(
-        searched, "all but the powers of two"
-    )
-    over = "" if seconds <= budget_s else f": still over the budget{gpus_to_fit(seconds, budget_s)}"
-    return BudgetFit(-1, searched, (
-        f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one GPU "
-        f"searched in full; {seeded} of them ({which}, each weight's largest count aside) start from the winner of "
-        f"their weight's nearest searched count instead, searched only where it no longer beats torch's default: "
-        f"about {seconds / 60:.0f} min{over}; no other grid point is tuned"
-    ))  # fmt: skip
-
-
-def gpus_to_fit(seconds: float, budget_s: float, most: int = 8) -> str:
-    """Where ``seconds`` of Bench on one GPU overrun ``budget_s``, the fewest GPUs (at ``GPU_EFFICIENCY`` each, up
-    to ``most``) that would bring its wall time within it, as the note's clause; empty where none would."""
-    fits = next((g for g in range(2, most + 1) if wall_seconds(seconds, g) <= budget_s), None)
-    if fits is None:
-        return ""
-    return f" (about {wall_seconds(seconds, fits) / 60:.0f} min of wall time on {fits} GPUs: --gpus {fits})"
-
-
 def expand(
-    problems: Sequence[GemmProblem], spec: GridSpec, m_max: int | None = None, budget_s: float | None = None
+    problems: Sequence[GemmProblem],
+    spec: GridSpec,
+    m_max: int | None = None,
+    budget_s: float | None = None,
+    shares: Mapping[GemmProblem, float] | None = None,
+    basis: str = "GEMM time",
 ) -> tuple[list[GridPoint], str]:
     """Every family of ``problems`` over its grid: the collected problems (seen) and the grid's others, within
-    ``budget_s`` seconds of Bench on one GPU where given (``fit_budget``), and the note of what the budget
-    dropped. Wildcard problems and outer products (``k = 1``, the rotary embedding's position x frequency, whose
-    token count is not ``n``) stay as they are, a bucket of their own."""
+    ``budget_s`` seconds of Bench on one GPU where given (``grid_budget.fit_budget``; ``shares``, each problem's
+    share of the workload's GEMM time or of its ``basis``, orders what it drops), and the note of what the
+    budget dropped. Wildcard problems and outer products (``k = 1``, the rotary embedding's position x
+    frequency, whose token count is not ``n``) stay as they are, a bucket of their own."""
     families: dict[GemmProblem, dict[int, GemmProblem]] = {}
-    points: list[GridPoint] = []
+    others: list[GemmProblem] = []
     for problem in problems:
         fam = problem.token_family() if problem.k != 1 else None
         if fam is None:
-            points.append(GridPoint(problem, None, True))
+            others.append(problem)
         else:
             families.setdefault(fam, {})[problem.n] = problem  # type: ignore[index]
-    grids = {fam: (grid_points(spec, members, m_max), members.keys()) for fam, members in families.items()}
-    fit = fit_budget(grids, budget_s, len(points)) if budget_s else BudgetFit()
+    grids = {fam: (grid_points(spec, members, m_max), members) for fam, members in families.items()}
+    fit = fit_budget(grids, budget_s, others, shares, basis) if budget_s else BudgetFit()
+    points = [GridPoint(problem, None, True) for problem in others if problem not in fit.dropped]
     for fam, members in families.items():
         grid = [m for m in grids[fam][0] if fit.keeps(m, members)]
         any_member = next(iter(members.values()))
@@ -277,7 +175,7 @@ def expand(
 def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1, seeded: int = 0) -> str:
     """What the grid costs before Bench runs: ``gemms`` to tune (``seen`` of them the workload ran, ``seeded`` of
     those started from a neighbour's winner) and the estimated minutes of Bench on ``gpus`` GPUs (at
-    ``GPU_EFFICIENCY`` each where there are several)."""
+    ``grid_budget.GPU_EFFICIENCY`` each where there are several)."""
     name = spec if isinstance(spec, str) else ",".join(map(str, spec))
     gpus = max(1, gpus)
     minutes = wall_seconds(bench_seconds(gemms, seeded), gpus) / 60

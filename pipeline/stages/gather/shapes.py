@@ -43,7 +43,7 @@ class ShapeRecord:
     time_share: float | None = None  # share of the workload's baseline GEMM time; None: unknown
     per_call_us: float | None = None  # baseline time of one call, as collection measured it
     bucket: tuple[int, int] | None = None  # the token counts its winner serves (``mgrid``); None: its own alone
-    seeded: bool = False  # ran, but --grid-budget starts its search from a neighbour's winner (``mgrid.BudgetFit``)
+    seeded: bool = False  # ran, but --grid-budget starts it from a neighbour's winner (``grid_budget.BudgetFit``)
 
     @property
     def seen(self) -> bool:
@@ -172,6 +172,15 @@ def apply_weights(result: GatherResult, calls: dict | None, baseline: dict | Non
         record.per_call_us = per_call.get(record.problem)
 
 
+def budget_shares(records: Sequence[ShapeRecord]) -> tuple[dict[GemmProblem, float], str]:
+    """Each GEMM's share of the workload's GEMM time, or of its calls where any time is unknown (what orders
+    the counts a grid budget drops), and which of the two."""
+    timed = all(record.time_share is not None for record in records)
+    weight = {r.problem: float(r.time_share if timed else r.call_count) for r in records}  # type: ignore[arg-type]
+    total = sum(weight.values()) or 1.0
+    return {problem: value / total for problem, value in weight.items()}, "GEMM time" if timed else "calls"
+
+
 def apply_grid(
     result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None, budget_s: float | None = None
 ) -> None:
@@ -179,9 +188,11 @@ def apply_grid(
     bucket, the grid points the workload did not run join with no count and no time share (they weigh nothing
     in the workload's figures; they serve token counts it did not show). ``exact`` leaves the GEMMs as they
     are (an ``m_max`` below a count they ran is still refused). ``budget_s`` bounds Bench's estimated time on
-    one GPU (``mgrid.fit_budget``). The notes say what the grid costs and what the budget dropped."""
+    one GPU (``grid_budget.fit_budget``), which drops counts the workload ran only where nothing else fits it,
+    the lightest by time share (by calls where the times are unknown) first. The notes say what the grid costs
+    and what the budget dropped."""
     records = {record.problem: record for record in result.shapes}
-    points, dropped = mgrid.expand(list(records), spec, m_max, budget_s)
+    points, dropped = mgrid.expand(list(records), spec, m_max, budget_s, *budget_shares(result.shapes))
     if spec == mgrid.EXACT:
         return
     shares_known = any(record.time_share is not None for record in result.shapes)
