@@ -417,6 +417,45 @@ def test_held_out_counts_are_the_lower_edge_the_middle_and_two_seeded_draws():
     assert held_out_counts((129, 256), "k")[:1] == [129] and 192 in held_out_counts((129, 256), "k")
 
 
+def test_the_counts_the_workload_ran_untuned_in_a_bucket_are_held_out_before_any_draw():
+    from pipeline.stages.validate.held_out import held_out_counts
+
+    drawn = held_out_counts((257, 512), "k")
+    assert held_out_counts((257, 512), "k", ran=()) == drawn, "no count ran there: the same draws as before"
+    ran = held_out_counts((257, 512), "k", ran=(400, 384, 300))
+    assert ran == [257, 300, 384, 400], "the lower edge, the middle, then the two heaviest that ran (384 is the middle)"
+    assert held_out_counts((257, 512), "k", ran=(384, 700, 512, 5)) == drawn, "none of them another count inside"
+    one = held_out_counts((257, 512), "k", ran=(300,))
+    assert 300 in one and len(one) == 4 and one == held_out_counts((257, 512), "k", ran=(300,))
+
+
+def test_apply_grid_gives_each_bucket_the_counts_that_ran_there_untuned_and_validate_holds_them_out(tmp_path):
+    from pipeline.stages.validate.held_out import held_out_rows
+    from pipeline.stages.validate.validate import MergedRow
+
+    counts = (1, 8, 16, 24, 32, 40, 48, 64)
+    records = [ShapeRecord(QKV.with_tokens(n), *format_key(QKV.with_tokens(n)), count=1, calls=1) for n in counts]
+    for record, share in zip(records, (0.1, 0.1, 0.1, 0.05, 0.1, 0.15, 0.2, 0.2), strict=True):
+        record.time_share = share
+    result = GatherResult(records, [], 8, [])
+    apply_grid(result, (1, 16, 64))  # a listed grid: what ran between its points is served by the next one up
+    inside = {r.problem.n: r.ran_inside for r in result.shapes}
+    assert inside == {1: (), 16: (8,), 64: (48, 40, 32, 24)}, "heaviest first, in the bucket that serves them"
+    write_shapes_json(tmp_path / "shapes.json", result)
+    assert [r.ran_inside for r in read_shapes_json(tmp_path / "shapes.json")] == [(), (8,), (48, 40, 32, 24)]
+    rows = json.loads((tmp_path / "shapes.json").read_text())
+    rows[1]["ran_inside"] = [16]
+    (tmp_path / "shapes.json").write_text(json.dumps(rows))
+    with pytest.raises(ValueError, match="row 1: ran_inside 16 is not inside the bucket"):
+        read_shapes_json(tmp_path / "shapes.json")
+    grid = {r.key: r for r in result.shapes}
+    row = next(r for r in result.shapes if r.problem.n == 64)
+    merged = MergedRow(row.key, row.problem, "Gemm_x", 1, 0.2, None, None)
+    held = held_out_rows([merged], {k: r.bucket for k, r in grid.items()}, ran_inside={row.key: row.ran_inside})
+    assert sorted(r.problem.n for r in held) == [17, 32, 40, 48], "the edge, the middle (40), then 48 and 32"
+    assert all(r.calls == 0 and r.time_share == 0.0 for r in held), "held out: no weight in the figures"
+
+
 def test_held_out_rows_skip_default_exact_and_fixed_size_triton_rows():
     from pipeline.stages.validate.held_out import held_out_rows
     from pipeline.stages.validate.validate import MergedRow
@@ -479,6 +518,21 @@ def test_a_held_out_count_below_the_floor_within_its_noise_ships_and_the_report_
     said = lines(result)[-1]
     assert said.startswith("1 shipped held-out count(s) read below x0.99 within their noise") and "M = 11" in said
     assert said.endswith("more --validate-rounds would tell")
+
+
+def test_the_held_out_verdict_says_how_the_counts_the_workload_ran_untuned_fared():
+    from pipeline.stages.validate.held_out import lines, verdict
+
+    grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
+    rows = [
+        _measured("a", 9, 10.0, 9.0, grid),
+        _measured("b", 11, 10.0, 9.8, grid),
+        _measured("c", 13, 10.0, 9.5, grid),
+    ]
+    assert verdict(rows)["ran"] is None and "of them counts the workload ran" not in lines(verdict(rows))[0]
+    result = verdict(rows, ran_inside={grid: (13, 11), "another": (9,)})
+    assert result["ran"] == {"count": 2, "worst": {"key": "b", "m": 11, "speedup": round(10.0 / 9.8, 4)}}
+    assert "(seed 0, 2 of them counts the workload ran (the worst x1.020 at M = 11)); the worst" in lines(result)[0]
 
 
 @pytest.mark.long

@@ -44,6 +44,7 @@ class ShapeRecord:
     per_call_us: float | None = None  # baseline time of one call, as collection measured it
     bucket: tuple[int, int] | None = None  # the token counts its winner serves (``mgrid``); None: its own alone
     seeded: bool = False  # ran, but --grid-budget starts it from a neighbour's winner (``grid_budget.BudgetFit``)
+    ran_inside: tuple[int, ...] = ()  # counts the workload ran in its bucket but not tuned, heaviest first
 
     @property
     def seen(self) -> bool:
@@ -84,6 +85,7 @@ class ShapeRecord:
             "sources": self.sources,
             "bucket": list(self.bucket) if self.bucket else None,
             "seeded": self.seeded,
+            "ran_inside": list(self.ran_inside),
         }
 
     @classmethod
@@ -102,6 +104,7 @@ class ShapeRecord:
             row.get("per_call_us"),
             _bucket(row.get("bucket"), problem),
             _flag(row.get("seeded", False), "seeded"),
+            _ran_inside(row.get("ran_inside", []), row.get("bucket")),
         )
 
 
@@ -109,6 +112,17 @@ def _flag(value: object, name: str) -> bool:
     if type(value) is not bool:
         raise ValueError(f"{name} {value!r} is not true or false")
     return value
+
+
+def _ran_inside(value: object, bucket: object) -> tuple[int, ...]:
+    """A row's ``ran_inside``: token counts inside its bucket, below its own (checked after ``_bucket``)."""
+    if not (isinstance(value, list) and all(type(v) is int for v in value)):
+        raise ValueError(f"ran_inside {value!r} is not a list of integers")
+    lo, hi = bucket if isinstance(bucket, list) and value else (0, 0)
+    outside = [m for m in value if not lo <= m < hi]
+    if outside:
+        raise ValueError(f"ran_inside {outside[0]} is not inside the bucket {bucket!r} below its grid point")
+    return tuple(value)
 
 
 def _bucket(value: object, problem: GemmProblem) -> tuple[int, int] | None:
@@ -204,10 +218,34 @@ def apply_grid(
             record.time_share = 0.0 if shares_known else None
         record.bucket, record.seeded = point.bucket, point.seeded
         shapes.append(record)
+    _note_ran_inside(shapes, [r for r in result.shapes if r.problem not in {p.problem for p in points}])
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
     result.weight_notes += [note for note in (dropped,) if note]
     seen, seeded = sum(point.seen for point in points), sum(point.seeded for point in points)
     result.weight_notes.append(mgrid.cost_line(spec, len(points), seen, seeded=seeded))
+
+
+def ran_inside_of(records: Sequence[ShapeRecord]) -> dict[str, tuple[int, ...]]:
+    """Grid key -> the counts the workload ran in its bucket untuned, heaviest first (what Validate holds out
+    first and reports on)."""
+    return {record.key: record.ran_inside for record in records if record.ran_inside}
+
+
+def _note_ran_inside(grid: Sequence[ShapeRecord], dropped: Sequence[ShapeRecord]) -> None:
+    """Give each grid record the counts the workload ran inside its bucket that are not tuned (between the points
+    of a listed grid, or dropped by ``--grid-budget``), heaviest first (``ran_inside``): Validate holds them out
+    before any count it draws."""
+    by_family: dict[GemmProblem | None, list[ShapeRecord]] = {}
+    for record in grid:
+        if record.bucket is not None:
+            by_family.setdefault(record.problem.token_family(), []).append(record)
+    heaviest_first = sorted(dropped, key=lambda r: (-(r.time_share or 0.0), -r.call_count, r.problem.n))
+    for record in heaviest_first:
+        family = by_family.get(record.problem.token_family() if record.problem.k != 1 else None, [])
+        n = record.problem.n
+        home = next((g for g in family if g.bucket[0] <= n < g.bucket[1]), None)  # type: ignore[index]
+        if home is not None:
+            home.ran_inside = (*home.ran_inside, n)
 
 
 def expand_inputs(specs: Iterable[str]) -> list[Path]:

@@ -19,6 +19,7 @@ from ...defaults import GATE_MARGIN
 from ...errors import Refused
 from ...kernels.triton_gemm import PREFIX as TRITON
 from ..gather.collect import embedded_command
+from ..gather.shapes import ran_inside_of, read_shapes_json
 from ..run import timings
 from ..run.fingerprint import Stack
 from ..run.layout import RunLayout
@@ -81,7 +82,8 @@ def accept(
             validate.run_worker(run_dir, _gpus(settings), settings.rounds, settings.margin, progress)
     measured = json.loads((out / validate.MEASUREMENTS).read_text())
     rows = [MeasuredRow.from_json(row) for row in measured["rows"]]
-    held = held_out.verdict([MeasuredRow.from_json(row) for row in measured.get("held_out", [])])
+    ran_inside = ran_inside_of(read_shapes_json(layout.shapes)) if layout.shapes.exists() else {}
+    held = held_out.verdict([MeasuredRow.from_json(row) for row in measured.get("held_out", [])], ran_inside=ran_inside)
     result = gate(rows, GateSettings(margin=settings.margin, min_speedup=settings.min_speedup))
     atomic_write_json(out / "gate.json", result.to_json())
     atomic_write_json(out / held_out.RECORD, held)

@@ -2,8 +2,10 @@
 nobody tuned, before its winner ships over the whole bucket.
 
 A grid row serves the token counts from the previous grid point + 1 to its own. Validate times its winner at
-the bucket's lower edge, its middle and two counts drawn inside it (``random.Random`` seeded by the run's seed
-and the row's key, so a rerun draws the same), each against torch's default, interleaved as the grid rows are.
+the bucket's lower edge, its middle and two more counts inside it, each against torch's default, interleaved as
+the grid rows are: the heaviest counts the workload ran there that nobody tuned (``ShapeRecord.ran_inside``: a
+listed grid's gaps, or counts ``--grid-budget`` dropped), else counts drawn (``random.Random`` seeded by the
+run's seed and the row's key, so a rerun draws the same).
 A bucket with a held-out count below x0.99 beyond the pair's noise is split there: it keeps the counts above
 the highest such count, where every count held out passed, and the bundle ships the winner over that part alone
 (a row the gate dropped ships nowhere). A winner tuned at the bucket's top loses most near its bottom, where
@@ -29,24 +31,33 @@ SEED = 0
 RECORD = "held_out.json"  # Validate's verdict, beside gate.json
 
 
-def held_out_counts(bucket: tuple[int, int], key: str, seed: int = SEED) -> list[int]:
+def held_out_counts(bucket: tuple[int, int], key: str, seed: int = SEED, ran: Sequence[int] = ()) -> list[int]:
     """The token counts a bucket is validated at besides its grid point: the lower edge, the middle and
-    ``DRAWS`` drawn inside (fewer where the bucket is narrower)."""
+    ``DRAWS`` more inside (fewer where the bucket is narrower): the first of ``ran`` (counts the workload ran
+    there untuned, heaviest first) that lie inside, the rest drawn."""
     lo, hi = bucket
-    inside = range(lo + 1, hi)
-    drawn = random.Random(f"{seed}:{key}").sample(inside, min(DRAWS, len(inside)))
-    return sorted({lo, (lo + hi) // 2, *drawn} - {hi})
+    fixed = {lo, (lo + hi) // 2}
+    chosen = [m for m in ran if lo < m < hi and m not in fixed][:DRAWS]
+    inside = [m for m in range(lo + 1, hi) if m not in chosen]
+    drawn = random.Random(f"{seed}:{key}").sample(inside, min(DRAWS - len(chosen), len(inside)))
+    return sorted({*fixed, *chosen, *drawn} - {hi})
 
 
-def held_out_rows(rows: Sequence, bucket_of: Mapping[str, tuple[int, int]], seed: int = SEED) -> list:
+def held_out_rows(
+    rows: Sequence,
+    bucket_of: Mapping[str, tuple[int, int]],
+    seed: int = SEED,
+    ran_inside: Mapping[str, Sequence[int]] | None = None,
+) -> list:
     """The rows to time at held-out counts: each grid row (``validate.MergedRow``) with a wider bucket whose
-    winner could ship over it, at each of its ``held_out_counts``, weighing nothing in the workload's figures."""
+    winner could ship over it, at each of its ``held_out_counts`` (``ran_inside``: grid key -> the counts the
+    workload ran there untuned), weighing nothing in the workload's figures."""
     found = []
     for row in rows:
         bucket = bucket_of.get(row.key)
         if bucket is None or row.solution == DEFAULT or not serves_range(row.solution, *bucket):
             continue
-        for m in held_out_counts(bucket, row.key, seed):
+        for m in held_out_counts(bucket, row.key, seed, (ran_inside or {}).get(row.key, ())):
             problem = row.problem.with_tokens(m)
             if problem is not None:
                 key = ",".join(format_key(problem))
@@ -65,9 +76,12 @@ def below(row: MeasuredRow) -> bool:
     return all(p.speedup < FLOOR and p.tuned.median * FLOOR > p.baseline.median * (1 + p.noise) for p in pairs)
 
 
-def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
-    """The held-out figures: every held-out row's speedup by its grid row, the worst, and the buckets split
-    (grid key -> ``{"lo": the lowest count it keeps, "why": ...}``)."""
+def verdict(
+    rows: Sequence[MeasuredRow], seed: int = SEED, ran_inside: Mapping[str, Sequence[int]] | None = None
+) -> dict:
+    """The held-out figures: every held-out row's speedup by its grid row, the worst, the buckets split
+    (grid key -> ``{"lo": the lowest count it keeps, "why": ...}``), and how many of the counts held out the
+    workload ran untuned (``ran_inside``: grid key -> those counts) with their worst."""
     by_grid: dict[str, list[dict]] = {}
     split: dict[str, dict] = {}
     for row in sorted(rows, key=lambda r: r.n):
@@ -85,9 +99,11 @@ def verdict(rows: Sequence[MeasuredRow], seed: int = SEED) -> dict:
     worst_shipped = min(shipped, key=lambda r: r.speedup, default=None)
     unsure = [r for r in shipped if r.speedup < FLOOR]  # below the floor, but not beyond its noise: shipped
     lowest = worst_shipped if unsure else None  # the lowest of them
+    ran = [r for r in rows if r.n in (ran_inside or {}).get(r.held_out_of or "", ())]
     return {
         "seed": seed,
         "rows": len(rows),
+        "ran": {"count": len(ran), "worst": _figure(min(ran, key=lambda r: r.speedup))} if ran else None,
         "worst": _figure(worst),
         "worst_shipped": _figure(worst_shipped),
         "by_grid_row": by_grid,
@@ -107,9 +123,16 @@ def lines(result: dict | None) -> list[str]:
     if not result or not result["rows"]:
         return []
     worst = result["worst"]
+    ran = result.get("ran")
+    ran_said = (
+        f", {ran['count']} of them counts the workload ran (the worst x{ran['worst']['speedup']:.3f} at M = "
+        f"{ran['worst']['m']})"
+        if ran
+        else ""
+    )
     out = [
         f"{result['rows']} timed at token counts inside the grid rows' buckets that nobody tuned (seed "
-        f"{result['seed']}); the worst x{worst['speedup']:.3f} at M = {worst['m']} (`{worst['key']}`)"
+        f"{result['seed']}{ran_said}); the worst x{worst['speedup']:.3f} at M = {worst['m']} (`{worst['key']}`)"
     ]
     shipped = result.get("worst_shipped")
     if result["split"] and shipped:

@@ -36,7 +36,7 @@ from ...errors import ToolError
 from ...formats.tunableop import TunableOpEntry, parse_key, read_file, write_file
 from ...problem import GemmProblem
 from ...stats import Stats
-from ..gather.shapes import ShapeRecord
+from ..gather.shapes import ShapeRecord, ran_inside_of
 from ..run.layout import RunLayout
 from . import bundle, held_out
 from .measured import MeasuredRow, Padded, Pair
@@ -104,7 +104,7 @@ def rows_to_measure(run_dir: Path) -> list[MergedRow]:
         rows.append(
             MergedRow(key, entry.problem, entry.solution, calls, share, configs.get(entry.solution), padded.get(key))
         )
-    return rows + held_out.held_out_rows(rows, buckets)
+    return rows + held_out.held_out_rows(rows, buckets, ran_inside=ran_inside_of(shapes))
 
 
 class Checkpoints:
