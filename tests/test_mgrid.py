@@ -28,6 +28,7 @@ from pipeline.stages.gather.shapes import (
 from .helpers import UNTUNED
 
 QKV = GemmProblem("gemm", "T", "N", 6144, 7, 4096, 4096, 4096, 6144)
+GRID_KEY = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"  # a grid row whose bucket is held out
 
 
 def test_serving_grid_holds_the_capture_sizes_then_the_ladder():
@@ -484,7 +485,7 @@ def test_held_out_rows_skip_default_exact_and_fixed_size_triton_rows():
 def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss():
     from pipeline.stages.validate.held_out import FLOOR, lines, verdict
 
-    grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
+    grid = GRID_KEY
     rows = [
         _measured("b", 12, 10.0, 9.0, grid),
         _measured("a", 9, 10.0, 10.3, grid),
@@ -508,7 +509,7 @@ def test_a_held_out_count_below_the_floor_within_its_noise_ships_and_the_report_
     from pipeline.stages.validate.measured import MeasuredRow, Pair
     from pipeline.stats import Stats
 
-    grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
+    grid = GRID_KEY
     noisy = Pair(Stats.of([9.0, 10.0, 11.0, 10.0, 10.0]), Stats.of([9.2, 10.2, 11.5, 10.2, 10.2]))
     row = MeasuredRow.of(QKV.with_tokens(11), "n", "Gemm_x", 0, 0.0, 1.0, noisy, held_out_of=grid)
     assert row.speedup < 0.99 and row.noise > 0.1
@@ -523,12 +524,8 @@ def test_a_held_out_count_below_the_floor_within_its_noise_ships_and_the_report_
 def test_the_held_out_verdict_says_how_the_counts_the_workload_ran_untuned_fared():
     from pipeline.stages.validate.held_out import lines, verdict
 
-    grid = "GemmTunableOp_BFloat16_TN,tn_6144_16_4096_ld_4096_4096_6144"
-    rows = [
-        _measured("a", 9, 10.0, 9.0, grid),
-        _measured("b", 11, 10.0, 9.8, grid),
-        _measured("c", 13, 10.0, 9.5, grid),
-    ]
+    grid = GRID_KEY
+    rows = [_measured(key, n, 10.0, tuned, grid) for key, n, tuned in (("a", 9, 9.0), ("b", 11, 9.8), ("c", 13, 9.5))]
     assert verdict(rows)["ran"] is None and "of them counts the workload ran" not in lines(verdict(rows))[0]
     result = verdict(rows, ran_inside={grid: (13, 11), "another": (9,)})
     assert result["ran"] == {"count": 2, "worst": {"key": "b", "m": 11, "speedup": round(10.0 / 9.8, 4)}}
