@@ -280,6 +280,16 @@ def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path)
         read_shapes_json(tmp_path / "shapes.json")
 
 
+def test_a_budget_on_the_exact_grid_is_not_applied_and_the_notes_say_so():
+    records = [ShapeRecord(QKV.with_tokens(n), *format_key(QKV.with_tokens(n)), count=1) for n in (1, 3, 5)]
+    result = GatherResult(records, [], 3, [])
+    apply_grid(result, mgrid.EXACT, budget_s=1.0)
+    assert [r.problem.n for r in result.shapes] == [1, 3, 5] and not any(r.seeded for r in result.shapes)
+    assert any(n.startswith("--grid-budget is not applied: --m-grid exact") for n in result.weight_notes)
+    apply_grid(unbounded := GatherResult(list(records), [], 3, []), mgrid.EXACT)
+    assert unbounded.weight_notes == []
+
+
 def test_apply_grid_gives_grid_points_no_weight(tmp_path):
     result = gather([str(UNTUNED)])
     ran = {r.problem for r in result.shapes}

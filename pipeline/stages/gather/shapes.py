@@ -208,6 +208,11 @@ def apply_grid(
     records = {record.problem: record for record in result.shapes}
     points, dropped = mgrid.expand(list(records), spec, m_max, budget_s, *budget_shares(result.shapes))
     if spec == mgrid.EXACT:
+        if budget_s:
+            result.weight_notes.append(
+                "--grid-budget is not applied: --m-grid exact tunes every GEMM the workload ran, each at its own "
+                "token count (a serving or listed grid is what a budget bounds)"
+            )
         return
     shares_known = any(record.time_share is not None for record in result.shapes)
     shapes = []
