@@ -585,6 +585,7 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     run = tmp_path / "w" / "grid"
     shapes = read_shapes_json(run / "shapes" / "shapes.json")
     assert any(not r.seen and r.bucket == (5, 16) for r in shapes)
+    assert {r.problem.m: r.ran_inside for r in shapes if r.problem.n == 4} == {256: (2,), 2048: (2,)}, "ran at 2"
     results = json.loads((run / "bench" / "results.json").read_text())
     scored = [r for r in results if r["bucket"].get("speedups")]  # Bench timed the winners inside their buckets
     assert scored and all(r["bucket"]["hi"] == r["problem"]["n"] for r in scored)
@@ -597,6 +598,8 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     assert not {r["key"] for r in measured["held_out"]} & set(gate["kept"])
     report = (run / "report" / "report.md").read_text()
     assert "Held-out token counts" in report and f"{held['rows']} timed" in report
+    assert held["ran"]["count"] >= 1 and held["ran"]["worst"]["m"] == 2, held["ran"]  # 2 ran, and is held out
+    assert f"{held['ran']['count']} of them counts the workload ran" in report
     assert f"Bench timed {len(scored)} grid winners inside their buckets" in report
     manifest = json.loads((run / "bundle" / "manifest.json").read_text())
     bundle_keys = (run / "bundle" / "tunableop_results.csv").read_text()
