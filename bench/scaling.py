@@ -64,6 +64,8 @@ def run_bench(
         run,
         "--untuned",
         str(problems),
+        "--m-grid",
+        "exact",  # the problem set as given: the scaling of these GEMMs, not of a grid around them
         "--backend",
         backend,
         "--gpus",

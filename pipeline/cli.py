@@ -240,10 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     shapes.add_argument(
         "--m-grid",
-        default=mgrid.EXACT,
+        default=mgrid.AUTO,
         metavar="GRID",
         help="token counts (M) each weight is tuned at: exact (those the files show), serving (those plus a "
-        "server's decode and prefill sizes up to --m-max) or an ascending list such as 1,2,4,16 (default: %(default)s)",
+        "server's decode and prefill sizes up to --m-max), an ascending list such as 1,2,4,16, or auto (serving "
+        "where the files show a weight at more than one count, within --grid-budget or else 10 minutes; else "
+        "exact; the default)",
     )
     shapes.add_argument(
         "--m-max",
@@ -256,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative,
         default=0.0,
         metavar="MIN",
-        help="minutes of Bench on one GPU the grid may cost (estimated): the finest grid points the files do not "
+        help="minutes of Bench on one GPU the grid may cost (estimated; 10 where auto chooses serving): the "
+        "finest grid points the files do not "
         "show are dropped to fit, then the finest counts they show are seeded, then the lightest of what they show "
         "is dropped (default: no bound)",
     )

@@ -128,13 +128,11 @@ class GatherShapes(GatherParameters, PipelineTask):
         result = gather(specs, lenient=self.lenient)
         require_gemms(result, specs)
         collected = None if self.untuned else Path(self.input().path).parent
-        apply_weights(
-            result,
-            *(None, None)
-            if collected is None
-            else (read_json(collected / call_weights.CALLS), read_json(collected / call_weights.BASELINE)),
-        )
-        apply_grid(result, mgrid.parse_grid(self.m_grid), mgrid.parse_m_max(self.m_max), 60 * self.grid_budget)
+        files = (call_weights.CALLS, call_weights.BASELINE)
+        apply_weights(result, *(None if collected is None else read_json(collected / name) for name in files))
+        embedded = not (self.workload_cmd or self.untuned)  # the README's first run: auto keeps it exact
+        spec, m_max = mgrid.parse_grid(self.m_grid), mgrid.parse_m_max(self.m_max)
+        apply_grid(result, spec, m_max, 60 * self.grid_budget, embedded)
         summary = summary_table(result)
         atomic_write_text(self.layout().shapes_summary, summary)
         write_shapes_json(self.output().path, result)

@@ -62,10 +62,14 @@ def amd_dag(
     double (``build``: its library build; ``generation``: its tree), its workdir ``workdir`` (default
     ``tmp_path/w``), from ``tmp_path``: the command and its environment. ``target`` (``--validators-from``),
     ``bench`` (``--hipblaslt-bench``) and ``rounds`` (``--validate-rounds``) are left out where None; the double
-    logs every invocation to ``tmp_path/bench.log``."""
+    logs every invocation to ``tmp_path/bench.log``. The grid is ``exact`` unless ``extra`` names one: the HF
+    Llama's recorded GEMMs run each weight at several counts, and a test whose subject is not the grid tunes
+    what they ran (``--m-grid auto`` would tune its serving grid)."""
+    grid = () if any(arg.endswith("-m-grid") for arg in extra) else ("--m-grid", "exact")
     command = luigi_argv(
         task,
         *extra,
+        *grid,
         local=local,
         workdir=workdir or tmp_path / "w",
         run_name=run,

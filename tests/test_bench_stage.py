@@ -27,14 +27,18 @@ def _problems(*ks: int) -> list[GemmProblem]:
     st.lists(st.tuples(st.sampled_from([1, 8, 512, 8192]), st.sampled_from([4096, 14336])), max_size=30, unique=True),
     st.integers(1, 8),
 )
-def test_shards_cover_every_problem_once_and_balance(shapes, count):
-    problems = [GemmProblem("gemm", "T", "N", 4096, n, k, k, k, 4096) for n, k in shapes]
+def test_shards_cover_every_problem_once_keep_a_weight_together_and_balance(shapes, count):
+    problems = [GemmProblem("gemm", "T", "N", m, n, k, k, k, m) for m in (4096, 6144) for n, k in shapes]
     shards = shard(problems, count)
     assert sorted(p.sort_key() for s in shards for p in s) == sorted(p.sort_key() for p in problems)
     assert len(shards) <= count
+    where = {p.token_family(): i for i, s in enumerate(shards) for p in s}
+    assert all(where[p.token_family()] == i for i, s in enumerate(shards) for p in s), "a weight split"
+    families = {p.token_family() for p in problems}
+    unit = max((sum(estimate_cost(p) for p in problems if p.token_family() == f) for f in families), default=0)
     loads = [sum(estimate_cost(p) for p in s) for s in shards]
     if loads:
-        assert max(loads) - min(loads) <= max(estimate_cost(p) for p in problems) + 1e-9
+        assert max(loads) - min(loads) <= unit + 1e-9
 
 
 def test_gpu_slots_are_exclusive(tmp_path):

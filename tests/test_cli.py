@@ -49,10 +49,18 @@ def test_shapes_with_the_collections_counts_and_times(tmp_path, capsys):
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps({"per_call_us": dict.fromkeys(counted, 10.0)}))
     out = tmp_path / "shapes.json"
-    assert main(["shapes", str(untuned), "--calls", str(calls), "--baseline", str(baseline), "--json", str(out)]) == 0
+    args = ["shapes", str(untuned), "--calls", str(calls), "--baseline", str(baseline), "--json", str(out)]
+    assert main([*args, "--m-grid", "exact"]) == 0  # the counts the files show, no grid around them
     rows = json.loads(out.read_text())
     total = sum(counted.values())
     assert {f"{r['op_signature']},{r['params_signature']}": r["calls"] for r in rows} == counted
     assert all(r["time_share"] == pytest.approx(r["calls"] / total) for r in rows)
     assert main(["shapes", str(untuned)]) == 0
-    assert "note: call counts unknown" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "note: call counts unknown" in said
+    assert "m-grid auto: serving, " in said and "weights ran at more than one token count" in said  # GPT-2's prefill
+    assert main([*args, "--force"]) == 0, "the default, auto: the serving grid where a weight ran at several counts"
+    grid = json.loads(out.read_text())
+    assert len(grid) > len(rows) and all(
+        r["calls"] == counted.get(f"{r['op_signature']},{r['params_signature']}", 0) for r in grid
+    )

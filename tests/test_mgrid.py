@@ -280,6 +280,39 @@ def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path)
         read_shapes_json(tmp_path / "shapes.json")
 
 
+def test_auto_is_serving_where_a_weight_ran_at_several_counts_within_a_budget_and_exact_otherwise():
+    several = [QKV.with_tokens(n) for n in (1, 8)] + [rotary(5), rotary(9)]
+    assert mgrid.parse_grid("auto") == mgrid.AUTO and mgrid.resolve(mgrid.SERVING, several) == (mgrid.SERVING, None, "")
+    spec, budget_s, note = mgrid.resolve(mgrid.AUTO, several)
+    assert (spec, budget_s) == (mgrid.SERVING, 60 * mgrid.AUTO_MINUTES)
+    assert note.startswith("m-grid auto: serving, 1 of 1 weights ran at more than one token count, within 10 min")
+    assert mgrid.resolve(mgrid.AUTO, several, budget_s=120.0)[1] == 120.0, "a budget given stands"
+    once = [QKV.with_tokens(8), QKV.with_tokens(8).with_tokens(8), rotary(5), rotary(9)]  # outer products aside
+    assert mgrid.resolve(mgrid.AUTO, once)[:2] == (mgrid.EXACT, None)
+    assert mgrid.resolve(mgrid.AUTO, several, embedded=True)[:2] == (mgrid.EXACT, None), "the README's first run"
+    with pytest.raises(mgrid.GridError, match="or say auto, exact or serving"):
+        mgrid.parse_grid("autom")
+
+
+def test_auto_by_default_tunes_the_serving_grid_of_a_workload_that_ran_a_weight_at_several_counts(tmp_path):
+    from .helpers import run_amd_dag
+
+    untuned = tmp_path / "untuned.csv"
+    untuned.write_text("".join(f"GemmTunableOp_BFloat16_TN,tn_256_{n}_2048_ld_2048_2048_256\n" for n in (2, 8)))
+    run_amd_dag(tmp_path, "auto", "", "Bench", "--m-grid", "auto", untuned=untuned, target=None, rounds=None)
+    run = tmp_path / "w" / "auto"
+    assert {r.problem.n: r.bucket for r in read_shapes_json(run / "shapes" / "shapes.json")} == {
+        1: (1, 1),
+        2: (2, 2),
+        4: (3, 4),
+        8: (5, 8),
+    }
+    assert "m-grid auto: serving, 1 of 1 weights" in (run / "shapes" / "summary.txt").read_text()
+    from pipeline.dag.parameters import GatherParameters
+
+    assert GatherParameters.m_grid._default == mgrid.AUTO, "the job's default"
+
+
 def test_a_budget_on_the_exact_grid_is_not_applied_and_the_notes_say_so():
     records = [ShapeRecord(QKV.with_tokens(n), *format_key(QKV.with_tokens(n)), count=1) for n in (1, 3, 5)]
     result = GatherResult(records, [], 3, [])

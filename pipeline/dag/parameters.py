@@ -49,9 +49,11 @@ class GatherParameters:
     )
     lenient = luigi.BoolParameter(default=False, description="skip and count malformed lines")
     m_grid = GridParameter(
-        default=mgrid.EXACT,
+        default=mgrid.AUTO,
         description="token counts (M) each weight is tuned at: exact (those the workload ran), serving (those "
-        "plus a server's decode and prefill sizes up to --m-max) or an ascending list such as 1,2,4,16",
+        "plus a server's decode and prefill sizes up to --m-max), an ascending list such as 1,2,4,16, or auto "
+        "(serving where the workload ran a weight at more than one count, within --grid-budget or else 10 "
+        "minutes; exact otherwise, and for the embedded default workload)",
     )
     m_max = counted(
         int, 0, 1 << 24, default=0, description="largest token count of the serving grid (0: the largest M seen)"
@@ -61,7 +63,8 @@ class GatherParameters:
         0.0,
         1e6,
         default=0.0,
-        description="minutes of Bench on one GPU the M grid may cost (estimated; 0: no bound): the finest grid "
+        description="minutes of Bench on one GPU the M grid may cost (estimated; 0: no bound, but 10 where "
+        "--m-grid auto chooses serving): the finest grid "
         "points the workload did not run are dropped to fit, then the finest counts it ran are seeded (their "
         "search starts from a neighbour's winner), then outer products of negligible time share and the finest "
         "counts it ran are dropped (served by the next count up)",

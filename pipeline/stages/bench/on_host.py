@@ -34,7 +34,7 @@ class HostBench:
     factory: str
     options: dict
     settings: TuneSettings
-    m_grid: str = mgrid.EXACT
+    m_grid: str = mgrid.AUTO
 
     def tune(
         self, problems: Sequence[GemmProblem], progress: Callable[[int, int], None] | None = None, name: str = "shard"
@@ -71,10 +71,11 @@ class HostBench:
             )
 
         def tune_pending(previous: dict, sources: dict) -> None:
-            spec = mgrid.parse_grid(self.m_grid)
-            if spec == mgrid.EXACT:
+            if not buckets:  # the exact grid (or ``auto`` resolved to it): one pass
                 run(list(problems), previous, sources)
                 return
+            spec = mgrid.parse_grid(self.m_grid)
+            spec = mgrid.SERVING if spec == mgrid.AUTO else spec  # a grid with buckets: auto chose serving
             seen = {record.problem for record in shapes if record.seen} & set(problems)
             seeded = {record.problem for record in shapes if record.seeded} & seen
             log.info("%s", mgrid.cost_line(spec, len(problems), len(seen), len(self.gpus), len(seeded)))

@@ -53,14 +53,20 @@ def estimate_cost(problem: GemmProblem) -> float:
 
 
 def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]]:
-    """Longest-processing-time-first split into ``count`` shards of similar estimated cost."""
+    """Longest-processing-time-first split into ``count`` shards of similar estimated cost, a weight's token
+    counts (its ``token_family``) kept in one shard: Bench's second pass over an M grid starts a count from the
+    winner of its own weight's anchors (``grid_seeds``), which a shard reads only from what it tuned itself, so
+    a fleet tunes as one worker does."""
+    units: dict[GemmProblem, list[GemmProblem]] = {}
+    for problem in sorted(problems, key=lambda p: (-estimate_cost(p), p.sort_key())):
+        units.setdefault(problem.token_family() or problem, []).append(problem)
     shards: list[list[GemmProblem]] = [[] for _ in range(max(1, count))]
     loads = [0.0] * len(shards)
-    for problem in sorted(problems, key=lambda p: (-estimate_cost(p), p.sort_key())):
+    for unit in sorted(units.values(), key=lambda u: (-sum(map(estimate_cost, u)), u[0].sort_key())):
         i = loads.index(min(loads))
-        shards[i].append(problem)
-        loads[i] += estimate_cost(problem)
-    return [s for s in shards if s]
+        shards[i] += unit
+        loads[i] += sum(map(estimate_cost, unit))
+    return [sorted(s, key=lambda p: (-estimate_cost(p), p.sort_key())) for s in shards if s]
 
 
 def shard_plan(problems: Sequence[GemmProblem], count: int) -> dict:

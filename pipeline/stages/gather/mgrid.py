@@ -7,6 +7,9 @@ its op, dtypes and layout, over every token count.
 
 ``--m-grid`` is one of:
 
+* ``auto`` (the default): ``serving`` where the workload ran a weight at more than one token count, within
+  ``--grid-budget`` (10 minutes of Bench on one GPU unless given), else ``exact``; ``exact`` for the embedded
+  default workload too, the README's first run, whose size must not grow with a grid (``resolve``);
 * ``exact``: the token counts the workload ran, nothing else (every bucket is one M);
 * ``serving``: the token counts the workload ran, plus the decode sizes a server pads its batches to (vLLM's
   CUDA-graph capture sizes: 1, 2, 4, then steps of 8 to 248 and of 16 from 256 to 512) and above them a
@@ -33,7 +36,8 @@ from ...kernels.triton_gemm import serves_range
 from ...problem import GemmProblem
 from .grid_budget import BudgetFit, bench_seconds, fit_budget, wall_seconds
 
-EXACT, SERVING = "exact", "serving"
+AUTO, EXACT, SERVING = "auto", "exact", "serving"
+AUTO_MINUTES = 10.0  # auto's grid budget where none is given: the issue's target for one 7B model's grid, one GPU
 CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))  # vLLM's decode capture sizes up to 512
 LADDER_START = 512  # above the capture sizes: 768, 1024, 1536, 2048, 3072, 4096, ...
 TRITON_NARROWED = "a Triton winner compiled for its own sizes (or one token): it serves its M alone"
@@ -46,12 +50,12 @@ class GridError(BadInput):
 
 
 def parse_grid(text: str, option: str | None = "--m-grid") -> GridSpec:
-    """``exact``, ``serving`` or a tuple of token counts from ``--m-grid``; anything else is refused naming
+    """``auto``, ``exact``, ``serving`` or a tuple of token counts from ``--m-grid``; anything else is refused naming
     the value (a non-positive or non-integer count, one out of ascending order, a repeat), after ``option``
     and the whole text unless ``option`` is None (Luigi's refusal names them itself)."""
     text = text.strip()
     said = f"{option} {text!r}: " if option else ""
-    if text in (EXACT, SERVING):
+    if text in (AUTO, EXACT, SERVING):
         return text
     values: list[int] = []
     for part in text.split(","):
@@ -61,13 +65,45 @@ def parse_grid(text: str, option: str | None = "--m-grid") -> GridSpec:
         except ValueError:
             value = 0
         if value < 1 or str(value) != part.lstrip("+"):
-            raise GridError(f"{said}{part!r} is not a positive integer (or say exact or serving)")
+            raise GridError(f"{said}{part!r} is not a positive integer (or say auto, exact or serving)")
         if values and value == values[-1]:
             raise GridError(f"{said}{value} is repeated")
         if values and value < values[-1]:
             raise GridError(f"{said}{value} comes after {values[-1]}: list the sizes in ascending order")
         values.append(value)
     return tuple(values)
+
+
+def resolve(
+    spec: GridSpec, problems: Iterable[GemmProblem], embedded: bool = False, budget_s: float | None = None
+) -> tuple[GridSpec, float | None, str]:
+    """The grid ``auto`` stands for over ``problems`` (any other ``spec`` as it is), the budget it runs under
+    and the note that says why: ``exact`` for the embedded default workload (``embedded``), whose figures are
+    the README's and whose first run must not grow; ``serving`` where some weight ran at more than one token
+    count (a server meets the counts between them, and others), within ``budget_s`` or, unless given,
+    ``AUTO_MINUTES`` of Bench on one GPU; else ``exact``, nothing to serve between."""
+    if spec != AUTO:
+        return spec, budget_s, ""
+    if embedded:
+        return EXACT, budget_s, "m-grid auto: exact, the embedded default workload (--m-grid serving tunes its grid)"
+    counts: dict[GemmProblem, set[int]] = {}
+    for problem in problems:
+        family = problem.token_family() if problem.k != 1 else None
+        if family is not None:
+            counts.setdefault(family, set()).add(problem.n)
+    several = sum(len(seen) > 1 for seen in counts.values())
+    if not several:
+        return EXACT, budget_s, "m-grid auto: exact, no weight ran at more than one token count"
+    budget_s = budget_s or 60 * AUTO_MINUTES
+    return (
+        SERVING,
+        budget_s,
+        (
+            f"m-grid auto: serving, {several} of {len(counts)} weights ran at more than one token count, within "
+            f"{budget_s / 60:g} min of Bench on one GPU (--grid-budget; --m-grid serving: no bound; --m-grid exact: "
+            f"only the counts the workload ran)"
+        ),
+    )
 
 
 def parse_m_max(value: int | str | None) -> int | None:

@@ -196,7 +196,11 @@ def budget_shares(records: Sequence[ShapeRecord]) -> tuple[dict[GemmProblem, flo
 
 
 def apply_grid(
-    result: GatherResult, spec: mgrid.GridSpec, m_max: int | None = None, budget_s: float | None = None
+    result: GatherResult,
+    spec: mgrid.GridSpec,
+    m_max: int | None = None,
+    budget_s: float | None = None,
+    embedded: bool = False,
 ) -> None:
     """Expand every family of the gathered GEMMs over its M grid (``mgrid``): the collected ones get their
     bucket, the grid points the workload did not run join with no count and no time share (they weigh nothing
@@ -204,8 +208,11 @@ def apply_grid(
     are (an ``m_max`` below a count they ran is still refused). ``budget_s`` bounds Bench's estimated time on
     one GPU (``grid_budget.fit_budget``), which drops counts the workload ran only where nothing else fits it,
     the lightest by time share (by calls where the times are unknown) first. The notes say what the grid costs
-    and what the budget dropped."""
+    and what the budget dropped. ``auto`` is resolved first (``mgrid.resolve``; ``embedded``: the embedded
+    default workload's GEMMs), and the notes say what it chose."""
     records = {record.problem: record for record in result.shapes}
+    spec, budget_s, chosen = mgrid.resolve(spec, records, embedded, budget_s)
+    result.weight_notes += [chosen] if chosen else []
     points, dropped = mgrid.expand(list(records), spec, m_max, budget_s, *budget_shares(result.shapes))
     if spec == mgrid.EXACT:
         if budget_s:
