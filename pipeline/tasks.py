@@ -264,7 +264,8 @@ class BenchPlan(StackBound):
     def run(self) -> None:
         self.claim_stages()
         self.clone(Bench).backend_options()  # the tool is checked once, before any shard starts
-        atomic_write_json(self.output().path, bench.shard_plan(self.clone(Bench).problems(), self.shards))
+        grid = any(record.bucket for record in read_shapes_json(self.layout().shapes))
+        atomic_write_json(self.output().path, bench.shard_plan(self.clone(Bench).problems(), self.shards, grid))
 
 
 @inherits(Bench)

@@ -27,9 +27,12 @@ def _problems(*ks: int) -> list[GemmProblem]:
     st.lists(st.tuples(st.sampled_from([1, 8, 512, 8192]), st.sampled_from([4096, 14336])), max_size=30, unique=True),
     st.integers(1, 8),
 )
-def test_shards_cover_every_problem_once_keep_a_weight_together_and_balance(shapes, count):
+def test_shards_cover_every_problem_once_keep_a_weight_together_over_a_grid_and_balance(shapes, count):
     problems = [GemmProblem("gemm", "T", "N", m, n, k, k, k, m) for m in (4096, 6144) for n, k in shapes]
-    shards = shard(problems, count)
+    apart = shard(problems, count)  # no grid: problem by problem, as even as the costliest one allows
+    loads = [sum(estimate_cost(p) for p in s) for s in apart]
+    assert not loads or max(loads) - min(loads) <= max(estimate_cost(p) for p in problems) + 1e-9
+    shards = shard(problems, count, by_weight=True)
     assert sorted(p.sort_key() for s in shards for p in s) == sorted(p.sort_key() for p in problems)
     assert len(shards) <= count
     where = {p.token_family(): i for i, s in enumerate(shards) for p in s}

@@ -86,8 +86,9 @@ def _luigid(tmp_path: Path) -> Iterator[int]:
         server.wait(timeout=30)
 
 
-def _workers(tmp_path: Path, fleet: Path, port: int) -> list[subprocess.Popen]:
-    command = _command(fleet, "--shards", "6", "--scheduler-host", "127.0.0.1", "--scheduler-port", str(port), *WORKER)
+def _workers(tmp_path: Path, fleet: Path, port: int, *extra: str) -> list[subprocess.Popen]:
+    scheduler = ("--scheduler-host", "127.0.0.1", "--scheduler-port", str(port))
+    command = _command(fleet, "--shards", "6", *scheduler, *WORKER, *extra)
     return [
         subprocess.Popen(
             command,
@@ -106,9 +107,12 @@ def _done(fleet: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((fleet / "fleet" / "bench" / "shards").glob("done*of6.json"))]
 
 
-def _assert_like_a_single_worker(tmp_path: Path, fleet: Path, killed: int = 0, torn: Path | None = None) -> None:
-    """The fleet's results are a single worker's; ``killed`` workers died mid-write at most once each, so no
-    more temporaries than that are left, hidden, and never read as output (``torn``: one such the test left)."""
+def _assert_like_a_single_worker(
+    tmp_path: Path, fleet: Path, killed: int = 0, torn: Path | None = None, extra: tuple[str, ...] = ()
+) -> None:
+    """The fleet's results are a single worker's (run with ``extra`` too); ``killed`` workers died mid-write at
+    most once each, so no more temporaries than that are left, hidden, and never read as output (``torn``: one
+    such the test left)."""
     bench = fleet / "fleet" / "bench"
     assert sorted(i for d in _done(fleet) for i in d["problems"]) == sorted(
         p.stem for p in (bench / "problems").glob("*.json")
@@ -120,7 +124,7 @@ def _assert_like_a_single_worker(tmp_path: Path, fleet: Path, killed: int = 0, t
         json.loads(path.read_text())
     single = tmp_path / "single"
     proc = subprocess.run(
-        _command(single, "--local-scheduler"),
+        _command(single, "--local-scheduler", *extra),
         cwd=tmp_path,
         env=_env(tmp_path, "0"),
         capture_output=True,
@@ -137,15 +141,18 @@ def _assert_like_a_single_worker(tmp_path: Path, fleet: Path, killed: int = 0, t
 
 
 @pytest.mark.long
-def test_two_workers_on_luigid_share_the_shards_and_match_a_single_worker(tmp_path):
+@pytest.mark.parametrize("grid", [(), ("--m-grid", "3,6,12")], ids=["exact", "grid"])
+def test_two_workers_on_luigid_share_the_shards_and_match_a_single_worker(tmp_path, grid):
+    """Also over an M grid, whose points 3, 6 and 12 Bench starts from the winner at 128 (``grid_seeds``): the
+    plan keeps a weight's counts in one shard, so each shard seeds them as one worker does."""
     fleet = tmp_path / "fleet"
     with _luigid(tmp_path) as port:
-        workers = _workers(tmp_path, fleet, port)
+        workers = _workers(tmp_path, fleet, port, *grid)
         outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert len(_done(fleet)) == 6
     assert len({d["pid"] for d in _done(fleet)}) == 2, "one worker took every shard:\n" + outputs[1][-3000:]
-    _assert_like_a_single_worker(tmp_path, fleet)
+    _assert_like_a_single_worker(tmp_path, fleet, extra=grid)
 
 
 def _bench_worker_of(pid: int) -> str | None:

@@ -52,14 +52,14 @@ def estimate_cost(problem: GemmProblem) -> float:
     return 1.0 + 100 * problem.flops() / 5e14
 
 
-def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]]:
-    """Longest-processing-time-first split into ``count`` shards of similar estimated cost, a weight's token
-    counts (its ``token_family``) kept in one shard: Bench's second pass over an M grid starts a count from the
-    winner of its own weight's anchors (``grid_seeds``), which a shard reads only from what it tuned itself, so
-    a fleet tunes as one worker does."""
+def shard(problems: Sequence[GemmProblem], count: int, by_weight: bool = False) -> list[list[GemmProblem]]:
+    """Longest-processing-time-first split into ``count`` shards of similar estimated cost; ``by_weight`` (an M
+    grid) keeps a weight's token counts (its ``token_family``) in one shard: Bench's second pass over a grid
+    starts a count from the winner of its own weight's anchors (``grid_seeds``), which a shard reads only from
+    what it tuned itself, so a fleet tunes as one worker does."""
     units: dict[GemmProblem, list[GemmProblem]] = {}
     for problem in sorted(problems, key=lambda p: (-estimate_cost(p), p.sort_key())):
-        units.setdefault(problem.token_family() or problem, []).append(problem)
+        units.setdefault((by_weight and problem.token_family()) or problem, []).append(problem)
     shards: list[list[GemmProblem]] = [[] for _ in range(max(1, count))]
     loads = [0.0] * len(shards)
     for unit in sorted(units.values(), key=lambda u: (-sum(map(estimate_cost, u)), u[0].sort_key())):
@@ -69,9 +69,10 @@ def shard(problems: Sequence[GemmProblem], count: int) -> list[list[GemmProblem]
     return [sorted(s, key=lambda p: (-estimate_cost(p), p.sort_key())) for s in shards if s]
 
 
-def shard_plan(problems: Sequence[GemmProblem], count: int) -> dict:
-    """The plan of a sharded Bench: ``count`` cost-balanced shards (empty ones kept, so every index exists)."""
-    shards = shard(problems, count)
+def shard_plan(problems: Sequence[GemmProblem], count: int, by_weight: bool = False) -> dict:
+    """The plan of a sharded Bench: ``count`` cost-balanced shards (empty ones kept, so every index exists), a
+    weight's counts together over an M grid (``by_weight``, ``shard``)."""
+    shards = shard(problems, count, by_weight)
     shards += [[] for _ in range(count - len(shards))]
     return {"shards": [[p.to_dict() for p in part] for part in shards]}
 
