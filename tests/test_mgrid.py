@@ -630,7 +630,8 @@ def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     gate = json.loads((run / "validate" / "gate.json").read_text())
     assert not {r["key"] for r in measured["held_out"]} & set(gate["kept"])
     report = (run / "report" / "report.md").read_text()
-    assert "Held-out token counts" in report and f"{held['rows']} timed" in report
+    assert "## Token counts: the grid, and the counts held out" in report and f"{held['rows']} timed" in report
+    assert "- m-grid 1,4,16: " in report and "GEMMs to tune" in report, "what GatherShapes said of the grid"
     assert held["ran"]["count"] >= 1 and held["ran"]["worst"]["m"] == 2, held["ran"]  # 2 ran, and is held out
     assert f"{held['ran']['count']} of them counts the workload ran" in report
     assert f"Bench timed {len(scored)} grid winners inside their buckets" in report

@@ -336,6 +336,9 @@ def read_shapes_json(path: str | Path) -> list[ShapeRecord]:
     return records
 
 
+NOTE = "note: "  # how the summary table starts a note
+
+
 def summary_table(result: GatherResult) -> str:
     """A fixed-width table of the gathered shapes, followed by totals and skipped lines."""
     header = ("op", "dtype", "layout", "m", "n", "k", "batch", "serves", "count", "calls", "time%", "time_ms")
@@ -366,8 +369,14 @@ def summary_table(result: GatherResult) -> str:
 
     lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     lines.append(f"{len(result.shapes)} distinct GEMMs from {result.lines} lines in {len(result.files)} files")
-    lines += [f"note: {note}" for note in result.weight_notes]
+    lines += [f"{NOTE}{note}" for note in result.weight_notes]
     if result.skipped:
         lines.append(f"{len(result.skipped)} malformed lines skipped (--lenient):")
         lines += [f"  {s}" for s in result.skipped]
     return "\n".join(lines) + "\n"
+
+
+def grid_notes(summary: str) -> list[str]:
+    """What ``summary_table`` said of the M grid (the choice ``auto`` made, the budget, the cost), for the report."""
+    said = (line.removeprefix(NOTE) for line in summary.splitlines() if line.startswith(NOTE))
+    return [note for note in said if note.startswith(("m-grid ", "--grid-budget "))]

@@ -17,6 +17,7 @@ from ...stats import geomean
 from ..bench import bucket_score, own_kernels
 from ..configs.render import TEMPLATES
 from ..gather import compiled
+from ..gather.shapes import grid_notes
 from ..run import templates, timings
 from ..run.fingerprint import stamped
 from ..run.layout import RunLayout
@@ -191,6 +192,7 @@ def build(run_dir: Path) -> dict:
         "not_sent_lines": compiled.lines(not_sent),
         "agreement_line": agreement.line(agreed),
         "held_out_lines": [x for x in [bucket_score.line(bench_summary.get("buckets")), *held_out.lines(held)] if x],
+        "grid_lines": grid_notes(layout.shapes_summary.read_text()) if layout.shapes_summary.exists() else [],
         "nights": trend[-NIGHTS:] if len(trend) > 1 else [],
         "moved": history.moved_most(past, trend),
     }
