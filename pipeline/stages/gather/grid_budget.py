@@ -142,12 +142,13 @@ def fit_budget(
         seconds, kept, seeded = _bench_seconds(grids, others, fit)
         if seconds <= budget_s:
             break
-    if not seeded and seconds > budget_s and not droppable(grids, others, shares):
+    order = droppable(grids, others, shares) if seconds > budget_s else []
+    if not seeded and not order:
         return BudgetFit(-1, 3, (
             f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one "
             f"GPU by themselves{gpus_to_fit(seconds, budget_s)}; no other grid point is tuned"
         ))  # fmt: skip
-    dropped = _drop(grids, others, shares, fit, budget_s) if seconds > budget_s else frozenset()
+    dropped = _drop(grids, order, fit, seconds, budget_s)
     fit = BudgetFit(-1, fit.searched, dropped=dropped)
     seconds, kept, seeded = _bench_seconds(grids, others, fit)
     which = {2: "the steps of 8 between multiples of 16", 1: "all but the multiples of 64 and the ladder"}.get(
@@ -168,13 +169,13 @@ def fit_budget(
 
 
 def _drop(
-    grids: Grids, others: Sequence[GemmProblem], shares: Mapping[GemmProblem, float], fit: BudgetFit, budget_s: float
+    grids: Grids, order: Sequence[GemmProblem], fit: BudgetFit, seconds: float, budget_s: float
 ) -> frozenset[GemmProblem]:
-    """Step 3: the fewest of ``droppable`` (in its order) whose dropping brings ``fit`` within ``budget_s``."""
+    """Step 3: the fewest of ``order`` (``droppable``'s) whose dropping brings ``fit``, estimated at ``seconds``,
+    within ``budget_s``."""
     dropped: set[GemmProblem] = set()
-    seconds = _bench_seconds(grids, others, fit)[0]
     seeded = {problem for _, ran in grids.values() for m, problem in ran.items() if fit.seeds(m, ran)}
-    for problem in droppable(grids, others, shares):
+    for problem in order:
         if seconds <= budget_s:
             break
         dropped.add(problem)

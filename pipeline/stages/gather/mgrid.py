@@ -74,6 +74,28 @@ def parse_grid(text: str, option: str | None = "--m-grid") -> GridSpec:
     return tuple(values)
 
 
+def family_of(problem: GemmProblem) -> GemmProblem | None:
+    """The family a grid expands ``problem`` over (``GemmProblem.token_family``); None for a wildcard problem and
+    for an outer product (``k = 1``, the rotary embedding's position x frequency, whose token count is not
+    ``n``), which stay as they are."""
+    return problem.token_family() if problem.k != 1 else None
+
+
+def by_weight(
+    problems: Iterable[GemmProblem],
+) -> tuple[dict[GemmProblem, dict[int, GemmProblem]], list[GemmProblem]]:
+    """``problems`` by ``family_of``: each family's members by token count, and the problems of none."""
+    families: dict[GemmProblem, dict[int, GemmProblem]] = {}
+    others: list[GemmProblem] = []
+    for problem in problems:
+        family = family_of(problem)
+        if family is None:
+            others.append(problem)
+        else:
+            families.setdefault(family, {})[problem.n] = problem  # type: ignore[index]
+    return families, others
+
+
 def resolve(
     spec: GridSpec, problems: Iterable[GemmProblem], embedded: bool = False, budget_s: float | None = None
 ) -> tuple[GridSpec, float | None, str]:
@@ -86,11 +108,7 @@ def resolve(
         return spec, budget_s, ""
     if embedded:
         return EXACT, budget_s, "m-grid auto: exact, the embedded default workload (--m-grid serving tunes its grid)"
-    counts: dict[GemmProblem, set[int]] = {}
-    for problem in problems:
-        family = problem.token_family() if problem.k != 1 else None
-        if family is not None:
-            counts.setdefault(family, set()).add(problem.n)
+    counts, _ = by_weight(problems)
     several = sum(len(seen) > 1 for seen in counts.values())
     if not several:
         return EXACT, budget_s, "m-grid auto: exact, no weight ran at more than one token count"
@@ -187,14 +205,7 @@ def expand(
     share of the workload's GEMM time or of its ``basis``, orders what it drops), and the note of what the
     budget dropped. Wildcard problems and outer products (``k = 1``, the rotary embedding's position x
     frequency, whose token count is not ``n``) stay as they are, a bucket of their own."""
-    families: dict[GemmProblem, dict[int, GemmProblem]] = {}
-    others: list[GemmProblem] = []
-    for problem in problems:
-        fam = problem.token_family() if problem.k != 1 else None
-        if fam is None:
-            others.append(problem)
-        else:
-            families.setdefault(fam, {})[problem.n] = problem  # type: ignore[index]
+    families, others = by_weight(problems)
     grids = {fam: (grid_points(spec, members, m_max), members) for fam, members in families.items()}
     fit = fit_budget(grids, budget_s, others, shares, basis) if budget_s else BudgetFit()
     points = [GridPoint(problem, None, True) for problem in others if problem not in fit.dropped]

@@ -253,7 +253,7 @@ def _note_ran_inside(grid: Sequence[ShapeRecord], dropped: Sequence[ShapeRecord]
             by_family.setdefault(record.problem.token_family(), []).append(record)
     heaviest_first = sorted(dropped, key=lambda r: (-(r.time_share or 0.0), -r.call_count, r.problem.n))
     for record in heaviest_first:
-        family = by_family.get(record.problem.token_family() if record.problem.k != 1 else None, [])
+        family = by_family.get(mgrid.family_of(record.problem), [])
         n = record.problem.n
         home = next((g for g in family if g.bucket[0] <= n < g.bucket[1]), None)  # type: ignore[index]
         if home is not None:
