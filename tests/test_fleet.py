@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import amd_dag
+from .helpers import UNTUNED, amd_dag
 
 ARTIFACTS = ("tunableop_results.csv", "hipblaslt_override.txt")
 LUIGID = (  # luigid as shipped, but pruning dead workers every second, not every 60 s (luigi/server.py's fixed
@@ -29,10 +29,11 @@ LUIGID = (  # luigid as shipped, but pruning dead workers every second, not ever
 WORKER = ("--no-lock", "--worker-keep-alive", "--worker-wait-interval", "0.2", "--worker-wait-jitter", "0")
 
 
-def _command(workdir: Path, *extra: str) -> list[str]:
+def _command(workdir: Path, *extra: str, untuned: Path = UNTUNED) -> list[str]:
     command, _ = amd_dag(
-        workdir, "fleet", "", "Bench", "--gpus", "2", *extra, workdir=workdir, target=None, rounds=None, local=False
-    )
+        workdir, "fleet", "", "Bench", "--gpus", "2", *extra, untuned=untuned, workdir=workdir, target=None,
+        rounds=None, local=False,
+    )  # fmt: skip
     return command
 
 
@@ -86,9 +87,9 @@ def _luigid(tmp_path: Path) -> Iterator[int]:
         server.wait(timeout=30)
 
 
-def _workers(tmp_path: Path, fleet: Path, port: int, *extra: str) -> list[subprocess.Popen]:
+def _workers(tmp_path: Path, fleet: Path, port: int, *extra: str, untuned: Path = UNTUNED) -> list[subprocess.Popen]:
     scheduler = ("--scheduler-host", "127.0.0.1", "--scheduler-port", str(port))
-    command = _command(fleet, "--shards", "6", *scheduler, *WORKER, *extra)
+    command = _command(fleet, "--shards", "6", *scheduler, *WORKER, *extra, untuned=untuned)
     return [
         subprocess.Popen(
             command,
@@ -108,11 +109,16 @@ def _done(fleet: Path) -> list[dict]:
 
 
 def _assert_like_a_single_worker(
-    tmp_path: Path, fleet: Path, killed: int = 0, torn: Path | None = None, extra: tuple[str, ...] = ()
+    tmp_path: Path,
+    fleet: Path,
+    killed: int = 0,
+    torn: Path | None = None,
+    extra: tuple[str, ...] = (),
+    untuned: Path = UNTUNED,
 ) -> None:
-    """The fleet's results are a single worker's (run with ``extra`` too); ``killed`` workers died mid-write at
-    most once each, so no more temporaries than that are left, hidden, and never read as output (``torn``: one
-    such the test left)."""
+    """The fleet's results are a single worker's (run with ``extra`` and ``untuned`` too); ``killed`` workers
+    died mid-write at most once each, so no more temporaries than that are left, hidden, and never read as output
+    (``torn``: one such the test left)."""
     bench = fleet / "fleet" / "bench"
     assert sorted(i for d in _done(fleet) for i in d["problems"]) == sorted(
         p.stem for p in (bench / "problems").glob("*.json")
@@ -124,7 +130,7 @@ def _assert_like_a_single_worker(
         json.loads(path.read_text())
     single = tmp_path / "single"
     proc = subprocess.run(
-        _command(single, "--local-scheduler", *extra),
+        _command(single, "--local-scheduler", *extra, untuned=untuned),
         cwd=tmp_path,
         env=_env(tmp_path, "0"),
         capture_output=True,
@@ -143,16 +149,23 @@ def _assert_like_a_single_worker(
 @pytest.mark.long
 @pytest.mark.parametrize("grid", [(), ("--m-grid", "3,6,12")], ids=["exact", "grid"])
 def test_two_workers_on_luigid_share_the_shards_and_match_a_single_worker(tmp_path, grid):
-    """Also over an M grid, whose points 3, 6 and 12 Bench starts from the winner at 128 (``grid_seeds``): the
-    plan keeps a weight's counts in one shard, so each shard seeds them as one worker does."""
+    """Also over an M grid, two of the HF Llama's weights at 2 and 128 tokens, whose points 3, 6 and 12 Bench
+    starts from the winner at 128 (``grid_seeds``): the plan keeps a weight's counts in one shard, so each shard
+    seeds them as one worker does."""
+    untuned = UNTUNED
+    if grid:
+        untuned = tmp_path / "untuned.csv"
+        untuned.write_text("".join(
+            f"GemmTunableOp_BFloat16_TN,tn_{m}_{n}_2048_ld_2048_2048_{m}\n" for m in (2048, 5632) for n in (2, 128)
+        ))  # fmt: skip
     fleet = tmp_path / "fleet"
     with _luigid(tmp_path) as port:
-        workers = _workers(tmp_path, fleet, port, *grid)
+        workers = _workers(tmp_path, fleet, port, *grid, untuned=untuned)
         outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert len(_done(fleet)) == 6
     assert len({d["pid"] for d in _done(fleet)}) == 2, "one worker took every shard:\n" + outputs[1][-3000:]
-    _assert_like_a_single_worker(tmp_path, fleet, extra=grid)
+    _assert_like_a_single_worker(tmp_path, fleet, extra=grid, untuned=untuned)
 
 
 def _bench_worker_of(pid: int) -> str | None:
