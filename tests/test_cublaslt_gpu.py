@@ -176,6 +176,9 @@ def test_tune_workload_dag_through_bench(tmp_path):
             "--allow-e2e-regression",
             workdir=str(tmp_path),
             run_name="gpu",
+            # the workload runs each weight at 4 and 512 tokens: auto would tune their serving grid (test_mgrid's
+            # subject), about 20 times the 15 GEMMs this test times out on otherwise
+            m_grid="exact",
             time_budget="1",
             gpus="1",
             validate_rounds="1",  # the report's figures are checked against the bench data; one round has them

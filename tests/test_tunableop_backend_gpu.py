@@ -28,6 +28,7 @@ def test_tune_workload_with_tunableop_offline_tuning(tmp_path):
             run_name="gpu",
             untuned=str(untuned),
             backend="tunableop",
+            m_grid="exact",  # the file's 10 GEMMs as they ran: auto would add the serving grid of GPT-2's weights
             tunableop_iterations="20",
             gpus="1",
             validate_rounds="1",  # what is tested is TunableOp tuning, not the validation
