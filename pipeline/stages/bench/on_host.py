@@ -76,9 +76,12 @@ class HostBench:
                 return
             spec = mgrid.parse_grid(self.m_grid)
             spec = mgrid.SERVING if spec == mgrid.AUTO else spec  # a grid with buckets: auto chose serving
-            seen = {record.problem for record in shapes if record.seen} & set(problems)
-            seeded = {record.problem for record in shapes if record.seeded} & seen
-            log.info("%s", mgrid.cost_line(spec, len(problems), len(seen), len(self.gpus), len(seeded)))
+            wanted = set(problems)
+            pending = [record for record in shapes if record.problem in wanted]
+            seen = {record.problem for record in pending if record.seen}
+            seeded = {record.problem for record in pending if record.seeded}
+            gemms = [(record.bucket, record.seeded) for record in pending]
+            log.info("%s", mgrid.cost_line(spec, gemms, len(seen), len(self.gpus)))
             grid_seeds.tune_in_two_passes(problems, seen - seeded, out, run, previous, sources)
 
         return tuned_cache.tune_through_cache(list(problems), out, self.workdir, self.stack, tune_pending)

@@ -1,8 +1,9 @@
 """``--grid-budget``: what the M grid keeps so that Bench's estimated time on one GPU fits a budget
 (docs/serving.md, "What the pipeline does").
 
-Bench's time is estimated per GEMM (``SECONDS_PER_PROBLEM`` searched, ``SECONDS_PER_SEEDED`` started from a
-neighbour's winner). Over the budget, the grid gives up, in this order, each step only as far as it must:
+Bench's time is estimated per GEMM (``gemm_seconds``: searched, a power of two searched with a bucket below it,
+or started from a neighbour's winner). Over the budget, the grid gives up, in this order, each step only as far
+as it must:
 
 1. the grid points the workload did not run, finest first (``coarseness``): their buckets' counts are served
    by the next point kept;
@@ -20,12 +21,14 @@ here reads a file or needs torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...problem import GemmProblem
 
 SECONDS_PER_PROBLEM = 4.0  # Bench's wall time per GEMM on one GPU, cuBLASLt with Triton (docs/serving.md)
+SECONDS_PER_WIDE_ANCHOR = 7.0  # a power of two searched whose bucket holds counts below it: crowned three times in
+# four, and a crowned winner's bucket scoring adds 3.5 s; 6.6 and 7.9 s on two vLLM-sized grids (docs/serving.md)
 SECONDS_PER_SEEDED = 3.4  # one started from a neighbour's winner: two verdicts where it holds, one and a search where
 # not; 3.4 s a problem over the 313 seeded of a vLLM-sized grid on one H200 (docs/serving.md)
 GPU_EFFICIENCY = 0.8  # what each of several GPUs counts of one: workers' start-up and Triton's compiles share the host
@@ -69,9 +72,19 @@ class BudgetFit:
         return self.keeps(m, ran) and m in ran and coarseness(m) > self.searched and m != max(ran)
 
 
-def bench_seconds(gemms: int, seeded: int = 0) -> float:
-    """Bench's estimated seconds on one GPU for ``gemms``, ``seeded`` of them started from a neighbour's winner."""
-    return (gemms - seeded) * SECONDS_PER_PROBLEM + seeded * SECONDS_PER_SEEDED
+def gemm_seconds(bucket: tuple[int, int] | None, seeded: bool = False) -> float:
+    """Bench's estimated seconds on one GPU for one GEMM: the counts its winner serves (``bucket``, None for one
+    outside any family), and whether it starts from a neighbour's winner."""
+    if seeded:
+        return SECONDS_PER_SEEDED
+    if bucket is not None and bucket[0] < bucket[1] and coarseness(bucket[1]) == 0:
+        return SECONDS_PER_WIDE_ANCHOR
+    return SECONDS_PER_PROBLEM
+
+
+def bench_seconds(gemms: Iterable[tuple[tuple[int, int] | None, bool]]) -> float:
+    """Bench's estimated seconds on one GPU for ``gemms``, each its bucket and whether it is seeded."""
+    return sum(gemm_seconds(bucket, seeded) for bucket, seeded in gemms)
 
 
 def wall_seconds(seconds: float, gpus: int) -> float:
@@ -89,13 +102,13 @@ def gpus_to_fit(seconds: float, budget_s: float, most: int = 8) -> str:
 
 
 def _bench_seconds(grids: Grids, others: Sequence[GemmProblem], fit: BudgetFit) -> tuple[float, int, int]:
-    """Bench's estimated seconds on one GPU for ``fit``, with the GEMMs it tunes and how many of them are seeded."""
-    kept = sum(problem not in fit.dropped for problem in others)
-    seeded = 0
+    """Bench's estimated seconds on one GPU for ``fit``, with the GEMMs it tunes and how many of them are seeded
+    (a count's bucket: from the previous count kept + 1 to itself)."""
+    gemms: list[tuple[tuple[int, int] | None, bool]] = [(None, False) for p in others if p not in fit.dropped]
     for points, ran in grids.values():
-        kept += sum(fit.keeps(m, ran) for m in points)
-        seeded += sum(fit.seeds(m, ran) for m in points)
-    return bench_seconds(kept, seeded), kept, seeded
+        kept = sorted(m for m in points if fit.keeps(m, ran))
+        gemms += [((lo + 1, m), fit.seeds(m, ran)) for lo, m in zip([0, *kept], kept, strict=False)]
+    return bench_seconds(gemms), len(gemms), sum(seeded for _, seeded in gemms)
 
 
 def droppable(grids: Grids, others: Sequence[GemmProblem], shares: Mapping[GemmProblem, float]) -> list[GemmProblem]:
@@ -148,7 +161,7 @@ def fit_budget(
             f"--grid-budget {minutes}: the {kept} GEMMs the workload ran cost about {alone:.0f} min of Bench on one "
             f"GPU by themselves{gpus_to_fit(seconds, budget_s)}; no other grid point is tuned"
         ))  # fmt: skip
-    dropped = _drop(grids, order, fit, seconds, budget_s)
+    dropped = _drop(grids, others, order, fit, seconds, budget_s)
     fit = BudgetFit(-1, fit.searched, dropped=dropped)
     seconds, kept, seeded = _bench_seconds(grids, others, fit)
     which = {2: "the steps of 8 between multiples of 16", 1: "all but the multiples of 64 and the ladder"}.get(
@@ -169,17 +182,21 @@ def fit_budget(
 
 
 def _drop(
-    grids: Grids, order: Sequence[GemmProblem], fit: BudgetFit, seconds: float, budget_s: float
+    grids: Grids,
+    others: Sequence[GemmProblem],
+    order: Sequence[GemmProblem],
+    fit: BudgetFit,
+    seconds: float,
+    budget_s: float,
 ) -> frozenset[GemmProblem]:
     """Step 3: the fewest of ``order`` (``droppable``'s) whose dropping brings ``fit``, estimated at ``seconds``,
     within ``budget_s``."""
     dropped: set[GemmProblem] = set()
-    seeded = {problem for _, ran in grids.values() for m, problem in ran.items() if fit.seeds(m, ran)}
-    for problem in order:
+    for problem in order:  # each drop re-estimated: the next count up may widen its bucket and cost more
         if seconds <= budget_s:
             break
         dropped.add(problem)
-        seconds -= SECONDS_PER_SEEDED if problem in seeded else SECONDS_PER_PROBLEM
+        seconds = _bench_seconds(grids, others, BudgetFit(fit.finest, fit.searched, dropped=frozenset(dropped)))[0]
     return frozenset(dropped)
 
 

@@ -219,17 +219,18 @@ def expand(
     return points, fit.note
 
 
-def cost_line(spec: GridSpec, gemms: int, seen: int, gpus: int = 1, seeded: int = 0) -> str:
-    """What the grid costs before Bench runs: ``gemms`` to tune (``seen`` of them the workload ran, ``seeded`` of
-    those started from a neighbour's winner) and the estimated minutes of Bench on ``gpus`` GPUs (at
-    ``grid_budget.GPU_EFFICIENCY`` each where there are several)."""
+def cost_line(spec: GridSpec, gemms: Sequence[tuple[tuple[int, int] | None, bool]], seen: int, gpus: int = 1) -> str:
+    """What the grid costs before Bench runs: ``gemms`` to tune, each its bucket and whether it is seeded (started
+    from a neighbour's winner), ``seen`` of them the workload ran, and the estimated minutes of Bench on ``gpus``
+    GPUs (``grid_budget.bench_seconds``; at ``grid_budget.GPU_EFFICIENCY`` each where there are several)."""
     name = spec if isinstance(spec, str) else ",".join(map(str, spec))
     gpus = max(1, gpus)
-    minutes = wall_seconds(bench_seconds(gemms, seeded), gpus) / 60
+    minutes = wall_seconds(bench_seconds(gemms), gpus) / 60
+    seeded = sum(s for _, s in gemms)
     started = f", {seeded} of them seeded" if seeded else ""
     return (
-        f"m-grid {name}: {gemms} GEMMs to tune ({seen} the workload ran{started}, {gemms - seen} grid points), "
-        f"about {minutes:.0f} min of Bench on {gpus} GPU{'s' if gpus > 1 else ''}"
+        f"m-grid {name}: {len(gemms)} GEMMs to tune ({seen} the workload ran{started}, {len(gemms) - seen} grid "
+        f"points), about {minutes:.0f} min of Bench on {gpus} GPU{'s' if gpus > 1 else ''}"
     )
 
 

@@ -233,8 +233,8 @@ def apply_grid(
     _note_ran_inside(shapes, [r for r in result.shapes if r.problem not in {p.problem for p in points}])
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
     result.weight_notes += [note for note in (dropped,) if note]
-    seen, seeded = sum(point.seen for point in points), sum(point.seeded for point in points)
-    result.weight_notes.append(mgrid.cost_line(spec, len(points), seen, seeded=seeded))
+    seen = sum(point.seen for point in points)
+    result.weight_notes.append(mgrid.cost_line(spec, [(point.bucket, point.seeded) for point in points], seen))
 
 
 def ran_inside_of(records: Sequence[ShapeRecord]) -> dict[str, tuple[int, ...]]:
