@@ -34,6 +34,8 @@ SECONDS_PER_SEEDED = 3.4  # one started from a neighbour's winner: two verdicts 
 GPU_EFFICIENCY = 0.8  # what each of several GPUs counts of one: workers' start-up and Triton's compiles share the host
 NEGLIGIBLE_SHARE = 0.001  # a GEMM outside any family under this share of the GEMM time is the first a budget drops
 
+# a GEMM as the estimate sees it: the bucket its winner serves (None outside any family), and whether it is seeded
+EstimatedGemm = tuple[tuple[int, int] | None, bool]
 # one family's grid: its points, and the counts the workload ran (count -> the GEMM it ran there)
 Grids = Mapping[GemmProblem, tuple[Sequence[int], Mapping[int, GemmProblem]]]
 
@@ -82,7 +84,7 @@ def gemm_seconds(bucket: tuple[int, int] | None, seeded: bool = False) -> float:
     return SECONDS_PER_PROBLEM
 
 
-def bench_seconds(gemms: Iterable[tuple[tuple[int, int] | None, bool]]) -> float:
+def bench_seconds(gemms: Iterable[EstimatedGemm]) -> float:
     """Bench's estimated seconds on one GPU for ``gemms``, each its bucket and whether it is seeded."""
     return sum(gemm_seconds(bucket, seeded) for bucket, seeded in gemms)
 
@@ -101,10 +103,10 @@ def gpus_to_fit(seconds: float, budget_s: float, most: int = 8) -> str:
     return f" (about {wall_seconds(seconds, fits) / 60:.0f} min of wall time on {fits} GPUs: --gpus {fits})"
 
 
-def _bench_seconds(grids: Grids, others: Sequence[GemmProblem], fit: BudgetFit) -> tuple[float, int, int]:
+def _estimate(grids: Grids, others: Sequence[GemmProblem], fit: BudgetFit) -> tuple[float, int, int]:
     """Bench's estimated seconds on one GPU for ``fit``, with the GEMMs it tunes and how many of them are seeded
     (a count's bucket: from the previous count kept + 1 to itself)."""
-    gemms: list[tuple[tuple[int, int] | None, bool]] = [(None, False) for p in others if p not in fit.dropped]
+    gemms: list[EstimatedGemm] = [(None, False) for p in others if p not in fit.dropped]
     for points, ran in grids.values():
         kept = sorted(m for m in points if fit.keeps(m, ran))
         gemms += [((lo + 1, m), fit.seeds(m, ran)) for lo, m in zip([0, *kept], kept, strict=False)]
@@ -135,7 +137,7 @@ def fit_budget(
     shares = shares or {}
     total = len(others) + sum(len(points) for points, _ in grids.values())
     for finest in (3, 2, 1, 0, -1):
-        seconds, kept, _ = _bench_seconds(grids, others, BudgetFit(finest))
+        seconds, kept, _ = _estimate(grids, others, BudgetFit(finest))
         if seconds <= budget_s:
             break
     minutes = f"{budget_s / 60:g} min"
@@ -152,7 +154,7 @@ def fit_budget(
     ran_gemms, alone = kept, seconds / 60
     for searched in (2, 1, 0):
         fit = BudgetFit(-1, searched)
-        seconds, kept, seeded = _bench_seconds(grids, others, fit)
+        seconds, kept, seeded = _estimate(grids, others, fit)
         if seconds <= budget_s:
             break
     order = droppable(grids, others, shares) if seconds > budget_s else []
@@ -163,7 +165,7 @@ def fit_budget(
         ))  # fmt: skip
     dropped = _drop(grids, others, order, fit, seconds, budget_s)
     fit = BudgetFit(-1, fit.searched, dropped=dropped)
-    seconds, kept, seeded = _bench_seconds(grids, others, fit)
+    seconds, kept, seeded = _estimate(grids, others, fit)
     which = {2: "the steps of 8 between multiples of 16", 1: "all but the multiples of 64 and the ladder"}.get(
         fit.searched, "all but the powers of two"
     )
@@ -196,7 +198,7 @@ def _drop(
         if seconds <= budget_s:
             break
         dropped.add(problem)
-        seconds = _bench_seconds(grids, others, BudgetFit(fit.finest, fit.searched, dropped=frozenset(dropped)))[0]
+        seconds = _estimate(grids, others, BudgetFit(fit.finest, fit.searched, dropped=frozenset(dropped)))[0]
     return frozenset(dropped)
 
 

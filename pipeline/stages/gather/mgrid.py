@@ -34,7 +34,7 @@ from ...formats.m_ranges import by_family, m_range, read_ranges
 from ...formats.tunableop import TunableOpEntry
 from ...kernels.triton_gemm import serves_range
 from ...problem import GemmProblem
-from .grid_budget import BudgetFit, bench_seconds, fit_budget, wall_seconds
+from .grid_budget import BudgetFit, EstimatedGemm, bench_seconds, fit_budget, wall_seconds
 
 AUTO, EXACT, SERVING = "auto", "exact", "serving"
 AUTO_MINUTES = 10.0  # auto's grid budget where none is given: the issue's target for one 7B model's grid, one GPU
@@ -219,7 +219,7 @@ def expand(
     return points, fit.note
 
 
-def cost_line(spec: GridSpec, gemms: Sequence[tuple[tuple[int, int] | None, bool]], seen: int, gpus: int = 1) -> str:
+def cost_line(spec: GridSpec, gemms: Sequence[EstimatedGemm], seen: int, gpus: int = 1) -> str:
     """What the grid costs before Bench runs: ``gemms`` to tune, each its bucket and whether it is seeded (started
     from a neighbour's winner), ``seen`` of them the workload ran, and the estimated minutes of Bench on ``gpus``
     GPUs (``grid_budget.bench_seconds``; at ``grid_budget.GPU_EFFICIENCY`` each where there are several)."""
