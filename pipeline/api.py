@@ -36,6 +36,9 @@ _WHERE = {
     "tail_lines": "pipeline.procs:tail_lines",
     # the stages' entry points
     "gather": "pipeline.stages.gather.shapes:gather",
+    "read_shapes_json": "pipeline.stages.gather.shapes:read_shapes_json",
+    "grid_gemm_seconds": "pipeline.stages.gather.grid_budget:gemm_seconds",
+    "problem_id": "pipeline.stages.bench.tune:problem_id",
     "stack_facts": "pipeline.stages.run.fingerprint:stack_facts",
     "ab_test": "pipeline.stages.validate.e2e:ab_test",
     "ab_outcome": "pipeline.stages.validate.e2e:outcome",
