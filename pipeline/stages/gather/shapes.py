@@ -213,7 +213,8 @@ def apply_grid(
     records = {record.problem: record for record in result.shapes}
     spec, budget_s, chosen = mgrid.resolve(spec, records, embedded, budget_s)
     result.weight_notes += [chosen] if chosen else []
-    points, dropped = mgrid.expand(list(records), spec, m_max, budget_s, *budget_shares(result.shapes))
+    fitted = None if spec == mgrid.EXACT else budget_s  # exact still expands, for --m-max's check; no budget applies
+    points, dropped = mgrid.expand(list(records), spec, m_max, fitted, *budget_shares(result.shapes))
     if spec == mgrid.EXACT:
         if budget_s:
             result.weight_notes.append(
@@ -230,7 +231,8 @@ def apply_grid(
             record.time_share = 0.0 if shares_known else None
         record.bucket, record.seeded = point.bucket, point.seeded
         shapes.append(record)
-    _note_ran_inside(shapes, [r for r in result.shapes if r.problem not in {p.problem for p in points}])
+    tuned = {record.problem for record in shapes}
+    _note_ran_inside(shapes, [r for r in result.shapes if r.problem not in tuned])
     result.shapes = sorted(shapes, key=lambda r: r.problem.sort_key())
     result.weight_notes += [note for note in (dropped,) if note]
     seen = sum(point.seen for point in points)
