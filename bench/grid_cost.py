@@ -100,11 +100,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (workdir/<run-name>), each LABEL=PATH to name it")
     parser.add_argument("--out", help="write the record JSON here")
+    parser.add_argument("--force", action="store_true", help="replace an --out that gemm-tune did not write")
     args = parser.parse_args()
+    named = [(label, Path(path)) for label, _, path in (arg.rpartition("=") for arg in args.runs)]
     try:
-        if args.out:
-            claim_output_file(args.out, [], force=True)
-        runs = [run_cost(Path(path), label) for label, _, path in (arg.rpartition("=") for arg in args.runs)]
+        if args.out:  # never over what it reads: a run's files stay as they are
+            inputs = [
+                path
+                for _, run in named
+                for path in (
+                    run / "shapes" / "shapes.json",
+                    run / "bench" / "stack.json",
+                    *run.glob("bench/problems/*"),
+                )
+            ]
+            claim_output_file(args.out, inputs, args.force)
+        runs = [run_cost(run, label) for label, run in named]
     except BadInput as err:
         print(f"grid_cost: {err}", file=sys.stderr)
         return INPUT

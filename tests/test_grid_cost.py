@@ -79,6 +79,30 @@ def test_what_is_not_a_run_or_not_a_bench_result_is_refused_naming_it(tmp_path):
     assert done.returncode == 12 and f"{broken}: no tuning_s" in done.stderr
 
 
+def test_an_out_that_is_a_directory_an_input_or_a_file_it_did_not_write_is_refused_and_left_alone(tmp_path):
+    run = tmp_path / "night"
+    write_run(run, {QKV.with_tokens(3): 3.0})
+    inputs = [
+        run / "shapes" / "shapes.json",
+        result_path(run / "bench", QKV.with_tokens(3)),
+        run / "bench" / "stack.json",
+    ]
+    before = {path: path.read_bytes() for path in inputs}
+    foreign = tmp_path / "notes.json"
+    foreign.write_text("mine")
+    for out, said in [
+        (".", "is a directory"),
+        (str(run), "is a directory"),
+        *((str(path), "is one of the inputs") for path in inputs),
+        (str(foreign), "gemm-tune did not write it"),
+    ]:
+        force = () if out == str(foreign) else ("--force",)  # --force never overrides a directory or an input
+        done = grid_cost(str(run), "--out", out, *force, cwd=tmp_path)
+        assert done.returncode == 12 and said in done.stderr, (out, done.stderr)
+    assert {path: path.read_bytes() for path in inputs} == before and foreign.read_text() == "mine"
+    assert grid_cost(str(run), "--out", str(foreign), "--force", cwd=tmp_path).returncode == 0, "--force replaces it"
+
+
 def test_the_committed_record_prices_as_the_estimate_does_and_lands_within_its_target():
     """A changed constant of the estimate must be re-recorded (the script reads what the runs wrote: no GPU)."""
     record = json.loads(RECORD.read_text())
