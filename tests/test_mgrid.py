@@ -775,7 +775,9 @@ def test_bench_searches_the_anchors_then_starts_every_other_grid_point_from_its_
     previous, _ = grid_seeds.seeds([QKV.with_tokens(3), QKV.with_tokens(12)], problems[1:4], tmp_path)
     seeded = ProblemResult.from_json(previous[problem_id(QKV.with_tokens(3))])
     assert seeded.problem == QKV.with_tokens(3) and seeded.winner == "W4"  # the anchor above, at this size
-    assert ProblemResult.from_json(previous[problem_id(QKV.with_tokens(12))]).winner == "W8"  # none above: below
+    assert problem_id(QKV.with_tokens(12)) not in previous  # none crowned above: searched, not seeded from below
+    previous, sources = grid_seeds.seeds([QKV.with_tokens(5)], [QKV.with_tokens(n) for n in (4, 6, 8)], tmp_path)
+    assert sources == {problem_id(QKV.with_tokens(5)): "grid point M = 8"}  # 6 kept the default: the next crowned up
 
 
 class ScriptedRetime:
