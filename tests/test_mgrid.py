@@ -858,10 +858,12 @@ def test_where_no_finalist_serves_the_bucket_the_winner_serves_above_its_highest
     from pipeline.stages.bench import bucket_score
 
     top = QKV.with_tokens(16)
-    table = {"A": {9: 0.6, 12: 1.1, 15: 1.1}, "B": {16: 1.01}, "C": {16: 1.1, 9: None, 12: 1.2, 15: 1.2}}
-    result = bucket_score.score(ScriptedRetime(table), grid_result(top), (9, 16), TuneSettings())
-    # B is not crowned at the grid point; C is refused by the library at M = 9
+    table = {"A": {9: 0.6, 10: 1.0, 12: 1.1, 15: 1.1}, "B": {16: 1.01}, "C": {16: 1.1, 9: None, 12: 1.2, 15: 1.2}}
+    backend = ScriptedRetime(table)
+    result = bucket_score.score(backend, grid_result(top), (9, 16), TuneSettings())
+    # B is not crowned at the grid point; C is refused by the library at M = 9; A, kept, is timed at 10 too
     assert result.winner == "A" and result.bucket["serves_from"] == 10 and result.bucket["worst"] == 0.6
+    assert backend.asked[-1] == ("A", 10) and result.bucket["speedups"]["10"] == 1.0
     assert [t["name"] for t in result.bucket["tried"]] == ["A", "C"] and result.bucket["tried"][1]["worst"] == 0.0
     key = ",".join(format_key(top))
     data = result.to_json()
@@ -869,6 +871,35 @@ def test_where_no_finalist_serves_the_bucket_the_winner_serves_above_its_highest
         key: {"lo": 10, "why": "Bench: x0.600 at worst over its bucket"}
     }
     assert bucket_score.served([data], {key: (5, 16)}) == {}  # a score of another grid's bucket does not count
+
+
+def test_a_winner_kept_below_the_floor_serves_from_where_halving_the_gap_above_its_loss_finds_it_holding():
+    """The budgeted vLLM-sized grid's 3584x3584 FP8 winner at M = 128: lost at 65 and 96, held at 127, and
+    Validate's held-out counts lost at 97 and 104; serving from 97 shipped those losses."""
+    from pipeline.backends.base import TuneSettings
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(128)
+    speedups = {65: 0.72, 96: 0.83, 127: 1.02, 111: 0.985, 119: 1.05, 115: 1.0, 113: 1.0}
+    backend = ScriptedRetime({"A": speedups})  # no finalist is crowned at 128: A stays
+    result = bucket_score.score(backend, grid_result(top), (65, 128), TuneSettings())
+    probes = [m for name, m in backend.asked if name == "A"][3:]
+    assert probes == [111, 119, 115] and len(probes) == bucket_score.NARROWING_PROBES  # 113 is left untimed
+    assert result.winner == "A" and result.bucket["serves_from"] == 115  # the lowest count it was timed holding
+    assert result.bucket["worst"] == 0.72 and set(result.bucket["speedups"]) == {
+        "65",
+        "96",
+        "111",
+        "115",
+        "119",
+        "127",
+        "128",
+    }
+    refused = ScriptedRetime({"A": {65: 0.72, 96: 0.83, 127: 1.02}})  # every probe refused: a loss each
+    assert bucket_score.score(refused, grid_result(top), (65, 128), TuneSettings()).bucket["serves_from"] == 127
+    holding = ScriptedRetime({"A": {65: 1.02, 96: 1.03, 127: 1.02}})  # no loss: nothing probed
+    assert bucket_score.score(holding, grid_result(top), (65, 128), TuneSettings()).bucket["serves_from"] == 65
+    assert len(holding.asked) == 3
 
 
 SWAP = "triton_r16c64k128_s1_g8_w4_st3_swap"  # compiled for its own sizes: it serves its grid point alone

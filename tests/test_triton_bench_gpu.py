@@ -86,7 +86,9 @@ def test_a_triton_grid_winner_is_scored_at_its_buckets_counts_each_checked_at_it
     first = b.retime(ProblemResult(grid, winner=config.name, record=WinnerRecord(config.to_json())), TuneSettings())
     first.crown(config.name, first.candidates[0].final_us, WinnerRecord(config.to_json()))
     scored = bucket_score.score(b, first, (17, 32), TuneSettings())
-    assert sorted(map(int, scored.bucket["speedups"])) == [17, 24, 31, 32]
+    counts = sorted(map(int, scored.bucket["speedups"]))  # more inside where it lost (``NARROWING_PROBES``)
+    assert {17, 24, 31, 32} <= set(counts) and len(counts) <= 4 + bucket_score.NARROWING_PROBES
+    assert all(17 <= m <= 32 for m in counts) and scored.bucket["serves_from"] in (17, *counts)
     assert all(s > 0 for s in scored.bucket["speedups"].values()), scored.bucket
     print(f"\n{config.name} over 17..32: {scored.bucket['speedups']}")
 

@@ -4,8 +4,11 @@ one count below the grid point too, each against torch's default (the backend's 
 check at that size, then a verdict), and its score is its worst ratio over them. Where that is below ``FLOOR``,
 the next finalists of the search (up to ``ALTERNATIVES``, each crowned again at the grid point) are scored the
 same way and the best worst ratio wins; where none reaches ``FLOOR``, the best at the grid point stays and
-serves only above the highest count it lost at (``serves_from``). A count where the library refuses a
-candidate scores 0: it is not valid there.
+serves only from the lowest count it held at above its highest loss (``serves_from``), found by halving the
+gap between the two (up to ``NARROWING_PROBES`` more counts timed, ``_narrowed``): a loss at a bucket's middle
+did not mean a win just above it (on the budgeted vLLM-sized grid a winner lost at 96 and held at 127, and
+Validate's held-out counts lost at 97 and 104: docs/decisions.md, "A narrowed bucket starts where it
+holds"). A count where the library refuses a candidate scores 0: it is not valid there.
 
 A winner that cannot compute the bucket's other counts (a Triton kernel compiled for its own sizes,
 ``triton_gemm.serves_range``) would serve its grid point alone, the bucket's other counts running torch's
@@ -34,6 +37,7 @@ from ...problem import GemmProblem
 FLOOR = 0.99  # the worst ratio a candidate may have over its bucket (as Validate's held-out counts)
 ALTERNATIVES = 2  # finalists scored where the winner falls below FLOOR inside its bucket
 TIE = 0.005  # how far behind a fixed-size winner at its grid point a finalist serving the whole bucket may be
+NARROWING_PROBES = 3  # counts timed between a kept winner's highest loss in its bucket and the next count it holds
 BELOW = "below"  # a fixed-size winner's ``bucket`` key: the result of the finalist serving the rest of its bucket
 
 
@@ -48,9 +52,12 @@ class Scored:
         return min(self.speedups.values())
 
     def serves_from(self, lo: int) -> int:
-        """The lowest count it serves: above the highest count where it fell below ``FLOOR``."""
+        """The lowest count it serves: the lowest timed above the highest count where it fell below ``FLOOR``
+        (the counts between were not timed: they run torch's default)."""
         lost = [m for m, s in self.speedups.items() if s < FLOOR]
-        return max(lost) + 1 if lost else lo
+        if not lost:
+            return lo
+        return min((m for m in self.speedups if m > max(lost)), default=max(lost) + 1)
 
 
 def edge_counts(bucket: tuple[int, int]) -> list[int]:
@@ -115,6 +122,8 @@ def score(
             if scored is not None:
                 tried.append(scored)
     best = max(tried, key=lambda s: (s.worst >= FLOOR, s.worst if s.worst >= FLOOR else s.speedups[hi]))
+    if best.worst < FLOOR:
+        best = _narrowed(backend, best, settings)
     if best is not winner:
         result = _crowned(result, best)
     result.bucket = _record(bucket, best, [(s.name, s.worst) for s in tried])
@@ -233,6 +242,24 @@ def _scored(backend: Backend, top: ProblemResult, counts: Sequence[int], setting
     return Scored(top.winner, top, speedups)  # type: ignore[arg-type]
 
 
+def _narrowed(backend: Backend, scored: Scored, settings: TuneSettings) -> Scored:
+    """``scored`` timed at up to ``NARROWING_PROBES`` more counts, each halving the gap between its highest
+    loss and the lowest count above it where it held ``FLOOR``, so that ``serves_from`` starts near where it
+    begins to hold rather than just above the loss (a probe the library refuses is a loss)."""
+    for _ in range(NARROWING_PROBES):
+        lost = max(m for m, s in scored.speedups.items() if s < FLOOR)
+        held = min((m for m in scored.speedups if m > lost), default=lost + 1)
+        middle = (lost + held) // 2
+        problem = scored.at_top.problem.with_tokens(middle)
+        if held - lost <= 1 or problem is None:
+            break
+        timed = speedup_at(backend, problem, scored.name, scored.at_top.record, settings, crowning=False)  # type: ignore[arg-type]
+        if timed is None:
+            break
+        scored.speedups[middle] = timed[0]
+    return scored
+
+
 def _crowned_and_scored(
     backend: Backend,
     problem: GemmProblem,
@@ -336,7 +363,7 @@ def line(figures: dict | None) -> str:
             f"Bench timed {figures['scored']} grid winners inside their buckets too (lower edge, middle, one below "
             "the grid point): "
             f"{figures['replaced']} gave way to a kernel that serves the bucket better, {figures['narrowed']} "
-            f"serve only the counts above their highest loss (the worst ratio inside a bucket: "
+            f"serve only from where they hold above their highest loss (the worst ratio inside a bucket: "
             f"x{figures['worst']:.3f})"
         )
     if figures.get("below"):
