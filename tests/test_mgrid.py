@@ -547,7 +547,8 @@ def test_held_out_rows_skip_default_exact_and_fixed_size_triton_rows():
     assert all(r.time_share == 0.0 and r.calls == 0 and r.solution == rows[0].solution for r in held)
 
 
-def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss():
+def test_a_bucket_below_the_floor_beyond_noise_is_split_at_the_first_count_held_above_its_highest_loss():
+    from pipeline.formats.tunableop import parse_key
     from pipeline.stages.validate.held_out import FLOOR, lines, verdict
 
     grid = GRID_KEY
@@ -558,9 +559,12 @@ def test_a_bucket_below_the_floor_beyond_noise_is_split_above_its_highest_loss()
         _measured("c", 9, 10.0, 10.05),
     ]
     result = verdict(rows[:3])
-    assert result["split"] == {
-        grid: {"lo": 11, "why": f"M = 10 held out at x{10 / 10.4:.3f}, below x{FLOOR} beyond noise"}
+    assert result["split"] == {  # 11 was not timed: it runs torch's default
+        grid: {"lo": 12, "why": f"M = 10 held out at x{10 / 10.4:.3f}, below x{FLOOR} beyond noise"}
     }
+    top = parse_key(*grid.split(",", 1)).n
+    assert verdict(rows[1:3])["split"][grid]["lo"] == top  # nothing held above the loss: its grid point alone
+    assert verdict([*rows[:3], _measured("e", 13, 10.0, 10.6, grid)])["split"][grid]["lo"] == top  # a later loss
     assert result["worst"] == {"key": "d", "m": 10, "speedup": round(10 / 10.4, 4)}
     assert result["worst_shipped"] == {"key": "b", "m": 12, "speedup": round(10 / 9.0, 4)}  # above the split
     assert "after the splits: the worst x1.111" in lines(result)[-2]

@@ -6,9 +6,11 @@ the bucket's lower edge, its middle and two more counts inside it, each against 
 the grid rows are: the heaviest counts the workload ran there that nobody tuned (``ShapeRecord.ran_inside``: a
 listed grid's gaps, or counts ``--grid-budget`` dropped), else counts drawn (``random.Random`` seeded by the
 run's seed and the row's key, so a rerun draws the same).
-A bucket with a held-out count below x0.99 beyond the pair's noise is split there: it keeps the counts above
-the highest such count, where every count held out passed, and the bundle ships the winner over that part alone
-(a row the gate dropped ships nowhere). A winner tuned at the bucket's top loses most near its bottom, where
+A bucket with a held-out count below x0.99 beyond the pair's noise is split there: it keeps the counts from the
+lowest held out above the highest such count (else its grid point), where every count held out passed, and the
+bundle ships the winner over that part alone (a row the gate dropped ships nowhere); the untimed counts between
+run torch's default, as Bench's narrowing leaves them (``bench/bucket_score.py``: a loss did not mean a win
+just above it). A winner tuned at the bucket's top loses most near its bottom, where
 its tiles are emptiest (on the H200, x0.48-0.62 one count above the grid point below, docs/serving.md), so the
 split keeps most of a bucket. A winner that cannot compute the bucket's other counts (a Triton kernel compiled
 for its own sizes, ``triton_gemm.serves_range``) serves its grid point alone anyway: it has nothing held out.
@@ -21,7 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 from ...backends.base import DEFAULT
-from ...formats.tunableop import format_key
+from ...formats.tunableop import format_key, parse_key
 from ...kernels.triton_gemm import serves_range
 from .measured import MeasuredRow
 
@@ -91,9 +93,11 @@ def verdict(
         )
         if low:  # in ascending order: the last one below sets the split
             split[row.held_out_of] = {
-                "lo": row.n + 1,
+                "lo": _grid_point(row.held_out_of),
                 "why": f"M = {row.n} held out at x{row.speedup:.3f}, below x{FLOOR} beyond noise",
             }
+        elif row.held_out_of in split and split[row.held_out_of]["lo"] > row.n:  # the first held above the loss
+            split[row.held_out_of]["lo"] = row.n
     worst = min(rows, key=lambda r: r.speedup, default=None)
     shipped = [r for r in rows if r.n >= split.get(r.held_out_of, {}).get("lo", 0)]  # inside what the bundle serves
     worst_shipped = min(shipped, key=lambda r: r.speedup, default=None)
@@ -112,6 +116,11 @@ def verdict(
         if lowest
         else None,
     }
+
+
+def _grid_point(key: str) -> int:
+    """The token count of the grid row ``key`` (the top of its bucket)."""
+    return parse_key(*key.split(",", 1)).n  # type: ignore[return-value]
 
 
 def _figure(row: MeasuredRow | None) -> dict | None:
