@@ -4,7 +4,7 @@
 
 ``--grid-budget`` keeps what fits its minutes by an estimate, per GEMM (``grid_gemm_seconds``): a count that
 serves itself alone, a power of two whose bucket holds counts below it, another count with such a bucket, a
-count seeded from its weight's nearest searched winner, a GEMM outside any family. This reads what a run wrote,
+count seeded from its weight's nearest searched winner above it, a GEMM outside any family. This reads what a run wrote,
 its ``shapes/shapes.json`` (each GEMM's bucket, whether it is seeded) and Bench's ``bench/problems/*.json``
 (each tuned GEMM's ``tuning_s``), and sets the estimate against the measured seconds, in all and per class.
 A run whose Bench has not finished is compared on what it tuned. No GPU: it reads files, on any machine.

@@ -291,7 +291,7 @@ def test_a_seeded_count_goes_through_shapes_json_to_benchs_second_pass(tmp_path)
     apply_grid(result, mgrid.SERVING, budget_s=budget_s)
     seeded = [r for r in result.shapes if r.seeded]
     assert seeded and all(r.seen and r.problem in ran and r.problem.n & (r.problem.n - 1) for r in seeded)
-    assert any("start from the winner of their weight's nearest searched count" in n for n in result.weight_notes)
+    assert any("start from the winner of their weight's nearest searched count above" in n for n in result.weight_notes)
     write_shapes_json(tmp_path / "shapes.json", result)
     again = read_shapes_json(tmp_path / "shapes.json")
     assert [r.seeded for r in again] == [r.seeded for r in result.shapes]

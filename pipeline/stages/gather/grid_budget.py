@@ -8,7 +8,8 @@ as it must:
 1. the grid points the workload did not run, finest first (``coarseness``): their buckets' counts are served
    by the next point kept;
 2. the search of the counts it ran: the finest are *seeded* (Bench starts them from the winner of their
-   weight's nearest searched count), down to the powers of two, each weight's largest count kept searched;
+   weight's nearest searched count above them that crowned one), down to the powers of two, each weight's
+   largest count kept searched;
 3. counts it ran: first the GEMMs outside any weight family whose share of its GEMM time is negligible
    (``NEGLIGIBLE_SHARE`` each: the rotary embedding's outer products), lightest first; then its weights'
    counts, finest first and lightest first within a coarseness, never a power of two nor a weight's largest
@@ -55,8 +56,8 @@ def coarseness(m: int) -> int:
 class BudgetFit:
     """What ``fit_budget`` keeps: the finest ``coarseness`` of the grid points the workload did not run that
     are tuned (-1: none), the finest of the counts it ran that are searched in full (the others, seeded, start
-    from their weight's nearest searched count's winner; 3: all searched), the GEMMs it ran that are not tuned
-    at all, and the note of what it gave up."""
+    from the winner of their weight's nearest searched count above; 3: all searched), the GEMMs it ran that are
+    not tuned at all, and the note of what it gave up."""
 
     finest: int = 3
     searched: int = 3
@@ -171,7 +172,7 @@ def fit_budget(
     )
     started = (
         f"{seeded} of them ({which}, each weight's largest count aside) start from the winner of their weight's "
-        f"nearest searched count instead, searched only where it no longer beats torch's default"
+        f"nearest searched count above instead, searched only where it no longer beats torch's default"
         if seeded
         else "none is seeded"
     )
