@@ -6,7 +6,8 @@
 serves itself alone, a power of two whose bucket holds counts below it, another count with such a bucket, a
 count seeded from its weight's nearest searched winner above it, a GEMM outside any family. This reads what a run wrote,
 its ``shapes/shapes.json`` (each GEMM's bucket, whether it is seeded) and Bench's ``bench/problems/*.json``
-(each tuned GEMM's ``tuning_s``), and sets the estimate against the measured seconds, in all and per class.
+(each tuned GEMM's ``tuning_s``), and sets the estimate against the measured seconds, in all and per class;
+and, of the seeded GEMMs, how often the seed held, from above and from below (``seeds``: their ``origin``).
 A run whose Bench has not finished is compared on what it tuned. No GPU: it reads files, on any machine.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -32,6 +34,7 @@ from pipeline.api import (
 )
 
 CLASSES = ("alone", "wide power of two", "wide other", "seeded", "outside any family")
+SEEDED_ORIGIN = re.compile(r"^(retimed|retuned): the grid point M = (\d+) winner")  # grid_seeds, base.tune
 TARGET_RATIO = (0.8, 1.25)  # measured / estimated over a whole tuned grid: what a minutes budget may miss by
 
 
@@ -56,6 +59,7 @@ def run_cost(run: Path, label: str = "") -> dict:
     records = read_shapes_json(shapes)
     problems = run / "bench" / "problems"
     by_class: dict[str, list[tuple[float, float]]] = {name: [] for name in CLASSES}
+    seeds: dict[str, list[float]] = {}
     starts, ends = [], []
     for record in records:
         path = problems / f"{problem_id(record.problem)}.json"
@@ -66,6 +70,10 @@ def run_cost(run: Path, label: str = "") -> dict:
             raise BadInput(f"{path}: no tuning_s (seconds); a Bench result of this version is expected")
         estimate = grid_gemm_seconds(record.bucket, record.seeded)
         by_class[estimate_class(record.bucket, record.seeded)].append((estimate, float(result["tuning_s"])))
+        if record.seeded:
+            seeds.setdefault(seed_outcome(str(result.get("origin") or ""), record.problem.n), []).append(
+                float(result["tuning_s"])
+            )
         timeline = result.get("timeline") or {}
         starts += [timeline["start"]] if "start" in timeline else []
         ends += [timeline["end"]] if "end" in timeline else []
@@ -93,7 +101,24 @@ def run_cost(run: Path, label: str = "") -> dict:
             for name, rows in by_class.items()
             if rows
         },
+        "seeds": {
+            outcome: {"count": len(times), "measured_s_mean": round(statistics.mean(times), 2)}
+            for outcome, times in sorted(seeds.items())
+        },
     }
+
+
+def seed_outcome(origin: str, n: object) -> str:
+    """What became of a seeded GEMM, from its result's ``origin``: its neighbour's winner ``held`` or was
+    ``lost`` (then searched), ``from above`` or ``from below`` its count ``n``; ``searched`` where it had no seed
+    (no crowned anchor above it), ``other`` where an earlier stack's or the cache's winner came first."""
+    if not origin:
+        return "searched"
+    found = SEEDED_ORIGIN.match(origin)
+    if found is None or not isinstance(n, int):
+        return "other"
+    side = "below" if int(found.group(2)) < n else "above"
+    return f"{'held' if found.group(1) == 'retimed' else 'lost'} from {side}"
 
 
 def main() -> int:

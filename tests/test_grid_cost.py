@@ -23,11 +23,12 @@ QKV = GemmProblem("gemm", "T", "N", 6144, 7, 4096, 4096, 4096, 6144)
 ROTARY = GemmProblem("gemm", "N", "N", 94, 64, 1, 94, 1, 94, a_type="float32", b_type="float32", c_type="float32")
 
 
-def write_run(run, tuned: dict) -> None:
+def write_run(run, tuned: dict, origins: dict | None = None) -> None:
     """A run directory: ``shapes.json`` of QKV at 3 (alone), 8 (a power of two serving 5-8), 12 (serving 9-12),
-    24 (seeded), 32 (not tuned yet) and the rotary outer product; Bench's results of ``tuned`` (GEMM ->
-    tuning_s)."""
-    rows = [(3, (3, 3), False), (8, (5, 8), False), (12, (9, 12), False), (24, (17, 24), True), (32, (25, 32), False)]
+    20 and 24 (seeded), 32 (not tuned yet) and the rotary outer product; Bench's results of ``tuned`` (GEMM ->
+    tuning_s), with their ``origins`` (GEMM -> origin) where given."""
+    rows = [(3, (3, 3), False), (8, (5, 8), False), (12, (9, 12), False), (20, (13, 20), True)]
+    rows += [(24, (21, 24), True), (32, (25, 32), False)]
     records = []
     for n, bucket, seeded in rows:
         record = ShapeRecord(QKV.with_tokens(n), *format_key(QKV.with_tokens(n)), count=1)
@@ -38,7 +39,8 @@ def write_run(run, tuned: dict) -> None:
     for index, (problem, seconds) in enumerate(tuned.items()):
         path = result_path(run / "bench", problem)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tuning_s": seconds, "timeline": {"start": 1.8e9 + index, "end": 1.8e9 + 9}}))
+        result = {"tuning_s": seconds, "timeline": {"start": 1.8e9 + index, "end": 1.8e9 + 9}}
+        path.write_text(json.dumps({**result, "origin": (origins or {}).get(problem, "")}))
     (run / "bench" / "stack.json").write_text(json.dumps({"stack": {"gpu": "NVIDIA H200"}}))
 
 
@@ -53,7 +55,7 @@ def test_a_run_is_priced_per_class_and_set_against_what_bench_took(tmp_path):
     done = grid_cost(f"budgeted={tmp_path / 'night'}", "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (run,) = json.loads(out.read_text())["runs"]
-    assert run["run"] == "budgeted" and run["gpu"] == "NVIDIA H200" and (run["gemms"], run["tuned"]) == (6, 5)
+    assert run["run"] == "budgeted" and run["gpu"] == "NVIDIA H200" and (run["gemms"], run["tuned"]) == (7, 5)
     classes = {name: (c["tuned"], c["estimated_s_each"], c["measured_s"]) for name, c in run["classes"].items()}
     searched, wide = grid_budget.SECONDS_PER_PROBLEM, grid_budget.SECONDS_PER_WIDE_ANCHOR
     assert classes == {
@@ -66,7 +68,22 @@ def test_a_run_is_priced_per_class_and_set_against_what_bench_took(tmp_path):
     estimated = 3 * searched + wide + grid_budget.SECONDS_PER_SEEDED
     assert run["estimated_s"] == pytest.approx(estimated) and run["measured_s"] == 20.0
     assert run["ratio"] == pytest.approx(20.0 / estimated, abs=1e-3)
-    assert run["estimated_all_s"] == pytest.approx(estimated + wide), "32, not tuned yet, counts in the whole grid"
+    assert run["estimated_all_s"] == pytest.approx(estimated + wide + grid_budget.SECONDS_PER_SEEDED)  # untuned
+    assert run["seeds"] == {"searched": {"count": 1, "measured_s_mean": 2.0}}  # 24 had no seed: no origin
+
+
+def test_the_seeded_gemms_say_whether_their_neighbours_winner_held_and_from_which_side(tmp_path):
+    above = "retimed: the grid point M = 32 winner still wins (x1.050)"
+    below = "retuned: the grid point M = 12 winner Gemm_x no longer wins (x0.930 under this stack)"
+    origins = {QKV.with_tokens(24): above, QKV.with_tokens(20): below}
+    write_run(tmp_path / "night", {QKV.with_tokens(24): 2.5, QKV.with_tokens(20): 4.0}, origins)
+    done = grid_cost(str(tmp_path / "night"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads(done.stdout)["runs"]
+    assert run["seeds"] == {
+        "held from above": {"count": 1, "measured_s_mean": 2.5},
+        "lost from below": {"count": 1, "measured_s_mean": 4.0},
+    }
 
 
 def test_what_is_not_a_run_or_not_a_bench_result_is_refused_naming_it(tmp_path):
