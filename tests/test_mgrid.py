@@ -629,8 +629,8 @@ def test_a_count_the_budget_seeds_is_retimed_from_its_neighbours_winner_on_the_b
 
 def test_the_grid_runs_through_the_job_on_the_bench_double(tmp_path):
     """The AMD DAG on the hipblaslt-bench double with a grid: GatherShapes writes the buckets, Validate times
-    held-out counts, and the bundle holds a row at every count of every kept range (a split one from above its
-    highest loss), with the ranges and the collected keys in its manifest."""
+    held-out counts, and the bundle holds a row at every count of every kept range (a split one from the first
+    count held out above its highest loss), with the ranges and the collected keys in its manifest."""
     from .helpers import run_amd_dag
 
     untuned = tmp_path / "untuned.csv"  # two weights of the HF Llama: one at 2 and 128 tokens, one at 2
