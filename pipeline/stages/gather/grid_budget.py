@@ -75,6 +75,12 @@ class BudgetFit:
         return self.keeps(m, ran) and m in ran and coarseness(m) > self.searched and m != max(ran)
 
 
+def serving_buckets(points: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """Each grid point's bucket ``(lo, hi)``: the counts it serves, from the previous point + 1 to itself."""
+    ordered = sorted(points)
+    return {m: (prev + 1, m) for prev, m in zip([0, *ordered], ordered, strict=False)}
+
+
 def gemm_seconds(bucket: tuple[int, int] | None, seeded: bool = False) -> float:
     """Bench's estimated seconds on one GPU for one GEMM: the counts its winner serves (``bucket``, None for one
     outside any family), and whether it starts from a neighbour's winner."""
@@ -106,11 +112,11 @@ def gpus_to_fit(seconds: float, budget_s: float, most: int = 8) -> str:
 
 def _estimate(grids: Grids, others: Sequence[GemmProblem], fit: BudgetFit) -> tuple[float, int, int]:
     """Bench's estimated seconds on one GPU for ``fit``, with the GEMMs it tunes and how many of them are seeded
-    (a count's bucket: from the previous count kept + 1 to itself)."""
+    (a count's bucket: from the previous count kept + 1 to itself, ``serving_buckets``)."""
     gemms: list[EstimatedGemm] = [(None, False) for p in others if p not in fit.dropped]
     for points, ran in grids.values():
-        kept = sorted(m for m in points if fit.keeps(m, ran))
-        gemms += [((lo + 1, m), fit.seeds(m, ran)) for lo, m in zip([0, *kept], kept, strict=False)]
+        kept = serving_buckets(m for m in points if fit.keeps(m, ran))
+        gemms += [(bucket, fit.seeds(m, ran)) for m, bucket in kept.items()]
     return bench_seconds(gemms), len(gemms), sum(seeded for _, seeded in gemms)
 
 

@@ -34,7 +34,7 @@ from ...formats.m_ranges import by_family, m_range, read_ranges
 from ...formats.tunableop import TunableOpEntry
 from ...kernels.triton_gemm import serves_range
 from ...problem import GemmProblem
-from .grid_budget import BudgetFit, EstimatedGemm, bench_seconds, fit_budget, wall_seconds
+from .grid_budget import BudgetFit, EstimatedGemm, bench_seconds, fit_budget, serving_buckets, wall_seconds
 
 AUTO, EXACT, SERVING = "auto", "exact", "serving"
 AUTO_MINUTES = 10.0  # auto's grid budget where none is given: the issue's target for one 7B model's grid, one GPU
@@ -175,10 +175,9 @@ def grid_points(spec: GridSpec, seen: Iterable[int], m_max: int | None = None) -
 def buckets(points: Sequence[int], spec: GridSpec = SERVING) -> dict[int, tuple[int, int]]:
     """Each grid point's bucket ``(lo, hi)``: the counts it serves, from the previous point + 1 to itself
     (``exact``: itself alone)."""
-    ordered = sorted(points)
     if spec == EXACT:
-        return {m: (m, m) for m in ordered}
-    return {m: (prev + 1, m) for prev, m in zip([0, *ordered], ordered, strict=False)}
+        return {m: (m, m) for m in sorted(points)}
+    return serving_buckets(points)
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ def _note_ran_inside(grid: Sequence[ShapeRecord], dropped: Sequence[ShapeRecord]
     by_family: dict[GemmProblem | None, list[ShapeRecord]] = {}
     for record in grid:
         if record.bucket is not None:
-            by_family.setdefault(record.problem.token_family(), []).append(record)
+            by_family.setdefault(mgrid.family_of(record.problem), []).append(record)
     heaviest_first = sorted(dropped, key=lambda r: (-(r.time_share or 0.0), -r.call_count, r.problem.n))
     for record in heaviest_first:
         family = by_family.get(mgrid.family_of(record.problem), [])
