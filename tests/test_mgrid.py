@@ -906,6 +906,27 @@ def test_a_winner_kept_below_the_floor_serves_from_where_halving_the_gap_above_i
     assert len(holding.asked) == 3
 
 
+def test_a_winner_read_below_the_floor_at_its_own_grid_point_still_serves_it():
+    """A winner crowned without a verdict there (a GPU test forces one) read x0.95 at its grid point and lost at
+    9 too: the grid point stays its to serve, Validate judges it; the bucket is narrowed to above the loss below
+    it, never past the grid point."""
+    from pipeline.backends.base import TuneSettings
+    from pipeline.stages.bench import bucket_score
+
+    top = QKV.with_tokens(16)
+    backend = ScriptedRetime({"A": {9: 0.6, 12: 0.9, 15: 0.9, 13: 0.9, 14: 0.9}})
+    result = bucket_score.score(backend, grid_result(top, speedup=0.95), (9, 16), TuneSettings())
+    assert result.winner == "A" and result.bucket["serves_from"] == 16 and result.bucket["worst"] == 0.6
+    assert [m for name, m in backend.asked if name == "A"] == [9, 12, 15]  # 15 lost, 16 is the grid point
+    lost_at_top_alone = ScriptedRetime({"A": {9: 1.05, 12: 1.1, 15: 1.08}})
+    result = bucket_score.score(lost_at_top_alone, grid_result(top, speedup=0.95), (9, 16), TuneSettings())
+    assert result.bucket["serves_from"] == 9 and [m for name, m in lost_at_top_alone.asked if name == "A"] == [
+        9,
+        12,
+        15,
+    ]  # nothing to narrow below it
+
+
 SWAP = "triton_r16c64k128_s1_g8_w4_st3_swap"  # compiled for its own sizes: it serves its grid point alone
 SWR = "triton_r16c64k128_s1_g8_w4_st3_swr"  # its twin, the token count an argument: tried over its bucket first
 

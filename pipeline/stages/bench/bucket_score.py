@@ -51,13 +51,18 @@ class Scored:
     def worst(self) -> float:
         return min(self.speedups.values())
 
+    @property
+    def highest_loss(self) -> int | None:
+        """The highest count below the grid point where it fell below ``FLOOR`` (None: none). The grid point is
+        the crown's to judge, and Validate's: a winner re-timed there keeps it whatever the reading."""
+        top = self.at_top.problem.n
+        return max((m for m, s in self.speedups.items() if s < FLOOR and m < top), default=None)
+
     def serves_from(self, lo: int) -> int:
-        """The lowest count it serves: the lowest timed above the highest count where it fell below ``FLOOR``
-        (the counts between were not timed: they run torch's default)."""
-        lost = [m for m, s in self.speedups.items() if s < FLOOR]
-        if not lost:
-            return lo
-        return min((m for m in self.speedups if m > max(lost)), default=max(lost) + 1)
+        """The lowest count it serves: the lowest timed above ``highest_loss`` (the counts between were not
+        timed: they run torch's default), at most the grid point."""
+        lost = self.highest_loss
+        return lo if lost is None else min(m for m in self.speedups if m > lost)
 
 
 def edge_counts(bucket: tuple[int, int]) -> list[int]:
@@ -247,8 +252,10 @@ def _narrowed(backend: Backend, scored: Scored, settings: TuneSettings) -> Score
     loss and the lowest count above it where it held ``FLOOR``, so that ``serves_from`` starts near where it
     begins to hold rather than just above the loss (a probe the library refuses is a loss)."""
     for _ in range(NARROWING_PROBES):
-        lost = max(m for m, s in scored.speedups.items() if s < FLOOR)
-        held = min((m for m in scored.speedups if m > lost), default=lost + 1)
+        lost = scored.highest_loss
+        if lost is None:
+            break
+        held = scored.serves_from(lost)
         middle = (lost + held) // 2
         problem = scored.at_top.problem.with_tokens(middle)
         if held - lost <= 1 or problem is None:
