@@ -53,6 +53,19 @@ def test_gpu_slots_are_exclusive(tmp_path):
         assert again == 1
 
 
+def test_a_shard_tries_its_own_gpu_first_so_shards_started_apart_still_take_one_board_each(tmp_path):
+    """Validate's shard I of N tries ``gpus[I]`` first: shard 1 starting after shard 0 has ended (a loaded host;
+    the GPU run of test_validate's two-GPU split caught both on board 0) still takes GPU 1."""
+    with gpu_slot(tmp_path, [0, 1], first=0) as shard0:
+        assert shard0 == 0
+    with gpu_slot(tmp_path, [0, 1], first=1) as shard1:
+        assert shard1 == 1
+        with gpu_slot(tmp_path, [0, 1], first=1) as taken:  # its own is held: the next free one
+            assert taken == 0
+    with gpu_slot(tmp_path, [2, 5], first=3) as wrapped:  # more shards than GPUs wrap round
+        assert wrapped == 5
+
+
 @pytest.mark.parametrize(
     ("environ", "gpu", "name"),
     [

@@ -67,13 +67,15 @@ def board(gpu: int, environ: Mapping[str, str] = os.environ) -> str:
 
 
 @contextlib.contextmanager
-def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0) -> Iterator[int]:
+def gpu_slot(lock_dir: Path, gpus: Sequence[int], wait_s: float = 3600.0, first: int = 0) -> Iterator[int]:
     """Hold an exclusive lock on one free GPU of ``gpus`` (as this process sees them) for the block, by its
-    board's name; wait while all are taken."""
+    board's name, trying them from ``gpus[first]`` on (a shard's own: N shards started on N GPUs each take
+    their own board, whichever starts or ends first); wait while all are taken."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
+    start = first % len(gpus) if gpus else 0
     while True:
-        for gpu in gpus:
+        for gpu in [*gpus[start:], *gpus[:start]]:
             handle = open(lock_dir / f"gpu{board(gpu)}.lock", "w")  # noqa: SIM115 (held for the block)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runtime = layout.bench_runtime
     with_bench = runtime.exists() and bool(json.loads(runtime.read_text()).get("bench"))  # an AMD tool ran
-    with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")]) as gpu:
+    with gpu_slot(lock_dir(), [int(g) for g in args.gpus.split(",")], first=shard[0]) as gpu:
         log.info("validating on GPU %d%s", gpu, f", shard {args.shard[0]} of {args.shard[1]}" if args.shard else "")
         kind = BenchTimer if with_bench else TorchTimer
         measured = measure(run_dir, kind, gpu, args.rounds, args.margin, progress, out / "rows", shard)
