@@ -22,10 +22,12 @@ import sys
 from pathlib import Path
 
 from pipeline.api import (
+    GRID_GEMM_CLASSES,
     INPUT,
     BadInput,
     atomic_write_json,
     claim_output_file,
+    grid_gemm_class,
     grid_gemm_seconds,
     load_json,
     note_written,
@@ -33,21 +35,8 @@ from pipeline.api import (
     read_shapes_json,
 )
 
-CLASSES = ("alone", "wide power of two", "wide other", "seeded", "outside any family")
 SEEDED_ORIGIN = re.compile(r"^(retimed|retuned): the grid point M = (\d+) winner")  # grid_seeds, base.tune
 TARGET_RATIO = (0.8, 1.25)  # measured / estimated over a whole tuned grid: what a minutes budget may miss by
-
-
-def estimate_class(bucket: tuple[int, int] | None, seeded: bool) -> str:
-    """The estimate's class of one GEMM (``grid_gemm_seconds`` prices each)."""
-    if seeded:
-        return "seeded"
-    if bucket is None:
-        return "outside any family"
-    lo, hi = bucket
-    if lo == hi:
-        return "alone"
-    return "wide power of two" if hi & (hi - 1) == 0 else "wide other"
 
 
 def run_cost(run: Path, label: str = "") -> dict:
@@ -58,7 +47,7 @@ def run_cost(run: Path, label: str = "") -> dict:
         raise BadInput(f"{run}: no shapes/shapes.json; name a run directory (workdir/<run-name>)")
     records = read_shapes_json(shapes)
     problems = run / "bench" / "problems"
-    by_class: dict[str, list[tuple[float, float]]] = {name: [] for name in CLASSES}
+    by_class: dict[str, list[tuple[float, float]]] = {name: [] for name in GRID_GEMM_CLASSES}
     seeds: dict[str, list[float]] = {}
     starts, ends = [], []
     for record in records:
@@ -69,7 +58,7 @@ def run_cost(run: Path, label: str = "") -> dict:
         if not isinstance(result, dict) or not isinstance(result.get("tuning_s"), int | float):
             raise BadInput(f"{path}: no tuning_s (seconds); a Bench result of this version is expected")
         estimate = grid_gemm_seconds(record.bucket, record.seeded)
-        by_class[estimate_class(record.bucket, record.seeded)].append((estimate, float(result["tuning_s"])))
+        by_class[grid_gemm_class(record.bucket, record.seeded)].append((estimate, float(result["tuning_s"])))
         if record.seeded:
             seeds.setdefault(seed_outcome(str(result.get("origin") or ""), record.problem.n), []).append(
                 float(result["tuning_s"])

@@ -38,6 +38,8 @@ _WHERE = {
     "gather": "pipeline.stages.gather.shapes:gather",
     "read_shapes_json": "pipeline.stages.gather.shapes:read_shapes_json",
     "grid_gemm_seconds": "pipeline.stages.gather.grid_budget:gemm_seconds",
+    "grid_gemm_class": "pipeline.stages.gather.grid_budget:gemm_class",
+    "GRID_GEMM_CLASSES": "pipeline.stages.gather.grid_budget:SECONDS_BY_CLASS",
     "problem_id": "pipeline.stages.bench.tune:problem_id",
     "stack_facts": "pipeline.stages.run.fingerprint:stack_facts",
     "ab_test": "pipeline.stages.validate.e2e:ab_test",

@@ -81,14 +81,31 @@ def serving_buckets(points: Iterable[int]) -> dict[int, tuple[int, int]]:
     return {m: (prev + 1, m) for prev, m in zip([0, *ordered], ordered, strict=False)}
 
 
-def gemm_seconds(bucket: tuple[int, int] | None, seeded: bool = False) -> float:
-    """Bench's estimated seconds on one GPU for one GEMM: the counts its winner serves (``bucket``, None for one
-    outside any family), and whether it starts from a neighbour's winner."""
+SECONDS_BY_CLASS = {  # Bench's estimated seconds on one GPU for one GEMM of each of ``gemm_class``'s classes
+    "alone": SECONDS_PER_PROBLEM,
+    "wide power of two": SECONDS_PER_WIDE_ANCHOR,
+    "wide other": SECONDS_PER_PROBLEM,
+    "seeded": SECONDS_PER_SEEDED,
+    "outside any family": SECONDS_PER_PROBLEM,
+}
+
+
+def gemm_class(bucket: tuple[int, int] | None, seeded: bool = False) -> str:
+    """The estimate's class of one GEMM (a key of ``SECONDS_BY_CLASS``), from the counts its winner serves
+    (``bucket``, None for one outside any family) and whether it starts from a neighbour's winner."""
     if seeded:
-        return SECONDS_PER_SEEDED
-    if bucket is not None and bucket[0] < bucket[1] and coarseness(bucket[1]) == 0:
-        return SECONDS_PER_WIDE_ANCHOR
-    return SECONDS_PER_PROBLEM
+        return "seeded"
+    if bucket is None:
+        return "outside any family"
+    lo, hi = bucket
+    if lo >= hi:
+        return "alone"
+    return "wide power of two" if coarseness(hi) == 0 else "wide other"
+
+
+def gemm_seconds(bucket: tuple[int, int] | None, seeded: bool = False) -> float:
+    """Bench's estimated seconds on one GPU for one GEMM (``gemm_class``)."""
+    return SECONDS_BY_CLASS[gemm_class(bucket, seeded)]
 
 
 def bench_seconds(gemms: Iterable[EstimatedGemm]) -> float:
